@@ -1,0 +1,131 @@
+//! The small interface an adapter implements. Core builds everything else on top of
+//! it once: validation, the local deadline, renewal, loss, release on drop,
+//! reentrancy, tracing and metrics (see [`crate::BackendLock`]).
+
+use crate::{Capabilities, FencingToken, LockError, LockKey, LossReason, Wait};
+use async_trait::async_trait;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+/// When an acquire attempt gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitUntil {
+    /// One attempt only.
+    NoWait,
+    /// Give up at this instant.
+    Deadline(Instant),
+    /// Never give up.
+    Forever,
+}
+
+impl WaitUntil {
+    /// Converts a [`Wait`] policy, measured from `now`.
+    pub fn from_wait(wait: Wait, now: Instant) -> Self {
+        match wait {
+            Wait::No => WaitUntil::NoWait,
+            Wait::For(d) => now
+                .checked_add(d)
+                .map_or(WaitUntil::Forever, WaitUntil::Deadline),
+            Wait::Forever => WaitUntil::Forever,
+        }
+    }
+
+    /// The instant to give up at, if any. `NoWait` gives `now`.
+    pub fn instant(self) -> Option<Instant> {
+        match self {
+            WaitUntil::NoWait => Some(Instant::now()),
+            WaitUntil::Deadline(at) => Some(at),
+            WaitUntil::Forever => None,
+        }
+    }
+
+    /// Completes when the wait is over; never completes for `Forever`.
+    pub async fn reached(self) {
+        match self.instant() {
+            Some(at) => tokio::time::sleep_until(at.into()).await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// One acquisition as the adapter sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct AcquireRequest<'a> {
+    /// The lock name.
+    pub key: &'a LockKey,
+    /// Server-side expiry.
+    pub ttl: Duration,
+    /// When to give up.
+    pub wait: WaitUntil,
+    /// When the caller started waiting.
+    pub started: Instant,
+}
+
+impl AcquireRequest<'_> {
+    /// The error for a held lock under `NoWait`, or for a wait that ended.
+    pub fn not_acquired(&self) -> LockError {
+        match self.wait {
+            WaitUntil::NoWait => LockError::Busy {
+                key: self.key.clone(),
+            },
+            _ => LockError::Timeout {
+                key: self.key.clone(),
+                waited: self.started.elapsed(),
+            },
+        }
+    }
+}
+
+/// What the adapter returns when it won the lock.
+#[derive(Debug)]
+pub struct Acquired<H> {
+    /// Whatever the adapter needs to renew and release this lock.
+    pub handle: H,
+    /// The fencing token of this acquisition.
+    pub token: FencingToken,
+    /// When the request that won the lock was sent. The lease's validity is
+    /// measured from here, never from the reply.
+    pub sent_at: Instant,
+}
+
+/// The backend's answer to a renew or release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// We held the lock and the operation took effect.
+    Held,
+    /// The lock is gone or belongs to someone else; nothing was changed.
+    NotHeld,
+}
+
+/// A future that completes when the backend learns the lock is gone.
+pub type LossSignal = Pin<Box<dyn Future<Output = LossReason> + Send + 'static>>;
+
+/// What an adapter implements. Keep it to the wire protocol: core does the rest.
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// What the adapter keeps per held lock (owner value, key path, lease id...).
+    type Handle: Send + Sync + 'static;
+
+    /// A short backend name, such as `redis`.
+    fn name(&self) -> &'static str;
+
+    /// What the backend guarantees.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Acquires `req.key`, waiting per `req.wait`; gives `req.not_acquired()` when
+    /// the wait ends. Must be cancel-safe: if the future is dropped at any await,
+    /// nothing may be left behind (spawn the cleanup when needed).
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<Self::Handle>, LockError>;
+
+    /// Extends the lock to `ttl` from now if the handle still owns it.
+    async fn renew(&self, handle: &Self::Handle, ttl: Duration) -> Result<Ownership, LockError>;
+
+    /// Frees the lock if, and only if, the handle still owns it.
+    async fn release(&self, handle: &Self::Handle) -> Result<Ownership, LockError>;
+
+    /// A push signal for loss (watch, session event), when the backend has one.
+    fn loss_signal(&self, _handle: &Self::Handle) -> Option<LossSignal> {
+        None
+    }
+}

@@ -1,0 +1,57 @@
+//! What a backend guarantees, as typed flags. The conformance suite selects cases
+//! from these, never from backend names.
+
+use std::time::Duration;
+
+/// How strong a backend's fencing tokens are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FencingGuarantee {
+    /// Tokens strictly increase per key whatever the timing (consensus-backed
+    /// revisions, transactional counters).
+    Strict,
+    /// Tokens increase only while stated timing and persistence assumptions hold
+    /// (Redlock: bounded clock drift, nodes that keep their counters).
+    UnderTimingAssumptions,
+}
+
+/// How a waiter learns that the lock became free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// The backend pushes an event (pub/sub, watch, in-process notification).
+    Push,
+    /// The waiter polls with backoff.
+    Poll,
+}
+
+/// Whether fencing tokens keep rising across a server restart that loses state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenDurability {
+    /// Tokens are stored durably by the server (revision, zxid, table row).
+    Persisted,
+    /// A lost counter is re-seeded from the server clock, so tokens keep rising as
+    /// long as the server clock does not step back and fewer than one acquisition
+    /// per microsecond happened on average.
+    ServerClock,
+    /// Tokens restart after a restart; there is no guarantee across restarts.
+    Volatile,
+}
+
+/// A backend's guarantees and limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// How strong the fencing tokens are.
+    pub fencing: FencingGuarantee,
+    /// Waiters acquire in arrival order.
+    pub fifo: bool,
+    /// How waiters wake when the lock is released.
+    pub wake: Wake,
+    /// The lock dies with a client session or connection (ZooKeeper session, MySQL
+    /// connection), not only by TTL.
+    pub session_bound: bool,
+    /// What happens to tokens across a server restart.
+    pub token_durability: TokenDurability,
+    /// The smallest ttl the backend accepts.
+    pub min_ttl: Duration,
+    /// Ttls must be a whole multiple of this.
+    pub ttl_granularity: Duration,
+}

@@ -1,0 +1,516 @@
+//! The lease lifecycle, written once for every adapter: the local deadline, the
+//! renewal watchdog, the lost signal, release, release on drop, and the bookkeeping
+//! for reentrant holders.
+//!
+//! Invariant: a lease believes it holds the lock only before
+//! `sent_at + ttl - drift`, where `sent_at` was taken before the acquire or renew
+//! request went out. Any server measures its expiry from a later instant, so the
+//! client stops believing first (given sane clock rates).
+
+use crate::backend::{Backend, LossSignal, Ownership};
+use crate::metrics::Metrics;
+use crate::{FencingToken, LockError, LockKey, LossReason, Owner};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio::time::sleep_until;
+
+/// The safety margin subtracted from every validity: ttl/100 + 2 ms.
+pub fn clock_drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Held,
+    Releasing,
+    Released,
+    Lost(LossReason),
+}
+
+/// A backend and one of its handles, with the backend type erased so that `Lease`
+/// is one concrete type for every adapter.
+#[async_trait]
+pub(crate) trait LeaseOps: Send + Sync {
+    async fn renew(&self, ttl: Duration) -> Result<Ownership, LockError>;
+    async fn release(&self) -> Result<Ownership, LockError>;
+    fn backend_name(&self) -> &'static str;
+}
+
+pub(crate) struct Bound<B: Backend> {
+    pub backend: Arc<B>,
+    pub handle: B::Handle,
+}
+
+#[async_trait]
+impl<B: Backend> LeaseOps for Bound<B> {
+    async fn renew(&self, ttl: Duration) -> Result<Ownership, LockError> {
+        self.backend.renew(&self.handle, ttl).await
+    }
+    async fn release(&self) -> Result<Ownership, LockError> {
+        self.backend.release(&self.handle).await
+    }
+    fn backend_name(&self) -> &'static str {
+        self.backend.name()
+    }
+}
+
+/// Reentrant holders of one lock client: (key, owner) → the shared lease and how
+/// many `Lease` values refer to it.
+pub(crate) type Registry = Mutex<HashMap<(LockKey, Owner), (Weak<Shared>, usize)>>;
+
+pub(crate) struct Reentry {
+    pub registry: Arc<Registry>,
+    pub owner: Owner,
+}
+
+/// What every `Lease` handle of one acquisition shares with its watchdog.
+pub(crate) struct Shared {
+    pub key: LockKey,
+    pub token: FencingToken,
+    pub ttl: Duration,
+    pub backend: &'static str,
+    pub ops: Arc<dyn LeaseOps>,
+    pub metrics: Arc<Metrics>,
+    pub reentry: Option<Reentry>,
+    status: watch::Sender<Status>,
+    deadline: Mutex<Instant>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere cannot leave these small maps or instants half-written.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    pub fn new(
+        key: LockKey,
+        token: FencingToken,
+        ttl: Duration,
+        sent_at: Instant,
+        ops: Arc<dyn LeaseOps>,
+        metrics: Arc<Metrics>,
+        reentry: Option<Reentry>,
+    ) -> Self {
+        Shared {
+            key,
+            token,
+            ttl,
+            backend: ops.backend_name(),
+            ops,
+            metrics,
+            reentry,
+            status: watch::Sender::new(Status::Held),
+            deadline: Mutex::new(sent_at + ttl - clock_drift(ttl)),
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        *lock(&self.deadline)
+    }
+
+    /// Moves the deadline forward after a renewal sent at `sent_at` succeeded.
+    fn extend(&self, sent_at: Instant) {
+        let candidate = sent_at + self.ttl - clock_drift(self.ttl);
+        let mut deadline = lock(&self.deadline);
+        if candidate > *deadline {
+            *deadline = candidate;
+        }
+    }
+
+    fn status(&self) -> Status {
+        *self.status.borrow()
+    }
+
+    pub fn is_held(&self) -> bool {
+        self.status() == Status::Held && Instant::now() < self.deadline()
+    }
+
+    /// Moves `from` → `to` atomically; returns the status found.
+    fn transition(&self, from: Status, to: Status) -> Status {
+        let mut found = from;
+        self.status.send_if_modified(|s| {
+            found = *s;
+            if *s == from {
+                *s = to;
+                true
+            } else {
+                false
+            }
+        });
+        found
+    }
+
+    /// Held → Lost. Returns false when the lease had already ended.
+    fn mark_lost(&self, reason: LossReason) -> bool {
+        let lost = self.transition(Status::Held, Status::Lost(reason)) == Status::Held;
+        if lost {
+            Metrics::bump(&self.metrics.lost);
+            tracing::warn!(backend = self.backend, key = %self.key, token = %self.token, %reason, "lease lost");
+        }
+        lost
+    }
+
+    fn lost_error(&self, reason: LossReason) -> LockError {
+        LockError::Lost {
+            key: self.key.clone(),
+            reason,
+        }
+    }
+
+    /// The error to report when the lease is no longer held, if it is not.
+    fn check_held(&self) -> Result<(), LockError> {
+        match self.status() {
+            Status::Held if Instant::now() < self.deadline() => Ok(()),
+            Status::Held => {
+                self.mark_lost(LossReason::Expired);
+                Err(self.lost_error(LossReason::Expired))
+            }
+            Status::Lost(reason) => Err(self.lost_error(reason)),
+            Status::Releasing | Status::Released => Err(self.lost_error(LossReason::Revoked)),
+        }
+    }
+
+    /// One `Lease` value goes away. True if it was the last one of this
+    /// acquisition, so the lock itself must be released.
+    fn leave(self: &Arc<Self>) -> bool {
+        let Some(reentry) = &self.reentry else {
+            return true;
+        };
+        let mut held = lock(&reentry.registry);
+        let slot = (self.key.clone(), reentry.owner.clone());
+        match held.get_mut(&slot) {
+            Some((weak, count)) if std::ptr::eq(weak.as_ptr(), Arc::as_ptr(self)) => {
+                *count -= 1;
+                if *count > 0 {
+                    return false;
+                }
+                held.remove(&slot);
+                true
+            }
+            // The registry moved on to a newer acquisition: this one ended already.
+            _ => true,
+        }
+    }
+
+    /// Releases on the backend after the status went Held → Releasing.
+    async fn finish_release(&self) -> Result<(), LockError> {
+        let outcome = self.ops.release().await;
+        match outcome {
+            Ok(Ownership::Held) => {
+                self.status.send_replace(Status::Released);
+                Metrics::bump(&self.metrics.released);
+                Ok(())
+            }
+            Ok(Ownership::NotHeld) => {
+                self.status.send_replace(Status::Lost(LossReason::Revoked));
+                Metrics::bump(&self.metrics.lost);
+                Err(self.lost_error(LossReason::Revoked))
+            }
+            Err(e) => {
+                // The ttl frees the lock if the release never arrived.
+                self.status.send_replace(Status::Released);
+                Err(e)
+            }
+        }
+    }
+
+    /// Best-effort release after loss, so a lock we may still hold on the server
+    /// (partition, max hold) is freed as soon as the server hears from us.
+    async fn release_after_loss(&self) {
+        if let Err(e) = tokio::time::timeout(self.ttl, self.ops.release()).await {
+            tracing::debug!(backend = self.backend, key = %self.key, error = %e, "release after loss timed out");
+        }
+    }
+}
+
+/// Keeps the lease alive and watches for its end. One task per lease; it exits
+/// when the lease is released, dropped or lost.
+pub(crate) async fn watchdog(
+    shared: Arc<Shared>,
+    renew_every: Option<Duration>,
+    max_hold_at: Option<Instant>,
+    loss: Option<LossSignal>,
+) {
+    let mut status = shared.status.subscribe();
+    let mut loss = loss.unwrap_or_else(|| Box::pin(std::future::pending()));
+    let mut next_renewal = renew_every.map(|every| Instant::now() + jittered(every));
+    let retry_delay = (shared.ttl / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    loop {
+        let deadline = shared.deadline();
+        let event = tokio::select! {
+            _ = status.wait_for(|s| *s != Status::Held) => return,
+            reason = &mut loss => Event::Lost(reason),
+            _ = sleep_until(deadline.into()) => Event::Deadline,
+            _ = sleep_until_some(max_hold_at) => Event::Lost(LossReason::MaxHoldReached),
+            _ = sleep_until_some(next_renewal) => Event::Renew,
+        };
+        match event {
+            Event::Lost(reason) => {
+                if shared.mark_lost(reason) && reason == LossReason::MaxHoldReached {
+                    shared.release_after_loss().await;
+                }
+                return;
+            }
+            // A manual renew may have moved the deadline while we slept.
+            Event::Deadline if Instant::now() < shared.deadline() => {}
+            Event::Deadline => {
+                if shared.mark_lost(LossReason::Expired) {
+                    shared.release_after_loss().await;
+                }
+                return;
+            }
+            Event::Renew => {
+                let sent_at = Instant::now();
+                let outcome = tokio::select! {
+                    _ = status.wait_for(|s| *s != Status::Held) => return,
+                    reason = &mut loss => {
+                        shared.mark_lost(reason);
+                        return;
+                    }
+                    // Give up on this attempt at the deadline; the loop then sees it.
+                    _ = sleep_until(deadline.into()) => None,
+                    outcome = shared.ops.renew(shared.ttl) => Some(outcome),
+                };
+                next_renewal = match outcome {
+                    Some(Ok(Ownership::Held)) => {
+                        shared.extend(sent_at);
+                        Metrics::bump(&shared.metrics.renewals);
+                        renew_every.map(|every| sent_at + jittered(every))
+                    }
+                    Some(Ok(Ownership::NotHeld)) => {
+                        shared.mark_lost(LossReason::Revoked);
+                        return;
+                    }
+                    Some(Err(e)) => {
+                        Metrics::bump(&shared.metrics.renewal_failures);
+                        tracing::debug!(backend = shared.backend, key = %shared.key, error = %e, "renewal failed; retrying until the deadline");
+                        Some(Instant::now() + jittered(retry_delay))
+                    }
+                    None => Some(Instant::now()),
+                };
+            }
+        }
+    }
+}
+
+enum Event {
+    Lost(LossReason),
+    Deadline,
+    Renew,
+}
+
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn jittered(d: Duration) -> Duration {
+    d.mul_f64(rand::random_range(0.9..1.1))
+}
+
+/// A held lock. Keep it while you work; check [`Lease::is_held`] or run the work
+/// under [`Lease::guard`], and pass [`Lease::token`] to every write.
+///
+/// Dropping it stops renewal and releases the lock in the background (when a tokio
+/// runtime is running); the ttl frees it otherwise.
+pub struct Lease {
+    shared: Arc<Shared>,
+    finished: bool,
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("backend", &self.shared.backend)
+            .field("key", &self.shared.key)
+            .field("token", &self.shared.token)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+impl Lease {
+    /// Starts the watchdog for a fresh acquisition.
+    pub(crate) fn start(
+        shared: Arc<Shared>,
+        renew_every: Option<Duration>,
+        max_hold: Option<Duration>,
+        loss: Option<LossSignal>,
+    ) -> Lease {
+        let max_hold_at = max_hold.and_then(|d| Instant::now().checked_add(d));
+        tokio::spawn(watchdog(shared.clone(), renew_every, max_hold_at, loss));
+        Lease {
+            shared,
+            finished: false,
+        }
+    }
+
+    /// Another handle on a lease already held by the same owner.
+    pub(crate) fn reentered(shared: Arc<Shared>) -> Lease {
+        Lease {
+            shared,
+            finished: false,
+        }
+    }
+
+    /// The owner identity this lease was acquired for, if any.
+    pub fn owner(&self) -> Option<&Owner> {
+        self.shared.reentry.as_ref().map(|r| &r.owner)
+    }
+
+    /// The fencing token: strictly greater than every earlier holder's token for
+    /// this key.
+    pub fn token(&self) -> FencingToken {
+        self.shared.token
+    }
+
+    /// The lock name.
+    pub fn key(&self) -> &LockKey {
+        &self.shared.key
+    }
+
+    /// True while the lease is not lost and before its local deadline. A local
+    /// check: no round trip.
+    pub fn is_held(&self) -> bool {
+        self.shared.is_held()
+    }
+
+    /// Time left before the local deadline; zero once the lease is not held.
+    pub fn remaining(&self) -> Duration {
+        if self.shared.status() != Status::Held {
+            return Duration::ZERO;
+        }
+        self.shared.deadline().saturating_duration_since(Instant::now())
+    }
+
+    /// Completes when the lease is known lost: renewal failed past the deadline,
+    /// the backend reported the lock gone or the session ended, or `max_hold`
+    /// elapsed. Never completes after a normal release.
+    pub fn lost(&self) -> Lost {
+        let mut status = self.shared.status.subscribe();
+        Lost(Box::pin(async move {
+            if let Ok(found) = status.wait_for(|s| matches!(s, Status::Lost(_))).await
+                && let Status::Lost(reason) = *found
+            {
+                return reason;
+            }
+            // The lease ended without loss: this signal never fires.
+            std::future::pending().await
+        }))
+    }
+
+    /// Runs `work` until it finishes or the lease is lost, whichever comes first.
+    /// On loss `work` is dropped and `Err(LockError::Lost)` returned.
+    pub async fn guard<F: Future>(&self, work: F) -> Result<F::Output, LockError> {
+        self.shared.check_held()?;
+        tokio::select! {
+            biased;
+            reason = self.lost() => Err(self.shared.lost_error(reason)),
+            out = work => Ok(out),
+        }
+    }
+
+    /// Extends the lease by its ttl now. Needed with `Renewal::Manual`; harmless
+    /// with automatic renewal.
+    pub async fn renew(&self) -> Result<(), LockError> {
+        let shared = &self.shared;
+        shared.check_held()?;
+        let sent_at = Instant::now();
+        match shared.ops.renew(shared.ttl).await? {
+            Ownership::Held => {
+                shared.check_held()?;
+                shared.extend(sent_at);
+                Metrics::bump(&shared.metrics.renewals);
+                Ok(())
+            }
+            Ownership::NotHeld => {
+                shared.mark_lost(LossReason::Revoked);
+                Err(shared.lost_error(LossReason::Revoked))
+            }
+        }
+    }
+
+    /// Stops renewal and frees the lock if this lease still owns it (owner and
+    /// token are compared atomically on the server, so a newer holder is never
+    /// touched). A lease that was already lost gives `LockError::Lost`.
+    ///
+    /// With reentrant holders, only the last release frees the lock. The release
+    /// runs to completion even if this future is dropped.
+    pub async fn release(mut self) -> Result<(), LockError> {
+        self.finished = true;
+        let shared = self.shared.clone();
+        if !shared.leave() {
+            return shared.check_held();
+        }
+        match shared.transition(Status::Held, Status::Releasing) {
+            Status::Held => {}
+            Status::Lost(reason) => return Err(shared.lost_error(reason)),
+            _ => return Err(shared.lost_error(LossReason::Revoked)),
+        }
+        // Spawned so that cancelling the caller cannot leave the release half done.
+        let task = tokio::spawn(async move { shared.finish_release().await });
+        match task.await {
+            Ok(result) => result,
+            Err(e) => Err(LockError::backend(self.shared.backend, e)),
+        }
+    }
+
+    /// Stops renewal and forgets the lease *without* releasing: the server frees
+    /// the lock when its ttl runs out. Use it to keep others out for the rest of
+    /// the ttl (run at most once per interval), or to simulate a crashed holder.
+    pub fn abandon(mut self) {
+        self.finished = true;
+        if self.shared.leave() {
+            self.shared.transition(Status::Held, Status::Released);
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.finished || !self.shared.leave() {
+            return;
+        }
+        if self.shared.transition(Status::Held, Status::Releasing) != Status::Held {
+            return;
+        }
+        let shared = self.shared.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(e) = shared.finish_release().await {
+                        tracing::debug!(backend = shared.backend, key = %shared.key, error = %e, "release on drop failed; the ttl frees the lock");
+                    }
+                });
+            }
+            Err(_) => {
+                shared.status.send_replace(Status::Released);
+            }
+        }
+    }
+}
+
+/// The future returned by [`Lease::lost`]; it owns what it needs, so it can be
+/// moved into another task.
+pub struct Lost(Pin<Box<dyn Future<Output = LossReason> + Send>>);
+
+impl std::fmt::Debug for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Lost")
+    }
+}
+
+impl Future for Lost {
+    type Output = LossReason;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<LossReason> {
+        self.0.as_mut().poll(cx)
+    }
+}

@@ -1,0 +1,53 @@
+//! Core API for distlock: one async API for distributed locks, with a fencing
+//! token from every backend.
+//!
+//! - [`DistributedLock`] is the trait applications use, usually as
+//!   `Arc<dyn DistributedLock>`.
+//! - [`Lease`] is the held lock: its [`FencingToken`], its local deadline, its
+//!   [`Lease::lost`] signal, release and release on drop.
+//! - [`Fence`] is the check the protected resource runs on tokens.
+//! - [`backend::Backend`] is what an adapter implements; [`BackendLock`] turns it
+//!   into a `DistributedLock` with renewal, loss, reentrancy and metrics.
+//! - [`memory`] is an in-process backend for tests and demos.
+//!
+//! ```
+//! use distlock_core::{AcquireOptions, DistributedLock, LockKey, MemoryFence, Fence};
+//! use distlock_core::memory::MemoryStore;
+//! use std::time::Duration;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), distlock_core::LockError> {
+//! let lock = MemoryStore::new().client();
+//! let fence = MemoryFence::new();
+//! let key = LockKey::new("inventory/sku-42")?;
+//! let opts = AcquireOptions::new().ttl(Duration::from_secs(10));
+//! let lease = lock.acquire(&key, &opts).await?;
+//! // Do the work while the lease is held, and fence every write with its token.
+//! lease
+//!     .guard(fence.check_and_record("inventory/sku-42", lease.token()))
+//!     .await??;
+//! lease.release().await?;
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+pub mod backend;
+mod capabilities;
+mod error;
+mod fence;
+mod key;
+mod lease;
+mod lock;
+pub mod memory;
+mod metrics;
+mod options;
+mod token;
+
+pub use capabilities::{Capabilities, FencingGuarantee, TokenDurability, Wake};
+pub use error::{BoxError, LockError, LossReason};
+pub use fence::{Fence, MemoryFence};
+pub use key::LockKey;
+pub use lease::{Lease, Lost, clock_drift};
+pub use lock::{BackendLock, DistributedLock, DynLock};
+pub use metrics::MetricsSnapshot;
+pub use options::{AcquireOptions, Owner, Renewal, Wait};
+pub use token::FencingToken;

@@ -1,0 +1,194 @@
+//! The public lock trait, and `BackendLock`, which turns any [`Backend`] into one.
+
+use crate::backend::{AcquireRequest, Backend, WaitUntil};
+use crate::lease::{Bound, Lease, LeaseOps, Registry, Reentry, Shared, clock_drift};
+use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::{AcquireOptions, Capabilities, LockError, LockKey, Owner, Wait};
+use async_trait::async_trait;
+use std::sync::{Arc, PoisonError};
+use std::time::Instant;
+use tracing::Instrument;
+
+/// A distributed lock client. Every adapter implements it, so applications can
+/// hold an `Arc<dyn DistributedLock>` and swap backends without code changes.
+///
+/// Both acquire calls are cancel-safe: dropping the future at any await point
+/// (`tokio::time::timeout` included) leaves no key, node, row or queue entry
+/// behind.
+///
+/// ```
+/// use distlock_core::{AcquireOptions, DistributedLock, LockKey, memory::MemoryStore};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), distlock_core::LockError> {
+/// let lock = MemoryStore::new().client();
+/// let key = LockKey::new("reports/daily")?;
+/// let lease = lock.acquire(&key, &AcquireOptions::new()).await?;
+/// println!("holding {} with token {}", lease.key(), lease.token());
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait DistributedLock: Send + Sync + std::fmt::Debug {
+    /// Acquires `key`, waiting per `opts.wait`. A wait that ends unacquired gives
+    /// `LockError::Timeout` (`LockError::Busy` for `Wait::No`).
+    async fn acquire(&self, key: &LockKey, opts: &AcquireOptions) -> Result<Lease, LockError>;
+
+    /// One attempt: `None` when the lock is held elsewhere.
+    async fn try_acquire(
+        &self,
+        key: &LockKey,
+        opts: &AcquireOptions,
+    ) -> Result<Option<Lease>, LockError> {
+        match self.acquire(key, &opts.clone().wait(Wait::No)).await {
+            Ok(lease) => Ok(Some(lease)),
+            Err(LockError::Busy { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// What this backend guarantees.
+    fn capabilities(&self) -> Capabilities;
+
+    /// A short backend name, such as `redis`.
+    fn name(&self) -> &'static str;
+}
+
+/// A shareable lock client of any backend.
+pub type DynLock = Arc<dyn DistributedLock>;
+
+/// Any [`Backend`] as a [`DistributedLock`], with the lease lifecycle, reentrancy,
+/// tracing and metrics provided by core.
+pub struct BackendLock<B: Backend> {
+    backend: Arc<B>,
+    reentrant: Arc<Registry>,
+    metrics: Arc<Metrics>,
+}
+
+impl<B: Backend> std::fmt::Debug for BackendLock<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendLock")
+            .field("backend", &self.backend.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> BackendLock<B> {
+    /// Wraps a connected backend.
+    pub fn new(backend: B) -> Self {
+        BackendLock {
+            backend: Arc::new(backend),
+            reentrant: Arc::default(),
+            metrics: Arc::default(),
+        }
+    }
+
+    /// The adapter, for backend-specific calls.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// This client's counters so far.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.metrics.snapshot()
+    }
+
+    /// Another handle on a lease this client already holds for `owner`, if any.
+    fn reenter(&self, key: &LockKey, owner: &Owner) -> Option<Lease> {
+        let mut held = self.reentrant.lock().unwrap_or_else(PoisonError::into_inner);
+        let (weak, count) = held.get_mut(&(key.clone(), owner.clone()))?;
+        let shared = weak.upgrade().filter(|s| s.is_held())?;
+        *count += 1;
+        Metrics::bump(&self.metrics.reentered);
+        Some(Lease::reentered(shared))
+    }
+
+    fn count_failure(&self, error: &LockError) {
+        let counter = match error {
+            LockError::Busy { .. } => &self.metrics.busy,
+            LockError::Timeout { .. } => &self.metrics.timeouts,
+            _ => &self.metrics.errors,
+        };
+        Metrics::bump(counter);
+    }
+
+    async fn acquire_from_backend(
+        &self,
+        key: &LockKey,
+        opts: &AcquireOptions,
+    ) -> Result<Lease, LockError> {
+        let started = Instant::now();
+        let ttl = opts.get_ttl();
+        let request = AcquireRequest {
+            key,
+            ttl,
+            wait: WaitUntil::from_wait(opts.get_wait(), started),
+            started,
+        };
+        let acquired = self.backend.acquire(request).await?;
+        let ops = Arc::new(Bound {
+            backend: self.backend.clone(),
+            handle: acquired.handle,
+        });
+        // A reply that arrives too late leaves no validity: give it back rather
+        // than hand out a dead lease.
+        if Instant::now() >= acquired.sent_at + ttl - clock_drift(ttl) {
+            tokio::spawn(async move { ops.release().await });
+            return Err(LockError::Timeout {
+                key: key.clone(),
+                waited: started.elapsed(),
+            });
+        }
+        let loss = self.backend.loss_signal(&ops.handle);
+        let reentry = opts.get_owner().map(|owner| Reentry {
+            registry: self.reentrant.clone(),
+            owner: owner.clone(),
+        });
+        let shared = Arc::new(Shared::new(
+            key.clone(),
+            acquired.token,
+            ttl,
+            acquired.sent_at,
+            ops,
+            self.metrics.clone(),
+            reentry,
+        ));
+        if let Some(owner) = opts.get_owner() {
+            self.reentrant
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert((key.clone(), owner.clone()), (Arc::downgrade(&shared), 1));
+        }
+        Metrics::bump(&self.metrics.acquired);
+        Ok(Lease::start(
+            shared,
+            opts.renew_interval(),
+            opts.get_max_hold(),
+            loss,
+        ))
+    }
+}
+
+#[async_trait]
+impl<B: Backend> DistributedLock for BackendLock<B> {
+    async fn acquire(&self, key: &LockKey, opts: &AcquireOptions) -> Result<Lease, LockError> {
+        opts.validate(&self.backend.capabilities())?;
+        if let Some(lease) = opts.get_owner().and_then(|owner| self.reenter(key, owner)) {
+            return Ok(lease);
+        }
+        let span = tracing::debug_span!("distlock.acquire", backend = self.backend.name(), key = %key);
+        let result = self.acquire_from_backend(key, opts).instrument(span).await;
+        match &result {
+            Ok(lease) => tracing::debug!(backend = self.backend.name(), key = %key, token = %lease.token(), "acquired"),
+            Err(e) => self.count_failure(e),
+        }
+        result
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.backend.capabilities()
+    }
+
+    fn name(&self) -> &'static str {
+        self.backend.name()
+    }
+}

@@ -1,0 +1,454 @@
+//! An in-process backend with real TTLs, fencing tokens, FIFO wake-up and loss.
+//!
+//! Use it in your application's unit tests and demos: it passes the whole
+//! conformance suite. A [`MemoryStore`] plays the server; each
+//! [`MemoryStore::client`] is an independent client of it, with its own
+//! reentrancy scope and its own injectable faults.
+//!
+//! ```
+//! use distlock_core::{AcquireOptions, DistributedLock, LockKey, memory::MemoryStore};
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), distlock_core::LockError> {
+//! let store = MemoryStore::new();
+//! let (a, b) = (store.client(), store.client());
+//! let key = LockKey::new("job")?;
+//! let lease = a.acquire(&key, &AcquireOptions::new()).await?;
+//! assert!(b.try_acquire(&key, &AcquireOptions::new()).await?.is_none());
+//! lease.release().await?;
+//! assert!(b.try_acquire(&key, &AcquireOptions::new()).await?.is_some());
+//! # Ok(()) }
+//! ```
+
+use crate::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
+use crate::{
+    BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError, LockKey, LossReason,
+    TokenDurability, Wake,
+};
+use async_trait::async_trait;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{Notify, watch};
+
+/// A lock client of a [`MemoryStore`].
+pub type MemoryLock = BackendLock<MemoryBackend>;
+
+/// The shared "server" of the memory backend. Cloning it gives another handle on
+/// the same store.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    keys: HashMap<LockKey, KeyState>,
+    /// Fence counters. Like a server's counter keys they outlive the locks.
+    counters: HashMap<LockKey, u64>,
+    next_id: u64,
+}
+
+#[derive(Debug, Default)]
+struct KeyState {
+    holder: Option<Holder>,
+    queue: VecDeque<Queued>,
+}
+
+#[derive(Debug)]
+struct Holder {
+    id: u64,
+    expires_at: Instant,
+    revoked: Arc<Notify>,
+}
+
+#[derive(Debug)]
+struct Queued {
+    id: u64,
+    wake: Arc<Notify>,
+}
+
+impl KeyState {
+    /// Drops an expired holder, telling it (its lease may still be listening).
+    fn expire(&mut self, now: Instant) {
+        if self.holder.as_ref().is_some_and(|h| h.expires_at <= now) {
+            self.remove_holder();
+        }
+    }
+
+    fn remove_holder(&mut self) {
+        if let Some(holder) = self.holder.take() {
+            holder.revoked.notify_one();
+            self.wake_front();
+        }
+    }
+
+    /// Only the first waiter is woken: no herd, and FIFO order.
+    fn wake_front(&self) {
+        if let Some(front) = self.queue.front() {
+            front.wake.notify_one();
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.holder.is_none() && self.queue.is_empty()
+    }
+}
+
+enum Attempt {
+    Taken(MemoryHandle, FencingToken),
+    /// Held elsewhere. `wake_at` is the holder's expiry when we are first in line.
+    Held {
+        wake_at: Option<Instant>,
+    },
+}
+
+/// Seeds a fresh counter from the wall clock in microseconds, so tokens keep
+/// rising across [`MemoryStore::restart`] (as the Redis adapter does with `TIME`).
+fn clock_seed() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A new independent client of this store.
+    pub fn client(&self) -> MemoryLock {
+        BackendLock::new(MemoryBackend {
+            store: self.clone(),
+            fault: watch::Sender::new(MemoryFault::None),
+            request_timeout: Duration::from_secs(2),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Deletes a lock behind its holder's back, as an operator would. Returns
+    /// whether it was held. The holder's `lost()` fires.
+    pub fn delete(&self, key: &LockKey) -> bool {
+        let mut state = self.state();
+        let Some(entry) = state.keys.get_mut(key) else {
+            return false;
+        };
+        entry.expire(Instant::now());
+        let held = entry.holder.is_some();
+        entry.remove_holder();
+        if entry.is_empty() {
+            state.keys.remove(key);
+        }
+        held
+    }
+
+    /// Simulates a restart of a server without persistence: every lock and every
+    /// counter is lost. Counters are re-seeded from the clock on next use.
+    pub fn restart(&self) {
+        let mut state = self.state();
+        state.counters.clear();
+        for entry in state.keys.values_mut() {
+            entry.remove_holder();
+        }
+        state.keys.retain(|_, entry| !entry.is_empty());
+    }
+
+    /// Locks held or waited for whose name starts with `prefix`: what a crashed or
+    /// cancelled client could leave behind.
+    pub fn residue(&self, prefix: &str) -> usize {
+        let now = Instant::now();
+        let mut state = self.state();
+        state
+            .keys
+            .iter_mut()
+            .filter(|(key, _)| key.as_str().starts_with(prefix))
+            .map(|(_, entry)| {
+                entry.expire(now);
+                usize::from(entry.holder.is_some()) + entry.queue.len()
+            })
+            .sum()
+    }
+
+    fn next_id(&self) -> u64 {
+        let mut state = self.state();
+        state.next_id += 1;
+        state.next_id
+    }
+
+    fn attempt(&self, key: &LockKey, ttl: Duration, me: &Queued, enqueue: bool) -> Attempt {
+        let now = Instant::now();
+        let mut guard = self.state();
+        let State {
+            keys,
+            counters,
+            next_id,
+        } = &mut *guard;
+        let entry = keys.entry(key.clone()).or_default();
+        entry.expire(now);
+        let first = entry.queue.front().map(|q| q.id) == Some(me.id);
+        if entry.holder.is_none() && (entry.queue.is_empty() || first) {
+            if first {
+                entry.queue.pop_front();
+                // The next in line must now watch the new holder's expiry.
+                entry.wake_front();
+            }
+            let counter = counters.entry(key.clone()).or_insert_with(clock_seed);
+            *counter += 1;
+            *next_id += 1;
+            let handle = MemoryHandle {
+                key: key.clone(),
+                id: *next_id,
+                revoked: Arc::new(Notify::new()),
+            };
+            entry.holder = Some(Holder {
+                id: handle.id,
+                expires_at: now + ttl,
+                revoked: handle.revoked.clone(),
+            });
+            return Attempt::Taken(handle, FencingToken::new(*counter));
+        }
+        if enqueue && !entry.queue.iter().any(|q| q.id == me.id) {
+            entry.queue.push_back(Queued {
+                id: me.id,
+                wake: me.wake.clone(),
+            });
+        }
+        let first = entry.queue.front().map(|q| q.id) == Some(me.id);
+        let wake_at = entry.holder.as_ref().filter(|_| first).map(|h| h.expires_at);
+        if entry.is_empty() {
+            keys.remove(key);
+        }
+        Attempt::Held { wake_at }
+    }
+
+    fn leave_queue(&self, key: &LockKey, id: u64) {
+        let mut state = self.state();
+        let Some(entry) = state.keys.get_mut(key) else {
+            return;
+        };
+        let Some(at) = entry.queue.iter().position(|q| q.id == id) else {
+            return;
+        };
+        entry.queue.remove(at);
+        if at == 0 {
+            entry.wake_front();
+        }
+        if entry.is_empty() {
+            state.keys.remove(key);
+        }
+    }
+
+    /// Applies `f` to the entry if `handle` still holds it.
+    fn if_holder(&self, handle: &MemoryHandle, f: impl FnOnce(&mut KeyState)) -> Ownership {
+        let mut state = self.state();
+        let Some(entry) = state.keys.get_mut(&handle.key) else {
+            return Ownership::NotHeld;
+        };
+        entry.expire(Instant::now());
+        let ours = entry.holder.as_ref().is_some_and(|h| h.id == handle.id);
+        if ours {
+            f(entry);
+        }
+        if entry.is_empty() {
+            state.keys.remove(&handle.key);
+        }
+        if ours {
+            Ownership::Held
+        } else {
+            Ownership::NotHeld
+        }
+    }
+}
+
+/// A fault injected into one memory client's "network".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MemoryFault {
+    /// No fault.
+    None,
+    /// Requests are applied at once; their replies arrive this much later.
+    Delay(Duration),
+    /// Requests hang, as in a partition, until the request timeout.
+    Unreachable,
+    /// Requests fail at once, as with a refused connection.
+    Refused,
+}
+
+/// The memory adapter. Reach it through [`BackendLock::backend`] to inject faults.
+#[derive(Debug)]
+pub struct MemoryBackend {
+    store: MemoryStore,
+    fault: watch::Sender<MemoryFault>,
+    request_timeout: Duration,
+}
+
+/// What a memory client keeps per held lock.
+#[derive(Debug)]
+pub struct MemoryHandle {
+    key: LockKey,
+    id: u64,
+    revoked: Arc<Notify>,
+}
+
+/// Removes a cancelled waiter from the queue, so nobody waits behind a ghost.
+struct Waiter<'a> {
+    store: &'a MemoryStore,
+    key: &'a LockKey,
+    me: Queued,
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        self.store.leave_queue(self.key, self.me.id);
+    }
+}
+
+/// Releases a lock won by a request whose reply was still in flight when the
+/// caller gave up, so cancellation leaves nothing held.
+struct ReleaseUnlessKept<'a> {
+    store: &'a MemoryStore,
+    handle: Option<MemoryHandle>,
+}
+
+impl Drop for ReleaseUnlessKept<'_> {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            self.store.if_holder(&handle, KeyState::remove_holder);
+        }
+    }
+}
+
+impl MemoryBackend {
+    /// Injects `fault` into this client's traffic from now on.
+    pub fn set_fault(&self, fault: MemoryFault) {
+        self.fault.send_replace(fault);
+    }
+
+    /// The store this client talks to.
+    pub fn store(&self) -> &MemoryStore {
+        &self.store
+    }
+
+    /// The request "reaching the server": fails or hangs under a fault.
+    async fn reach(&self) -> Result<(), LockError> {
+        let unavailable = |why: &str| LockError::Unavailable {
+            backend: "memory",
+            endpoint: "memory://".into(),
+            source: why.into(),
+        };
+        let mut fault = self.fault.subscribe();
+        let passable = |f: &MemoryFault| !matches!(f, MemoryFault::Unreachable);
+        let wait = tokio::time::timeout(self.request_timeout, fault.wait_for(passable));
+        match wait.await {
+            Ok(Ok(f)) if *f == MemoryFault::Refused => Err(unavailable("connection refused (injected fault)")),
+            Ok(_) => Ok(()),
+            Err(_) => Err(unavailable("request timed out (injected partition)")),
+        }
+    }
+
+    async fn reply(&self) {
+        let fault = *self.fault.borrow();
+        if let MemoryFault::Delay(delay) = fault {
+            tokio::time::sleep(delay).await;
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    type Handle = MemoryHandle;
+
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fencing: FencingGuarantee::Strict,
+            fifo: true,
+            wake: Wake::Push,
+            session_bound: false,
+            token_durability: TokenDurability::ServerClock,
+            min_ttl: Duration::from_millis(1),
+            ttl_granularity: Duration::from_nanos(1),
+        }
+    }
+
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<MemoryHandle>, LockError> {
+        let no_wait = req.wait == WaitUntil::NoWait;
+        let waiter = Waiter {
+            store: &self.store,
+            key: req.key,
+            me: Queued {
+                id: self.store.next_id(),
+                wake: Arc::new(Notify::new()),
+            },
+        };
+        loop {
+            let sent_at = Instant::now();
+            tokio::select! {
+                reached = self.reach() => reached?,
+                _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
+            }
+            match self.store.attempt(req.key, req.ttl, &waiter.me, !no_wait) {
+                Attempt::Taken(handle, token) => {
+                    let mut in_flight = ReleaseUnlessKept {
+                        store: &self.store,
+                        handle: Some(handle),
+                    };
+                    self.reply().await;
+                    let handle = in_flight.handle.take();
+                    return handle
+                        .map(|handle| Acquired { handle, token, sent_at })
+                        .ok_or_else(|| req.not_acquired());
+                }
+                Attempt::Held { .. } if no_wait => {
+                    self.reply().await;
+                    return Err(req.not_acquired());
+                }
+                Attempt::Held { wake_at } => {
+                    let expiry = async {
+                        match wake_at {
+                            Some(at) => tokio::time::sleep_until(at.into()).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        _ = waiter.me.wake.notified() => {}
+                        _ = expiry => {}
+                        _ = req.wait.reached() => return Err(req.not_acquired()),
+                    }
+                }
+            }
+        }
+    }
+
+    async fn renew(&self, handle: &MemoryHandle, ttl: Duration) -> Result<Ownership, LockError> {
+        self.reach().await?;
+        let outcome = self.store.if_holder(handle, |entry| {
+            if let Some(holder) = entry.holder.as_mut() {
+                holder.expires_at = Instant::now() + ttl;
+            }
+        });
+        self.reply().await;
+        Ok(outcome)
+    }
+
+    async fn release(&self, handle: &MemoryHandle) -> Result<Ownership, LockError> {
+        self.reach().await?;
+        let outcome = self.store.if_holder(handle, KeyState::remove_holder);
+        self.reply().await;
+        Ok(outcome)
+    }
+
+    fn loss_signal(&self, handle: &MemoryHandle) -> Option<LossSignal> {
+        let revoked = handle.revoked.clone();
+        Some(Box::pin(async move {
+            revoked.notified().await;
+            LossReason::Revoked
+        }))
+    }
+}

@@ -1,0 +1,274 @@
+//! Acquire options and their validation.
+
+use crate::{Capabilities, LockError};
+use std::time::Duration;
+
+/// How long `acquire` waits for a held lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// One attempt; a held lock gives [`LockError::Busy`].
+    No,
+    /// Wait up to this long, then give [`LockError::Timeout`].
+    For(Duration),
+    /// Wait until acquired.
+    Forever,
+}
+
+/// How the lease is kept alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// Renew every ttl/3 with ±10% jitter (the default).
+    Auto,
+    /// Renew at this interval (jittered ±10%); it must be shorter than the ttl.
+    Every(Duration),
+    /// Never renew by itself; call [`crate::Lease::renew`]. The lease ends at its
+    /// ttl unless renewed.
+    Manual,
+}
+
+/// An owner identity for reentrancy: acquiring a key already held by the same owner
+/// through the same lock client succeeds at once with the same token.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Owner(String);
+
+impl Owner {
+    /// Longest owner identity, in bytes.
+    pub const MAX_LEN: usize = 128;
+
+    /// Validates an owner identity: 1 to 128 bytes, no control characters.
+    pub fn new(id: impl Into<String>) -> Result<Self, LockError> {
+        let id = id.into();
+        if id.is_empty() || id.len() > Self::MAX_LEN || id.chars().any(char::is_control) {
+            return Err(LockError::invalid_options(format!(
+                "owner identity must be 1 to {} bytes without control characters (got {} bytes)",
+                Self::MAX_LEN,
+                id.len()
+            )));
+        }
+        Ok(Owner(id))
+    }
+
+    /// The identity as given.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Options for one acquisition. Build with [`AcquireOptions::new`] and the setters.
+///
+/// ```
+/// use distlock_core::{AcquireOptions, Wait};
+/// use std::time::Duration;
+/// let opts = AcquireOptions::new()
+///     .ttl(Duration::from_secs(10))
+///     .wait(Wait::For(Duration::from_secs(2)));
+/// assert_eq!(opts.get_ttl(), Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireOptions {
+    ttl: Duration,
+    wait: Wait,
+    renewal: Renewal,
+    owner: Option<Owner>,
+    max_hold: Option<Duration>,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        AcquireOptions {
+            ttl: Self::DEFAULT_TTL,
+            wait: Wait::Forever,
+            renewal: Renewal::Auto,
+            owner: None,
+            max_hold: None,
+        }
+    }
+}
+
+impl AcquireOptions {
+    /// The default ttl: 30 s.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+    /// Defaults: ttl 30 s, wait forever, auto renewal, no owner, no max hold.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Server-side expiry when renewal stops.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long to wait for a held lock.
+    pub fn wait(mut self, wait: Wait) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// How the lease is renewed.
+    pub fn renewal(mut self, renewal: Renewal) -> Self {
+        self.renewal = renewal;
+        self
+    }
+
+    /// Owner identity for reentrancy.
+    pub fn owner(mut self, owner: Owner) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+
+    /// Longest time the lease may be held; then it is lost and released.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// The ttl.
+    pub fn get_ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The wait policy.
+    pub fn get_wait(&self) -> Wait {
+        self.wait
+    }
+
+    /// The renewal policy.
+    pub fn get_renewal(&self) -> Renewal {
+        self.renewal
+    }
+
+    /// The owner identity, if any.
+    pub fn get_owner(&self) -> Option<&Owner> {
+        self.owner.as_ref()
+    }
+
+    /// The max hold, if any.
+    pub fn get_max_hold(&self) -> Option<Duration> {
+        self.max_hold
+    }
+
+    /// The interval between automatic renewals, before jitter; `None` for manual.
+    pub fn renew_interval(&self) -> Option<Duration> {
+        match self.renewal {
+            Renewal::Auto => Some(self.ttl / 3),
+            Renewal::Every(every) => Some(every),
+            Renewal::Manual => None,
+        }
+    }
+
+    /// Checks the options against a backend's limits. Nothing is clamped.
+    pub fn validate(&self, caps: &Capabilities) -> Result<(), LockError> {
+        let bad = |reason: String| Err(LockError::invalid_options(reason));
+        if self.ttl.is_zero() {
+            return bad("ttl is zero; use a ttl longer than the longest pause you expect".into());
+        }
+        if self.ttl < caps.min_ttl {
+            return bad(format!(
+                "ttl {:?} is below this backend's minimum of {:?}",
+                self.ttl, caps.min_ttl
+            ));
+        }
+        let granularity = caps.ttl_granularity.as_nanos();
+        if granularity > 1 && !self.ttl.as_nanos().is_multiple_of(granularity) {
+            return bad(format!(
+                "ttl {:?} is not a whole multiple of {:?}, which this backend requires",
+                self.ttl, caps.ttl_granularity
+            ));
+        }
+        if self.ttl > Duration::from_secs(365 * 24 * 3600) {
+            return bad(format!("ttl {:?} is over a year; use a shorter ttl and renewal", self.ttl));
+        }
+        if let Renewal::Every(every) = self.renewal
+            && (every.is_zero() || every >= self.ttl)
+        {
+            return bad(format!(
+                "renew interval {every:?} must be above zero and below the ttl {:?} (ttl/3 is a good choice)",
+                self.ttl
+            ));
+        }
+        if self.max_hold.is_some_and(|d| d.is_zero()) {
+            return bad("max_hold is zero; leave it unset for no limit".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FencingGuarantee, TokenDurability, Wake};
+
+    fn caps(min_ttl: Duration, granularity: Duration) -> Capabilities {
+        Capabilities {
+            fencing: FencingGuarantee::Strict,
+            fifo: true,
+            wake: Wake::Push,
+            session_bound: false,
+            token_durability: TokenDurability::Persisted,
+            min_ttl,
+            ttl_granularity: granularity,
+        }
+    }
+
+    fn reason(r: Result<(), LockError>) -> String {
+        match r {
+            Err(LockError::InvalidOptions { reason }) => reason,
+            other => panic!("expected InvalidOptions, got {other:?}"),
+        }
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn zero_ttl_is_rejected() {
+        let opts = AcquireOptions::new().ttl(Duration::ZERO);
+        assert!(reason(opts.validate(&caps(MS, MS))).contains("zero"));
+    }
+
+    #[test]
+    fn ttl_below_backend_minimum_is_rejected_not_clamped() {
+        let opts = AcquireOptions::new().ttl(Duration::from_millis(500));
+        let r = reason(opts.validate(&caps(Duration::from_secs(1), Duration::from_secs(1))));
+        assert!(r.contains("minimum of 1s"), "{r}");
+    }
+
+    #[test]
+    fn ttl_must_match_granularity() {
+        let opts = AcquireOptions::new().ttl(Duration::from_millis(1500));
+        let r = reason(opts.validate(&caps(Duration::from_secs(1), Duration::from_secs(1))));
+        assert!(r.contains("whole multiple"), "{r}");
+        let ok = AcquireOptions::new().ttl(Duration::from_secs(2));
+        assert!(ok.validate(&caps(Duration::from_secs(1), Duration::from_secs(1))).is_ok());
+    }
+
+    #[test]
+    fn renew_interval_must_be_below_ttl() {
+        let ttl = Duration::from_secs(3);
+        for every in [Duration::ZERO, ttl, ttl * 2] {
+            let opts = AcquireOptions::new().ttl(ttl).renewal(Renewal::Every(every));
+            assert!(reason(opts.validate(&caps(MS, MS))).contains("renew interval"));
+        }
+        let ok = AcquireOptions::new().ttl(ttl).renewal(Renewal::Every(ttl / 2));
+        assert!(ok.validate(&caps(MS, MS)).is_ok());
+    }
+
+    #[test]
+    fn zero_max_hold_and_bad_owner_are_rejected() {
+        let opts = AcquireOptions::new().max_hold(Duration::ZERO);
+        assert!(reason(opts.validate(&caps(MS, MS))).contains("max_hold"));
+        assert!(Owner::new("").is_err());
+        assert!(Owner::new("x".repeat(129)).is_err());
+        assert!(Owner::new("a\tb").is_err());
+        assert_eq!(Owner::new("worker-1").unwrap().as_str(), "worker-1");
+    }
+
+    #[test]
+    fn defaults_are_thirty_seconds_auto_forever() {
+        let opts = AcquireOptions::default();
+        assert_eq!(opts.get_ttl(), Duration::from_secs(30));
+        assert_eq!(opts.get_wait(), Wait::Forever);
+        assert_eq!(opts.renew_interval(), Some(Duration::from_secs(10)));
+    }
+}

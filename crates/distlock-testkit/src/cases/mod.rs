@@ -1,0 +1,254 @@
+//! The conformance cases of DESIGN.md §5, as plain `pub async fn`s over a
+//! [`Harness`]. Each case's name is the property it checks.
+
+mod basic;
+mod exclusion;
+mod expiry;
+mod loss;
+mod waiting;
+
+pub use basic::*;
+pub use exclusion::*;
+pub use expiry::*;
+pub use loss::*;
+pub use waiting::*;
+
+use crate::harness::{Harness, Hooks};
+use distlock_core::{AcquireOptions, Capabilities, DynLock, LockKey, Wait, Wake};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+/// The outcome of a case.
+pub type CaseResult = Result<(), CaseError>;
+
+/// Why a case failed. Any displayable error converts into it, so cases use `?`.
+#[derive(Debug)]
+pub struct CaseError(String);
+
+impl CaseError {
+    /// A failure with this message.
+    pub fn msg(message: impl Into<String>) -> Self {
+        CaseError(message.into())
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<E: std::fmt::Display> From<E> for CaseError {
+    fn from(e: E) -> Self {
+        CaseError(e.to_string())
+    }
+}
+
+/// Fails the case with a formatted message unless the condition holds.
+#[macro_export]
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err($crate::cases::CaseError::msg(format!($($fmt)+)));
+        }
+    };
+}
+pub use ensure;
+
+/// A case as the runner sees it.
+pub type CaseFn = for<'a> fn(&'a dyn Harness) -> Pin<Box<dyn Future<Output = CaseResult> + Send + 'a>>;
+
+/// One conformance case.
+#[derive(Debug, Clone, Copy)]
+pub struct Case {
+    /// The property, used as the test name.
+    pub name: &'static str,
+    /// Runs the case.
+    pub run: CaseFn,
+    /// Why the case cannot run on a backend, if it cannot.
+    pub needs: fn(&Capabilities, &Hooks) -> Option<&'static str>,
+}
+
+fn always(_: &Capabilities, _: &Hooks) -> Option<&'static str> {
+    None
+}
+
+macro_rules! case {
+    ($name:ident) => {
+        case!($name, always)
+    };
+    ($name:ident, $needs:expr) => {
+        Case {
+            name: stringify!($name),
+            run: |h| Box::pin($name(h)),
+            needs: $needs,
+        }
+    };
+}
+
+/// Every case, in the order of DESIGN.md §5.
+pub fn all() -> Vec<Case> {
+    vec![
+        case!(acquire_release_basic),
+        case!(try_acquire_when_held_returns_none),
+        case!(names_are_independent),
+        case!(invalid_input_rejected),
+        case!(mutual_exclusion_under_contention),
+        case!(fencing_tokens_strictly_increase),
+        case!(fence_rejects_stale_holder),
+        case!(release_by_non_owner_is_noop, |_, h| (!h.delete_lock).then_some("needs delete_lock")),
+        case!(stale_release_after_takeover_is_noop),
+        case!(double_release_is_safe),
+        case!(ttl_expiry_frees_lock_after_crash),
+        case!(renewal_keeps_lock_past_ttl),
+        case!(manual_renewal_and_expiry),
+        case!(lost_signal_on_external_deletion, |_, h| (!h.delete_lock).then_some("needs delete_lock")),
+        case!(lost_signal_on_partition, |_, h| (!h.faulty_client).then_some("needs faulty_client")),
+        case!(no_lost_signal_on_release),
+        case!(acquire_never_returns_expired_lease, |_, h| (!h.faulty_client).then_some("needs faulty_client")),
+        case!(waiter_wakes_promptly),
+        case!(cancelled_wait_leaves_no_orphan),
+        case!(waiter_session_expiry_is_an_error, |_, h| (!h.faulty_client).then_some("needs faulty_client")),
+        case!(expired_waiter_ahead_does_not_skip_holder),
+        case!(fifo_order, |c, h| {
+            if !c.fifo {
+                Some("backend is not FIFO")
+            } else if !h.residue {
+                Some("needs residue to see the queue")
+            } else {
+                None
+            }
+        }),
+        case!(wait_timeout_honoured),
+        case!(drop_releases),
+        case!(reentrant_same_owner),
+        case!(max_hold_ends_lease),
+        case!(token_survives_server_restart, |c, h| {
+            if !h.restart {
+                Some("needs restart")
+            } else if c.token_durability == distlock_core::TokenDurability::Volatile {
+                Some("tokens are volatile across restarts")
+            } else {
+                None
+            }
+        }),
+        case!(many_keys_many_clients),
+    ]
+}
+
+/// One case's view of the harness: its own random key prefix and the timings
+/// derived from the backend's capabilities.
+pub struct Scope<'a> {
+    /// The harness.
+    pub h: &'a dyn Harness,
+    prefix: String,
+}
+
+impl std::fmt::Debug for Scope<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scope")
+            .field("harness", &self.h.name())
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+impl<'a> Scope<'a> {
+    /// A fresh scope for `case`.
+    pub fn new(h: &'a dyn Harness, case: &str) -> Self {
+        let prefix = format!("dlt{:08x}/{case}/", rand::random::<u32>());
+        Scope { h, prefix }
+    }
+
+    /// The prefix all this case's keys start with.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// A key under this case's prefix.
+    pub fn key(&self, name: &str) -> Result<LockKey, CaseError> {
+        Ok(LockKey::new(format!("{}{name}", self.prefix))?)
+    }
+
+    /// A new independent client.
+    pub async fn client(&self) -> Result<DynLock, CaseError> {
+        Ok(self.h.client().await?)
+    }
+
+    /// The shortest ttl worth testing expiry with on this backend: at least
+    /// 500 ms, the backend minimum, rounded up to its granularity.
+    pub fn short_ttl(&self) -> Duration {
+        let caps = self.h.capabilities();
+        let ttl = caps.min_ttl.max(Duration::from_millis(500));
+        let step = caps.ttl_granularity.as_nanos().max(1);
+        let nanos = ttl.as_nanos().div_ceil(step) * step;
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    /// Options with a ttl long enough that nothing expires during the case.
+    pub fn long(&self) -> AcquireOptions {
+        AcquireOptions::new()
+            .ttl(Duration::from_secs(30))
+            .wait(Wait::For(Duration::from_secs(20)))
+    }
+
+    /// Options with [`Scope::short_ttl`].
+    pub fn short(&self) -> AcquireOptions {
+        self.long().ttl(self.short_ttl())
+    }
+
+    /// How soon a waiter must see a release: push backends wake at once, polling
+    /// ones within their backoff cap. Generous, because the machine is shared.
+    pub fn handoff_bound(&self) -> Duration {
+        match self.h.capabilities().wake {
+            Wake::Push => Duration::from_millis(1500),
+            Wake::Poll => Duration::from_millis(2500),
+        }
+    }
+
+    /// Checks over `window` that `key` stays held: no attempt by `client` gets it.
+    pub async fn stays_held(&self, client: &DynLock, key: &LockKey, window: Duration) -> CaseResult {
+        let until = Instant::now() + window;
+        loop {
+            let stolen = client.try_acquire(key, &self.long()).await?;
+            ensure!(stolen.is_none(), "`{key}` was acquired while another lease held it");
+            if Instant::now() >= until {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the residue under this case's prefix is `expected`, failing at
+    /// `within`. Cancelled acquires may clean up in the background, hence the wait.
+    pub async fn expect_residue(&self, expected: usize, within: Duration) -> CaseResult {
+        if !self.h.hooks().residue {
+            return Ok(());
+        }
+        let deadline = Instant::now() + within;
+        loop {
+            let found = self.h.residue(&self.prefix).await?;
+            if found == expected {
+                return Ok(());
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "expected {expected} lock artifacts under {}, found {found} after {within:?}",
+                self.prefix
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Awaits `fut` for at most `limit`, failing the case with `what` on timeout.
+pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> Result<T, CaseError> {
+    tokio::time::timeout(limit, fut)
+        .await
+        .map_err(|_| CaseError::msg(format!("{what}: not done within {limit:?}")))
+}
+
+/// True if `fut` is still pending after `wait`.
+pub async fn still_pending<T>(wait: Duration, fut: impl Future<Output = T>) -> bool {
+    tokio::time::timeout(wait, fut).await.is_err()
+}

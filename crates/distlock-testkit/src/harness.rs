@@ -1,0 +1,86 @@
+//! What a backend provides to run the conformance cases: clients, and the fault
+//! hooks it can offer.
+
+use crate::fault::FaultControl;
+use async_trait::async_trait;
+use distlock_core::{BoxError, Capabilities, DynLock, LockKey};
+use std::sync::Arc;
+
+/// Which fault hooks a harness offers; cases that need a missing hook are
+/// reported as ignored, never as passed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hooks {
+    /// [`Harness::delete_lock`] works.
+    pub delete_lock: bool,
+    /// [`Harness::faulty_client`] works.
+    pub faulty_client: bool,
+    /// [`Harness::dedicated`] works and its harness can [`Harness::restart_server`].
+    pub restart: bool,
+    /// [`Harness::residue`] works.
+    pub residue: bool,
+}
+
+/// A client whose traffic can be faulted.
+pub struct FaultyClient {
+    /// The lock client.
+    pub lock: DynLock,
+    /// Controls the client's traffic.
+    pub faults: Arc<dyn FaultControl>,
+}
+
+impl std::fmt::Debug for FaultyClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultyClient")
+            .field("lock", &self.lock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One backend under test. Cases run in parallel on one harness, each under its
+/// own random key prefix.
+#[async_trait]
+pub trait Harness: Send + Sync {
+    /// The name used in test names, such as `redis` or `mysql_for_update`.
+    fn name(&self) -> &str;
+
+    /// The backend's capabilities.
+    fn capabilities(&self) -> Capabilities;
+
+    /// The fault hooks this harness offers.
+    fn hooks(&self) -> Hooks;
+
+    /// A new independent client with its own connections.
+    async fn client(&self) -> Result<DynLock, BoxError>;
+
+    /// A new client whose traffic goes through a fault injector.
+    async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {
+        Err("this harness has no fault injection".into())
+    }
+
+    /// Deletes `key`'s lock behind its holder's back, as an operator would.
+    async fn delete_lock(&self, _key: &LockKey) -> Result<(), BoxError> {
+        Err("this harness cannot delete locks".into())
+    }
+
+    /// A harness on servers of its own, for cases that restart or kill them.
+    async fn dedicated(&self) -> Result<Arc<dyn Harness>, BoxError> {
+        Err("this harness cannot start dedicated servers".into())
+    }
+
+    /// Restarts the server cleanly, keeping what the deployment persists. Only on
+    /// a [`Harness::dedicated`] harness.
+    async fn restart_server(&self) -> Result<(), BoxError> {
+        Err("this harness cannot restart its server".into())
+    }
+
+    /// How many lock artifacts (held keys, nodes, rows, queue entries) exist for
+    /// names starting with `prefix`. Fence counters do not count.
+    async fn residue(&self, _prefix: &str) -> Result<usize, BoxError> {
+        Err("this harness cannot count residue".into())
+    }
+
+    /// The tail of the server logs, printed when a case fails.
+    fn server_logs(&self) -> String {
+        String::new()
+    }
+}

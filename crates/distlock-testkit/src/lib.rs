@@ -1,0 +1,31 @@
+//! The conformance suite for distlock adapters, and what it needs to run against
+//! real servers.
+//!
+//! - [`cases`]: the cases of DESIGN.md §5 as `pub async fn`s over a [`Harness`];
+//!   each runs on every backend whose [`distlock_core::Capabilities`] and
+//!   [`Hooks`] allow it.
+//! - [`runner`]: turns them into named tests, `<backend>::<case>`.
+//! - [`servers`]: native launchers for redis-server, etcd, ZooKeeper and MariaDB.
+//! - [`proxy`]: a TCP fault proxy (delay, blackhole, reset, close).
+//! - [`holder`]: runs a lock holder as a child process to pause or kill it.
+//! - [`history`]: checks mutual exclusion and token order of a recorded run.
+//!
+//! A third-party adapter runs the same suite by implementing [`Harness`] and
+//! passing a [`runner::BackendSpec`] to [`runner::trials`] in a
+//! `harness = false` test.
+#![deny(missing_docs)]
+
+pub mod cases;
+pub mod fault;
+pub mod harness;
+pub mod history;
+pub mod holder;
+pub mod memory;
+pub mod proxy;
+pub mod runner;
+pub mod servers;
+
+pub use cases::{CaseError, CaseResult, Scope};
+pub use fault::{Fault, FaultControl};
+pub use harness::{FaultyClient, Harness, Hooks};
+pub use history::{History, Section, Violation};

@@ -1,0 +1,426 @@
+//! etcd launcher: one node, or a cluster whose members can be killed one by one.
+
+use super::process::ServerProcess;
+use super::{READY_TIMEOUT, ServerError, find_binary, free_port, retry_on_exit};
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+const STOP_GRACE: Duration = Duration::from_secs(10);
+/// Longest an etcdctl call may take; a paused quorum would otherwise hang it.
+const ETCDCTL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// One etcd member (`etcd` child process) on free loopback ports, in its own temp
+/// dir. Alone it is a single-node cluster; [`EtcdCluster`] holds several.
+///
+/// The process is killed when this value is dropped.
+pub struct EtcdServer {
+    name: String,
+    client_port: u16,
+    member_id: u64,
+    process: ServerProcess,
+    root_password: Mutex<Option<String>>,
+    _dir: TempDir,
+}
+
+impl std::fmt::Debug for EtcdServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdServer")
+            .field("name", &self.name)
+            .field("client_port", &self.client_port)
+            .field("member_id", &self.member_id)
+            .field("auth", &self.root_password().is_some())
+            .field("process", &self.process)
+            .finish()
+    }
+}
+
+/// What one member reports about the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberStatus {
+    /// The reporting member's id.
+    pub member_id: u64,
+    /// The id of the member it follows as leader; 0 when it knows none.
+    pub leader: u64,
+    /// The raft term it is in.
+    pub raft_term: u64,
+}
+
+impl EtcdServer {
+    /// Starts a single-node cluster and waits until `/health` reports healthy.
+    pub async fn start() -> Result<Self, ServerError> {
+        let mut members = start_members(1).await?;
+        members
+            .pop()
+            .ok_or_else(|| ServerError::Protocol("etcd started no member".into()))
+    }
+
+    /// The client URL, `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// The loopback address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.client_port))
+    }
+
+    /// The client port; it stays the same across restarts.
+    pub fn port(&self) -> u16 {
+        self.client_port
+    }
+
+    /// The member's name in the cluster.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The member's raft id, stable across restarts.
+    pub fn member_id(&self) -> u64 {
+        self.member_id
+    }
+
+    /// The process id while the member runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.pid()
+    }
+
+    /// The underlying process, for signals and state checks.
+    pub fn process(&self) -> &ServerProcess {
+        &self.process
+    }
+
+    /// Shuts the member down cleanly (SIGTERM), killing it if that takes too long.
+    pub async fn stop(&self) {
+        self.process.stop(STOP_GRACE).await;
+    }
+
+    /// Kills the member with SIGKILL, as a crash would.
+    pub fn kill(&self) {
+        self.process.kill();
+    }
+
+    /// Freezes the member (SIGSTOP): connections stay open, nothing answers.
+    pub fn pause(&self) -> Result<(), ServerError> {
+        self.process.pause()
+    }
+
+    /// Lets a paused member answer again (SIGCONT).
+    pub fn resume(&self) -> Result<(), ServerError> {
+        self.process.resume()
+    }
+
+    /// Stops the member if it runs, then starts it with the same ports and data dir
+    /// (so all data survives) and waits until it is healthy, which in a cluster
+    /// needs a quorum.
+    pub async fn restart(&self) -> Result<(), ServerError> {
+        self.stop().await;
+        self.process.respawn()?;
+        self.wait_healthy().await
+    }
+
+    /// The last `lines` lines of the member's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        self.process.log_tail(lines)
+    }
+
+    /// The root user's credentials once [`enable_auth`](Self::enable_auth) ran.
+    pub fn credentials(&self) -> Option<(String, String)> {
+        self.root_password()
+            .map(|password| ("root".to_owned(), password))
+    }
+
+    /// Creates the `root` user with `password` and turns authentication on, so every
+    /// client must log in from now on. Later etcdctl calls log in as root.
+    pub async fn enable_auth(&self, password: &str) -> Result<(), ServerError> {
+        self.etcdctl_run(&["user", "add", &format!("root:{password}")])
+            .await?;
+        self.etcdctl_run(&["auth", "enable"]).await?;
+        self.set_root_password(password);
+        Ok(())
+    }
+
+    /// An `etcdctl` command (API v3) aimed at this member, logged in as root once auth
+    /// is enabled. Add the subcommand's arguments and run it.
+    pub fn etcdctl(&self) -> Result<std::process::Command, ServerError> {
+        let mut command = std::process::Command::new(find_binary("etcdctl", "etcd-client")?);
+        command
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.url()))
+            .arg("--dial-timeout=3s")
+            .arg("--command-timeout=10s");
+        if let Some(password) = self.root_password() {
+            command.arg(format!("--user=root:{password}"));
+        }
+        Ok(command)
+    }
+
+    /// Runs `etcdctl <args>` against this member and returns its stdout.
+    pub async fn etcdctl_run(&self, args: &[&str]) -> Result<String, ServerError> {
+        let mut command = tokio::process::Command::from(self.etcdctl()?);
+        command.args(args).kill_on_drop(true);
+        let described = format!("etcdctl {}", args.first().copied().unwrap_or_default());
+        let output = tokio::time::timeout(ETCDCTL_TIMEOUT, command.output())
+            .await
+            .map_err(|_| ServerError::Command {
+                command: described.clone(),
+                output: format!("no answer within {ETCDCTL_TIMEOUT:?}"),
+            })?
+            .map_err(ServerError::io(format!("run {described}")))?;
+        if !output.status.success() {
+            return Err(ServerError::Command {
+                command: described,
+                output: String::from_utf8_lossy(&output.stderr).into_owned(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// What this member reports about itself and its leader (HTTP gateway
+    /// `/v3/maintenance/status`).
+    pub async fn status(&self) -> Result<MemberStatus, ServerError> {
+        let (code, body) = http_request(self.addr(), "POST", "/v3/maintenance/status", "{}")
+            .await
+            .map_err(ServerError::io(format!("status of etcd member {}", self.name)))?;
+        let field = |key| json_u64(&body, key);
+        match (code, field("member_id"), field("leader"), field("raftTerm")) {
+            (200, Some(member_id), leader, Some(raft_term)) => Ok(MemberStatus {
+                member_id,
+                leader: leader.unwrap_or(0),
+                raft_term,
+            }),
+            _ => Err(ServerError::Protocol(format!(
+                "unexpected etcd status answer ({code}): {body}"
+            ))),
+        }
+    }
+
+    async fn wait_healthy(&self) -> Result<(), ServerError> {
+        let addr = self.addr();
+        self.process.wait_ready(READY_TIMEOUT, || healthy(addr)).await
+    }
+
+    fn root_password(&self) -> Option<String> {
+        self.root_password
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_root_password(&self, password: &str) {
+        *self.root_password.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(password.to_owned());
+    }
+}
+
+/// An etcd cluster of independent member processes on loopback.
+#[derive(Debug)]
+pub struct EtcdCluster {
+    members: Vec<EtcdServer>,
+}
+
+impl EtcdCluster {
+    /// Starts `size` members as one cluster and waits until each is healthy.
+    pub async fn start(size: usize) -> Result<Self, ServerError> {
+        Ok(EtcdCluster {
+            members: start_members(size).await?,
+        })
+    }
+
+    /// All members, in start order; indexes stay valid for the cluster's life.
+    pub fn members(&self) -> &[EtcdServer] {
+        &self.members
+    }
+
+    /// Member `index`, for per-member kill, pause and restart.
+    pub fn member(&self, index: usize) -> Option<&EtcdServer> {
+        self.members.get(index)
+    }
+
+    /// Every member's client URL.
+    pub fn urls(&self) -> Vec<String> {
+        self.members.iter().map(EtcdServer::url).collect()
+    }
+
+    /// Every member's client URL, comma-separated.
+    pub fn url(&self) -> String {
+        self.urls().join(",")
+    }
+
+    /// The index of the member that a running member follows as leader, provided the
+    /// leader itself runs and agrees; `None` while there is no such leader (for
+    /// example just after the leader was killed).
+    pub async fn leader(&self) -> Option<usize> {
+        for member in self.members.iter().filter(|m| m.process.is_running()) {
+            let Ok(status) = member.status().await else {
+                continue;
+            };
+            let leader = self
+                .members
+                .iter()
+                .position(|m| m.member_id == status.leader && m.process.is_running());
+            if let Some(index) = leader
+                && let Ok(own) = self.members[index].status().await
+                && own.leader == own.member_id
+            {
+                return Some(index);
+            }
+        }
+        None
+    }
+
+    /// Waits until [`leader`](Self::leader) names a running leader.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<usize, ServerError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(index) = self.leader().await {
+                return Ok(index);
+            }
+            if Instant::now() >= deadline {
+                let tails: Vec<String> = self
+                    .members
+                    .iter()
+                    .map(|m| format!("--- {}:\n{}", m.name, m.log_tail(10)))
+                    .collect();
+                return Err(ServerError::NotReady {
+                    name: "etcd cluster leader".into(),
+                    waited: timeout,
+                    log_tail: tails.join("\n"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Turns authentication on for the whole cluster, with a `root` user.
+    pub async fn enable_auth(&self, password: &str) -> Result<(), ServerError> {
+        let first = self
+            .members
+            .first()
+            .ok_or_else(|| ServerError::Protocol("empty etcd cluster".into()))?;
+        first.enable_auth(password).await?;
+        for member in &self.members[1..] {
+            member.set_root_password(password);
+        }
+        Ok(())
+    }
+}
+
+/// Starts `size` members of one new cluster, all spawned before any is awaited
+/// because each needs a quorum to report healthy.
+async fn start_members(size: usize) -> Result<Vec<EtcdServer>, ServerError> {
+    let binary = find_binary("etcd", "etcd-server")?;
+    retry_on_exit(async || {
+        let mut specs = Vec::with_capacity(size);
+        for index in 0..size {
+            specs.push((format!("m{index}"), free_port()?, free_port()?));
+        }
+        let initial_cluster: Vec<String> = specs
+            .iter()
+            .map(|(name, _, peer)| format!("{name}=http://127.0.0.1:{peer}"))
+            .collect();
+        let initial_cluster = initial_cluster.join(",");
+        let token = format!("distlock-{}", super::random_password());
+        let mut spawned = Vec::with_capacity(size);
+        for (name, client_port, peer_port) in specs {
+            let dir = tempfile::Builder::new()
+                .prefix("distlock-etcd-")
+                .tempdir()
+                .map_err(ServerError::io("create a temp dir for etcd"))?;
+            let client_url = format!("http://127.0.0.1:{client_port}");
+            let peer_url = format!("http://127.0.0.1:{peer_port}");
+            let args: Vec<OsString> = [
+                "--name",
+                &name,
+                "--listen-client-urls",
+                &client_url,
+                "--advertise-client-urls",
+                &client_url,
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+                "--initial-cluster",
+                &initial_cluster,
+                "--initial-cluster-state",
+                "new",
+                "--initial-cluster-token",
+                &token,
+                "--heartbeat-interval",
+                "100",
+                "--election-timeout",
+                "1000",
+            ]
+            .iter()
+            .map(OsString::from)
+            .chain([OsString::from("--data-dir"), dir.path().join("data").into()])
+            .collect();
+            let log_path = dir.path().join("etcd.log");
+            let process = ServerProcess::start(&format!("etcd {name}"), &binary, args, log_path)?;
+            spawned.push((name, client_port, process, dir));
+        }
+        let mut members = Vec::with_capacity(size);
+        for (name, client_port, process, dir) in spawned {
+            let mut member = EtcdServer {
+                name,
+                client_port,
+                member_id: 0,
+                process,
+                root_password: Mutex::new(None),
+                _dir: dir,
+            };
+            member.wait_healthy().await?;
+            member.member_id = member.status().await?.member_id;
+            members.push(member);
+        }
+        Ok(members)
+    })
+    .await
+}
+
+/// Whether `/health` on `addr` says `"health":"true"`.
+async fn healthy(addr: SocketAddr) -> bool {
+    match http_request(addr, "GET", "/health", "").await {
+        Ok((200, body)) => body.replace(' ', "").contains("\"health\":\"true\""),
+        _ => false,
+    }
+}
+
+/// One HTTP/1.1 request with `Connection: close`; returns the status code and body.
+async fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(addr).await?;
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await?;
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    Ok((code, body.to_owned()))
+}
+
+/// The first `"key":"<digits>"` value in `json` (the gateway renders uint64 fields
+/// as strings).
+fn json_u64(json: &str, key: &str) -> Option<u64> {
+    let start = json.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    let rest = &json[start..];
+    rest[..rest.find('"')?].parse().ok()
+}

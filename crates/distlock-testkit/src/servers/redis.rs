@@ -1,0 +1,257 @@
+//! Redis launcher: one node, or several independent nodes for Redlock.
+
+use super::process::ServerProcess;
+use super::{
+    READY_TIMEOUT, ServerError, find_binary, free_port, retry_on_exit, url_encode, write_private,
+};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// How long a clean shutdown may take before the server is killed.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// How a [`RedisServer`] is configured.
+#[derive(Clone, Default)]
+pub struct RedisOptions {
+    /// Require this password (`requirepass`) from every client.
+    pub password: Option<String>,
+    /// Persist every write before answering (`appendonly yes`, `appendfsync always`),
+    /// so data survives [`RedisServer::restart`] and even [`RedisServer::kill`].
+    pub aof: bool,
+}
+
+impl std::fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisOptions")
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("aof", &self.aof)
+            .finish()
+    }
+}
+
+/// A `redis-server` child process on a free loopback port, in its own temp dir.
+///
+/// Without [`RedisOptions::aof`] nothing is persisted: a restart starts empty. The
+/// process is killed when this value is dropped.
+pub struct RedisServer {
+    port: u16,
+    password: Option<String>,
+    process: ServerProcess,
+    data_dir: PathBuf,
+    _dir: TempDir,
+}
+
+impl std::fmt::Debug for RedisServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisServer")
+            .field("port", &self.port)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("process", &self.process)
+            .finish()
+    }
+}
+
+impl RedisServer {
+    /// Starts a server with default options and waits until it answers PING.
+    pub async fn start() -> Result<Self, ServerError> {
+        Self::start_with(RedisOptions::default()).await
+    }
+
+    /// Starts a server with `options` and waits until it answers PING.
+    pub async fn start_with(options: RedisOptions) -> Result<Self, ServerError> {
+        let binary = find_binary("redis-server", "redis-server")?;
+        let dir = tempfile::Builder::new()
+            .prefix("distlock-redis-")
+            .tempdir()
+            .map_err(ServerError::io("create a temp dir for redis"))?;
+        let data_dir = dir.path().join("data");
+        std::fs::create_dir_all(&data_dir).map_err(ServerError::io("create redis data dir"))?;
+        let log_path = dir.path().join("redis.log");
+        let config = dir.path().join("redis.conf");
+        let password = options.password.as_deref();
+        let (port, process) = retry_on_exit(async || {
+            let port = free_port()?;
+            write_private(&config, &config_text(port, &data_dir, &options))?;
+            let args = vec![config.clone().into_os_string()];
+            let process = ServerProcess::start("redis-server", &binary, args, log_path.clone())?;
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            process
+                .wait_ready(READY_TIMEOUT, || ping(addr, password))
+                .await?;
+            Ok((port, process))
+        })
+        .await?;
+        Ok(RedisServer {
+            port,
+            password: options.password.clone(),
+            process,
+            data_dir,
+            _dir: dir,
+        })
+    }
+
+    /// Starts `count` independent servers (as Redlock needs), each with `options`.
+    pub async fn start_many(count: usize) -> Result<Vec<Self>, ServerError> {
+        Self::start_many_with(count, &RedisOptions::default()).await
+    }
+
+    /// Starts `count` independent servers, each with `options`.
+    pub async fn start_many_with(
+        count: usize,
+        options: &RedisOptions,
+    ) -> Result<Vec<Self>, ServerError> {
+        let mut servers = Vec::with_capacity(count);
+        for _ in 0..count {
+            servers.push(Self::start_with(options.clone()).await?);
+        }
+        Ok(servers)
+    }
+
+    /// `redis://[:password@]127.0.0.1:<port>/`, ready for a Redis client.
+    pub fn url(&self) -> String {
+        match &self.password {
+            Some(password) => format!("redis://:{}@127.0.0.1:{}/", url_encode(password), self.port),
+            None => format!("redis://127.0.0.1:{}/", self.port),
+        }
+    }
+
+    /// The loopback address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// The port the server listens on; it stays the same across restarts.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The password clients must send, if any.
+    pub fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    /// The directory holding the server's RDB and AOF files.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The server's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.pid()
+    }
+
+    /// The underlying process, for signals and state checks.
+    pub fn process(&self) -> &ServerProcess {
+        &self.process
+    }
+
+    /// Shuts the server down cleanly (SIGTERM), killing it if that takes too long.
+    pub async fn stop(&self) {
+        self.process.stop(STOP_GRACE).await;
+    }
+
+    /// Kills the server with SIGKILL, as a crash would.
+    pub fn kill(&self) {
+        self.process.kill();
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open, nothing answers.
+    pub fn pause(&self) -> Result<(), ServerError> {
+        self.process.pause()
+    }
+
+    /// Lets a paused server answer again (SIGCONT).
+    pub fn resume(&self) -> Result<(), ServerError> {
+        self.process.resume()
+    }
+
+    /// Stops the server if it runs, then starts it on the same port with the same
+    /// data dir, and waits until it answers.
+    pub async fn restart(&self) -> Result<(), ServerError> {
+        self.stop().await;
+        self.process.respawn()?;
+        self.wait_ready().await
+    }
+
+    /// Like [`restart`](Self::restart), but deletes all persisted data first.
+    pub async fn restart_empty(&self) -> Result<(), ServerError> {
+        self.stop().await;
+        std::fs::remove_dir_all(&self.data_dir)
+            .and_then(|()| std::fs::create_dir_all(&self.data_dir))
+            .map_err(ServerError::io("wipe redis data dir"))?;
+        self.process.respawn()?;
+        self.wait_ready().await
+    }
+
+    /// The last `lines` lines of the server's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        self.process.log_tail(lines)
+    }
+
+    async fn wait_ready(&self) -> Result<(), ServerError> {
+        let addr = self.addr();
+        let password = self.password.as_deref();
+        self.process
+            .wait_ready(READY_TIMEOUT, || ping(addr, password))
+            .await
+    }
+}
+
+fn config_text(port: u16, data_dir: &Path, options: &RedisOptions) -> String {
+    let mut text = format!(
+        "port {port}\nbind 127.0.0.1\ndaemonize no\nlogfile \"\"\ndir \"{}\"\nsave \"\"\n",
+        data_dir.display()
+    );
+    if options.aof {
+        text.push_str("appendonly yes\nappendfsync always\n");
+    } else {
+        text.push_str("appendonly no\n");
+    }
+    if let Some(password) = &options.password {
+        // Redis config strings use C-style escapes inside double quotes.
+        let quoted = password.replace('\\', "\\\\").replace('"', "\\\"");
+        text.push_str(&format!("requirepass \"{quoted}\"\n"));
+    }
+    text
+}
+
+/// Whether the server at `addr` answers PING with +PONG over raw RESP (a loading
+/// server answers -LOADING, which counts as not ready).
+async fn ping(addr: SocketAddr, password: Option<&str>) -> bool {
+    let mut request = Vec::new();
+    let mut expected_lines = 1;
+    if let Some(password) = password {
+        request.extend_from_slice(&resp_command(&["AUTH", password]));
+        expected_lines += 1;
+    }
+    request.extend_from_slice(&resp_command(&["PING"]));
+    let Ok(mut stream) = TcpStream::connect(addr).await else {
+        return false;
+    };
+    if stream.write_all(&request).await.is_err() {
+        return false;
+    }
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 512];
+    while reply.windows(2).filter(|pair| pair == b"\r\n").count() < expected_lines {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => reply.extend_from_slice(&buf[..n]),
+        }
+    }
+    reply.ends_with(b"+PONG\r\n")
+}
+
+fn resp_command(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}

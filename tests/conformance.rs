@@ -1,0 +1,16 @@
+//! Every conformance case against every enabled backend, one named test each:
+//! `<backend>::<case>`. Run one backend with `cargo test -p distlock-tests
+//! --all-features --test conformance -- redis::`.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let mut args = libtest_mimic::Arguments::from_args();
+    // Most cases wait on ttls rather than the CPU: run many at once.
+    args.test_threads.get_or_insert(16);
+    let trials = distlock_tests::specs()
+        .into_iter()
+        .flat_map(distlock_testkit::runner::trials)
+        .collect();
+    libtest_mimic::run(&args, trials).exit_code()
+}

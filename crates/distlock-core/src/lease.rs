@@ -444,6 +444,15 @@ impl Lease {
     ///
     /// With reentrant holders, only the last release frees the lock. The release
     /// runs to completion even if this future is dropped.
+    ///
+    /// `release` consumes the lease, so one acquisition cannot be released twice:
+    ///
+    /// ```compile_fail
+    /// # async fn twice(lease: distlock_core::Lease) {
+    /// lease.release().await.ok();
+    /// lease.release().await.ok(); // error: use of moved value
+    /// # }
+    /// ```
     pub async fn release(mut self) -> Result<(), LockError> {
         self.finished = true;
         let shared = self.shared.clone();

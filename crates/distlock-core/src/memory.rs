@@ -118,11 +118,17 @@ impl MemoryStore {
 
     /// A new independent client of this store.
     pub fn client(&self) -> MemoryLock {
-        BackendLock::new(MemoryBackend {
+        BackendLock::new(self.backend())
+    }
+
+    /// A new client's adapter, to wrap in your own [`Backend`] (for example to
+    /// inject misbehaviour in tests).
+    pub fn backend(&self) -> MemoryBackend {
+        MemoryBackend {
             store: self.clone(),
             fault: watch::Sender::new(MemoryFault::None),
             request_timeout: Duration::from_secs(2),
-        })
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -288,7 +294,8 @@ pub struct MemoryBackend {
 /// What a memory client keeps per held lock.
 #[derive(Debug)]
 pub struct MemoryHandle {
-    key: LockKey,
+    /// The lock this handle holds.
+    pub key: LockKey,
     id: u64,
     revoked: Arc<Notify>,
 }

@@ -7,26 +7,29 @@ use distlock_core::{LockError, LossReason, Renewal, Wait};
 use std::time::{Duration, Instant};
 
 /// A lease whose lock was deleted and re-acquired by someone else can neither
-/// renew nor release that holder's lock.
+/// release nor renew that holder's lock: the server compares the owner.
 pub async fn release_by_non_owner_is_noop(h: &dyn Harness) -> CaseResult {
     let s = Scope::new(h, "release_by_non_owner_is_noop");
-    let (a, b, c, key) = (s.client().await?, s.client().await?, s.client().await?, s.key("k")?);
-    // Manual renewal and a long ttl: only the server's owner check can tell.
-    let stale = a.acquire(&key, &s.long().renewal(Renewal::Manual)).await?;
-    h.delete_lock(&key).await?;
-    let fresh = within(s.handoff_bound() * 2, "acquire after deletion", b.acquire(&key, &s.long())).await??;
-    ensure!(fresh.token() > stale.token(), "new holder's token not above the old");
-    match stale.renew().await {
-        Err(LockError::Lost { .. }) => {}
-        other => return Err(CaseError::msg(format!("renew by a foreign lease gave {other:?}, not Lost"))),
+    let (a, b, c) = (s.client().await?, s.client().await?, s.client().await?);
+    for op in ["release", "renew"] {
+        let key = s.key(op)?;
+        // Manual renewal and a long ttl: only the server's owner check can tell.
+        let stale = a.acquire(&key, &s.long().renewal(Renewal::Manual)).await?;
+        h.delete_lock(&key).await?;
+        let fresh = within(s.handoff_bound() * 2, "acquire after deletion", b.acquire(&key, &s.long())).await??;
+        ensure!(fresh.token() > stale.token(), "new holder's token not above the old");
+        let outcome = match op {
+            "release" => stale.release().await,
+            _ => stale.renew().await,
+        };
+        ensure!(
+            matches!(outcome, Err(LockError::Lost { .. })),
+            "{op} by a foreign lease gave {outcome:?}, not Lost"
+        );
+        s.stays_held(&c, &key, Duration::from_millis(300)).await?;
+        ensure!(fresh.is_held(), "the owner's lease ended after a foreign {op}");
+        fresh.release().await?;
     }
-    match stale.release().await {
-        Err(LockError::Lost { .. }) => {}
-        other => return Err(CaseError::msg(format!("release by a foreign lease gave {other:?}, not Lost"))),
-    }
-    s.stays_held(&c, &key, Duration::from_millis(300)).await?;
-    ensure!(fresh.is_held(), "the owner's lease ended");
-    fresh.release().await?;
     Ok(())
 }
 

@@ -464,12 +464,11 @@ impl Lease {
             Status::Lost(reason) => return Err(shared.lost_error(reason)),
             _ => return Err(shared.lost_error(LossReason::Revoked)),
         }
-        // Spawned so that cancelling the caller cannot leave the release half done.
-        let task = tokio::spawn(async move { shared.finish_release().await });
-        match task.await {
-            Ok(result) => result,
-            Err(e) => Err(LockError::backend(self.shared.backend, e)),
-        }
+        // If the caller is cancelled mid-release, finish it in the background.
+        let mut unfinished = FinishOnDrop(Some(shared.clone()));
+        let result = shared.finish_release().await;
+        unfinished.0 = None;
+        result
     }
 
     /// Stops renewal and forgets the lease *without* releasing: the server frees
@@ -503,6 +502,20 @@ impl Drop for Lease {
             Err(_) => {
                 shared.status.send_replace(Status::Released);
             }
+        }
+    }
+}
+
+/// Completes a release whose caller was cancelled, so the lock is not left to
+/// its ttl.
+struct FinishOnDrop(Option<Arc<Shared>>);
+
+impl Drop for FinishOnDrop {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move { shared.finish_release().await });
         }
     }
 }

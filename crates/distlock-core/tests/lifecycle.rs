@@ -1,0 +1,80 @@
+//! Lease lifecycle details that the conformance cases do not reach directly.
+
+use distlock_core::memory::{MemoryFault, MemoryStore};
+use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, LossReason, Renewal, Wait};
+use std::time::Duration;
+
+fn key() -> LockKey {
+    LockKey::new("lifecycle").unwrap()
+}
+
+#[tokio::test]
+async fn a_cancelled_release_still_frees_the_lock() {
+    let store = MemoryStore::new();
+    let (a, b) = (store.client(), store.client());
+    let lease = a.acquire(&key(), &AcquireOptions::new()).await.unwrap();
+    // The release cannot reach the store, and the caller gives up on it.
+    a.backend().set_fault(MemoryFault::Unreachable);
+    let cancelled = tokio::time::timeout(Duration::from_millis(20), lease.release()).await;
+    assert!(cancelled.is_err(), "release should still be waiting for the store");
+    a.backend().set_fault(MemoryFault::None);
+    let opts = AcquireOptions::new().wait(Wait::For(Duration::from_secs(2)));
+    // The ttl is 30 s: only the release finished in the background frees it.
+    let next = b.acquire(&key(), &opts).await.expect("lock freed by the background release");
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_reply_later_than_the_ttl_is_a_timeout_and_the_lock_is_given_back() {
+    let store = MemoryStore::new();
+    let (a, b) = (store.client(), store.client());
+    a.backend().set_fault(MemoryFault::Delay(Duration::from_millis(300)));
+    let opts = AcquireOptions::new().ttl(Duration::from_millis(200)).wait(Wait::For(Duration::from_secs(1)));
+    match a.acquire(&key(), &opts).await {
+        Err(LockError::Timeout { .. }) => {}
+        other => panic!("expected Timeout, got {other:?}"),
+    }
+    assert_eq!(a.metrics().timeouts, 1);
+    a.backend().set_fault(MemoryFault::None);
+    let next = b.try_acquire(&key(), &AcquireOptions::new()).await.unwrap();
+    assert!(next.is_some(), "the late lease must have been released or expired");
+}
+
+#[tokio::test]
+async fn lost_can_be_awaited_from_another_task_and_reports_the_reason() {
+    let store = MemoryStore::new();
+    let a = store.client();
+    let lease = a.acquire(&key(), &AcquireOptions::new()).await.unwrap();
+    let lost = tokio::spawn(lease.lost());
+    assert!(store.delete(&key()));
+    let reason = tokio::time::timeout(Duration::from_secs(1), lost).await.unwrap().unwrap();
+    assert_eq!(reason, LossReason::Revoked);
+    assert!(!lease.is_held());
+    assert_eq!(lease.remaining(), Duration::ZERO);
+    assert!(matches!(lease.guard(async {}).await, Err(LockError::Lost { .. })));
+    assert_eq!(a.metrics().lost, 1);
+}
+
+#[tokio::test]
+async fn guard_stops_work_the_moment_the_lease_is_lost() {
+    let store = MemoryStore::new();
+    let a = store.client();
+    let opts = AcquireOptions::new().ttl(Duration::from_millis(300)).renewal(Renewal::Manual);
+    let lease = a.acquire(&key(), &opts).await.unwrap();
+    let started = std::time::Instant::now();
+    let outcome = lease.guard(tokio::time::sleep(Duration::from_secs(10))).await;
+    assert!(matches!(outcome, Err(LockError::Lost { reason: LossReason::Expired, .. })));
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn renewals_and_releases_are_counted() {
+    let store = MemoryStore::new();
+    let a = store.client();
+    let opts = AcquireOptions::new().renewal(Renewal::Manual);
+    let lease = a.acquire(&key(), &opts).await.unwrap();
+    lease.renew().await.unwrap();
+    lease.release().await.unwrap();
+    let m = a.metrics();
+    assert_eq!((m.acquired, m.renewals, m.released, m.lost), (1, 1, 1, 0));
+}

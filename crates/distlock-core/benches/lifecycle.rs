@@ -1,6 +1,10 @@
 //! The overhead core adds around a backend: one uncontended acquire+release cycle
 //! on the in-memory backend, and one manual renewal of a held lease.
 //! `cargo bench -p distlock-core`.
+#![allow(
+    clippy::expect_used,
+    reason = "a benchmark that cannot set up should stop loudly"
+)]
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use distlock_core::memory::MemoryStore;
@@ -19,7 +23,10 @@ fn lifecycle(c: &mut Criterion) {
 
     c.bench_function("memory: acquire + release", |b| {
         b.to_async(&runtime).iter(|| async {
-            let lease = lock.acquire(&key, &opts).await.expect("uncontended acquire");
+            let lease = lock
+                .acquire(&key, &opts)
+                .await
+                .expect("uncontended acquire");
             black_box(lease.token());
             lease.release().await.expect("release");
         });

@@ -47,9 +47,7 @@ pub enum LockError {
     },
     /// The wait ended before the lock was acquired, or the acquire reply came too late
     /// to leave any validity.
-    #[error(
-        "lock `{key}` was not acquired within {waited:?}; wait longer or check who holds it"
-    )]
+    #[error("lock `{key}` was not acquired within {waited:?}; wait longer or check who holds it")]
     Timeout {
         /// The key that was not acquired.
         key: LockKey,
@@ -98,7 +96,9 @@ pub enum LockError {
         reason: String,
     },
     /// The backend could not be reached.
-    #[error("{backend} is unavailable at {endpoint}: {source}; check that the server runs and the address is right")]
+    #[error(
+        "{backend} is unavailable at {endpoint}: {source}; check that the server runs and the address is right"
+    )]
     Unavailable {
         /// The backend.
         backend: &'static str,

@@ -17,8 +17,7 @@ pub trait Fence: Send + Sync {
     /// Accepts `token` if it is at least the highest seen for `resource` and
     /// records it; refuses lower tokens with [`LockError::StaleToken`]. Equal
     /// tokens are accepted: one holder may write many times.
-    async fn check_and_record(&self, resource: &str, token: FencingToken)
-    -> Result<(), LockError>;
+    async fn check_and_record(&self, resource: &str, token: FencingToken) -> Result<(), LockError>;
 }
 
 /// A fence in process memory, for tests, demos and single-process resources.
@@ -86,11 +85,7 @@ impl MemoryFence {
 
 #[async_trait]
 impl Fence for MemoryFence {
-    async fn check_and_record(
-        &self,
-        resource: &str,
-        token: FencingToken,
-    ) -> Result<(), LockError> {
+    async fn check_and_record(&self, resource: &str, token: FencingToken) -> Result<(), LockError> {
         Self::admit(&mut self.lock(), resource, token)
     }
 }
@@ -121,8 +116,14 @@ mod tests {
     fn stale_write_does_not_run() {
         let fence = MemoryFence::new();
         let mut writes = 0;
-        fence.write_with("r", FencingToken::new(2), || writes += 1).unwrap();
-        assert!(fence.write_with("r", FencingToken::new(1), || writes += 1).is_err());
+        fence
+            .write_with("r", FencingToken::new(2), || writes += 1)
+            .unwrap();
+        assert!(
+            fence
+                .write_with("r", FencingToken::new(1), || writes += 1)
+                .is_err()
+        );
         assert_eq!(writes, 1);
     }
 }

@@ -388,7 +388,9 @@ impl Lease {
         if self.shared.status() != Status::Held {
             return Duration::ZERO;
         }
-        self.shared.deadline().saturating_duration_since(Instant::now())
+        self.shared
+            .deadline()
+            .saturating_duration_since(Instant::now())
     }
 
     /// Completes when the lease is known lost: renewal failed past the deadline,

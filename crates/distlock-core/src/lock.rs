@@ -1,7 +1,7 @@
 //! The public lock trait, and `BackendLock`, which turns any [`Backend`] into one.
 
 use crate::backend::{AcquireRequest, Backend, WaitUntil};
-use crate::lease::{Bound, Lease, LeaseOps, Registry, Reentry, Shared, clock_drift};
+use crate::lease::{Bound, Lease, LeaseOps, Reentry, Registry, Shared, clock_drift};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::{AcquireOptions, Capabilities, LockError, LockKey, Owner, Wait};
 use async_trait::async_trait;
@@ -94,7 +94,10 @@ impl<B: Backend> BackendLock<B> {
 
     /// Another handle on a lease this client already holds for `owner`, if any.
     fn reenter(&self, key: &LockKey, owner: &Owner) -> Option<Lease> {
-        let mut held = self.reentrant.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut held = self
+            .reentrant
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let (weak, count) = held.get_mut(&(key.clone(), owner.clone()))?;
         let shared = weak.upgrade().filter(|s| s.is_held())?;
         *count += 1;
@@ -175,10 +178,13 @@ impl<B: Backend> DistributedLock for BackendLock<B> {
         if let Some(lease) = opts.get_owner().and_then(|owner| self.reenter(key, owner)) {
             return Ok(lease);
         }
-        let span = tracing::debug_span!("distlock.acquire", backend = self.backend.name(), key = %key);
+        let span =
+            tracing::debug_span!("distlock.acquire", backend = self.backend.name(), key = %key);
         let result = self.acquire_from_backend(key, opts).instrument(span).await;
         match &result {
-            Ok(lease) => tracing::debug!(backend = self.backend.name(), key = %key, token = %lease.token(), "acquired"),
+            Ok(lease) => {
+                tracing::debug!(backend = self.backend.name(), key = %key, token = %lease.token(), "acquired")
+            }
             Err(e) => self.count_failure(e),
         }
         result

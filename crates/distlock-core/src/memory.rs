@@ -223,7 +223,11 @@ impl MemoryStore {
             });
         }
         let first = entry.queue.front().map(|q| q.id) == Some(me.id);
-        let wake_at = entry.holder.as_ref().filter(|_| first).map(|h| h.expires_at);
+        let wake_at = entry
+            .holder
+            .as_ref()
+            .filter(|_| first)
+            .map(|h| h.expires_at);
         if entry.is_empty() {
             keys.remove(key);
         }
@@ -350,7 +354,9 @@ impl MemoryBackend {
         let passable = |f: &MemoryFault| !matches!(f, MemoryFault::Unreachable);
         let wait = tokio::time::timeout(self.request_timeout, fault.wait_for(passable));
         match wait.await {
-            Ok(Ok(f)) if *f == MemoryFault::Refused => Err(unavailable("connection refused (injected fault)")),
+            Ok(Ok(f)) if *f == MemoryFault::Refused => {
+                Err(unavailable("connection refused (injected fault)"))
+            }
             Ok(_) => Ok(()),
             Err(_) => Err(unavailable("request timed out (injected partition)")),
         }
@@ -409,7 +415,11 @@ impl Backend for MemoryBackend {
                     self.reply().await;
                     let handle = in_flight.handle.take();
                     return handle
-                        .map(|handle| Acquired { handle, token, sent_at })
+                        .map(|handle| Acquired {
+                            handle,
+                            token,
+                            sent_at,
+                        })
                         .ok_or_else(|| req.not_acquired());
                 }
                 Attempt::Held { .. } if no_wait => {

@@ -178,7 +178,10 @@ impl AcquireOptions {
             ));
         }
         if self.ttl > Duration::from_secs(365 * 24 * 3600) {
-            return bad(format!("ttl {:?} is over a year; use a shorter ttl and renewal", self.ttl));
+            return bad(format!(
+                "ttl {:?} is over a year; use a shorter ttl and renewal",
+                self.ttl
+            ));
         }
         if let Renewal::Every(every) = self.renewal
             && (every.is_zero() || every >= self.ttl)
@@ -240,17 +243,24 @@ mod tests {
         let r = reason(opts.validate(&caps(Duration::from_secs(1), Duration::from_secs(1))));
         assert!(r.contains("whole multiple"), "{r}");
         let ok = AcquireOptions::new().ttl(Duration::from_secs(2));
-        assert!(ok.validate(&caps(Duration::from_secs(1), Duration::from_secs(1))).is_ok());
+        assert!(
+            ok.validate(&caps(Duration::from_secs(1), Duration::from_secs(1)))
+                .is_ok()
+        );
     }
 
     #[test]
     fn renew_interval_must_be_below_ttl() {
         let ttl = Duration::from_secs(3);
         for every in [Duration::ZERO, ttl, ttl * 2] {
-            let opts = AcquireOptions::new().ttl(ttl).renewal(Renewal::Every(every));
+            let opts = AcquireOptions::new()
+                .ttl(ttl)
+                .renewal(Renewal::Every(every));
             assert!(reason(opts.validate(&caps(MS, MS))).contains("renew interval"));
         }
-        let ok = AcquireOptions::new().ttl(ttl).renewal(Renewal::Every(ttl / 2));
+        let ok = AcquireOptions::new()
+            .ttl(ttl)
+            .renewal(Renewal::Every(ttl / 2));
         assert!(ok.validate(&caps(MS, MS)).is_ok());
     }
 

@@ -1,9 +1,12 @@
 //! Lease lifecycle details that the conformance cases do not reach directly.
 
 use distlock_core::memory::{MemoryFault, MemoryStore};
-use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, LossReason, Renewal, Wait};
+use distlock_core::{
+    AcquireOptions, DistributedLock, LockError, LockKey, LossReason, Renewal, Wait,
+};
 use std::time::Duration;
 
+#[allow(clippy::unwrap_used, reason = "a constant valid key")]
 fn key() -> LockKey {
     LockKey::new("lifecycle").unwrap()
 }
@@ -16,11 +19,17 @@ async fn a_cancelled_release_still_frees_the_lock() {
     // The release cannot reach the store, and the caller gives up on it.
     a.backend().set_fault(MemoryFault::Unreachable);
     let cancelled = tokio::time::timeout(Duration::from_millis(20), lease.release()).await;
-    assert!(cancelled.is_err(), "release should still be waiting for the store");
+    assert!(
+        cancelled.is_err(),
+        "release should still be waiting for the store"
+    );
     a.backend().set_fault(MemoryFault::None);
     let opts = AcquireOptions::new().wait(Wait::For(Duration::from_secs(2)));
     // The ttl is 30 s: only the release finished in the background frees it.
-    let next = b.acquire(&key(), &opts).await.expect("lock freed by the background release");
+    let next = b
+        .acquire(&key(), &opts)
+        .await
+        .expect("lock freed by the background release");
     next.release().await.unwrap();
 }
 
@@ -28,8 +37,11 @@ async fn a_cancelled_release_still_frees_the_lock() {
 async fn a_reply_later_than_the_ttl_is_a_timeout_and_the_lock_is_given_back() {
     let store = MemoryStore::new();
     let (a, b) = (store.client(), store.client());
-    a.backend().set_fault(MemoryFault::Delay(Duration::from_millis(300)));
-    let opts = AcquireOptions::new().ttl(Duration::from_millis(200)).wait(Wait::For(Duration::from_secs(1)));
+    a.backend()
+        .set_fault(MemoryFault::Delay(Duration::from_millis(300)));
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_millis(200))
+        .wait(Wait::For(Duration::from_secs(1)));
     match a.acquire(&key(), &opts).await {
         Err(LockError::Timeout { .. }) => {}
         other => panic!("expected Timeout, got {other:?}"),
@@ -37,7 +49,10 @@ async fn a_reply_later_than_the_ttl_is_a_timeout_and_the_lock_is_given_back() {
     assert_eq!(a.metrics().timeouts, 1);
     a.backend().set_fault(MemoryFault::None);
     let next = b.try_acquire(&key(), &AcquireOptions::new()).await.unwrap();
-    assert!(next.is_some(), "the late lease must have been released or expired");
+    assert!(
+        next.is_some(),
+        "the late lease must have been released or expired"
+    );
 }
 
 #[tokio::test]
@@ -47,11 +62,17 @@ async fn lost_can_be_awaited_from_another_task_and_reports_the_reason() {
     let lease = a.acquire(&key(), &AcquireOptions::new()).await.unwrap();
     let lost = tokio::spawn(lease.lost());
     assert!(store.delete(&key()));
-    let reason = tokio::time::timeout(Duration::from_secs(1), lost).await.unwrap().unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(1), lost)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(reason, LossReason::Revoked);
     assert!(!lease.is_held());
     assert_eq!(lease.remaining(), Duration::ZERO);
-    assert!(matches!(lease.guard(async {}).await, Err(LockError::Lost { .. })));
+    assert!(matches!(
+        lease.guard(async {}).await,
+        Err(LockError::Lost { .. })
+    ));
     assert_eq!(a.metrics().lost, 1);
 }
 
@@ -59,11 +80,21 @@ async fn lost_can_be_awaited_from_another_task_and_reports_the_reason() {
 async fn guard_stops_work_the_moment_the_lease_is_lost() {
     let store = MemoryStore::new();
     let a = store.client();
-    let opts = AcquireOptions::new().ttl(Duration::from_millis(300)).renewal(Renewal::Manual);
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_millis(300))
+        .renewal(Renewal::Manual);
     let lease = a.acquire(&key(), &opts).await.unwrap();
     let started = std::time::Instant::now();
-    let outcome = lease.guard(tokio::time::sleep(Duration::from_secs(10))).await;
-    assert!(matches!(outcome, Err(LockError::Lost { reason: LossReason::Expired, .. })));
+    let outcome = lease
+        .guard(tokio::time::sleep(Duration::from_secs(10)))
+        .await;
+    assert!(matches!(
+        outcome,
+        Err(LockError::Lost {
+            reason: LossReason::Expired,
+            ..
+        })
+    ));
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 

@@ -12,8 +12,11 @@ use std::sync::{Arc, OnceLock};
 use tokio::runtime::Runtime;
 
 /// Starts a backend's harness (and its servers).
-pub type StartFn =
-    Box<dyn Fn() -> Pin<Box<dyn Future<Output = Result<Arc<dyn Harness>, BoxError>> + Send>> + Send + Sync>;
+pub type StartFn = Box<
+    dyn Fn() -> Pin<Box<dyn Future<Output = Result<Arc<dyn Harness>, BoxError>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// A backend to run the suite against.
 pub struct BackendSpec {
@@ -29,7 +32,9 @@ pub struct BackendSpec {
 
 impl std::fmt::Debug for BackendSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BackendSpec").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("BackendSpec")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 

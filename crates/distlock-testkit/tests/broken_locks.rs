@@ -5,7 +5,9 @@
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, Ownership};
 use distlock_core::memory::{MemoryBackend, MemoryHandle, MemoryStore};
-use distlock_core::{BackendLock, BoxError, Capabilities, DynLock, FencingToken, LockError, LockKey};
+use distlock_core::{
+    BackendLock, BoxError, Capabilities, DynLock, FencingToken, LockError, LockKey,
+};
 use distlock_testkit::cases::{self, CaseResult};
 use distlock_testkit::memory::MemoryHarness;
 use distlock_testkit::{Harness, Hooks};
@@ -51,22 +53,39 @@ impl Backend for BrokenBackend {
                 // A fresh private key per acquisition: never contended.
                 let n = UNIQUE.fetch_add(1, SeqCst);
                 let private = LockKey::new(format!("{}#{n}", req.key))?;
-                self.inner.acquire(AcquireRequest { key: &private, ..req }).await
+                self.inner
+                    .acquire(AcquireRequest {
+                        key: &private,
+                        ..req
+                    })
+                    .await
             }
             Breakage::TokensDoNotIncrease => {
                 let acquired = self.inner.acquire(req).await?;
-                Ok(Acquired { token: FencingToken::new(1), ..acquired })
+                Ok(Acquired {
+                    token: FencingToken::new(1),
+                    ..acquired
+                })
             }
             Breakage::ReleaseIgnoresOwner => self.inner.acquire(req).await,
             Breakage::IgnoresTtl => {
                 let forever = Duration::from_secs(3600);
-                self.inner.acquire(AcquireRequest { ttl: forever, ..req }).await
+                self.inner
+                    .acquire(AcquireRequest {
+                        ttl: forever,
+                        ..req
+                    })
+                    .await
             }
         }
     }
 
     async fn renew(&self, handle: &MemoryHandle, ttl: Duration) -> Result<Ownership, LockError> {
-        let ttl = if self.breakage == Breakage::IgnoresTtl { Duration::from_secs(3600) } else { ttl };
+        let ttl = if self.breakage == Breakage::IgnoresTtl {
+            Duration::from_secs(3600)
+        } else {
+            ttl
+        };
         self.inner.renew(handle, ttl).await
     }
 
@@ -97,7 +116,11 @@ impl Harness for BrokenHarness {
     }
 
     fn hooks(&self) -> Hooks {
-        Hooks { delete_lock: true, residue: true, ..Hooks::default() }
+        Hooks {
+            delete_lock: true,
+            residue: true,
+            ..Hooks::default()
+        }
     }
 
     async fn client(&self) -> Result<DynLock, BoxError> {
@@ -118,11 +141,15 @@ impl Harness for BrokenHarness {
 }
 
 type CaseFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = CaseResult> + Send + 'a>>;
+type NamedCase = (&'static str, for<'a> fn(&'a dyn Harness) -> CaseFuture<'a>);
 
 /// Runs `cases` concurrently against the broken variant and asserts that every
 /// one fails.
-async fn assert_all_fail(breakage: Breakage, cases: &[(&'static str, for<'a> fn(&'a dyn Harness) -> CaseFuture<'a>)]) {
-    let harness = Arc::new(BrokenHarness { store: MemoryStore::new(), breakage });
+async fn assert_all_fail(breakage: Breakage, cases: &[NamedCase]) {
+    let harness = Arc::new(BrokenHarness {
+        store: MemoryStore::new(),
+        breakage,
+    });
     let mut runs = tokio::task::JoinSet::new();
     for &(name, run) in cases {
         let harness = harness.clone();
@@ -130,12 +157,16 @@ async fn assert_all_fail(breakage: Breakage, cases: &[(&'static str, for<'a> fn(
     }
     let mut passed = Vec::new();
     while let Some(joined) = runs.join_next().await {
-        let (name, outcome) = joined.expect("case task panicked");
+        // A case that panics fails this test with the case's own panic.
+        let (name, outcome) = joined.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
         if outcome.is_ok() {
             passed.push(name);
         }
     }
-    assert!(passed.is_empty(), "{breakage:?}: these cases passed a broken lock: {passed:?}");
+    assert!(
+        passed.is_empty(),
+        "{breakage:?}: these cases passed a broken lock: {passed:?}"
+    );
 }
 
 macro_rules! cases {
@@ -148,7 +179,12 @@ macro_rules! cases {
 async fn a_lock_that_never_excludes_fails_the_exclusion_cases() {
     assert_all_fail(
         Breakage::NeverExcludes,
-        cases![try_acquire_when_held_returns_none, mutual_exclusion_under_contention, names_are_independent, waiter_wakes_promptly],
+        cases![
+            try_acquire_when_held_returns_none,
+            mutual_exclusion_under_contention,
+            names_are_independent,
+            waiter_wakes_promptly
+        ],
     )
     .await;
 }
@@ -157,14 +193,23 @@ async fn a_lock_that_never_excludes_fails_the_exclusion_cases() {
 async fn tokens_that_do_not_increase_fail_the_fencing_cases() {
     assert_all_fail(
         Breakage::TokensDoNotIncrease,
-        cases![acquire_release_basic, fencing_tokens_strictly_increase, fence_rejects_stale_holder, mutual_exclusion_under_contention],
+        cases![
+            acquire_release_basic,
+            fencing_tokens_strictly_increase,
+            fence_rejects_stale_holder,
+            mutual_exclusion_under_contention
+        ],
     )
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_release_that_ignores_the_owner_fails_the_ownership_cases() {
-    assert_all_fail(Breakage::ReleaseIgnoresOwner, cases![release_by_non_owner_is_noop]).await;
+    assert_all_fail(
+        Breakage::ReleaseIgnoresOwner,
+        cases![release_by_non_owner_is_noop],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

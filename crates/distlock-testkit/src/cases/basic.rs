@@ -13,7 +13,12 @@ pub async fn acquire_release_basic(h: &dyn Harness) -> CaseResult {
     let opts = s.long();
     let first = client.acquire(&key, &opts).await?;
     ensure!(first.is_held(), "a fresh lease must be held");
-    ensure!(first.key() == &key, "lease key {:?} != {:?}", first.key(), key);
+    ensure!(
+        first.key() == &key,
+        "lease key {:?} != {:?}",
+        first.key(),
+        key
+    );
     let remaining = first.remaining();
     ensure!(
         remaining > Duration::ZERO && remaining <= opts.get_ttl(),
@@ -23,7 +28,11 @@ pub async fn acquire_release_basic(h: &dyn Harness) -> CaseResult {
     first.release().await?;
     let second = client.try_acquire(&key, &opts).await?;
     let second = second.ok_or_else(|| super::CaseError::msg("released lock not re-acquirable"))?;
-    ensure!(second.token() > token, "token {} after release must exceed {token}", second.token());
+    ensure!(
+        second.token() > token,
+        "token {} after release must exceed {token}",
+        second.token()
+    );
     second.release().await?;
     s.expect_residue(0, Duration::from_secs(5)).await
 }
@@ -35,10 +44,17 @@ pub async fn try_acquire_when_held_returns_none(h: &dyn Harness) -> CaseResult {
     let (a, b, key) = (s.client().await?, s.client().await?, s.key("k")?);
     let held = a.acquire(&key, &s.long()).await?;
     let started = Instant::now();
-    ensure!(b.try_acquire(&key, &s.long()).await?.is_none(), "held lock was acquired twice");
+    ensure!(
+        b.try_acquire(&key, &s.long()).await?.is_none(),
+        "held lock was acquired twice"
+    );
     match b.acquire(&key, &s.long().wait(Wait::No)).await {
         Err(LockError::Busy { key: k }) => ensure!(k == key, "Busy names {k:?}, not {key:?}"),
-        other => return Err(super::CaseError::msg(format!("Wait::No on a held lock gave {other:?}"))),
+        other => {
+            return Err(super::CaseError::msg(format!(
+                "Wait::No on a held lock gave {other:?}"
+            )));
+        }
     }
     ensure!(
         started.elapsed() < Duration::from_secs(5),
@@ -58,7 +74,21 @@ pub async fn try_acquire_when_held_returns_none(h: &dyn Harness) -> CaseResult {
 pub async fn names_are_independent(h: &dyn Harness) -> CaseResult {
     let s = Scope::new(h, "names_are_independent");
     let (a, b) = (s.client().await?, s.client().await?);
-    let names = ["a", "A", "a/b", "ab", "a/", "{x}", "%2F", "a%2Fb", "x y", "ключ/🔒", "a\\b", ".", ".."];
+    let names = [
+        "a",
+        "A",
+        "a/b",
+        "ab",
+        "a/",
+        "{x}",
+        "%2F",
+        "a%2Fb",
+        "x y",
+        "ключ/🔒",
+        "a\\b",
+        ".",
+        "..",
+    ];
     let mut leases = Vec::new();
     for name in names {
         let key = s.key(name)?;
@@ -68,7 +98,10 @@ pub async fn names_are_independent(h: &dyn Harness) -> CaseResult {
     }
     for name in names {
         let key = s.key(name)?;
-        ensure!(b.try_acquire(&key, &s.long()).await?.is_none(), "`{name}` was not exclusive");
+        ensure!(
+            b.try_acquire(&key, &s.long()).await?.is_none(),
+            "`{name}` was not exclusive"
+        );
     }
     for lease in leases.into_iter().flatten() {
         lease.release().await?;
@@ -81,7 +114,12 @@ pub async fn names_are_independent(h: &dyn Harness) -> CaseResult {
 pub async fn invalid_input_rejected(h: &dyn Harness) -> CaseResult {
     let s = Scope::new(h, "invalid_input_rejected");
     let client = s.client().await?;
-    for bad in [String::new(), "a\0b".into(), "a\nb".into(), "x".repeat(LockKey::MAX_LEN + 1)] {
+    for bad in [
+        String::new(),
+        "a\0b".into(),
+        "a\nb".into(),
+        "x".repeat(LockKey::MAX_LEN + 1),
+    ] {
         match LockKey::new(&bad) {
             Err(LockError::InvalidKey { reason }) => ensure!(!reason.is_empty(), "empty reason"),
             other => return Err(super::CaseError::msg(format!("key {bad:?} gave {other:?}"))),
@@ -92,18 +130,26 @@ pub async fn invalid_input_rejected(h: &dyn Harness) -> CaseResult {
     let ttl = s.short_ttl();
     let mut bad_options = vec![
         ("zero ttl", s.long().ttl(Duration::ZERO)),
-        ("renew interval = ttl", s.long().ttl(ttl).renewal(Renewal::Every(ttl))),
+        (
+            "renew interval = ttl",
+            s.long().ttl(ttl).renewal(Renewal::Every(ttl)),
+        ),
         ("zero max_hold", s.long().max_hold(Duration::ZERO)),
     ];
     if caps.min_ttl > Duration::from_nanos(1) {
         bad_options.push(("ttl below minimum", s.long().ttl(caps.min_ttl / 2)));
     }
     if caps.ttl_granularity > Duration::from_nanos(1) {
-        bad_options.push(("ttl off granularity", s.long().ttl(ttl + caps.ttl_granularity / 2)));
+        bad_options.push((
+            "ttl off granularity",
+            s.long().ttl(ttl + caps.ttl_granularity / 2),
+        ));
     }
     for (what, opts) in bad_options {
         match client.acquire(&key, &opts).await {
-            Err(LockError::InvalidOptions { reason }) => ensure!(!reason.is_empty(), "{what}: empty reason"),
+            Err(LockError::InvalidOptions { reason }) => {
+                ensure!(!reason.is_empty(), "{what}: empty reason")
+            }
             other => return Err(super::CaseError::msg(format!("{what} gave {other:?}"))),
         }
     }
@@ -115,16 +161,29 @@ pub async fn invalid_input_rejected(h: &dyn Harness) -> CaseResult {
 /// release that comes after another holder took over never frees that holder.
 pub async fn double_release_is_safe(h: &dyn Harness) -> CaseResult {
     let s = Scope::new(h, "double_release_is_safe");
-    let (a, b, c, key) = (s.client().await?, s.client().await?, s.client().await?, s.key("k")?);
+    let (a, b, c, key) = (
+        s.client().await?,
+        s.client().await?,
+        s.client().await?,
+        s.key("k")?,
+    );
     let owner = Owner::new("double-release")?;
     let opts = s.long().owner(owner);
     // Two handles on one acquisition: the second release is the one that frees.
     let first = a.acquire(&key, &opts).await?;
     let second = a.acquire(&key, &opts.clone().wait(Wait::No)).await?;
     first.release().await?;
-    ensure!(c.try_acquire(&key, &s.long()).await?.is_none(), "first of two releases freed the lock");
+    ensure!(
+        c.try_acquire(&key, &s.long()).await?.is_none(),
+        "first of two releases freed the lock"
+    );
     second.release().await?;
-    let newer = within(s.handoff_bound(), "acquire after last release", b.acquire(&key, &s.long())).await??;
+    let newer = within(
+        s.handoff_bound(),
+        "acquire after last release",
+        b.acquire(&key, &s.long()),
+    )
+    .await??;
     // A late duplicate (drop of a stale handle, background release) must not free it.
     s.stays_held(&c, &key, Duration::from_millis(500)).await?;
     ensure!(newer.is_held(), "newer holder lost its lease");
@@ -138,7 +197,12 @@ pub async fn drop_releases(h: &dyn Harness) -> CaseResult {
     let (a, b, key) = (s.client().await?, s.client().await?, s.key("k")?);
     let lease = a.acquire(&key, &s.long()).await?;
     drop(lease);
-    let next = within(s.handoff_bound(), "acquire after drop", b.acquire(&key, &s.long())).await??;
+    let next = within(
+        s.handoff_bound(),
+        "acquire after drop",
+        b.acquire(&key, &s.long()),
+    )
+    .await??;
     next.release().await?;
 
     let holder = a.clone();
@@ -146,10 +210,21 @@ pub async fn drop_releases(h: &dyn Harness) -> CaseResult {
     let opts = s.long();
     let task = tokio::spawn(async move {
         let _lease = holder.acquire(&panicking_key, &opts).await;
-        panic!("holder panics while holding the lease");
+        #[allow(clippy::panic, reason = "the case is about a holder that panics")]
+        {
+            panic!("deliberate panic in drop_releases: the holder dies while holding the lease");
+        }
     });
-    ensure!(task.await.is_err_and(|e| e.is_panic()), "holder task did not panic");
-    let next = within(s.handoff_bound(), "acquire after panic", b.acquire(&key, &s.long())).await??;
+    ensure!(
+        task.await.is_err_and(|e| e.is_panic()),
+        "holder task did not panic"
+    );
+    let next = within(
+        s.handoff_bound(),
+        "acquire after panic",
+        b.acquire(&key, &s.long()),
+    )
+    .await??;
     next.release().await?;
     s.expect_residue(0, Duration::from_secs(5)).await
 }
@@ -163,18 +238,38 @@ pub async fn reentrant_same_owner(h: &dyn Harness) -> CaseResult {
     let outer = a.acquire(&key, &opts).await?;
     let inner = a.acquire(&key, &opts.clone().wait(Wait::No)).await?;
     ensure!(inner.token() == outer.token(), "reentry changed the token");
-    ensure!(inner.owner() == opts.get_owner(), "reentrant lease lost its owner");
+    ensure!(
+        inner.owner() == opts.get_owner(),
+        "reentrant lease lost its owner"
+    );
     // The same owner on another client is another process: it must wait.
-    ensure!(b.try_acquire(&key, &opts).await?.is_none(), "same owner on another client re-entered");
+    ensure!(
+        b.try_acquire(&key, &opts).await?.is_none(),
+        "same owner on another client re-entered"
+    );
     inner.release().await?;
     ensure!(outer.is_held(), "outer lease ended with the inner release");
-    ensure!(b.try_acquire(&key, &s.long()).await?.is_none(), "freed before the last release");
+    ensure!(
+        b.try_acquire(&key, &s.long()).await?.is_none(),
+        "freed before the last release"
+    );
     outer.release().await?;
-    let plain = within(s.handoff_bound(), "acquire after last release", b.acquire(&key, &s.long())).await??;
-    let short_wait = AcquireOptions::new().ttl(s.short_ttl()).wait(Wait::For(Duration::from_millis(300)));
+    let plain = within(
+        s.handoff_bound(),
+        "acquire after last release",
+        b.acquire(&key, &s.long()),
+    )
+    .await??;
+    let short_wait = AcquireOptions::new()
+        .ttl(s.short_ttl())
+        .wait(Wait::For(Duration::from_millis(300)));
     match b.acquire(&key, &short_wait).await {
         Err(LockError::Timeout { .. }) => {}
-        other => return Err(super::CaseError::msg(format!("acquire without owner on a held key gave {other:?}"))),
+        other => {
+            return Err(super::CaseError::msg(format!(
+                "acquire without owner on a held key gave {other:?}"
+            )));
+        }
     }
     plain.release().await?;
     s.expect_residue(0, Duration::from_secs(5)).await

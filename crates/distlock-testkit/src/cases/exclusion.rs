@@ -21,7 +21,10 @@ pub async fn mutual_exclusion_under_contention(h: &dyn Harness) -> CaseResult {
     let mut tasks = Vec::new();
     for client_id in 0..CLIENTS {
         let client = s.client().await?;
-        let (key, opts) = (key.clone(), s.long().wait(Wait::For(Duration::from_secs(60))));
+        let (key, opts) = (
+            key.clone(),
+            s.long().wait(Wait::For(Duration::from_secs(60))),
+        );
         let (inside, counter, history) = (inside.clone(), counter.clone(), history.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
@@ -36,7 +39,13 @@ pub async fn mutual_exclusion_under_contention(h: &dyn Harness) -> CaseResult {
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 counter.store(seen + 1, SeqCst);
                 inside.fetch_sub(1, SeqCst);
-                history.record(Section { key: key.clone(), token: lease.token(), client: client_id, entered, left: Instant::now() });
+                history.record(Section {
+                    key: key.clone(),
+                    token: lease.token(),
+                    client: client_id,
+                    entered,
+                    left: Instant::now(),
+                });
                 lease.release().await?;
             }
             Ok::<_, CaseError>(())
@@ -46,7 +55,11 @@ pub async fn mutual_exclusion_under_contention(h: &dyn Harness) -> CaseResult {
         task.await??;
     }
     let total = counter.load(SeqCst);
-    ensure!(total == (CLIENTS * ROUNDS) as u64, "lost updates: counter {total}, expected {}", CLIENTS * ROUNDS);
+    ensure!(
+        total == (CLIENTS * ROUNDS) as u64,
+        "lost updates: counter {total}, expected {}",
+        CLIENTS * ROUNDS
+    );
     let violations = history.check();
     ensure!(violations.is_empty(), "history violations: {violations:?}");
     s.expect_residue(0, Duration::from_secs(5)).await
@@ -60,12 +73,18 @@ pub async fn fencing_tokens_strictly_increase(h: &dyn Harness) -> CaseResult {
     let mut last = None;
     for round in 0..9 {
         let lease = clients[round % 3].acquire(&key, &s.long()).await?;
-        ensure!(last < Some(lease.token()), "token {} after {last:?}", lease.token());
+        ensure!(
+            last < Some(lease.token()),
+            "token {} after {last:?}",
+            lease.token()
+        );
         last = Some(lease.token());
         lease.release().await?;
     }
     // A holder that stops renewing is taken over when its ttl runs out.
-    let expiring = clients[0].acquire(&key, &s.short().renewal(Renewal::Manual)).await?;
+    let expiring = clients[0]
+        .acquire(&key, &s.short().renewal(Renewal::Manual))
+        .await?;
     ensure!(last < Some(expiring.token()), "token did not increase");
     let taker = clients[1].acquire(&key, &s.long()).await?;
     ensure!(
@@ -89,13 +108,23 @@ pub async fn fence_rejects_stale_holder(h: &dyn Harness) -> CaseResult {
     let paused = a.acquire(&key, &s.short().renewal(Renewal::Manual)).await?;
     fence.check_and_record(resource, paused.token()).await?;
     let fresh = b.acquire(&key, &s.long()).await?;
-    ensure!(!paused.is_held(), "the paused lease still believes it holds the lock");
+    ensure!(
+        !paused.is_held(),
+        "the paused lease still believes it holds the lock"
+    );
     fence.check_and_record(resource, fresh.token()).await?;
     match fence.check_and_record(resource, paused.token()).await {
         Err(LockError::StaleToken { token, highest, .. }) => {
-            ensure!(token == paused.token() && highest == fresh.token(), "wrong tokens in StaleToken");
+            ensure!(
+                token == paused.token() && highest == fresh.token(),
+                "wrong tokens in StaleToken"
+            );
         }
-        other => return Err(CaseError::msg(format!("late write by the stale holder gave {other:?}"))),
+        other => {
+            return Err(CaseError::msg(format!(
+                "late write by the stale holder gave {other:?}"
+            )));
+        }
     }
     fresh.release().await?;
     Ok(())
@@ -108,7 +137,11 @@ pub async fn many_keys_many_clients(h: &dyn Harness) -> CaseResult {
     const KEYS: usize = 64;
     const CYCLES: usize = 10_000;
     let s = Scope::new(h, "many_keys_many_clients");
-    let keys = Arc::new((0..KEYS).map(|i| s.key(&format!("k{i}"))).collect::<Result<Vec<_>, _>>()?);
+    let keys = Arc::new(
+        (0..KEYS)
+            .map(|i| s.key(&format!("k{i}")))
+            .collect::<Result<Vec<_>, _>>()?,
+    );
     let history = Arc::new(History::new());
     let remaining = Arc::new(AtomicUsize::new(CYCLES));
     let mut tasks = Vec::new();
@@ -117,12 +150,21 @@ pub async fn many_keys_many_clients(h: &dyn Harness) -> CaseResult {
         let (keys, history, remaining) = (keys.clone(), history.clone(), remaining.clone());
         let opts = s.long().wait(Wait::For(Duration::from_secs(60)));
         tasks.push(tokio::spawn(async move {
-            while remaining.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok() {
+            while remaining
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
                 let key = &keys[rand::random_range(0..KEYS)];
                 let lease = client.acquire(key, &opts).await?;
                 let entered = Instant::now();
                 tokio::task::yield_now().await;
-                history.record(Section { key: key.clone(), token: lease.token(), client: client_id, entered, left: Instant::now() });
+                history.record(Section {
+                    key: key.clone(),
+                    token: lease.token(),
+                    client: client_id,
+                    entered,
+                    left: Instant::now(),
+                });
                 lease.release().await?;
             }
             Ok::<_, CaseError>(())
@@ -131,7 +173,11 @@ pub async fn many_keys_many_clients(h: &dyn Harness) -> CaseResult {
     for task in tasks {
         within(Duration::from_secs(600), "10k cycles", task).await???;
     }
-    ensure!(history.len() == CYCLES, "recorded {} cycles, expected {CYCLES}", history.len());
+    ensure!(
+        history.len() == CYCLES,
+        "recorded {} cycles, expected {CYCLES}",
+        history.len()
+    );
     let violations = history.check();
     ensure!(violations.is_empty(), "history violations: {violations:?}");
     s.expect_residue(0, Duration::from_secs(10)).await

@@ -8,12 +8,21 @@ use std::time::{Duration, Instant};
 /// A expires, B acquires, A's release reports the loss and leaves B's lock intact.
 pub async fn stale_release_after_takeover_is_noop(h: &dyn Harness) -> CaseResult {
     let s = Scope::new(h, "stale_release_after_takeover_is_noop");
-    let (a, b, c, key) = (s.client().await?, s.client().await?, s.client().await?, s.key("k")?);
+    let (a, b, c, key) = (
+        s.client().await?,
+        s.client().await?,
+        s.client().await?,
+        s.key("k")?,
+    );
     let stale = a.acquire(&key, &s.short().renewal(Renewal::Manual)).await?;
     let fresh = b.acquire(&key, &s.long()).await?;
     match stale.release().await {
         Err(LockError::Lost { .. }) => {}
-        other => return Err(CaseError::msg(format!("release after takeover gave {other:?}, not Lost"))),
+        other => {
+            return Err(CaseError::msg(format!(
+                "release after takeover gave {other:?}, not Lost"
+            )));
+        }
     }
     s.stays_held(&c, &key, Duration::from_millis(300)).await?;
     ensure!(fresh.is_held(), "the new holder lost its lease");
@@ -33,8 +42,15 @@ pub async fn ttl_expiry_frees_lock_after_crash(h: &dyn Harness) -> CaseResult {
     let next = b.acquire(&key, &s.long()).await?;
     let waited = crashed_at.elapsed();
     let bound = ttl + s.handoff_bound();
-    ensure!(waited <= bound, "lock freed {waited:?} after the crash, bound {bound:?}");
-    ensure!(next.token() > token, "token {} not above the crashed holder's {token}", next.token());
+    ensure!(
+        waited <= bound,
+        "lock freed {waited:?} after the crash, bound {bound:?}"
+    );
+    ensure!(
+        next.token() > token,
+        "token {} not above the crashed holder's {token}",
+        next.token()
+    );
     next.release().await?;
     Ok(())
 }
@@ -48,12 +64,21 @@ pub async fn renewal_keeps_lock_past_ttl(h: &dyn Harness) -> CaseResult {
     let lost = lease.lost();
     let until = Instant::now() + ttl * 3;
     while Instant::now() < until {
-        ensure!(lease.is_held(), "auto-renewed lease dropped before 3 × ttl ({ttl:?})");
-        ensure!(b.try_acquire(&key, &s.long()).await?.is_none(), "contender got an auto-renewed lock");
+        ensure!(
+            lease.is_held(),
+            "auto-renewed lease dropped before 3 × ttl ({ttl:?})"
+        );
+        ensure!(
+            b.try_acquire(&key, &s.long()).await?.is_none(),
+            "contender got an auto-renewed lock"
+        );
         tokio::time::sleep(ttl / 5).await;
     }
     ensure!(lease.is_held(), "lease not held after 3 × ttl");
-    ensure!(super::still_pending(Duration::ZERO, lost).await, "lost() fired on a renewed lease");
+    ensure!(
+        super::still_pending(Duration::ZERO, lost).await,
+        "lost() fired on a renewed lease"
+    );
     lease.release().await?;
     Ok(())
 }
@@ -70,11 +95,25 @@ pub async fn manual_renewal_and_expiry(h: &dyn Harness) -> CaseResult {
     // Past the first ttl the lease lives only because of the renewal.
     tokio::time::sleep_until((acquired_at + ttl + ttl / 10).into()).await;
     ensure!(lease.is_held(), "renewed lease ended at its first ttl");
-    ensure!(b.try_acquire(&key, &s.long()).await?.is_none(), "contender got a renewed lock");
+    ensure!(
+        b.try_acquire(&key, &s.long()).await?.is_none(),
+        "contender got a renewed lock"
+    );
     let reason = within(ttl * 2, "lost() after the last renewal", lease.lost()).await?;
-    ensure!(reason == LossReason::Expired, "lost for {reason:?}, expected Expired");
-    ensure!(!lease.is_held() && lease.remaining().is_zero(), "lost lease still claims validity");
-    let next = within(ttl + s.handoff_bound(), "acquire after expiry", b.acquire(&key, &s.long())).await??;
+    ensure!(
+        reason == LossReason::Expired,
+        "lost for {reason:?}, expected Expired"
+    );
+    ensure!(
+        !lease.is_held() && lease.remaining().is_zero(),
+        "lost lease still claims validity"
+    );
+    let next = within(
+        ttl + s.handoff_bound(),
+        "acquire after expiry",
+        b.acquire(&key, &s.long()),
+    )
+    .await??;
     next.release().await?;
     Ok(())
 }
@@ -86,13 +125,29 @@ pub async fn max_hold_ends_lease(h: &dyn Harness) -> CaseResult {
     let max_hold = Duration::from_millis(700);
     let lease = a.acquire(&key, &s.long().max_hold(max_hold)).await?;
     let started = Instant::now();
-    let reason = within(max_hold + Duration::from_secs(2), "lost() at max_hold", lease.lost()).await?;
+    let reason = within(
+        max_hold + Duration::from_secs(2),
+        "lost() at max_hold",
+        lease.lost(),
+    )
+    .await?;
     ensure!(reason == LossReason::MaxHoldReached, "lost for {reason:?}");
-    ensure!(started.elapsed() >= max_hold - Duration::from_millis(5), "lost before max_hold");
+    ensure!(
+        started.elapsed() >= max_hold - Duration::from_millis(5),
+        "lost before max_hold"
+    );
     ensure!(!lease.is_held(), "lease still held after max_hold");
     // Released, not merely expired: the next holder gets it long before the ttl.
-    let next = within(s.handoff_bound(), "acquire after max_hold", b.acquire(&key, &s.long())).await??;
-    ensure!(matches!(lease.release().await, Err(LockError::Lost { .. })), "release after max_hold must give Lost");
+    let next = within(
+        s.handoff_bound(),
+        "acquire after max_hold",
+        b.acquire(&key, &s.long()),
+    )
+    .await??;
+    ensure!(
+        matches!(lease.release().await, Err(LockError::Lost { .. })),
+        "release after max_hold must give Lost"
+    );
     next.release().await?;
     Ok(())
 }
@@ -111,7 +166,9 @@ pub async fn token_survives_server_restart(h: &dyn Harness) -> CaseResult {
     }
     dedicated.restart_server().await?;
     let after = s.client().await?;
-    let lease = after.acquire(&key, &s.long().wait(Wait::For(Duration::from_secs(30)))).await?;
+    let lease = after
+        .acquire(&key, &s.long().wait(Wait::For(Duration::from_secs(30))))
+        .await?;
     ensure!(
         Some(lease.token()) > highest,
         "token {} after restart not above {highest:?}",

@@ -16,8 +16,16 @@ pub async fn release_by_non_owner_is_noop(h: &dyn Harness) -> CaseResult {
         // Manual renewal and a long ttl: only the server's owner check can tell.
         let stale = a.acquire(&key, &s.long().renewal(Renewal::Manual)).await?;
         h.delete_lock(&key).await?;
-        let fresh = within(s.handoff_bound() * 2, "acquire after deletion", b.acquire(&key, &s.long())).await??;
-        ensure!(fresh.token() > stale.token(), "new holder's token not above the old");
+        let fresh = within(
+            s.handoff_bound() * 2,
+            "acquire after deletion",
+            b.acquire(&key, &s.long()),
+        )
+        .await??;
+        ensure!(
+            fresh.token() > stale.token(),
+            "new holder's token not above the old"
+        );
         let outcome = match op {
             "release" => stale.release().await,
             _ => stale.renew().await,
@@ -27,7 +35,10 @@ pub async fn release_by_non_owner_is_noop(h: &dyn Harness) -> CaseResult {
             "{op} by a foreign lease gave {outcome:?}, not Lost"
         );
         s.stays_held(&c, &key, Duration::from_millis(300)).await?;
-        ensure!(fresh.is_held(), "the owner's lease ended after a foreign {op}");
+        ensure!(
+            fresh.is_held(),
+            "the owner's lease ended after a foreign {op}"
+        );
         fresh.release().await?;
     }
     Ok(())
@@ -41,13 +52,21 @@ pub async fn lost_signal_on_external_deletion(h: &dyn Harness) -> CaseResult {
     let lease = a.acquire(&key, &s.short()).await?;
     h.delete_lock(&key).await?;
     // Push backends tell at once; others find out at the next renewal (ttl/3).
-    let reason = within(ttl + s.handoff_bound(), "lost() after deletion", lease.lost()).await?;
+    let reason = within(
+        ttl + s.handoff_bound(),
+        "lost() after deletion",
+        lease.lost(),
+    )
+    .await?;
     ensure!(
         matches!(reason, LossReason::Revoked | LossReason::SessionEnded),
         "lost for {reason:?}, expected Revoked or SessionEnded"
     );
     ensure!(!lease.is_held(), "lease still held after deletion");
-    ensure!(matches!(lease.release().await, Err(LockError::Lost { .. })), "release after loss must give Lost");
+    ensure!(
+        matches!(lease.release().await, Err(LockError::Lost { .. })),
+        "release after loss must give Lost"
+    );
     Ok(())
 }
 
@@ -62,13 +81,24 @@ pub async fn lost_signal_on_partition(h: &dyn Harness) -> CaseResult {
     faulty.faults.set_fault(Fault::Blackhole).await;
     let reason = within(ttl * 2, "lost() during a partition", lease.lost()).await?;
     let lost_after = cut_at.elapsed();
-    ensure!(reason == LossReason::Expired, "lost for {reason:?}, expected Expired");
+    ensure!(
+        reason == LossReason::Expired,
+        "lost for {reason:?}, expected Expired"
+    );
     // The last renewal went out before the cut, so the deadline is within one ttl
     // of it; the timer may fire a little late on a loaded machine.
-    ensure!(lost_after <= ttl + Duration::from_millis(250), "lost() fired {lost_after:?} after the cut, ttl {ttl:?}");
+    ensure!(
+        lost_after <= ttl + Duration::from_millis(250),
+        "lost() fired {lost_after:?} after the cut, ttl {ttl:?}"
+    );
     ensure!(!lease.is_held(), "partitioned lease still held");
     // Meanwhile the server still honours the lease until its own expiry.
-    let next = within(ttl * 2 + s.handoff_bound(), "acquire by another client", other.acquire(&key, &s.long())).await??;
+    let next = within(
+        ttl * 2 + s.handoff_bound(),
+        "acquire by another client",
+        other.acquire(&key, &s.long()),
+    )
+    .await??;
     faulty.faults.set_fault(Fault::None).await;
     drop(lease);
     next.release().await?;
@@ -86,7 +116,10 @@ pub async fn no_lost_signal_on_release(h: &dyn Harness) -> CaseResult {
     released.release().await?;
     drop(dropped);
     let watch = ttl * 2;
-    let (quiet_a, quiet_b) = tokio::join!(still_pending(watch, lost_released), still_pending(watch, lost_dropped));
+    let (quiet_a, quiet_b) = tokio::join!(
+        still_pending(watch, lost_released),
+        still_pending(watch, lost_dropped)
+    );
     ensure!(quiet_a, "lost() fired after release");
     ensure!(quiet_b, "lost() fired after drop");
     Ok(())
@@ -113,7 +146,12 @@ pub async fn acquire_never_returns_expired_lease(h: &dyn Harness) -> CaseResult 
         Err(e) => return Err(CaseError::msg(format!("unexpected error: {e}"))),
     }
     faulty.faults.set_fault(Fault::None).await;
-    let next = within(ttl * 2 + s.handoff_bound(), "acquire after the late reply", other.acquire(&key, &s.long())).await??;
+    let next = within(
+        ttl * 2 + s.handoff_bound(),
+        "acquire after the late reply",
+        other.acquire(&key, &s.long()),
+    )
+    .await??;
     next.release().await?;
     Ok(())
 }

@@ -56,7 +56,8 @@ macro_rules! ensure {
 pub use ensure;
 
 /// A case as the runner sees it.
-pub type CaseFn = for<'a> fn(&'a dyn Harness) -> Pin<Box<dyn Future<Output = CaseResult> + Send + 'a>>;
+pub type CaseFn =
+    for<'a> fn(&'a dyn Harness) -> Pin<Box<dyn Future<Output = CaseResult> + Send + 'a>>;
 
 /// One conformance case.
 #[derive(Debug, Clone, Copy)]
@@ -96,19 +97,25 @@ pub fn all() -> Vec<Case> {
         case!(mutual_exclusion_under_contention),
         case!(fencing_tokens_strictly_increase),
         case!(fence_rejects_stale_holder),
-        case!(release_by_non_owner_is_noop, |_, h| (!h.delete_lock).then_some("needs delete_lock")),
+        case!(release_by_non_owner_is_noop, |_, h| (!h.delete_lock)
+            .then_some("needs delete_lock")),
         case!(stale_release_after_takeover_is_noop),
         case!(double_release_is_safe),
         case!(ttl_expiry_frees_lock_after_crash),
         case!(renewal_keeps_lock_past_ttl),
         case!(manual_renewal_and_expiry),
-        case!(lost_signal_on_external_deletion, |_, h| (!h.delete_lock).then_some("needs delete_lock")),
-        case!(lost_signal_on_partition, |_, h| (!h.faulty_client).then_some("needs faulty_client")),
+        case!(lost_signal_on_external_deletion, |_, h| (!h.delete_lock)
+            .then_some("needs delete_lock")),
+        case!(lost_signal_on_partition, |_, h| (!h.faulty_client)
+            .then_some("needs faulty_client")),
         case!(no_lost_signal_on_release),
-        case!(acquire_never_returns_expired_lease, |_, h| (!h.faulty_client).then_some("needs faulty_client")),
+        case!(acquire_never_returns_expired_lease, |_, h| (!h
+            .faulty_client)
+            .then_some("needs faulty_client")),
         case!(waiter_wakes_promptly),
         case!(cancelled_wait_leaves_no_orphan),
-        case!(waiter_session_expiry_is_an_error, |_, h| (!h.faulty_client).then_some("needs faulty_client")),
+        case!(waiter_session_expiry_is_an_error, |_, h| (!h.faulty_client)
+            .then_some("needs faulty_client")),
         case!(expired_waiter_ahead_does_not_skip_holder),
         case!(fifo_order, |c, h| {
             if !c.fifo {
@@ -207,11 +214,19 @@ impl<'a> Scope<'a> {
     }
 
     /// Checks over `window` that `key` stays held: no attempt by `client` gets it.
-    pub async fn stays_held(&self, client: &DynLock, key: &LockKey, window: Duration) -> CaseResult {
+    pub async fn stays_held(
+        &self,
+        client: &DynLock,
+        key: &LockKey,
+        window: Duration,
+    ) -> CaseResult {
         let until = Instant::now() + window;
         loop {
             let stolen = client.try_acquire(key, &self.long()).await?;
-            ensure!(stolen.is_none(), "`{key}` was acquired while another lease held it");
+            ensure!(
+                stolen.is_none(),
+                "`{key}` was acquired while another lease held it"
+            );
             if Instant::now() >= until {
                 return Ok(());
             }
@@ -242,7 +257,11 @@ impl<'a> Scope<'a> {
 }
 
 /// Awaits `fut` for at most `limit`, failing the case with `what` on timeout.
-pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> Result<T, CaseError> {
+pub async fn within<T>(
+    limit: Duration,
+    what: &str,
+    fut: impl Future<Output = T>,
+) -> Result<T, CaseError> {
     tokio::time::timeout(limit, fut)
         .await
         .map_err(|_| CaseError::msg(format!("{what}: not done within {limit:?}")))

@@ -26,7 +26,11 @@ pub async fn waiter_wakes_promptly(h: &dyn Harness) -> CaseResult {
     let (acquired_at, lease) = within(Duration::from_secs(10), "waiter", waiter).await??;
     let lease = lease?;
     let handoff = acquired_at - released_at;
-    ensure!(handoff <= s.handoff_bound(), "hand-off took {handoff:?}, bound {:?}", s.handoff_bound());
+    ensure!(
+        handoff <= s.handoff_bound(),
+        "hand-off took {handoff:?}, bound {:?}",
+        s.handoff_bound()
+    );
     lease.release().await?;
     Ok(())
 }
@@ -36,20 +40,34 @@ pub async fn waiter_wakes_promptly(h: &dyn Harness) -> CaseResult {
 pub async fn cancelled_wait_leaves_no_orphan(h: &dyn Harness) -> CaseResult {
     let s = Scope::new(h, "cancelled_wait_leaves_no_orphan");
     let key = s.key("k")?;
-    let (a, b, c, d) = (s.client().await?, s.client().await?, s.client().await?, s.client().await?);
+    let (a, b, c, d) = (
+        s.client().await?,
+        s.client().await?,
+        s.client().await?,
+        s.client().await?,
+    );
     let held = a.acquire(&key, &s.long()).await?;
     // Cancelled by a timeout around the future.
-    let timed_out = tokio::time::timeout(Duration::from_millis(300), b.acquire(&key, &s.long())).await;
+    let timed_out =
+        tokio::time::timeout(Duration::from_millis(300), b.acquire(&key, &s.long())).await;
     ensure!(timed_out.is_err(), "waiter acquired a held lock");
     // Cancelled by aborting the task it runs in.
     let (task_key, opts) = (key.clone(), s.long());
     let task = tokio::spawn(async move { c.acquire(&task_key, &opts).await.map(drop) });
     tokio::time::sleep(Duration::from_millis(300)).await;
     task.abort();
-    ensure!(task.await.is_err_and(|e| e.is_cancelled()), "aborted waiter finished instead");
+    ensure!(
+        task.await.is_err_and(|e| e.is_cancelled()),
+        "aborted waiter finished instead"
+    );
     s.expect_residue(1, Duration::from_secs(5)).await?;
     held.release().await?;
-    let next = within(s.handoff_bound(), "acquire after cancelled waiters", d.acquire(&key, &s.long())).await??;
+    let next = within(
+        s.handoff_bound(),
+        "acquire after cancelled waiters",
+        d.acquire(&key, &s.long()),
+    )
+    .await??;
     next.release().await?;
     s.expect_residue(0, Duration::from_secs(5)).await
 }
@@ -71,7 +89,10 @@ pub async fn waiter_session_expiry_is_an_error(h: &dyn Harness) -> CaseResult {
     let outcome = within(Duration::from_secs(30), "partitioned waiter", waiter).await??;
     faulty.faults.set_fault(Fault::None).await;
     match outcome {
-        Err(e) => ensure!(!matches!(e, LockError::InvalidOptions { .. }), "unexpected error {e}"),
+        Err(e) => ensure!(
+            !matches!(e, LockError::InvalidOptions { .. }),
+            "unexpected error {e}"
+        ),
         Ok(lease) => {
             return Err(CaseError::msg(format!(
                 "a waiter cut off from the backend got the lock (token {})",
@@ -79,7 +100,12 @@ pub async fn waiter_session_expiry_is_an_error(h: &dyn Harness) -> CaseResult {
             )));
         }
     }
-    let next = within(s.short_ttl() * 4 + s.handoff_bound(), "acquire after the dead waiter", c.acquire(&key, &s.long())).await??;
+    let next = within(
+        s.short_ttl() * 4 + s.handoff_bound(),
+        "acquire after the dead waiter",
+        c.acquire(&key, &s.long()),
+    )
+    .await??;
     next.release().await?;
     Ok(())
 }
@@ -90,7 +116,11 @@ pub async fn expired_waiter_ahead_does_not_skip_holder(h: &dyn Harness) -> CaseR
     let s = Scope::new(h, "expired_waiter_ahead_does_not_skip_holder");
     let (a, c, key) = (s.client().await?, s.client().await?, s.key("k")?);
     let held = a.acquire(&key, &s.long()).await?;
-    let ahead = if h.hooks().faulty_client { Some(h.faulty_client().await?) } else { None };
+    let ahead = if h.hooks().faulty_client {
+        Some(h.faulty_client().await?)
+    } else {
+        None
+    };
     let ahead_lock = match &ahead {
         Some(f) => f.lock.clone(),
         None => s.client().await?,
@@ -118,7 +148,12 @@ pub async fn expired_waiter_ahead_does_not_skip_holder(h: &dyn Harness) -> CaseR
     );
     ensure!(held.is_held(), "holder lost its lease");
     held.release().await?;
-    let lease = within(s.handoff_bound() + s.short_ttl() * 2, "second waiter after release", second).await???;
+    let lease = within(
+        s.handoff_bound() + s.short_ttl() * 2,
+        "second waiter after release",
+        second,
+    )
+    .await???;
     if let Some(f) = &ahead {
         f.faults.set_fault(Fault::None).await;
     }
@@ -140,7 +175,10 @@ pub async fn fifo_order(h: &dyn Harness) -> CaseResult {
         let (client, key, opts, order) = (s.client().await?, key.clone(), s.long(), order.clone());
         tasks.push(tokio::spawn(async move {
             let lease = client.acquire(&key, &opts).await?;
-            order.lock().map_err(|_| CaseError::msg("poisoned"))?.push(i);
+            order
+                .lock()
+                .map_err(|_| CaseError::msg("poisoned"))?
+                .push(i);
             lease.release().await?;
             Ok::<_, CaseError>(())
         }));
@@ -151,8 +189,14 @@ pub async fn fifo_order(h: &dyn Harness) -> CaseResult {
     for task in tasks {
         within(Duration::from_secs(20), "waiter", task).await???;
     }
-    let order = order.lock().map_err(|_| CaseError::msg("poisoned"))?.clone();
-    ensure!(order == (0..WAITERS).collect::<Vec<_>>(), "acquired in order {order:?}");
+    let order = order
+        .lock()
+        .map_err(|_| CaseError::msg("poisoned"))?
+        .clone();
+    ensure!(
+        order == (0..WAITERS).collect::<Vec<_>>(),
+        "acquired in order {order:?}"
+    );
     Ok(())
 }
 
@@ -167,10 +211,20 @@ pub async fn wait_timeout_honoured(h: &dyn Harness) -> CaseResult {
     let took = started.elapsed();
     match outcome {
         Err(LockError::Timeout { .. }) => {}
-        other => return Err(CaseError::msg(format!("bounded wait on a held lock gave {other:?}"))),
+        other => {
+            return Err(CaseError::msg(format!(
+                "bounded wait on a held lock gave {other:?}"
+            )));
+        }
     }
-    ensure!(took + Duration::from_millis(5) >= wait, "gave up early, after {took:?}");
-    ensure!(took <= wait + Duration::from_millis(750), "gave up late, after {took:?} for {wait:?}");
+    ensure!(
+        took + Duration::from_millis(5) >= wait,
+        "gave up early, after {took:?}"
+    );
+    ensure!(
+        took <= wait + Duration::from_millis(750),
+        "gave up late, after {took:?} for {wait:?}"
+    );
     s.expect_residue(1, Duration::from_secs(5)).await?;
     held.release().await?;
     s.expect_residue(0, Duration::from_secs(5)).await

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 const STOP_GRACE: Duration = Duration::from_secs(10);
 /// Longest an etcdctl call may take; a paused quorum would otherwise hang it.
 const ETCDCTL_TIMEOUT: Duration = Duration::from_secs(20);
+const HTTP_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One etcd member (`etcd` child process) on free loopback ports, in its own temp
 /// dir. Alone it is a single-node cluster; [`EtcdCluster`] holds several.
@@ -105,7 +106,8 @@ impl EtcdServer {
         self.process.kill();
     }
 
-    /// Freezes the member (SIGSTOP): connections stay open, nothing answers.
+    /// Freezes the member (SIGSTOP): from return on, connections stay open and nothing
+    /// answers.
     pub fn pause(&self) -> Result<(), ServerError> {
         self.process.pause()
     }
@@ -186,7 +188,10 @@ impl EtcdServer {
     pub async fn status(&self) -> Result<MemberStatus, ServerError> {
         let (code, body) = http_request(self.addr(), "POST", "/v3/maintenance/status", "{}")
             .await
-            .map_err(ServerError::io(format!("status of etcd member {}", self.name)))?;
+            .map_err(ServerError::io(format!(
+                "status of etcd member {}",
+                self.name
+            )))?;
         let field = |key| json_u64(&body, key);
         match (code, field("member_id"), field("leader"), field("raftTerm")) {
             (200, Some(member_id), leader, Some(raft_term)) => Ok(MemberStatus {
@@ -202,7 +207,9 @@ impl EtcdServer {
 
     async fn wait_healthy(&self) -> Result<(), ServerError> {
         let addr = self.addr();
-        self.process.wait_ready(READY_TIMEOUT, || healthy(addr)).await
+        self.process
+            .wait_ready(READY_TIMEOUT, || healthy(addr))
+            .await
     }
 
     fn root_password(&self) -> Option<String> {
@@ -213,8 +220,10 @@ impl EtcdServer {
     }
 
     fn set_root_password(&self, password: &str) {
-        *self.root_password.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some(password.to_owned());
+        *self
+            .root_password
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(password.to_owned());
     }
 }
 
@@ -335,33 +344,22 @@ async fn start_members(size: usize) -> Result<Vec<EtcdServer>, ServerError> {
             let client_url = format!("http://127.0.0.1:{client_port}");
             let peer_url = format!("http://127.0.0.1:{peer_port}");
             let args: Vec<OsString> = [
-                "--name",
-                &name,
-                "--listen-client-urls",
-                &client_url,
-                "--advertise-client-urls",
-                &client_url,
-                "--listen-peer-urls",
-                &peer_url,
-                "--initial-advertise-peer-urls",
-                &peer_url,
-                "--initial-cluster",
-                &initial_cluster,
-                "--initial-cluster-state",
-                "new",
-                "--initial-cluster-token",
-                &token,
-                "--heartbeat-interval",
-                "100",
-                "--election-timeout",
-                "1000",
+                format!("--name={name}"),
+                format!("--data-dir={}", dir.path().join("data").display()),
+                format!("--listen-client-urls={client_url}"),
+                format!("--advertise-client-urls={client_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster={initial_cluster}"),
+                "--initial-cluster-state=new".to_owned(),
+                format!("--initial-cluster-token={token}"),
+                "--heartbeat-interval=100".to_owned(),
+                "--election-timeout=1000".to_owned(),
             ]
-            .iter()
+            .into_iter()
             .map(OsString::from)
-            .chain([OsString::from("--data-dir"), dir.path().join("data").into()])
             .collect();
-            let log_path = dir.path().join("etcd.log");
-            let process = ServerProcess::start(&format!("etcd {name}"), &binary, args, log_path)?;
+            let process = ServerProcess::start(&format!("etcd {name}"), &binary, args, dir.path())?;
             spawned.push((name, client_port, process, dir));
         }
         let mut members = Vec::with_capacity(size);
@@ -392,21 +390,28 @@ async fn healthy(addr: SocketAddr) -> bool {
 }
 
 /// One HTTP/1.1 request with `Connection: close`; returns the status code and body.
+/// Times out, so a paused member cannot hang the caller.
 async fn http_request(
     addr: SocketAddr,
     method: &str,
     path: &str,
     body: &str,
 ) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect(addr).await?;
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await?;
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await?;
+        Ok::<_, std::io::Error>(response)
+    };
+    let response = tokio::time::timeout(HTTP_TIMEOUT, exchange)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "etcd did not answer"))??;
     let response = String::from_utf8_lossy(&response);
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
     let code = head

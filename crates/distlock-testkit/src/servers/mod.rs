@@ -11,7 +11,7 @@ pub mod process;
 pub mod redis;
 pub mod zookeeper;
 
-pub use etcd::{EtcdCluster, EtcdServer};
+pub use etcd::{EtcdCluster, EtcdServer, MemberStatus};
 pub use mariadb::MariaDbServer;
 pub use process::ServerProcess;
 pub use redis::{RedisOptions, RedisServer};
@@ -120,8 +120,11 @@ pub fn external_url(backend: &str) -> Option<String> {
 /// The backends named in `DISTLOCK_TEST_SKIP=a,b`, lowercased and trimmed; empty when
 /// the variable is unset.
 pub fn skip_list() -> Vec<String> {
-    std::env::var("DISTLOCK_TEST_SKIP")
-        .unwrap_or_default()
+    parse_skip_list(&std::env::var("DISTLOCK_TEST_SKIP").unwrap_or_default())
+}
+
+fn parse_skip_list(value: &str) -> Vec<String> {
+    value
         .split(',')
         .map(|name| name.trim().to_ascii_lowercase())
         .filter(|name| !name.is_empty())
@@ -240,4 +243,44 @@ pub(crate) fn url_encode(text: &str) -> String {
             _ => format!("%{byte:02X}"),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skip_list_is_lowercased_trimmed_and_drops_blanks() {
+        assert_eq!(
+            parse_skip_list(" ZooKeeper, mysql ,,"),
+            ["zookeeper", "mysql"]
+        );
+        assert!(parse_skip_list("").is_empty());
+    }
+
+    #[test]
+    fn missing_binary_names_the_install_command() {
+        let error = find_binary("distlock-no-such-server", "no-such-package").unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains("sudo scripts/install-backends"),
+            "{message}"
+        );
+        assert!(
+            message.contains("apt-get install no-such-package"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn free_ports_are_never_handed_out_twice() {
+        let ports: std::collections::HashSet<u16> = (0..50).map(|_| free_port().unwrap()).collect();
+        assert_eq!(ports.len(), 50);
+    }
+
+    #[test]
+    fn url_encoding_escapes_reserved_characters() {
+        assert_eq!(url_encode("a b@c:d/e"), "a%20b%40c%3Ad%2Fe");
+        assert_eq!(url_encode("plain-._~"), "plain-._~");
+    }
 }

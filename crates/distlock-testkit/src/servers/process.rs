@@ -2,8 +2,9 @@
 //!
 //! A [`ServerProcess`] is killed and reaped when dropped. Statics are never dropped,
 //! and a test binary may itself be killed, so every child also gets a watchdog: a
-//! tiny `sh` that blocks reading a pipe from the test process and SIGKILLs the child
-//! when the pipe closes, which the kernel does when the test process dies.
+//! tiny `sh` that blocks reading a pipe from the test process and, when the pipe
+//! closes (the kernel closes it when the test process exits or dies), SIGKILLs the
+//! child and removes its temp dir, which no `TempDir` drop will remove then.
 
 use super::ServerError;
 use nix::sys::signal::Signal;
@@ -38,20 +39,27 @@ pub(crate) struct ManagedChild {
     name: String,
     child: Child,
     exited: Option<ExitStatus>,
+    scratch_dir: PathBuf,
     watchdog: Option<Child>,
 }
 
 impl ManagedChild {
-    /// Spawns `command`, naming it `name` in errors.
-    pub(crate) fn spawn(name: &str, command: &mut Command) -> Result<Self, ServerError> {
+    /// Spawns `command`, naming it `name` in errors. If the test process exits or
+    /// dies first, the watchdog kills the child and removes `scratch_dir`.
+    pub(crate) fn spawn(
+        name: &str,
+        command: &mut Command,
+        scratch_dir: &Path,
+    ) -> Result<Self, ServerError> {
         let child = command
             .spawn()
             .map_err(ServerError::io(format!("spawn {name}")))?;
-        let watchdog = spawn_watchdog(child.id());
+        let watchdog = spawn_watchdog(Some(child.id()), scratch_dir);
         Ok(ManagedChild {
             name: name.to_owned(),
             child,
             exited: None,
+            scratch_dir: scratch_dir.to_owned(),
             watchdog,
         })
     }
@@ -69,8 +77,7 @@ impl ManagedChild {
         if self.exited.is_none() {
             self.exited = self.child.try_wait().ok().flatten();
             if self.exited.is_some() {
-                // The pid may be reused from now on: the watchdog must not fire.
-                self.disarm_watchdog();
+                self.rearm_for_dir_only();
             }
         }
         self.exited
@@ -87,17 +94,35 @@ impl ManagedChild {
         }
     }
 
+    /// SIGSTOPs the child and returns once every one of its threads has stopped.
+    pub(crate) fn pause(&mut self) -> Result<(), ServerError> {
+        self.signal(Signal::SIGSTOP)?;
+        wait_stopped(self.pid())
+    }
+
     /// SIGKILLs the child and reaps it.
     pub(crate) fn kill(&mut self) {
-        self.disarm_watchdog();
         if self.exited.is_none() {
-            // Errors mean it is already gone; `wait` below reaps it either way.
-            let _ = self.child.kill();
-            self.exited = self.child.wait().ok();
+            self.kill_and_reap();
+            self.rearm_for_dir_only();
         }
     }
 
-    pub(crate) fn disarm_watchdog(&mut self) {
+    fn kill_and_reap(&mut self) {
+        // Errors mean it is already gone; `wait` reaps it either way.
+        let _ = self.child.kill();
+        self.exited = self.child.wait().ok();
+    }
+
+    /// Once the child is reaped its pid may be reused, so the watchdog must not kill
+    /// it any more; it still removes the scratch dir, which a server killed for
+    /// good (and held in a static) would otherwise leak.
+    fn rearm_for_dir_only(&mut self) {
+        self.disarm_watchdog();
+        self.watchdog = spawn_watchdog(None, &self.scratch_dir);
+    }
+
+    fn disarm_watchdog(&mut self) {
         if let Some(mut watchdog) = self.watchdog.take() {
             let _ = watchdog.kill();
             let _ = watchdog.wait();
@@ -107,16 +132,67 @@ impl ManagedChild {
 
 impl Drop for ManagedChild {
     fn drop(&mut self) {
-        self.kill();
+        // The owner's TempDir removes the scratch dir from here on.
+        self.disarm_watchdog();
+        if self.exited.is_none() {
+            self.kill_and_reap();
+        }
     }
 }
 
-/// Spawns `sh` that SIGKILLs `pid` once the test process dies. Best effort: without
-/// it, only the test process's own death leaks the child.
-fn spawn_watchdog(pid: u32) -> Option<Child> {
+/// Waits until every thread of `pid` is stopped (or gone).
+///
+/// A group stop reaches each thread only when that thread next runs, which on a
+/// loaded machine took over 300 ms for a JVM: without this wait a "paused" server
+/// still answered requests sent right after `pause` returned.
+fn wait_stopped(pid: u32) -> Result<(), ServerError> {
+    const LIMIT: Duration = Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + LIMIT;
+    while !all_threads_stopped(pid) {
+        if std::time::Instant::now() >= deadline {
+            return Err(ServerError::Protocol(format!(
+                "pid {pid} got SIGSTOP but did not stop within {LIMIT:?}"
+            )));
+        }
+        // Blocking is fine: only the kernel's scheduling is awaited, nothing of ours.
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        // Gone, or no procfs to ask: nothing left that could answer.
+        return true;
+    };
+    tasks.flatten().all(|task| {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // The state follows the parenthesised command name, which may hold spaces.
+        let state = stat
+            .rfind(')')
+            .and_then(|end| stat[end + 1..].trim_start().chars().next());
+        matches!(state, None | Some('T' | 't' | 'Z' | 'X'))
+    })
+}
+
+/// The watchdog: on EOF, kill the child if there is one, give it up to 5 s to
+/// disappear (a zombie nobody reaps never does), then remove the scratch dir.
+const WATCHDOG_SCRIPT: &str = r#"read _ignored
+if [ -n "$1" ]; then
+  kill -KILL "$1" 2>/dev/null
+  i=0
+  while kill -0 "$1" 2>/dev/null && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+fi
+rm -rf -- "$2""#;
+
+/// Spawns `sh` that SIGKILLs `pid` (if any) and removes `scratch_dir` once the
+/// test process exits or dies. Best effort: without it, a test process that exits
+/// without dropping the server leaks it.
+fn spawn_watchdog(pid: Option<u32>, scratch_dir: &Path) -> Option<Child> {
     let spawned = Command::new("sh")
-        .args(["-c", "read _ignored; kill -KILL \"$1\"", "distlock-watchdog"])
-        .arg(pid.to_string())
+        .args(["-c", WATCHDOG_SCRIPT, "distlock-watchdog"])
+        .arg(pid.map(|pid| pid.to_string()).unwrap_or_default())
+        .arg(scratch_dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -130,8 +206,8 @@ fn spawn_watchdog(pid: u32) -> Option<Child> {
     }
 }
 
-/// A server child process: one command line, its output appended to one log file,
-/// restartable with the same command line.
+/// A server child process: one command line, run with its own scratch dir and its
+/// output appended to `server.log` there, restartable with the same command line.
 ///
 /// All methods take `&self`, so a server shared by several tests (for example in a
 /// static) can still be paused, killed and restarted.
@@ -139,6 +215,7 @@ pub struct ServerProcess {
     name: String,
     program: PathBuf,
     args: Vec<OsString>,
+    dir: PathBuf,
     log_path: PathBuf,
     child: Mutex<Option<ManagedChild>>,
 }
@@ -157,18 +234,21 @@ impl std::fmt::Debug for ServerProcess {
 
 impl ServerProcess {
     /// Starts `program args`, with stdin closed and stdout and stderr appended to
-    /// `log_path`. `name` identifies the process in errors.
+    /// `dir/server.log`. `dir` is the server's own scratch dir (its `TempDir`): if the
+    /// test process exits without dropping this value, as with a server in a static,
+    /// the watchdog removes `dir`. `name` identifies the process in errors.
     pub fn start(
         name: &str,
         program: &Path,
         args: Vec<OsString>,
-        log_path: PathBuf,
+        dir: &Path,
     ) -> Result<Self, ServerError> {
         let process = ServerProcess {
             name: name.to_owned(),
             program: program.to_owned(),
             args,
-            log_path,
+            dir: dir.to_owned(),
+            log_path: dir.join("server.log"),
             child: Mutex::new(None),
         };
         process.respawn()?;
@@ -199,13 +279,17 @@ impl ServerProcess {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err);
-        *slot = Some(ManagedChild::spawn(&self.name, &mut command)?);
+        *slot = Some(ManagedChild::spawn(&self.name, &mut command, &self.dir)?);
         Ok(())
     }
 
     /// Polls `probe` until it returns true. Fails early, with the log tail, if the
     /// process exits, and after `timeout` if it never answers.
-    pub async fn wait_ready<F, Fut>(&self, timeout: Duration, mut probe: F) -> Result<(), ServerError>
+    pub async fn wait_ready<F, Fut>(
+        &self,
+        timeout: Duration,
+        mut probe: F,
+    ) -> Result<(), ServerError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = bool>,
@@ -259,8 +343,14 @@ impl ServerProcess {
     }
 
     /// Freezes the process with SIGSTOP: its sockets stay open and nothing answers.
+    /// Returns once every thread of the process has stopped.
     pub fn pause(&self) -> Result<(), ServerError> {
-        self.signal(Signal::SIGSTOP)
+        match self.lock().as_mut() {
+            Some(child) => child.pause(),
+            None => Err(ServerError::NotRunning {
+                name: self.name.clone(),
+            }),
+        }
     }
 
     /// Lets a paused process run again (SIGCONT).
@@ -269,7 +359,7 @@ impl ServerProcess {
     }
 
     /// Sends `signal` to the running process.
-    pub fn signal(&self, signal: Signal) -> Result<(), ServerError> {
+    pub(crate) fn signal(&self, signal: Signal) -> Result<(), ServerError> {
         match self.lock().as_mut() {
             Some(child) => child.signal(signal),
             None => Err(ServerError::NotRunning {
@@ -292,7 +382,6 @@ impl ServerProcess {
         {
             let mut slot = self.lock();
             let Some(child) = slot.as_mut() else { return };
-            child.disarm_watchdog();
             if child.signal(Signal::SIGTERM).is_err() {
                 return;
             }

@@ -70,14 +70,13 @@ impl RedisServer {
             .map_err(ServerError::io("create a temp dir for redis"))?;
         let data_dir = dir.path().join("data");
         std::fs::create_dir_all(&data_dir).map_err(ServerError::io("create redis data dir"))?;
-        let log_path = dir.path().join("redis.log");
         let config = dir.path().join("redis.conf");
         let password = options.password.as_deref();
         let (port, process) = retry_on_exit(async || {
             let port = free_port()?;
             write_private(&config, &config_text(port, &data_dir, &options))?;
             let args = vec![config.clone().into_os_string()];
-            let process = ServerProcess::start("redis-server", &binary, args, log_path.clone())?;
+            let process = ServerProcess::start("redis-server", &binary, args, dir.path())?;
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
             process
                 .wait_ready(READY_TIMEOUT, || ping(addr, password))
@@ -159,7 +158,8 @@ impl RedisServer {
         self.process.kill();
     }
 
-    /// Freezes the server (SIGSTOP): connections stay open, nothing answers.
+    /// Freezes the server (SIGSTOP): from return on, connections stay open and nothing
+    /// answers.
     pub fn pause(&self) -> Result<(), ServerError> {
         self.process.pause()
     }

@@ -1,0 +1,296 @@
+//! MariaDB launcher: `mariadb-install-db` into a temp datadir, then `mariadbd` on a
+//! free loopback port, with a `distlock` database and a password-protected user.
+
+use super::process::ServerProcess;
+use super::{ServerError, find_binary, free_port, random_password, retry_on_exit, url_encode};
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Install plus first start; slow disks make the install the long part.
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
+const STOP_GRACE: Duration = Duration::from_secs(20);
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The database and user every test server gets.
+const DATABASE: &str = "distlock";
+const USER: &str = "distlock";
+
+/// Server settings shared by the install and the server: small and fast to start,
+/// no binlog, no performance schema. No `--log-error`, so the log goes to stderr
+/// and into the process log file.
+const SERVER_FLAGS: &[&str] = &[
+    "--skip-log-bin",
+    "--skip-name-resolve",
+    "--performance-schema=OFF",
+    "--innodb-buffer-pool-size=64M",
+    "--innodb-log-file-size=16M",
+    "--innodb-buffer-pool-dump-at-shutdown=OFF",
+    "--innodb-buffer-pool-load-at-startup=OFF",
+    // Native AIO contexts are a machine-wide budget that several servers can exhaust.
+    "--innodb-use-native-aio=OFF",
+    "--character-set-server=utf8mb4",
+    "--max-connections=1000",
+];
+
+/// A `mariadbd` child process on a free loopback port, with its datadir in its own
+/// temp dir, a `distlock` database, and a `distlock` user with a random password
+/// allowed everything on that database.
+///
+/// The process is killed when this value is dropped.
+pub struct MariaDbServer {
+    port: u16,
+    password: String,
+    socket: PathBuf,
+    client: PathBuf,
+    process: ServerProcess,
+    _dir: TempDir,
+}
+
+impl std::fmt::Debug for MariaDbServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MariaDbServer")
+            .field("port", &self.port)
+            .field("user", &USER)
+            .field("password", &"<redacted>")
+            .field("socket", &self.socket)
+            .field("process", &self.process)
+            .finish()
+    }
+}
+
+impl MariaDbServer {
+    /// Creates a datadir, starts the server, and creates the database and user;
+    /// returns once the server accepts logins.
+    pub async fn start() -> Result<Self, ServerError> {
+        let server = find_binary("mariadbd", "mariadb-server")?;
+        let install = find_binary("mariadb-install-db", "mariadb-server")?;
+        let client = find_binary("mariadb", "mariadb-client")?;
+        let dir = tempfile::Builder::new()
+            .prefix("distlock-mariadb-")
+            .tempdir()
+            .map_err(ServerError::io("create a temp dir for mariadb"))?;
+        let datadir = dir.path().join("data");
+        let socket = dir.path().join("mysqld.sock");
+        install_datadir(&install, &datadir, &dir.path().join("install.log")).await?;
+
+        let (port, process) = retry_on_exit(async || {
+            let port = free_port()?;
+            let mut args: Vec<OsString> = vec![
+                "--no-defaults".into(),
+                arg("--datadir=", &datadir),
+                arg("--socket=", &socket),
+                arg("--pid-file=", &dir.path().join("mariadbd.pid")),
+                format!("--port={port}").into(),
+                "--bind-address=127.0.0.1".into(),
+            ];
+            args.extend(SERVER_FLAGS.iter().map(OsString::from));
+            args.extend(run_as_root_flag());
+            let process = ServerProcess::start("mariadbd", &server, args, dir.path())?;
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            process.wait_ready(READY_TIMEOUT, || greets(addr)).await?;
+            Ok((port, process))
+        })
+        .await?;
+        let server = MariaDbServer {
+            port,
+            password: random_password(),
+            socket,
+            client,
+            process,
+            _dir: dir,
+        };
+        server
+            .exec_root(&format!(
+                "CREATE DATABASE IF NOT EXISTS `{DATABASE}`;\n\
+                 CREATE USER IF NOT EXISTS '{USER}'@'%' IDENTIFIED BY '{}';\n\
+                 GRANT ALL ON `{DATABASE}`.* TO '{USER}'@'%';\n",
+                server.password
+            ))
+            .await?;
+        Ok(server)
+    }
+
+    /// `mysql://distlock:<password>@127.0.0.1:<port>/distlock`.
+    pub fn url(&self) -> String {
+        format!(
+            "mysql://{USER}:{}@127.0.0.1:{}/{DATABASE}",
+            url_encode(&self.password),
+            self.port
+        )
+    }
+
+    /// The loopback address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// The TCP port; it stays the same across restarts.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The test user's name (`distlock`).
+    pub fn user(&self) -> &str {
+        USER
+    }
+
+    /// The test user's password.
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
+    /// The database the test user owns (`distlock`).
+    pub fn database(&self) -> &str {
+        DATABASE
+    }
+
+    /// The server's Unix socket, where `root` logs in without a password.
+    pub fn socket_path(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The server's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.pid()
+    }
+
+    /// The underlying process, for signals and state checks.
+    pub fn process(&self) -> &ServerProcess {
+        &self.process
+    }
+
+    /// Shuts the server down cleanly (SIGTERM), killing it if that takes too long.
+    pub async fn stop(&self) {
+        self.process.stop(STOP_GRACE).await;
+    }
+
+    /// Kills the server with SIGKILL, as a crash would (InnoDB recovers on restart).
+    pub fn kill(&self) {
+        self.process.kill();
+    }
+
+    /// Freezes the server (SIGSTOP): from return on, connections stay open and nothing
+    /// answers.
+    pub fn pause(&self) -> Result<(), ServerError> {
+        self.process.pause()
+    }
+
+    /// Lets a paused server answer again (SIGCONT).
+    pub fn resume(&self) -> Result<(), ServerError> {
+        self.process.resume()
+    }
+
+    /// Stops the server if it runs, then starts it on the same port with the same
+    /// datadir (tables, rows and users survive) and waits until it accepts clients.
+    pub async fn restart(&self) -> Result<(), ServerError> {
+        self.stop().await;
+        self.process.respawn()?;
+        let addr = self.addr();
+        self.process
+            .wait_ready(READY_TIMEOUT, || greets(addr))
+            .await
+    }
+
+    /// The last `lines` lines of the server's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        self.process.log_tail(lines)
+    }
+
+    /// Runs `sql` as `root` through the `mariadb` client over the Unix socket and
+    /// returns the result rows, tab-separated, without a header. For test control:
+    /// `KILL <id>`, `SHOW GLOBAL STATUS`, reading rows behind an adapter's back.
+    pub async fn exec_root(&self, sql: &str) -> Result<String, ServerError> {
+        let mut child = tokio::process::Command::new(&self.client)
+            .arg("--no-defaults")
+            .arg("--protocol=socket")
+            .arg(arg("--socket=", &self.socket))
+            .args(["--user=root", "--batch", "--skip-column-names"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(ServerError::io("spawn the mariadb client"))?;
+        // SQL goes through stdin so passwords in it stay out of process listings.
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(sql.as_bytes())
+                .await
+                .map_err(ServerError::io("send SQL to the mariadb client"))?;
+        }
+        let output = tokio::time::timeout(CLIENT_TIMEOUT, child.wait_with_output())
+            .await
+            .map_err(|_| ServerError::Command {
+                command: "mariadb (as root)".into(),
+                output: format!("no answer within {CLIENT_TIMEOUT:?}"),
+            })?
+            .map_err(ServerError::io("run the mariadb client"))?;
+        if !output.status.success() {
+            return Err(ServerError::Command {
+                command: "mariadb (as root)".into(),
+                output: String::from_utf8_lossy(&output.stderr).into_owned(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+}
+
+async fn install_datadir(install: &Path, datadir: &Path, log: &Path) -> Result<(), ServerError> {
+    let mut command = tokio::process::Command::new(install);
+    command
+        .arg("--no-defaults")
+        .arg(arg("--datadir=", datadir))
+        .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+        .args(SERVER_FLAGS)
+        .args(run_as_root_flag())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(READY_TIMEOUT, command.output())
+        .await
+        .map_err(|_| ServerError::Command {
+            command: "mariadb-install-db".into(),
+            output: format!("no result within {READY_TIMEOUT:?}"),
+        })?
+        .map_err(ServerError::io("run mariadb-install-db"))?;
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    // Kept for post-mortems; a failure to write it must not hide the install result.
+    let _ = std::fs::write(log, &text);
+    if output.status.success() {
+        Ok(())
+    } else {
+        let tail: Vec<&str> = text.lines().rev().take(40).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        Err(ServerError::Command {
+            command: "mariadb-install-db".into(),
+            output: tail.join("\n"),
+        })
+    }
+}
+
+/// `mariadbd` refuses to run as root unless told to.
+fn run_as_root_flag() -> Option<OsString> {
+    nix::unistd::geteuid()
+        .is_root()
+        .then(|| OsString::from("--user=root"))
+}
+
+fn arg(flag: &str, path: &Path) -> OsString {
+    let mut arg = OsString::from(flag);
+    arg.push(path);
+    arg
+}
+
+/// Whether a MySQL-protocol greeting (protocol version 10) arrives from `addr`.
+async fn greets(addr: SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect(addr).await else {
+        return false;
+    };
+    let mut header = [0u8; 5];
+    // 3-byte length, sequence id, then the protocol version.
+    stream.read_exact(&mut header).await.is_ok() && header[4] == 10
+}

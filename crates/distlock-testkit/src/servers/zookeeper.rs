@@ -1,0 +1,295 @@
+//! ZooKeeper launcher: a standalone `ZooKeeperServerMain` on a short tickTime, so
+//! sessions can expire within a second.
+
+use super::process::ServerProcess;
+use super::{READY_TIMEOUT, ServerError, find_binary, free_port, retry_on_exit, write_private};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const STOP_GRACE: Duration = Duration::from_secs(10);
+/// The jar of Debian's `zookeeper` package; its manifest names every dependency.
+const DEBIAN_JAR: &str = "/usr/share/java/zookeeper.jar";
+/// A logging backend from libslf4j-java, used when present, so the log says
+/// something (without one, ZooKeeper logs nothing at all).
+const SLF4J_SIMPLE_JAR: &str = "/usr/share/java/slf4j-simple.jar";
+/// JVM flags for a fast, small test server.
+const JVM_FLAGS: &[&str] = &[
+    "-Xms64m",
+    "-Xmx256m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Xss512k",
+];
+
+/// How a [`ZooKeeperServer`] is configured.
+#[derive(Clone)]
+pub struct ZooKeeperOptions {
+    /// The ZooKeeper tick; session timeouts are bounded by 2 and 20 ticks by default.
+    pub tick_time: Duration,
+    /// Shortest session timeout the server grants.
+    pub min_session_timeout: Duration,
+    /// Longest session timeout the server grants.
+    pub max_session_timeout: Duration,
+    /// Password of the `super` digest user, who may read and change every znode
+    /// whatever its ACL (`DigestAuthenticationProvider.superDigest`).
+    pub super_password: Option<String>,
+}
+
+impl Default for ZooKeeperOptions {
+    fn default() -> Self {
+        ZooKeeperOptions {
+            tick_time: Duration::from_millis(200),
+            min_session_timeout: Duration::from_millis(400),
+            max_session_timeout: Duration::from_secs(60),
+            super_password: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for ZooKeeperOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZooKeeperOptions")
+            .field("tick_time", &self.tick_time)
+            .field("min_session_timeout", &self.min_session_timeout)
+            .field("max_session_timeout", &self.max_session_timeout)
+            .field(
+                "super_password",
+                &self.super_password.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+/// A standalone ZooKeeper (`java ... ZooKeeperServerMain`) on a free loopback port,
+/// with its data in its own temp dir and every four-letter word enabled.
+///
+/// The process is killed when this value is dropped.
+#[derive(Debug)]
+pub struct ZooKeeperServer {
+    port: u16,
+    process: ServerProcess,
+    _dir: TempDir,
+}
+
+impl ZooKeeperServer {
+    /// Starts a server with default options and waits until `ruok` answers `imok`.
+    pub async fn start() -> Result<Self, ServerError> {
+        Self::start_with(ZooKeeperOptions::default()).await
+    }
+
+    /// Starts a server with `options` and waits until `ruok` answers `imok`.
+    pub async fn start_with(options: ZooKeeperOptions) -> Result<Self, ServerError> {
+        let java = find_binary("java", "default-jre-headless")?;
+        let classpath = classpath()?;
+        let dir = tempfile::Builder::new()
+            .prefix("distlock-zookeeper-")
+            .tempdir()
+            .map_err(ServerError::io("create a temp dir for zookeeper"))?;
+        let mut jvm_args: Vec<OsString> = JVM_FLAGS.iter().map(OsString::from).collect();
+        if let Some(password) = &options.super_password {
+            let digest = super_digest(&java, &classpath, password).await?;
+            jvm_args.push(
+                format!("-Dzookeeper.DigestAuthenticationProvider.superDigest={digest}").into(),
+            );
+        }
+        let config = dir.path().join("zoo.cfg");
+        let (port, process) = retry_on_exit(async || {
+            let port = free_port()?;
+            write_private(
+                &config,
+                &config_text(port, &dir.path().join("data"), &options),
+            )?;
+            let mut args = jvm_args.clone();
+            args.extend(["-cp".into(), classpath.clone().into()]);
+            args.push("org.apache.zookeeper.server.ZooKeeperServerMain".into());
+            args.push(config.clone().into());
+            let process = ServerProcess::start("zookeeper", &java, args, dir.path())?;
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            process.wait_ready(READY_TIMEOUT, || ruok(addr)).await?;
+            Ok((port, process))
+        })
+        .await?;
+        Ok(ZooKeeperServer {
+            port,
+            process,
+            _dir: dir,
+        })
+    }
+
+    /// The connect string, `127.0.0.1:<port>`, as ZooKeeper clients take it.
+    pub fn url(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The loopback address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// The client port; it stays the same across restarts.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The JVM's process id while the server runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.pid()
+    }
+
+    /// The underlying process, for signals and state checks.
+    pub fn process(&self) -> &ServerProcess {
+        &self.process
+    }
+
+    /// Shuts the server down (SIGTERM), killing it if that takes too long.
+    pub async fn stop(&self) {
+        self.process.stop(STOP_GRACE).await;
+    }
+
+    /// Kills the server with SIGKILL, as a crash would.
+    pub fn kill(&self) {
+        self.process.kill();
+    }
+
+    /// Freezes the server (SIGSTOP): from return on, connections stay open and
+    /// nothing answers. No session expires while paused, but sessions whose timeout
+    /// passed meanwhile may expire as soon as the server resumes.
+    pub fn pause(&self) -> Result<(), ServerError> {
+        self.process.pause()
+    }
+
+    /// Lets a paused server answer again (SIGCONT).
+    pub fn resume(&self) -> Result<(), ServerError> {
+        self.process.resume()
+    }
+
+    /// Stops the server if it runs, then starts it on the same port with the same
+    /// data dir (znodes and sessions survive) and waits until it answers.
+    pub async fn restart(&self) -> Result<(), ServerError> {
+        self.stop().await;
+        self.process.respawn()?;
+        let addr = self.addr();
+        self.process.wait_ready(READY_TIMEOUT, || ruok(addr)).await
+    }
+
+    /// The last `lines` lines of the server's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        self.process.log_tail(lines)
+    }
+
+    /// Sends a four-letter word (`ruok`, `stat`, `cons`, `mntr`, ...) and returns the
+    /// whole answer.
+    pub async fn four_letter_word(&self, word: &str) -> Result<String, ServerError> {
+        four_letter_word(self.addr(), word)
+            .await
+            .map_err(ServerError::io(format!("zookeeper `{word}`")))
+    }
+
+    /// The server's monitoring counters (`mntr`), such as `zk_packets_received`,
+    /// `zk_ephemerals_count` and `zk_num_alive_connections`.
+    pub async fn mntr(&self) -> Result<BTreeMap<String, String>, ServerError> {
+        let text = self.four_letter_word("mntr").await?;
+        let pairs: BTreeMap<String, String> = text
+            .lines()
+            .filter_map(|line| line.split_once('\t'))
+            .map(|(key, value)| (key.to_owned(), value.trim().to_owned()))
+            .collect();
+        if pairs.is_empty() {
+            return Err(ServerError::Protocol(format!(
+                "zookeeper `mntr` gave no counters: {text:?}"
+            )));
+        }
+        Ok(pairs)
+    }
+}
+
+/// The JVM classpath: `DISTLOCK_ZOOKEEPER_CLASSPATH` if set, else Debian's jar.
+fn classpath() -> Result<String, ServerError> {
+    if let Some(classpath) = std::env::var("DISTLOCK_ZOOKEEPER_CLASSPATH")
+        .ok()
+        .filter(|cp| !cp.trim().is_empty())
+    {
+        return Ok(classpath);
+    }
+    if !Path::new(DEBIAN_JAR).is_file() {
+        return Err(ServerError::Missing {
+            binary: DEBIAN_JAR.into(),
+            install_hint: format!(
+                "`{}` (or `sudo apt-get install zookeeper`), or set \
+                 DISTLOCK_ZOOKEEPER_CLASSPATH",
+                super::INSTALL_COMMAND
+            ),
+        });
+    }
+    let mut classpath = DEBIAN_JAR.to_owned();
+    if Path::new(SLF4J_SIMPLE_JAR).is_file() {
+        classpath.push(':');
+        classpath.push_str(SLF4J_SIMPLE_JAR);
+    }
+    Ok(classpath)
+}
+
+fn config_text(port: u16, data_dir: &Path, options: &ZooKeeperOptions) -> String {
+    format!(
+        "tickTime={}\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
+         minSessionTimeout={}\nmaxSessionTimeout={}\nmaxClientCnxns=0\n\
+         4lw.commands.whitelist=*\nadmin.enableServer=false\n",
+        options.tick_time.as_millis(),
+        data_dir.display(),
+        options.min_session_timeout.as_millis(),
+        options.max_session_timeout.as_millis(),
+    )
+}
+
+/// `super:<base64(sha1("super:password"))>`, computed by ZooKeeper's own
+/// `DigestAuthenticationProvider` so the format is exactly what the server expects.
+async fn super_digest(java: &Path, classpath: &str, password: &str) -> Result<String, ServerError> {
+    let output = tokio::process::Command::new(java)
+        .args(JVM_FLAGS)
+        .args(["-cp", classpath])
+        .arg("org.apache.zookeeper.server.auth.DigestAuthenticationProvider")
+        .arg(format!("super:{password}"))
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(ServerError::io("run DigestAuthenticationProvider"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // It prints `super:<password>-><digest>`.
+    stdout
+        .lines()
+        .find_map(|line| {
+            line.rsplit_once("->")
+                .map(|(_, digest)| digest.trim().to_owned())
+        })
+        .filter(|digest| digest.starts_with("super:"))
+        .ok_or_else(|| ServerError::Command {
+            command: "DigestAuthenticationProvider super:<password>".into(),
+            output: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })
+}
+
+async fn ruok(addr: SocketAddr) -> bool {
+    matches!(four_letter_word(addr, "ruok").await, Ok(answer) if answer == "imok")
+}
+
+/// Times out, so a paused server cannot hang the caller.
+async fn four_letter_word(addr: SocketAddr, word: &str) -> std::io::Result<String> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        stream.write_all(word.as_bytes()).await?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await?;
+        Ok(answer)
+    };
+    tokio::time::timeout(Duration::from_secs(5), exchange)
+        .await
+        .map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::TimedOut, "zookeeper did not answer")
+        })?
+}

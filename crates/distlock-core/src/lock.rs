@@ -51,6 +51,12 @@ pub trait DistributedLock: Send + Sync + std::fmt::Debug {
 
     /// A short backend name, such as `redis`.
     fn name(&self) -> &'static str;
+
+    /// This client's counters (acquisitions, renewals, losses...), when the
+    /// implementation keeps them. Every adapter built on [`BackendLock`] does.
+    fn metrics(&self) -> Option<MetricsSnapshot> {
+        None
+    }
 }
 
 /// A shareable lock client of any backend.
@@ -196,5 +202,9 @@ impl<B: Backend> DistributedLock for BackendLock<B> {
 
     fn name(&self) -> &'static str {
         self.backend.name()
+    }
+
+    fn metrics(&self) -> Option<MetricsSnapshot> {
+        Some(self.metrics.snapshot())
     }
 }

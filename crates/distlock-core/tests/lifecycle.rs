@@ -108,4 +108,7 @@ async fn renewals_and_releases_are_counted() {
     lease.release().await.unwrap();
     let m = a.metrics();
     assert_eq!((m.acquired, m.renewals, m.released, m.lost), (1, 1, 1, 0));
+    // The same counters through the trait object applications hold.
+    let dynamic: distlock_core::DynLock = std::sync::Arc::new(a);
+    assert_eq!(dynamic.metrics(), Some(m));
 }

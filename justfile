@@ -24,6 +24,26 @@ demo *ARGS:
 test-memory:
     cargo test -p distlock-tests --all-features --test conformance -- memory::
 
+# Redis (one node): conformance cases plus the adapter's own tests against launched servers.
+test-redis:
+    cargo test -p distlock-tests --features redis --test conformance -- redis::
+    cargo test -p distlock-redis
+
+# Redlock (five launched nodes): conformance cases plus the quorum tests.
+test-redlock:
+    cargo test -p distlock-tests --features redlock --test conformance -- redlock::
+    cargo test -p distlock-redis --test redlock_quorum
+
+# ZooKeeper (launched standalone, tickTime 200 ms): conformance cases plus the adapter's own tests.
+test-zookeeper:
+    cargo test -p distlock-tests --features zookeeper --test conformance -- zookeeper::
+    cargo test -p distlock-zookeeper
+
+# etcd: conformance cases plus the adapter's own tests (etcdctl interop, 3-member leader kill, faults, costs).
+test-etcd:
+    cargo test -p distlock-tests --features etcd --test conformance -- etcd::
+    cargo test -p distlock-etcd --all-features
+
 # Benchmarks (criterion); they report, they do not assert.
 bench:
     cargo bench --workspace --all-features
@@ -31,3 +51,22 @@ bench:
 # API docs for the workspace.
 docs:
     cargo doc --workspace --all-features --no-deps
+
+# Start every docker/ topology and wait until its healthchecks pass (needs Docker).
+docker-up:
+    for f in docker/*.yml; do docker compose -f "$f" up -d --wait; done
+
+# Run the suite against the docker/ servers: MySQL 8 for every test, then MariaDB for the MySQL cases.
+test-docker:
+    DISTLOCK_TEST_REDIS_URL=redis://127.0.0.1:16379 \
+    DISTLOCK_TEST_REDLOCK_URL=redis://127.0.0.1:16381,redis://127.0.0.1:16382,redis://127.0.0.1:16383,redis://127.0.0.1:16384,redis://127.0.0.1:16385 \
+    DISTLOCK_TEST_ETCD_URL=etcd://127.0.0.1:12379 \
+    DISTLOCK_TEST_ZOOKEEPER_URL=zk://127.0.0.1:12181 \
+    DISTLOCK_TEST_MYSQL_URL=mysql://root:distlock-test@127.0.0.1:13306/distlock \
+    cargo test --workspace --all-features
+    DISTLOCK_TEST_MYSQL_URL=mysql://root:distlock-test@127.0.0.1:13307/distlock \
+    cargo test -p distlock-tests --all-features --test conformance -- mysql
+
+# Stop and remove the docker/ servers and their data.
+docker-down:
+    for f in docker/*.yml; do docker compose -f "$f" down -v; done

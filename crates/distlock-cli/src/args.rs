@@ -1,0 +1,114 @@
+//! Parsers and shared options for every subcommand. Bad values are refused here,
+//! before anything connects, with a message that says what to write instead.
+
+use crate::exit::Failure;
+use distlock::LockKey;
+use std::time::Duration;
+
+/// `--url`, falling back to `DISTLOCK_URL`; clap never prints its value.
+#[derive(Debug, clap::Args)]
+pub struct UrlArg {
+    /// Backend URL: memory://NAME, redis://HOST:PORT, rediss://…, redlock://H1,H2,H3,
+    /// etcd://H1,H2/NAMESPACE, zk://H1,H2/CHROOT or mysql://USER:PASS@HOST/DB.
+    /// Falls back to $DISTLOCK_URL.
+    #[arg(long, env = "DISTLOCK_URL", hide_env_values = true, value_name = "URL")]
+    pub url: Option<String>,
+}
+
+impl UrlArg {
+    /// The URL, or a usage error naming both ways to give one.
+    pub fn require(&self) -> Result<&str, Failure> {
+        match self.url.as_deref().map(str::trim) {
+            Some(url) if !url.is_empty() => {
+                distlock::scheme_of(url)?;
+                Ok(url)
+            }
+            _ => Err(Failure::usage(
+                "no backend URL: pass --url URL or set DISTLOCK_URL \
+                 (for example --url redis://127.0.0.1:6379, or memory://demo to try it out)",
+            )),
+        }
+    }
+}
+
+/// A lock name, validated as the library does.
+pub fn parse_key(raw: &str) -> Result<LockKey, String> {
+    LockKey::new(raw).map_err(|e| e.to_string())
+}
+
+/// A humantime duration (`30s`, `1m 30s`, `250ms`).
+pub fn parse_duration(raw: &str) -> Result<Duration, String> {
+    humantime::parse_duration(raw.trim())
+        .map_err(|e| format!("`{raw}` is not a duration ({e}); write it like 30s, 1m30s or 250ms"))
+}
+
+/// A duration that must be above zero (ttls, bench durations).
+pub fn parse_positive_duration(raw: &str) -> Result<Duration, String> {
+    let duration = parse_duration(raw)?;
+    if duration.is_zero() {
+        return Err(format!(
+            "`{raw}` is zero; give a duration above zero, such as 30s"
+        ));
+    }
+    Ok(duration)
+}
+
+/// Shows a duration compactly for tables (`1.2ms`, `350µs`, `2.5s`).
+pub fn show(duration: Duration) -> String {
+    let micros = duration.as_secs_f64() * 1e6;
+    if micros < 1_000.0 {
+        format!("{micros:.0}µs")
+    } else if micros < 1_000_000.0 {
+        format!("{:.1}ms", micros / 1e3)
+    } else {
+        format!("{:.2}s", micros / 1e6)
+    }
+}
+
+/// The shortest ttl at least `wanted` that `caps` accepts (at least the minimum,
+/// and a whole multiple of the granularity).
+pub fn short_ttl(caps: &distlock::Capabilities, wanted: Duration) -> Duration {
+    let ttl = wanted.max(caps.min_ttl);
+    let step = caps.ttl_granularity.as_nanos().max(1);
+    let nanos = ttl.as_nanos().div_ceil(step) * step;
+    u64::try_from(nanos).map_or(ttl, Duration::from_nanos)
+}
+
+/// A random prefix for the keys of one run, so runs never meet each other's locks.
+pub fn run_prefix(tool: &str) -> String {
+    format!("distlock-{tool}/{:08x}", rand::random::<u32>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use distlock::{Capabilities, FencingGuarantee, TokenDurability, Wake};
+
+    #[test]
+    fn short_ttl_respects_minimum_and_granularity() {
+        let caps = Capabilities {
+            fencing: FencingGuarantee::Strict,
+            fifo: true,
+            wake: Wake::Push,
+            session_bound: false,
+            token_durability: TokenDurability::Persisted,
+            min_ttl: Duration::from_secs(1),
+            ttl_granularity: Duration::from_secs(1),
+        };
+        assert_eq!(
+            short_ttl(&caps, Duration::from_millis(500)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            short_ttl(&caps, Duration::from_millis(1500)),
+            Duration::from_secs(2)
+        );
+    }
+
+    #[test]
+    fn zero_and_garbage_durations_are_refused() {
+        assert!(parse_positive_duration("0s").unwrap_err().contains("zero"));
+        assert!(parse_duration("soon").unwrap_err().contains("30s"));
+        assert_eq!(parse_duration("1m 30s").unwrap(), Duration::from_secs(90));
+    }
+}

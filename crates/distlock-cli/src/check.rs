@@ -1,0 +1,235 @@
+//! `distlock check`: a short live conformance run against a user's deployment,
+//! with two independent clients, keys under a random `distlock-check/` prefix.
+
+use crate::args::{UrlArg, run_prefix, short_ttl, show};
+use crate::exit::{self, Failure};
+use crate::probe::{self, Probe};
+use distlock::{AcquireOptions, DynLock, LockError, LockKey, Renewal, Wait};
+use std::time::Duration;
+use tokio::time::Instant;
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    url: UrlArg,
+    /// Give up on any one check after this long.
+    #[arg(long, default_value = "30s", value_parser = crate::args::parse_positive_duration)]
+    timeout: Duration,
+}
+
+/// Two clients of the deployment and a fresh key space.
+struct Bench {
+    a: DynLock,
+    b: DynLock,
+    probe: Box<dyn Probe>,
+    prefix: String,
+    short_ttl: Duration,
+}
+
+impl Bench {
+    fn key(&self, name: &str) -> Result<LockKey, String> {
+        LockKey::new(format!("{}/{name}", self.prefix)).map_err(|e| e.to_string())
+    }
+}
+
+type Outcome = Result<String, String>;
+
+pub async fn check(args: CheckArgs) -> Result<u8, Failure> {
+    let url = args.url.require()?.to_owned();
+    let a = distlock::connect(&url).await?;
+    let b = distlock::connect(&url).await?;
+    let probe = probe::connect(&url)
+        .await
+        .map_err(|e| Failure::new(exit::FAILURE, e))?;
+    let caps = a.capabilities();
+    let bench = Bench {
+        short_ttl: short_ttl(&caps, Duration::from_secs(1)),
+        a,
+        b,
+        probe,
+        prefix: run_prefix("check"),
+    };
+    println!(
+        "distlock check: {} at {} (keys under {}/)",
+        bench.a.name(),
+        distlock::redact_url(&url),
+        bench.prefix
+    );
+    let mut failed = 0;
+    let mut passed = 0;
+    for (name, step) in STEPS {
+        let started = Instant::now();
+        let outcome = match tokio::time::timeout(args.timeout, step.run(&bench)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(format!("did not finish within {}", show(args.timeout))),
+        };
+        let took = show(started.elapsed());
+        match outcome {
+            Ok(detail) => {
+                passed += 1;
+                println!("  PASS  {name:<30} {took:>8}  {detail}");
+            }
+            Err(detail) => {
+                failed += 1;
+                println!("  FAIL  {name:<30} {took:>8}  {detail}");
+            }
+        }
+    }
+    println!("check: {passed} of {} passed", passed + failed);
+    for warning in bench.probe.pitfalls().await {
+        println!("warning: {warning}");
+    }
+    Ok(if failed == 0 { exit::OK } else { exit::FAILURE })
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    AcquireRelease,
+    Exclusion,
+    RisingTokens,
+    Expiry,
+    LostOnDeletion,
+}
+
+const STEPS: [(&str, Step); 5] = [
+    ("acquire and release", Step::AcquireRelease),
+    ("exclusion between two clients", Step::Exclusion),
+    ("fencing tokens rise", Step::RisingTokens),
+    ("expiry with a short ttl", Step::Expiry),
+    ("lost signal on deletion", Step::LostOnDeletion),
+];
+
+impl Step {
+    async fn run(self, bench: &Bench) -> Outcome {
+        match self {
+            Step::AcquireRelease => acquire_release(bench).await,
+            Step::Exclusion => exclusion(bench).await,
+            Step::RisingTokens => rising_tokens(bench).await,
+            Step::Expiry => expiry(bench).await,
+            Step::LostOnDeletion => lost_on_deletion(bench).await,
+        }
+    }
+}
+
+fn text(e: LockError) -> String {
+    e.to_string()
+}
+
+async fn acquire_release(bench: &Bench) -> Outcome {
+    let key = bench.key("basic")?;
+    let opts = AcquireOptions::new().wait(Wait::For(Duration::from_secs(5)));
+    let first = bench.a.acquire(&key, &opts).await.map_err(text)?;
+    let t1 = first.token();
+    first.release().await.map_err(text)?;
+    let second = bench.a.acquire(&key, &opts).await.map_err(text)?;
+    let t2 = second.token();
+    second.release().await.map_err(text)?;
+    Ok(format!("tokens {t1} then {t2}, released"))
+}
+
+async fn exclusion(bench: &Bench) -> Outcome {
+    let key = bench.key("exclusion")?;
+    let opts = AcquireOptions::new().wait(Wait::For(Duration::from_secs(5)));
+    let held = bench.a.acquire(&key, &opts).await.map_err(text)?;
+    if bench
+        .b
+        .try_acquire(&key, &opts)
+        .await
+        .map_err(text)?
+        .is_some()
+    {
+        return Err("a second client acquired a held lock".into());
+    }
+    let short = opts.clone().wait(Wait::For(Duration::from_millis(300)));
+    match bench.b.acquire(&key, &short).await {
+        Err(LockError::Timeout { .. }) => {}
+        Ok(_) => return Err("a waiting client acquired a held lock".into()),
+        Err(e) => return Err(e.to_string()),
+    }
+    held.release().await.map_err(text)?;
+    let next = bench.b.acquire(&key, &opts).await.map_err(text)?;
+    next.release().await.map_err(text)?;
+    Ok("second client refused while held, admitted after release".into())
+}
+
+async fn rising_tokens(bench: &Bench) -> Outcome {
+    let key = bench.key("tokens")?;
+    let opts = AcquireOptions::new().wait(Wait::For(Duration::from_secs(5)));
+    let mut tokens = Vec::new();
+    for client in [&bench.a, &bench.b, &bench.a, &bench.b] {
+        let lease = client.acquire(&key, &opts).await.map_err(text)?;
+        tokens.push(lease.token());
+        lease.release().await.map_err(text)?;
+    }
+    let shown: Vec<String> = tokens.iter().map(ToString::to_string).collect();
+    if tokens.windows(2).all(|w| w[0] < w[1]) {
+        Ok(format!("{} across two clients", shown.join(" < ")))
+    } else {
+        Err(format!(
+            "tokens did not strictly rise: {}",
+            shown.join(", ")
+        ))
+    }
+}
+
+async fn expiry(bench: &Bench) -> Outcome {
+    let key = bench.key("expiry")?;
+    let ttl = bench.short_ttl;
+    let crashed = AcquireOptions::new()
+        .ttl(ttl)
+        .renewal(Renewal::Manual)
+        .wait(Wait::For(Duration::from_secs(5)));
+    let lease = bench.a.acquire(&key, &crashed).await.map_err(text)?;
+    let (token, acquired_at) = (lease.token(), Instant::now());
+    // A crashed holder: no release, no renewal; only the ttl frees the lock.
+    lease.abandon();
+    let opts = AcquireOptions::new().wait(Wait::For(ttl * 3 + Duration::from_secs(5)));
+    if bench
+        .b
+        .try_acquire(&key, &opts)
+        .await
+        .map_err(text)?
+        .is_some()
+    {
+        return Err("the lock was free right after a holder vanished, before its ttl".into());
+    }
+    let next = bench.b.acquire(&key, &opts).await.map_err(text)?;
+    let after = acquired_at.elapsed();
+    let next_token = next.token();
+    next.release().await.map_err(text)?;
+    if next_token <= token {
+        return Err(format!(
+            "token {next_token} after expiry is not above {token}"
+        ));
+    }
+    Ok(format!(
+        "freed {} after a ttl of {}",
+        show(after),
+        show(ttl)
+    ))
+}
+
+async fn lost_on_deletion(bench: &Bench) -> Outcome {
+    let key = bench.key("lost")?;
+    let ttl = bench.short_ttl.max(Duration::from_secs(3));
+    let opts = AcquireOptions::new()
+        .ttl(ttl)
+        .wait(Wait::For(Duration::from_secs(5)));
+    let lease = bench.a.acquire(&key, &opts).await.map_err(text)?;
+    if !bench.probe.delete_lock(&key).await? {
+        return Err("the operator deletion found no lock to delete".into());
+    }
+    let deleted_at = Instant::now();
+    // Renewal runs every ttl/3, so loss must be known within about a ttl.
+    let bound = ttl + Duration::from_secs(2);
+    let reason = tokio::time::timeout(bound, lease.lost())
+        .await
+        .map_err(|_| format!("lost() did not fire within {} of the deletion", show(bound)))?;
+    if lease.is_held() {
+        return Err("lost() fired but is_held() still says true".into());
+    }
+    Ok(format!(
+        "lost() after {}: {reason}",
+        show(deleted_at.elapsed())
+    ))
+}

@@ -1,0 +1,322 @@
+//! `distlock run`, `check` and `bench` against every backend's real server:
+//! contending processes take turns, busy and timed-out runs exit 75, a signalled
+//! run releases on the way out, the live check passes and the bench reports.
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // test code: failing loudly is the point
+#![cfg_attr(not(feature = "full"), allow(dead_code, unused_imports))]
+
+mod support;
+use std::path::Path;
+use std::time::Duration;
+#[allow(unused_imports)]
+use support::servers;
+use support::{Running, assert_code, distlock, run, stderr, stdout};
+
+/// A key no other test or run uses.
+fn fresh_key(what: &str) -> String {
+    format!("cli-test/{:08x}/{what}", rand_u32())
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    );
+    hasher.finish() as u32
+}
+
+/// A command that holds the lock until `go` exists, announcing itself first.
+fn hold_until(go: &Path) -> String {
+    format!(
+        "echo holding $DISTLOCK_FENCING_TOKEN; while [ ! -e '{}' ]; do sleep 0.05; done",
+        go.display()
+    )
+}
+
+/// Two `distlock run` processes started together on one key: their critical
+/// sections never overlap and the second holder's token is higher.
+pub fn contending_runs_take_turns(url: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let key = fresh_key("contend");
+    let section = format!(
+        "echo start $DISTLOCK_FENCING_TOKEN >> '{0}'; sleep 0.3; echo end $DISTLOCK_FENCING_TOKEN >> '{0}'",
+        log.display()
+    );
+    let spawn = || {
+        distlock()
+            .args([
+                "run", "--url", url, "--key", &key, "--ttl", "5s", "--wait", "60s", "--", "sh",
+                "-c", &section,
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    for child in [a, b] {
+        let out = child.wait_with_output().unwrap();
+        assert_code(&out, 0);
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<(&str, u64)> = text
+        .lines()
+        .map(|l| {
+            let (what, token) = l.split_once(' ').unwrap();
+            (what, token.trim().parse().unwrap())
+        })
+        .collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert_eq!(
+        (lines[0].0, lines[1].0, lines[2].0, lines[3].0),
+        ("start", "end", "start", "end"),
+        "overlap:\n{text}"
+    );
+    assert_eq!(lines[0].1, lines[1].1, "{text}");
+    assert_eq!(lines[2].1, lines[3].1, "{text}");
+    assert!(lines[2].1 > lines[0].1, "tokens did not rise:\n{text}");
+}
+
+/// While one run holds the lock, `--no-wait` and an expiring `--wait` exit 75
+/// with one line on stderr; after the holder ends, `--no-wait` succeeds at once.
+pub fn busy_and_timed_out_runs_exit_75(url: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let key = fresh_key("busy");
+    let mut holder = Running::start(distlock().args([
+        "run",
+        "--url",
+        url,
+        "--key",
+        &key,
+        "--ttl",
+        "5s",
+        "--",
+        "sh",
+        "-c",
+        &hold_until(&go),
+    ]));
+    holder.wait_line("holding", Duration::from_secs(30));
+    let out = run(&[
+        "run",
+        "--url",
+        url,
+        "--key",
+        &key,
+        "--no-wait",
+        "--",
+        "true",
+    ]);
+    assert_code(&out, 75);
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains(&key), "{err}");
+    let out = run(&[
+        "run", "--url", url, "--key", &key, "--wait", "500ms", "--", "true",
+    ]);
+    assert_code(&out, 75);
+    assert!(stderr(&out).contains("not acquired"), "{}", stderr(&out));
+    std::fs::write(&go, "").unwrap();
+    let (status, err) = holder.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert_code(
+        &run(&[
+            "run",
+            "--url",
+            url,
+            "--key",
+            &key,
+            "--no-wait",
+            "--",
+            "true",
+        ]),
+        0,
+    );
+}
+
+/// SIGTERM to distlock reaches the command, whose status distlock returns, and
+/// the lock is free as soon as distlock has exited.
+pub fn signalled_run_forwards_and_releases(url: &str) {
+    let key = fresh_key("signal");
+    let script = "trap 'exit 42' TERM; echo holding; while :; do sleep 0.05; done";
+    let mut holder = Running::start(distlock().args([
+        "run", "--url", url, "--key", &key, "--ttl", "5s", "--", "sh", "-c", script,
+    ]));
+    holder.wait_line("holding", Duration::from_secs(30));
+    holder.signal("TERM");
+    let (status, err) = holder.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(42), "{err}");
+    assert_code(
+        &run(&[
+            "run",
+            "--url",
+            url,
+            "--key",
+            &key,
+            "--no-wait",
+            "--",
+            "true",
+        ]),
+        0,
+    );
+}
+
+pub fn check_passes(url: &str) {
+    let out = run(&["check", "--url", url]);
+    assert_code(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("check: 5 of 5 passed"), "{text}");
+    assert!(!text.contains("FAIL"), "{text}");
+}
+
+pub fn bench_reports_every_phase(url: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let plot = dir.path().join("bench.svg");
+    let out = run(&[
+        "bench",
+        "--url",
+        url,
+        "--duration",
+        "2s",
+        "--clients",
+        "4",
+        "--json",
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    assert_code(&out, 0);
+    let json = stdout(&out);
+    for phase in ["raw round trip", "uncontended cycle", "contended hand-off"] {
+        assert!(
+            json.contains(&format!("\"phase\":\"{phase}")),
+            "{phase} missing: {json}"
+        );
+    }
+    assert!(
+        !json.contains("\"ops\":0,"),
+        "a phase completed nothing: {json}"
+    );
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert_eq!(svg.matches("<polyline").count(), 3, "{svg}");
+}
+
+pub fn demo_runs(url: &str) {
+    let out = run(&["demo", "--url", url, "--items", "5", "--buyers", "20"]);
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains("REJECTED"), "{}", stdout(&out));
+}
+
+macro_rules! against {
+    ($backend:ident, $feature:literal, $url:ident) => {
+        #[cfg(feature = $feature)]
+        mod $backend {
+            #[test]
+            fn contending_runs_take_turns() {
+                super::contending_runs_take_turns(&super::servers::$url());
+            }
+            #[test]
+            fn busy_and_timed_out_runs_exit_75() {
+                super::busy_and_timed_out_runs_exit_75(&super::servers::$url());
+            }
+            #[test]
+            fn signalled_run_forwards_and_releases() {
+                super::signalled_run_forwards_and_releases(&super::servers::$url());
+            }
+            #[test]
+            fn check_passes() {
+                super::check_passes(&super::servers::$url());
+            }
+            #[test]
+            fn bench_reports_every_phase() {
+                super::bench_reports_every_phase(&super::servers::$url());
+            }
+            #[test]
+            fn demo_runs() {
+                super::demo_runs(&super::servers::$url());
+            }
+        }
+    };
+}
+
+against!(redis, "redis", redis_url);
+against!(redlock, "redlock", redlock_url);
+against!(etcd, "etcd", etcd_url);
+against!(zookeeper, "zookeeper", zookeeper_url);
+against!(mysql, "mysql", mysql_url);
+
+/// A lock deleted by an operator while the command runs: SIGTERM, exit 69.
+#[cfg(feature = "redis")]
+#[test]
+fn redis_lock_deleted_under_a_running_command_exits_69() {
+    let url = servers::redis_url();
+    let key = fresh_key("deleted");
+    let mut holder = Running::start(distlock().args([
+        "run",
+        "--url",
+        &url,
+        "--key",
+        &key,
+        "--ttl",
+        "3s",
+        "--",
+        "sh",
+        "-c",
+        "echo holding; sleep 60",
+    ]));
+    holder.wait_line("holding", Duration::from_secs(30));
+    let client = ::redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let lock_key = distlock::redis::LockKeys::new(
+        distlock::redis::DEFAULT_NAMESPACE,
+        &distlock::LockKey::new(&key).unwrap(),
+    )
+    .lock;
+    let deleted: u64 = ::redis::cmd("DEL").arg(&lock_key).query(&mut conn).unwrap();
+    assert_eq!(deleted, 1, "no lock key {lock_key}");
+    let (status, err) = holder.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(69), "{err}");
+    assert!(err.contains("lost"), "{err}");
+}
+
+/// `check` warns about a Redis that may evict lock keys, and still passes.
+#[cfg(feature = "redis")]
+#[test]
+fn redis_check_warns_about_an_evicting_maxmemory_policy() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime
+        .block_on(distlock_testkit::servers::RedisServer::start())
+        .unwrap_or_else(|e| panic!("cannot start redis-server: {e}"));
+    let mut conn = ::redis::Client::open(server.url().as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = ::redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .query(&mut conn)
+        .unwrap();
+    let out = run(&["check", "--url", &server.url()]);
+    assert_code(&out, 0);
+    let text = stdout(&out);
+    assert!(
+        text.contains("warning:") && text.contains("maxmemory-policy is allkeys-lru"),
+        "{text}"
+    );
+    let _: () = ::redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .query(&mut conn)
+        .unwrap();
+    let out = run(&["check", "--url", &server.url()]);
+    assert!(
+        !stdout(&out).contains("maxmemory-policy"),
+        "{}",
+        stdout(&out)
+    );
+}

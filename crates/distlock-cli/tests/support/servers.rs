@@ -1,0 +1,122 @@
+//! One real server per backend for the whole test binary, from the testkit's
+//! native launchers, or the server named by `DISTLOCK_TEST_<BACKEND>_URL`.
+//! Launched servers live in statics: the testkit's watchdog kills them when the
+//! test process exits.
+#![allow(dead_code, unused_imports)]
+
+use distlock_testkit::servers::external_url;
+use std::sync::OnceLock;
+use tokio::runtime::Runtime;
+
+fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| Runtime::new().expect("a tokio runtime for the server launchers"))
+}
+
+fn launch<T>(
+    what: &str,
+    start: impl std::future::Future<Output = Result<T, distlock_testkit::servers::ServerError>>,
+) -> T {
+    runtime()
+        .block_on(start)
+        .unwrap_or_else(|e| panic!("cannot start {what} for the CLI tests: {e}"))
+}
+
+/// `host:port` of a `scheme://host:port[/...]` URL.
+fn authority(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.split(['/', '?']).next().unwrap_or_default().to_owned()
+}
+
+#[cfg(feature = "redis")]
+pub fn redis_url() -> String {
+    static URL: OnceLock<String> = OnceLock::new();
+    static SERVER: OnceLock<distlock_testkit::servers::RedisServer> = OnceLock::new();
+    URL.get_or_init(|| {
+        external_url("redis").unwrap_or_else(|| {
+            SERVER
+                .get_or_init(|| {
+                    launch(
+                        "redis-server",
+                        distlock_testkit::servers::RedisServer::start(),
+                    )
+                })
+                .url()
+        })
+    })
+    .clone()
+}
+
+#[cfg(feature = "redlock")]
+pub fn redlock_url() -> String {
+    static URL: OnceLock<String> = OnceLock::new();
+    static SERVERS: OnceLock<Vec<distlock_testkit::servers::RedisServer>> = OnceLock::new();
+    URL.get_or_init(|| {
+        let nodes: Vec<String> = match external_url("redlock") {
+            Some(urls) => urls.split(',').map(|u| authority(u.trim())).collect(),
+            None => SERVERS
+                .get_or_init(|| {
+                    launch(
+                        "redis-server ×3",
+                        distlock_testkit::servers::RedisServer::start_many(3),
+                    )
+                })
+                .iter()
+                .map(|s| format!("127.0.0.1:{}", s.port()))
+                .collect(),
+        };
+        format!("redlock://{}", nodes.join(","))
+    })
+    .clone()
+}
+
+#[cfg(feature = "etcd")]
+pub fn etcd_url() -> String {
+    static URL: OnceLock<String> = OnceLock::new();
+    static SERVER: OnceLock<distlock_testkit::servers::EtcdServer> = OnceLock::new();
+    URL.get_or_init(|| match external_url("etcd") {
+        Some(url) if url.starts_with("etcd") => url,
+        Some(url) => format!("etcd://{}", authority(&url)),
+        None => {
+            let server = SERVER
+                .get_or_init(|| launch("etcd", distlock_testkit::servers::EtcdServer::start()));
+            format!("etcd://127.0.0.1:{}", server.port())
+        }
+    })
+    .clone()
+}
+
+#[cfg(feature = "zookeeper")]
+pub fn zookeeper_url() -> String {
+    static URL: OnceLock<String> = OnceLock::new();
+    static SERVER: OnceLock<distlock_testkit::servers::ZooKeeperServer> = OnceLock::new();
+    URL.get_or_init(|| match external_url("zookeeper") {
+        Some(url) => url,
+        None => {
+            let server = SERVER.get_or_init(|| {
+                launch(
+                    "ZooKeeper",
+                    distlock_testkit::servers::ZooKeeperServer::start(),
+                )
+            });
+            format!("zk://127.0.0.1:{}", server.port())
+        }
+    })
+    .clone()
+}
+
+#[cfg(feature = "mysql")]
+pub fn mysql_url() -> String {
+    static URL: OnceLock<String> = OnceLock::new();
+    static SERVER: OnceLock<distlock_testkit::servers::MariaDbServer> = OnceLock::new();
+    URL.get_or_init(|| {
+        external_url("mysql").unwrap_or_else(|| {
+            SERVER
+                .get_or_init(|| {
+                    launch("MariaDB", distlock_testkit::servers::MariaDbServer::start())
+                })
+                .url()
+        })
+    })
+    .clone()
+}

@@ -1,0 +1,110 @@
+//! Distributed locks with fencing tokens: one async API over Redis, Redlock, etcd,
+//! ZooKeeper and MySQL, plus an in-process backend for tests and demos.
+//!
+//! ```
+//! use distlock::{AcquireOptions, LockKey, MemoryFence, Fence};
+//! use std::time::Duration;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), distlock::LockError> {
+//! // The URL picks the backend; in production it comes from configuration,
+//! // for example "redis://cache:6379" or "etcd://e1:2379,e2:2379,e3:2379/locks".
+//! let url = std::env::var("LOCK_URL").unwrap_or_else(|_| "memory://example".into());
+//! let lock = distlock::connect(&url).await?;
+//!
+//! let key = LockKey::new("inventory/sku-42")?;
+//! let lease = lock.acquire(&key, &AcquireOptions::new().ttl(Duration::from_secs(10))).await?;
+//! // Hand the token to every write: the resource refuses writers older than
+//! // the newest it has seen (see `Fence`).
+//! let fence = MemoryFence::new();
+//! lease.guard(fence.check_and_record("sku-42", lease.token())).await??;
+//! lease.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Picking a backend by feature
+//!
+//! Each backend is a Cargo feature; the in-memory backend is always there.
+//!
+//! | feature | URL schemes | module |
+//! |---|---|---|
+//! | (none) | `memory://NAME` | [`memory`] |
+//! | `redis` | `redis://`, `rediss://` | `distlock::redis` (`RedisConfig`) |
+//! | `redlock` | `redlock://h1,h2,h3`, `redlocks://` | `distlock::redis` (`RedlockConfig`) |
+//! | `etcd` | `etcd://h1,h2/namespace`, `etcds://` | `distlock::etcd` (`EtcdConfig`) |
+//! | `zookeeper` | `zk://h1,h2/chroot` | `distlock::zookeeper` (`ZkConfig`) |
+//! | `mysql` | `mysql://user:pass@host/db?strategy=version_cas` | `distlock::mysql` (`MySqlConfig`) |
+//! | `full` | all of the above | |
+//!
+//! ```toml
+//! [dependencies]
+//! distlock = { version = "0.1", features = ["redis", "etcd"] }
+//! ```
+//!
+//! An enabled backend's module is its adapter crate, for typed configuration
+//! (TLS, namespaces, timeouts) beyond what a URL says, and for backend-specific
+//! calls. `connect` on a scheme whose feature is off returns
+//! [`LockError::Config`] naming the feature to enable.
+//!
+//! # Picking a backend by URL, and swapping it without code changes
+//!
+//! Write the application against [`DynLock`] (`Arc<dyn DistributedLock>`) and
+//! take the URL from configuration. Moving from Redis to etcd is then a change of
+//! URL (and of features, if the new backend's is not compiled in), not of code:
+//!
+//! ```
+//! use distlock::{AcquireOptions, DynLock, LockError, LockKey, Wait};
+//! use std::time::Duration;
+//!
+//! /// Application code: knows nothing about which backend runs underneath.
+//! async fn run_nightly_report(lock: &DynLock) -> Result<bool, LockError> {
+//!     let key = LockKey::new("reports/nightly")?;
+//!     let opts = AcquireOptions::new().ttl(Duration::from_secs(30)).wait(Wait::No);
+//!     let Some(lease) = lock.try_acquire(&key, &opts).await? else {
+//!         return Ok(false); // another instance runs it
+//!     };
+//!     lease.guard(async { /* the work */ }).await?;
+//!     lease.release().await?;
+//!     Ok(true)
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), LockError> {
+//! // memory:// in unit tests, redis://... or etcd://... in production.
+//! let lock = distlock::connect("memory://tests").await?;
+//! assert!(run_nightly_report(&lock).await?);
+//! # Ok(()) }
+//! ```
+//!
+//! Backends differ in what they guarantee (see [`Capabilities`] and the
+//! backend chooser in `docs/choosing-a-backend.md`): code that needs, say,
+//! strict fencing can check `lock.capabilities().fencing` at start-up.
+//!
+//! # Secrets
+//!
+//! Passwords in URLs never appear in errors returned by [`connect`]; use
+//! [`redact_url`] when you log a lock URL yourself.
+#![deny(missing_docs)]
+
+mod connect;
+mod redact;
+
+pub use connect::{SCHEMES, Scheme, connect, memory_store, scheme_of};
+pub use distlock_core::*;
+pub use redact::redact_url;
+
+/// The Redis adapters, `RedisLock` (feature `redis`) and `Redlock` (feature
+/// `redlock`): configs, layout helpers and Lua scripts.
+#[cfg(any(feature = "redis", feature = "redlock"))]
+pub use distlock_redis as redis;
+
+/// The etcd adapter (feature `etcd`).
+#[cfg(feature = "etcd")]
+pub use distlock_etcd as etcd;
+
+/// The ZooKeeper adapter (feature `zookeeper`).
+#[cfg(feature = "zookeeper")]
+pub use distlock_zookeeper as zookeeper;
+
+/// The MySQL / MariaDB adapter (feature `mysql`).
+#[cfg(feature = "mysql")]
+pub use distlock_mysql as mysql;

@@ -1,0 +1,78 @@
+//! etcd adapter for distlock: etcd's own lock protocol (a lease plus a
+//! create-revision queue), with the holder key's create revision as fencing token.
+//!
+//! ```no_run
+//! use distlock_core::{AcquireOptions, DistributedLock, LockKey, Wait};
+//! use distlock_etcd::EtcdConfig;
+//! use std::time::Duration;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), distlock_core::LockError> {
+//! let lock = EtcdConfig::from_url("etcd://etcd-1:2379,etcd-2:2379,etcd-3:2379/billing/")?
+//!     .connect()
+//!     .await?;
+//! let key = LockKey::new("invoice-run")?;
+//! let opts = AcquireOptions::new()
+//!     .ttl(Duration::from_secs(10))
+//!     .wait(Wait::For(Duration::from_secs(30)));
+//! let lease = lock.acquire(&key, &opts).await?;
+//! // Send lease.token() with every write the lock protects.
+//! println!("holding {} with token {}", lease.key(), lease.token());
+//! lease.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Protocol
+//!
+//! A lock's queue is the key range `namespace + escape(name) + "/"`
+//! ([`queue_prefix`]). A contender puts `queue + <lease id hex>`, attached to its
+//! client's lease, and reads the oldest key of the queue in the same transaction
+//! (one RPC). The key with the lowest create revision holds the lock. A waiter
+//! watches only the key just before its own, from the transaction's revision, so a
+//! release wakes exactly one waiter and no event is missed; after waking it re-reads
+//! its own key and checks its lease before it claims the lock. The fencing token is
+//! the key's create revision. An uncontended acquire and release cost two RPCs
+//! (the transaction and a compare-and-delete); the lease is granted once per client
+//! and ttl and kept alive every ttl/3 on one stream, and all watches share one
+//! stream.
+//!
+//! Apart from escaping `/` and `%` in names ([`escape_name`]), this is the layout of
+//! etcd's Go `concurrency.Mutex` and of `etcdctl lock NAME`: under the same
+//! namespace (`""` for `etcdctl lock`), names without `/` or `%` contend with them.
+//!
+//! # Failure modes
+//!
+//! - **Lease per client and ttl.** All locks one client holds with one ttl share a
+//!   lease. If the client loses contact with etcd for a whole ttl, the lease expires
+//!   and every one of those locks is lost together; `lost()` fires on each.
+//! - **Abandoned locks** (`Lease::abandon`, or a drop without a runtime) stay until
+//!   the ttl runs out after the client's other locks on the same lease end: the
+//!   lease is then no longer kept alive and takes no new keys.
+//! - **Leader change.** A new leader extends every lease's remaining ttl (by about
+//!   an election timeout); it never shortens one, so the client's local deadline
+//!   stays on the safe side. Requests fail fast while there is no leader.
+//! - **Partition.** Renewals fail, `lost()` fires at the local deadline, which is
+//!   before etcd can expire the lease; a waiter cut off for a ttl gets an error.
+//! - **Minimum ttl.** Leases have whole-second ttls, and etcd raises any grant below
+//!   1.5 × its election timeout (2 s with defaults). `connect` learns that minimum and
+//!   [`Capabilities::min_ttl`](distlock_core::Capabilities::min_ttl) reports it, so
+//!   shorter ttls are rejected with `InvalidOptions`, never silently lengthened.
+#![deny(missing_docs)]
+
+mod config;
+mod error;
+mod held;
+mod keys;
+mod lease;
+mod lock;
+mod queue;
+#[cfg(feature = "tls")]
+mod tls;
+mod url;
+mod watch;
+
+pub use config::{DEFAULT_NAMESPACE, EtcdConfig};
+pub use held::EtcdHandle;
+pub use keys::{escape_name, queue_prefix};
+pub use lock::{EtcdBackend, EtcdLock, EtcdStats};
+#[cfg(feature = "tls")]
+pub use tls::EtcdTls;

@@ -1,0 +1,375 @@
+//! The lock protocol: etcd's own lock, the create-revision queue, step by step.
+//!
+//! Invariant: the holder of a lock is the key with the lowest create revision in the
+//! lock's queue, and every key in a queue is attached to a live lease of its
+//! client. A contender puts its key and, if it is not first, watches only the key
+//! just before it, so each release wakes exactly one waiter. The fencing token is the
+//! holder key's create revision: holders follow create order, and revisions are
+//! raft-replicated and survive restarts, so tokens only rise.
+
+use crate::error::{BACKEND, Context, Failure, lease_gone};
+use crate::held::{EtcdHandle, KeyDeletion};
+use crate::keys::{contender_key, printable, queue_prefix};
+use crate::lease::{LeaseEnd, Leases, SessionLease, Slot};
+use crate::queue::{QueueEntry, delete_if_created_at};
+use crate::watch::{Notice, Watches};
+use async_trait::async_trait;
+use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
+use distlock_core::{
+    BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError, LossReason,
+    TokenDurability, Wake,
+};
+use etcd_client::{Compare, CompareOp, KvClient, Txn};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A lock client for etcd. Build it with [`crate::EtcdConfig`].
+pub type EtcdLock = BackendLock<EtcdBackend>;
+
+/// How often a lease may vanish under one acquire before it gives up.
+const LEASE_RETRIES: usize = 2;
+
+/// The etcd adapter. Reach it through [`BackendLock::backend`] for its counters.
+pub struct EtcdBackend {
+    client: etcd_client::Client,
+    kv: KvClient,
+    leases: Leases,
+    watches: Watches,
+    namespace: String,
+    ctx: Context,
+    min_ttl: Duration,
+    wakeups: AtomicU64,
+}
+
+/// Counters of one client, for monitoring and for tests that count wake-ups.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EtcdStats {
+    /// Leases granted (one per ttl in steady state; a new one after a lease ends).
+    pub leases_granted: u64,
+    /// Deletions delivered by the watch stream (waiters' predecessors and held keys).
+    pub watch_events: u64,
+    /// Times a queued waiter was woken by its predecessor's deletion.
+    pub waiter_wakeups: u64,
+}
+
+impl std::fmt::Debug for EtcdBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("endpoints", &self.ctx.endpoints)
+            .field("namespace", &self.namespace)
+            .field("min_ttl", &self.min_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdBackend {
+    /// Builds the adapter on a connected client, learning the cluster's minimum
+    /// lease ttl with one grant (the first request, so it also proves the endpoints
+    /// answer within `budget`).
+    pub(crate) async fn start(
+        client: &etcd_client::Client,
+        namespace: String,
+        ctx: Context,
+        budget: Duration,
+    ) -> Result<Self, LockError> {
+        let leases = Leases::new(client.lease_client(), ctx.clone());
+        let min_ttl = match tokio::time::timeout(budget, leases.probe_min_ttl()).await {
+            Ok(Ok(secs)) => Duration::from_secs(secs.unsigned_abs()),
+            Ok(Err(f)) => return Err(f.into_lock_error(&ctx)),
+            Err(_) => {
+                return Err(
+                    ctx.unavailable(format!("no answer to a lease grant within {budget:?}"))
+                );
+            }
+        };
+        Ok(EtcdBackend {
+            client: client.clone(),
+            kv: client.kv_client(),
+            leases,
+            watches: Watches::new(client.watch_client(), ctx.clone()),
+            namespace,
+            ctx,
+            min_ttl,
+            wakeups: AtomicU64::new(0),
+        })
+    }
+
+    /// The underlying etcd client (logged in), for requests outside the lock
+    /// protocol, such as inspecting a queue.
+    pub fn client(&self) -> &etcd_client::Client {
+        &self.client
+    }
+
+    /// The raw key prefix all keys of this client live under.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// This client's counters so far.
+    pub fn stats(&self) -> EtcdStats {
+        EtcdStats {
+            leases_granted: self.leases.granted(),
+            watch_events: self.watches.delivered(),
+            waiter_wakeups: self.wakeups.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The capabilities of an etcd whose minimum lease ttl is `min_ttl` (1 s for an
+    /// etcd whose election timeout is at most 666 ms; 2 s with etcd's defaults).
+    pub fn capabilities_with_min_ttl(min_ttl: Duration) -> Capabilities {
+        Capabilities {
+            fencing: FencingGuarantee::Strict,
+            fifo: true,
+            wake: Wake::Push,
+            session_bound: true,
+            token_durability: TokenDurability::Persisted,
+            min_ttl,
+            ttl_granularity: Duration::from_secs(1),
+        }
+    }
+
+    /// One contender's whole life in the queue: put, then wait for each predecessor
+    /// to go, until ours is the oldest key.
+    async fn contend(
+        &self,
+        req: &AcquireRequest<'_>,
+        queue: &[u8],
+        slot: Slot,
+    ) -> Result<Acquired<EtcdHandle>, Failure> {
+        let lease = slot.lease().clone();
+        let key = contender_key(queue, lease.id(), slot.number());
+        let mut entry = QueueEntry::new(self.kv.clone(), self.ctx.clone(), key, slot);
+        let sent_at = Instant::now();
+        let first = entry.put(queue, lease.id()).await?;
+        if first.holder {
+            return self
+                .claim(entry, &lease, first.revision, first.header, sent_at)
+                .await;
+        }
+        if req.wait == WaitUntil::NoWait {
+            entry.remove().await?;
+            return Err(req.not_acquired().into());
+        }
+        let mut predecessor = first.predecessor.map(|key| (key, first.header));
+        loop {
+            if let Some((key, seen_at)) = predecessor.take() {
+                let waited = self.wait_for_deletion(&key, seen_at + 1, &lease, req).await;
+                if waited.is_err() && req.wait.instant().is_some_and(|end| Instant::now() >= end) {
+                    // The wait is over: delete our key before returning, so a process
+                    // that exits right after a timeout leaves no queue entry behind.
+                    // If this fails, the drop guard retries in the background.
+                    let _ = entry.remove().await;
+                }
+                waited?;
+            }
+            let read_at = Instant::now();
+            let check = entry.recheck(queue, first.revision).await?;
+            if !check.mine {
+                entry.mark_gone();
+                return Err(lease_gone(
+                    &self.ctx,
+                    &format!("the queued key {} disappeared", printable(entry.key())),
+                )
+                .into());
+            }
+            match check.predecessor {
+                Some(key) => predecessor = Some((key, check.header)),
+                None => {
+                    return self
+                        .claim(entry, &lease, first.revision, check.header, read_at)
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// Waits until `key` is deleted (from revision `from` on), the lease ends, or the
+    /// caller's wait is over.
+    async fn wait_for_deletion(
+        &self,
+        key: &[u8],
+        from: i64,
+        lease: &SessionLease,
+        req: &AcquireRequest<'_>,
+    ) -> Result<(), Failure> {
+        let mut deletion = self.watches.deletion(key, from);
+        tokio::select! {
+            notice = deletion.next() => match notice {
+                Notice::Deleted => {
+                    self.wakeups.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                }
+                Notice::Resync => Ok(()),
+                Notice::Failed(reason) => Err(LockError::backend(BACKEND, reason).into()),
+            },
+            end = lease.end() => Err(self.lease_error(end).into()),
+            _ = req.wait.reached() => Err(req.not_acquired().into()),
+        }
+    }
+
+    /// Ours is the oldest key. Before claiming, re-check the lease: the key's
+    /// validity is the lease's, measured from its last answered keep-alive.
+    async fn claim(
+        &self,
+        entry: QueueEntry,
+        lease: &SessionLease,
+        revision: i64,
+        header: i64,
+        read_at: Instant,
+    ) -> Result<Acquired<EtcdHandle>, Failure> {
+        if let Some(end) = lease.ended() {
+            return Err(self.lease_error(end).into());
+        }
+        let ttl = lease.ttl();
+        let mut valid_from = lease.acked_at();
+        if valid_from.elapsed() > ttl / 2 {
+            valid_from = lease
+                .refresh(&self.ctx)
+                .await
+                .map_err(|end| self.refresh_error(end))?;
+        }
+        let (key, slot) = entry.into_held().ok_or_else(|| {
+            Failure::from(crate::error::protocol("queue entry handed over twice"))
+        })?;
+        Ok(Acquired {
+            handle: EtcdHandle {
+                key,
+                revision,
+                confirmed_at: header,
+                slot,
+                releasing: Arc::default(),
+            },
+            token: FencingToken::new(revision.unsigned_abs()),
+            sent_at: read_at.min(valid_from),
+        })
+    }
+
+    /// A keep-alive that was not answered: the lease ended, or its stream is down.
+    fn refresh_error(&self, end: Option<LeaseEnd>) -> LockError {
+        match end {
+            Some(end) => self.lease_error(end),
+            None => self.ctx.unavailable(
+                "the lease keep-alive got no answer (its stream is down or reconnecting)",
+            ),
+        }
+    }
+
+    fn lease_error(&self, end: LeaseEnd) -> LockError {
+        match end {
+            LeaseEnd::Lapsed => self.ctx.unavailable("no keep-alive of the client's lease was answered for a whole ttl, so the lease may have expired"),
+            LeaseEnd::Expired | LeaseEnd::Retired => lease_gone(&self.ctx, "the lease expired while waiting"),
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for EtcdBackend {
+    type Handle = EtcdHandle;
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Self::capabilities_with_min_ttl(self.min_ttl)
+    }
+
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<EtcdHandle>, LockError> {
+        let ttl_secs = whole_seconds(req.ttl)?;
+        let queue = queue_prefix(&self.namespace, req.key);
+        let mut retries = 0;
+        loop {
+            let slot = self
+                .leases
+                .checkout(ttl_secs, &queue)
+                .await
+                .map_err(|f| f.into_lock_error(&self.ctx))?;
+            let lease = slot.lease().clone();
+            match self.contend(&req, &queue, slot).await {
+                Err(Failure::LeaseNotFound) if retries < LEASE_RETRIES => {
+                    // The lease expired on the server before the client noticed:
+                    // retire it and queue again on a fresh one.
+                    lease.mark_expired();
+                    retries += 1;
+                }
+                outcome => return outcome.map_err(|f| f.into_lock_error(&self.ctx)),
+            }
+        }
+    }
+
+    async fn renew(&self, handle: &EtcdHandle, _ttl: Duration) -> Result<Ownership, LockError> {
+        let lease = handle.slot.lease();
+        let still_ours = Txn::new().when([Compare::create_revision(
+            handle.key.clone(),
+            CompareOp::Equal,
+            handle.revision,
+        )]);
+        let (refreshed, key) = tokio::join!(
+            lease.refresh(&self.ctx),
+            self.ctx.txn(&self.kv, "renew check", still_ours)
+        );
+        match refreshed {
+            Err(Some(LeaseEnd::Expired)) => return Ok(Ownership::NotHeld),
+            Err(end) => return Err(self.refresh_error(end)),
+            Ok(_) => {}
+        }
+        match key {
+            Ok(response) if response.succeeded() => Ok(Ownership::Held),
+            Ok(_) => Ok(Ownership::NotHeld),
+            Err(f) => Err(f.into_lock_error(&self.ctx)),
+        }
+    }
+
+    async fn release(&self, handle: &EtcdHandle) -> Result<Ownership, LockError> {
+        handle.releasing.store(true, Ordering::Release);
+        match delete_if_created_at(&self.kv, &self.ctx, &handle.key, handle.revision).await {
+            Ok(deleted) => {
+                handle.slot.mark_clean();
+                Ok(if deleted {
+                    Ownership::Held
+                } else {
+                    Ownership::NotHeld
+                })
+            }
+            Err(f) => Err(f.into_lock_error(&self.ctx)),
+        }
+    }
+
+    fn loss_signal(&self, handle: &EtcdHandle) -> Option<LossSignal> {
+        let lease = handle.slot.lease().clone();
+        let from = handle.confirmed_at + 1;
+        // Subscribed now rather than on first poll, so the watch is in place (and
+        // the shared stream up) however soon the lock is released.
+        let first = self.watches.deletion(&handle.key, from);
+        let deletion = KeyDeletion {
+            kv: self.kv.clone(),
+            ctx: self.ctx.clone(),
+            watches: self.watches.clone(),
+            key: handle.key.clone(),
+            revision: handle.revision,
+            from,
+            releasing: handle.releasing.clone(),
+            clean: handle.slot.clean_flag(),
+        };
+        Some(Box::pin(async move {
+            tokio::select! {
+                _ = lease.expired() => LossReason::SessionEnded,
+                reason = deletion.wait(first) => reason,
+            }
+        }))
+    }
+}
+
+/// The ttl in whole seconds; core already rejects other ttls from the capabilities.
+fn whole_seconds(ttl: Duration) -> Result<i64, LockError> {
+    if ttl.subsec_nanos() != 0 || ttl.is_zero() {
+        return Err(LockError::invalid_options(format!(
+            "ttl {ttl:?} is not a whole number of seconds; etcd leases have whole-second ttls (minimum 1s)"
+        )));
+    }
+    i64::try_from(ttl.as_secs()).map_err(|_| {
+        LockError::invalid_options(format!("ttl {ttl:?} is too long for an etcd lease"))
+    })
+}

@@ -1,0 +1,114 @@
+//! TLS settings (feature `tls`).
+
+use crate::error::BACKEND;
+use distlock_core::LockError;
+
+/// How to verify etcd's certificate and, optionally, which client certificate to
+/// present. The client key never appears in `Debug`.
+///
+/// ```no_run
+/// use distlock_etcd::{EtcdConfig, EtcdTls};
+/// let tls = EtcdTls::new()
+///     .ca_certificate(std::fs::read("/etc/etcd/ca.pem")?)
+///     .domain("etcd.internal");
+/// let config = EtcdConfig::new(["etcd.internal:2379"]).tls(tls);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct EtcdTls {
+    ca_pem: Option<Vec<u8>>,
+    cert_pem: Option<Vec<u8>>,
+    key_pem: Option<Vec<u8>>,
+    domain: Option<String>,
+}
+
+impl std::fmt::Debug for EtcdTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdTls")
+            .field("ca", &self.ca_pem.is_some())
+            .field("client_certificate", &self.cert_pem.is_some())
+            .field("client_key", &self.key_pem.as_ref().map(|_| "<redacted>"))
+            .field("domain", &self.domain)
+            .finish()
+    }
+}
+
+impl EtcdTls {
+    /// No CA yet: give the one that signed etcd's certificate.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The CA certificate (PEM) that signed the server certificates.
+    pub fn ca_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// A client certificate and its key (both PEM), for etcd's `--client-cert-auth`.
+    pub fn client_identity(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.cert_pem = Some(cert_pem.into());
+        self.key_pem = Some(key_pem.into());
+        self
+    }
+
+    /// The name to verify the server certificate against, when it differs from the
+    /// host in the endpoint.
+    pub fn domain(mut self, name: impl Into<String>) -> Self {
+        self.domain = Some(name.into());
+        self
+    }
+
+    /// Applies a URL option (`ca`, `cert`, `key`: PEM file paths; `domain`).
+    pub(crate) fn option(mut self, name: &str, value: &str) -> Result<Self, LockError> {
+        let read = |what: &str| {
+            std::fs::read(value).map_err(|e| {
+                LockError::config(
+                    BACKEND,
+                    format!("cannot read the {what} file `{value}` (option `{name}`): {e}"),
+                )
+            })
+        };
+        match name {
+            "ca" => self.ca_pem = Some(read("CA certificate")?),
+            "cert" => self.cert_pem = Some(read("client certificate")?),
+            "key" => self.key_pem = Some(read("client key")?),
+            _ => self.domain = Some(value.to_owned()),
+        }
+        Ok(self)
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), LockError> {
+        if self.ca_pem.is_none() {
+            return Err(LockError::config(
+                BACKEND,
+                "TLS needs the CA certificate that signed etcd's certificates (ca=/path/ca.pem or EtcdTls::ca_certificate)",
+            ));
+        }
+        if self.cert_pem.is_some() != self.key_pem.is_some() {
+            return Err(LockError::config(
+                BACKEND,
+                "a client certificate needs its key, and a key its certificate",
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn client_options(&self) -> etcd_client::TlsOptions {
+        let mut options = etcd_client::TlsOptions::new();
+        if let Some(ca) = &self.ca_pem {
+            options = options.ca_certificate(etcd_client::Certificate::from_pem(ca));
+        }
+        if let (Some(cert), Some(key)) = (&self.cert_pem, &self.key_pem) {
+            options = options.identity(etcd_client::Identity::from_pem(cert, key));
+        }
+        if let Some(domain) = &self.domain {
+            options = options.domain_name(domain.clone());
+        }
+        options
+    }
+}

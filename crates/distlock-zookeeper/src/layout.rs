@@ -1,0 +1,239 @@
+//! The data layout: where a lock lives in the ZooKeeper tree and how its queue is
+//! ordered.
+//!
+//! ```text
+//! /{namespace}/{escaped name}/_c_{uuid}-lock-{sequence}
+//!  container    container      ephemeral-sequential, one per holder or waiter
+//! ```
+//!
+//! The node names are those of Apache Curator's protected mode, and a name
+//! without `/`, `%` or characters ZooKeeper forbids is used verbatim, so Curator's
+//! `InterProcessMutex` on `/{namespace}/{name}` contends with this adapter.
+//!
+//! ```
+//! use distlock_zookeeper::layout;
+//! assert_eq!(layout::escape_name("orders/42"), "orders%2F42");
+//! assert_eq!(layout::unescape_name("orders%2F42").as_deref(), Some("orders/42"));
+//! let queue = layout::sort_queue(["_c_b-lock-0000000007", "_c_a-lock-0000000003", "junk"]);
+//! assert_eq!(queue, vec!["_c_a-lock-0000000003", "_c_b-lock-0000000007"]);
+//! ```
+
+use std::fmt::Write as _;
+
+/// The part of a lock node's name before the sequence, as Curator's
+/// `InterProcessMutex` names it.
+pub const LOCK_NAME: &str = "lock-";
+
+/// Curator's protected-mode prefix: `_c_{uuid}-` comes before [`LOCK_NAME`].
+pub const PROTECTED_PREFIX: &str = "_c_";
+
+/// True for characters ZooKeeper rejects in a path: controls, surrogates, the
+/// private use area up to U+F8FF, U+FFF0..=U+FFFF, and everything beyond the BMP
+/// (Java holds those as surrogate pairs, which the server's check rejects).
+pub(crate) fn forbidden_in_path(c: char) -> bool {
+    let u = u32::from(c);
+    [
+        0x0000..=0x001f,
+        0x007f..=0x009f,
+        0xd800..=0xf8ff,
+        0xfff0..=0x10_ffff,
+    ]
+    .into_iter()
+    .any(|range| range.contains(&u))
+}
+
+/// The lock name as one path segment: `%`, `/` and every character ZooKeeper
+/// forbids (emoji included) are percent-encoded (UTF-8 bytes, upper-case hex), and the segments `.`
+/// and `..` become `%2E` and `%2E%2E`. Distinct names give distinct segments, so
+/// `a` never waits on `a/b`.
+pub fn escape_name(name: &str) -> String {
+    if name == "." || name == ".." {
+        return "%2E".repeat(name.len());
+    }
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c == '%' || c == '/' || forbidden_in_path(c) {
+            let mut utf8 = [0; 4];
+            for byte in c.encode_utf8(&mut utf8).bytes() {
+                // Writing to a String cannot fail.
+                let _ = write!(out, "%{byte:02X}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The inverse of [`escape_name`]; `None` for a segment it cannot have produced.
+pub fn unescape_name(segment: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(segment.len());
+    let mut rest = segment.as_bytes();
+    while let Some((&first, tail)) = rest.split_first() {
+        if first == b'%' {
+            let hex = tail.get(..2)?;
+            let hex = std::str::from_utf8(hex).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(first);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// The lock's directory, `/{namespace}/{escaped name}` (relative to the chroot).
+pub fn lock_dir(namespace: &str, name: &str) -> String {
+    format!("/{namespace}/{}", escape_name(name))
+}
+
+/// The path to pass to a sequential create for one acquisition:
+/// `{dir}/_c_{uuid}-lock-`; the server appends the sequence.
+pub fn node_prefix(dir: &str, uuid: &uuid::Uuid) -> String {
+    format!("{dir}/{PROTECTED_PREFIX}{uuid}-{LOCK_NAME}")
+}
+
+/// The sequence ZooKeeper appended to a lock node's name: the digits after the
+/// last `lock-`. `None` for a child that is not a lock node.
+pub fn sequence_of(node: &str) -> Option<i64> {
+    let at = node.rfind(LOCK_NAME)?;
+    let digits = &node[at + LOCK_NAME.len()..];
+    // ZooKeeper prints the parent's cversion with `%010d`, which goes negative
+    // after 2^31 child changes on one parent.
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit() || b == b'-') {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// A sort key that orders sequences by creation, across the 32-bit rollover.
+///
+/// ZooKeeper's sequence is the parent's `cversion`, a signed 32-bit counter that
+/// wraps from 2147483647 to -2147483648. Nodes alive at the same time were created
+/// within far fewer than 2^31 child changes of each other, so their signed
+/// distance (mod 2^32) from any one of them, `reference`, orders them correctly on
+/// both sides of the wrap. The key is a plain integer, so sorting by it is a total
+/// order whatever names a server returns. (Curator compares the digits as strings,
+/// which is wrong across the wrap; the two agree everywhere else.)
+pub fn creation_key(sequence: i64, reference: i64) -> i64 {
+    match (i32::try_from(sequence), i32::try_from(reference)) {
+        (Ok(s), Ok(r)) => i64::from(s.wrapping_sub(r)),
+        _ => sequence.saturating_sub(reference),
+    }
+}
+
+/// The lock nodes among `children`, first in line (the holder) first. Children
+/// that are not lock nodes (no `lock-{sequence}` suffix) are left out, as Curator
+/// leaves them out.
+pub fn sort_queue<I, S>(children: I) -> Vec<S>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let mut queue: Vec<(i64, S)> = children
+        .into_iter()
+        .filter_map(|child| sequence_of(child.as_ref()).map(|seq| (seq, child)))
+        .collect();
+    let reference = queue.first().map_or(0, |(seq, _)| *seq);
+    queue.sort_by_key(|(seq, _)| creation_key(*seq, reference));
+    queue.into_iter().map(|(_, child)| child).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_to_distinct_single_segments() {
+        let names = [
+            "a",
+            "A",
+            "a/b",
+            "ab",
+            "a/",
+            "{x}",
+            "%2F",
+            "a%2Fb",
+            "x y",
+            "ключ/🔒",
+            "a\\b",
+            ".",
+            "..",
+            "...",
+            "zookeeper",
+            "\u{e000}",
+            "\u{fff0}",
+            "🔒",
+        ];
+        let escaped: Vec<String> = names.iter().map(|n| escape_name(n)).collect();
+        for (name, segment) in names.iter().zip(&escaped) {
+            assert!(!segment.contains('/'), "{segment}");
+            assert!(segment != "." && segment != "..", "{segment}");
+            assert!(!segment.chars().any(forbidden_in_path), "{segment:?}");
+            assert_eq!(unescape_name(segment).as_deref(), Some(*name));
+        }
+        let mut unique = escaped.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), escaped.len());
+    }
+
+    #[test]
+    fn plain_names_stay_verbatim_for_curator() {
+        assert_eq!(escape_name("orders-42"), "orders-42");
+        assert_eq!(lock_dir("distlock", "job"), "/distlock/job");
+        assert_eq!(escape_name("a%b/c"), "a%25b%2Fc");
+        assert_eq!(escape_name("ключ/🔒"), "ключ%2F%F0%9F%94%92");
+    }
+
+    #[test]
+    fn bad_escapes_do_not_unescape() {
+        assert_eq!(unescape_name("%2"), None);
+        assert_eq!(unescape_name("%zz"), None);
+        assert_eq!(unescape_name("%FF"), None);
+    }
+
+    #[test]
+    fn sequences_parse_from_curator_names() {
+        let uuid = uuid::Uuid::nil();
+        let prefix = node_prefix("/ns/job", &uuid);
+        assert_eq!(
+            prefix,
+            "/ns/job/_c_00000000-0000-0000-0000-000000000000-lock-"
+        );
+        assert_eq!(sequence_of("_c_x-lock-0000000042"), Some(42));
+        assert_eq!(sequence_of("_c_x-lock--2147483648"), Some(-2_147_483_648));
+        assert_eq!(sequence_of("lock-"), None);
+        assert_eq!(sequence_of("readme"), None);
+        assert_eq!(sequence_of("_c_x-lock-12a"), None);
+    }
+
+    #[test]
+    fn any_names_a_server_returns_sort_without_panicking() {
+        // Spread wider than 2^31: no order is right, but sorting must not fail.
+        let names = [
+            "_c_a-lock-0000000000",
+            "_c_b-lock-1500000000",
+            "_c_c-lock--1500000000",
+            "_c_d-lock-99999999999",
+        ];
+        assert_eq!(sort_queue(names).len(), 4);
+    }
+
+    #[test]
+    fn queue_order_survives_rollover() {
+        let before = "_c_a-lock-2147483646";
+        let last = "_c_b-lock-2147483647";
+        let wrapped = "_c_c-lock--2147483648";
+        let after = "_c_d-lock--2147483647";
+        assert_eq!(
+            sort_queue([after, wrapped, before, last]),
+            vec![before, last, wrapped, after]
+        );
+        assert_eq!(
+            sort_queue(["_c_x-lock-0000000010", "_c_y-lock-0000000002"]),
+            vec!["_c_y-lock-0000000002", "_c_x-lock-0000000010"]
+        );
+    }
+}

@@ -1,0 +1,69 @@
+//! ZooKeeper adapter for distlock: Apache Curator's lock recipe, with the znode's
+//! creation zxid as the fencing token.
+//!
+//! ```no_run
+//! use distlock_core::{AcquireOptions, DistributedLock, LockKey};
+//! use distlock_zookeeper::ZkConfig;
+//! use std::time::Duration;
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), distlock_core::LockError> {
+//! let lock = ZkConfig::from_url("zk://zk1:2181,zk2:2181,zk3:2181/prod")?.connect().await?;
+//! let key = LockKey::new("billing/nightly")?;
+//! let lease = lock.acquire(&key, &AcquireOptions::new().ttl(Duration::from_secs(10))).await?;
+//! println!("holding {} with fencing token {}", lease.key(), lease.token());
+//! lease.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # What it guarantees
+//!
+//! - **Layout.** A lock is the directory `/{namespace}/{escaped name}` (container
+//!   nodes, removed by the server once empty); every holder and waiter owns one
+//!   ephemeral-sequential node in it named `_c_{uuid}-lock-{sequence}`, as Curator's
+//!   protected mode names them, so Curator's `InterProcessMutex` on the same path
+//!   contends with this adapter. See [`layout`].
+//! - **Order.** The holder is the first node in sequence order; waiters are served
+//!   first come, first served, each watching only the node just before its own: a
+//!   release wakes one waiter, whatever the queue length.
+//! - **Token.** The fencing token is the node's `czxid`, the zxid of the
+//!   transaction that created it. zxids only grow, across directory recreation
+//!   and server restarts, unlike the sequence, which restarts with the directory.
+//! - **Sessions.** A node lives as long as its session. Each distinct ttl gets its
+//!   own session whose timeout is that ttl (or one session, if
+//!   [`ZkConfig::session_timeout`] is set), so a crashed or paused holder loses the
+//!   lock after its ttl. The ttl must be a timeout the server grants
+//!   (`minSessionTimeout..=maxSessionTimeout`, by default 2 to 20 ticks);
+//!   [`distlock_core::Capabilities::min_ttl`] reports the server's minimum.
+//! - **Renewal** checks, with one `exists`, that the node is still ours and the
+//!   session alive; the session itself is kept alive by the client's pings.
+//!
+//! # Failure modes
+//!
+//! - *Session expiry* (network partition, long pause): the server deletes the
+//!   node; `lost()` fires when the client learns it, and by then the lease's local
+//!   deadline has already passed. A waiter whose session expires gets an error.
+//! - *Disconnected, session alive*: renewals fail, and the lease stays held only
+//!   until its local deadline.
+//! - *Lost create reply*: the client finds its node by its uuid after reconnecting
+//!   instead of leaving an orphan that would block the lock.
+//! - *Operator deletes the node*: the next renewal (every ttl/3) reports it and
+//!   `lost()` fires.
+//! - *GC pause or SIGSTOP past the ttl*: the session expires and someone else gets
+//!   the lock while the paused process still believes it holds it. Only fencing
+//!   closes that hole: pass [`distlock_core::Lease::token`] with every write.
+#![deny(missing_docs)]
+
+mod config;
+mod error;
+pub mod layout;
+mod lock;
+mod node;
+mod queue;
+mod session;
+
+pub use config::{AclPolicy, DigestAuth, ZkConfig};
+pub use lock::ZkBackend;
+pub use node::ZkHandle;
+
+/// A ZooKeeper lock client: `ZkConfig::from_url(url)?.connect().await?`.
+pub type ZkLock = distlock_core::BackendLock<ZkBackend>;

@@ -1,0 +1,310 @@
+//! ZooKeeper sessions: one per distinct lease ttl (or one in all, when the session
+//! timeout is configured), opened on first use and kept for the client's life.
+//!
+//! Why the session timeout follows the ttl: a lock node lives exactly as long as
+//! its session. The lease's local deadline (`sent_at + ttl`) must come before the
+//! server can expire the session and give the lock away, so the session timeout
+//! must be at least the ttl; and a holder that crashes or pauses should lose the
+//! lock after its ttl, not after some longer session timeout, so it should be no
+//! more. Sessions are shared by every lock of the same ttl, so the usual
+//! application (one ttl) has one session, and an uncontended cycle needs no
+//! session round trip.
+
+use crate::config::{DigestAuth, ZkConfig};
+use crate::error::ZkError;
+use distlock_core::LockError;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use zookeeper_client as zk;
+
+/// One ZooKeeper session and its negotiated timeout.
+pub(crate) struct Session {
+    pub client: zk::Client,
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &format_args!("{:#x}", self.id()))
+            .field("timeout", &self.timeout)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+impl Session {
+    pub fn id(&self) -> i64 {
+        self.client.session_id().0
+    }
+
+    pub fn state(&self) -> zk::SessionState {
+        self.client.state()
+    }
+
+    /// Completes when the session has ended for good (expired, closed,
+    /// authentication failed): its ephemeral nodes are gone or going.
+    pub fn ended(&self) -> impl Future<Output = zk::SessionState> + Send + 'static {
+        let mut watcher = self.client.state_watcher();
+        async move {
+            loop {
+                let state = watcher.peek_state();
+                if state.is_terminated() {
+                    return state;
+                }
+                watcher.changed().await;
+            }
+        }
+    }
+
+    /// The error for an operation that needed this session after it ended.
+    pub fn ended_error(&self, context: &'static str) -> ZkError {
+        ZkError::SessionEnded {
+            session: self.id(),
+            state: self.state(),
+            context,
+        }
+    }
+}
+
+/// The session timeouts the server grants, as far as known (milliseconds; 0 =
+/// unknown).
+#[derive(Debug, Default)]
+struct Limits {
+    min_ms: AtomicU64,
+    max_ms: AtomicU64,
+}
+
+/// The sessions of one lock client.
+pub(crate) struct Sessions {
+    connect_string: String,
+    auth: Option<DigestAuth>,
+    pinned: Option<Duration>,
+    connect_timeout: Duration,
+    pool: std::sync::Mutex<HashMap<u64, Arc<Session>>>,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions")
+            .field("connect_string", &self.connect_string)
+            .field("pinned", &self.pinned)
+            .finish_non_exhaustive()
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Sessions {
+    pub fn new(config: &ZkConfig) -> Self {
+        Sessions {
+            connect_string: config.connect_string(),
+            auth: config.auth.clone(),
+            pinned: config.session_timeout,
+            connect_timeout: config.connect_timeout,
+            pool: Default::default(),
+            limits: Limits::default(),
+        }
+    }
+
+    /// The shortest session timeout the server grants, once known.
+    pub fn min_timeout(&self) -> Option<Duration> {
+        match self.limits.min_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+
+    /// The longest session timeout the server grants, once known.
+    pub fn max_timeout(&self) -> Option<Duration> {
+        match self.limits.max_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+
+    /// Reads the server's session timeout range with the `conf` four-letter word,
+    /// when the server allows it (`4lw.commands.whitelist`). Best effort: without
+    /// it the range is learned from the first negotiation that hits a bound.
+    pub async fn probe_limits(&self, endpoints: &[String]) {
+        let Some(endpoint) = endpoints.first() else {
+            return;
+        };
+        let endpoint = if endpoint.contains(':') && !endpoint.ends_with(']') {
+            endpoint.clone()
+        } else {
+            format!("{endpoint}:2181")
+        };
+        let conf = async {
+            let mut stream = tokio::net::TcpStream::connect(endpoint.as_str()).await?;
+            stream.write_all(b"conf").await?;
+            let mut text = String::new();
+            stream.take(64 * 1024).read_to_string(&mut text).await?;
+            Ok::<_, std::io::Error>(text)
+        };
+        let Ok(Ok(text)) = tokio::time::timeout(Duration::from_secs(2), conf).await else {
+            return;
+        };
+        let value = |name: &str| {
+            text.lines()
+                .filter_map(|line| line.trim().split_once('='))
+                .find(|(key, _)| *key == name)
+                .and_then(|(_, value)| value.trim().parse::<u64>().ok())
+        };
+        if let (Some(min), Some(max)) = (value("minSessionTimeout"), value("maxSessionTimeout")) {
+            self.limits.min_ms.store(min, Ordering::Relaxed);
+            self.limits.max_ms.store(max, Ordering::Relaxed);
+        }
+    }
+
+    /// The session timeout to request for a lease of `ttl`.
+    fn timeout_for(&self, ttl: Duration) -> Duration {
+        self.pinned.unwrap_or(ttl)
+    }
+
+    /// Rejects a ttl the server's known range cannot serve, before connecting.
+    /// (With a pinned timeout the open session decides: any ttl up to its
+    /// negotiated timeout is served.)
+    fn check_known_range(&self, ttl: Duration) -> Result<(), LockError> {
+        if self.pinned.is_some() {
+            return Ok(());
+        }
+        if let Some(max) = self.max_timeout()
+            && ttl > max
+        {
+            return Err(above_max(ttl, max));
+        }
+        if let Some(min) = self.min_timeout()
+            && ttl < min
+        {
+            return Err(below_min(ttl, min));
+        }
+        Ok(())
+    }
+
+    /// The session for locks of `ttl`, opening it if there is none or the last
+    /// one ended.
+    pub async fn for_ttl(&self, ttl: Duration, endpoint: &str) -> Result<Arc<Session>, LockError> {
+        self.check_known_range(ttl)?;
+        let requested = self.timeout_for(ttl);
+        if let Some(session) = self.pooled(requested) {
+            return check_serves(&session, ttl, self.pinned.is_some()).map(|()| session);
+        }
+        // Opened without holding the pool, so that a slow connect does not stall
+        // acquires of other ttls.
+        let opened = Arc::new(
+            self.open(requested)
+                .await
+                .map_err(|e| e.into_lock_error(endpoint))?,
+        );
+        self.learn(requested, &opened);
+        check_serves(&opened, ttl, self.pinned.is_some())?;
+        // Two first acquires of one ttl may both have opened a session: keep the
+        // first in the pool, and the other closes when dropped.
+        Ok(self
+            .pool()
+            .entry(millis(requested))
+            .and_modify(|pooled| {
+                if pooled.state().is_terminated() {
+                    *pooled = opened.clone();
+                }
+            })
+            .or_insert(opened)
+            .clone())
+    }
+
+    /// The live pooled session for a timeout, if any.
+    fn pooled(&self, timeout: Duration) -> Option<Arc<Session>> {
+        self.pool()
+            .get(&millis(timeout))
+            .filter(|session| !session.state().is_terminated())
+            .cloned()
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Session>>> {
+        self.pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Opens the session `connect` checks the server with, and keeps it for locks
+    /// of the default ttl (or for all locks, when the timeout is pinned).
+    pub async fn open_first(&self) -> Result<Arc<Session>, ZkError> {
+        let requested = self
+            .pinned
+            .unwrap_or(distlock_core::AcquireOptions::DEFAULT_TTL);
+        let session = Arc::new(self.open(requested).await?);
+        self.learn(requested, &session);
+        if session.timeout == requested || self.pinned.is_some() {
+            self.pool().insert(millis(requested), session.clone());
+        }
+        Ok(session)
+    }
+
+    /// The server clamps a timeout outside its range: learn the bound it hit.
+    fn learn(&self, requested: Duration, session: &Session) {
+        if session.timeout > requested {
+            self.limits
+                .min_ms
+                .store(millis(session.timeout), Ordering::Relaxed);
+        } else if session.timeout < requested {
+            self.limits
+                .max_ms
+                .store(millis(session.timeout), Ordering::Relaxed);
+        }
+    }
+
+    /// Opens a new session with `timeout`, failing after `connect_timeout`.
+    pub async fn open(&self, timeout: Duration) -> Result<Session, ZkError> {
+        // Not `fail_eagerly`: a server that is restarting refuses sessions for a
+        // moment, and a lock client should ride that out (with backoff) until
+        // `connect_timeout`, as Curator does.
+        let mut connector = zk::Client::connector().with_session_timeout(timeout);
+        if let Some(auth) = &self.auth {
+            let credentials = format!("{}:{}", auth.user, auth.password);
+            connector = connector.with_auth("digest", credentials.as_bytes());
+        }
+        let connect = connector.connect(&self.connect_string);
+        let client = match tokio::time::timeout(self.connect_timeout, connect).await {
+            Ok(client) => client.map_err(ZkError::Connect)?,
+            Err(_) => return Err(ZkError::Connect(zk::Error::Timeout)),
+        };
+        let timeout = client.session_timeout();
+        Ok(Session { client, timeout })
+    }
+}
+
+/// Whether `session` may hold a lease of `ttl`: its timeout must be at least the
+/// ttl (else the server could expire it while the client still believes it holds
+/// the lock) and, when it follows the ttl, no more (else a crashed holder keeps
+/// the lock longer than its ttl).
+fn check_serves(session: &Session, ttl: Duration, pinned: bool) -> Result<(), LockError> {
+    if session.timeout < ttl {
+        return Err(above_max(ttl, session.timeout));
+    }
+    if !pinned && session.timeout > ttl {
+        return Err(below_min(ttl, session.timeout));
+    }
+    Ok(())
+}
+
+fn above_max(ttl: Duration, max: Duration) -> LockError {
+    LockError::invalid_options(format!(
+        "ttl {ttl:?} is above the longest ZooKeeper session timeout available ({max:?}); a \
+         lock lives as long as its session, so use a ttl of at most {max:?}, or raise \
+         maxSessionTimeout in zoo.cfg (or session_timeout in the client configuration)"
+    ))
+}
+
+fn below_min(ttl: Duration, min: Duration) -> LockError {
+    LockError::invalid_options(format!(
+        "ttl {ttl:?} is below the ZooKeeper server's minSessionTimeout ({min:?}, by default \
+         2 × tickTime); use a ttl of at least {min:?}, or lower minSessionTimeout in zoo.cfg"
+    ))
+}

@@ -1,0 +1,197 @@
+//! etcd: a one-member etcd started by the testkit, or `DISTLOCK_TEST_ETCD_URL`
+//! (an `etcd://` URL, or `http://host:port` as the launcher prints it).
+//!
+//! Every hook is offered: operator deletion and residue with raw requests on the
+//! lock client's own etcd connection, faults through a TCP fault proxy per faulty
+//! client, restarts on a dedicated server (its data dir is kept, so revisions, and
+//! with them tokens, persist).
+
+use async_trait::async_trait;
+use distlock_core::{BoxError, Capabilities, DynLock, LockKey};
+use distlock_etcd::{EtcdBackend, EtcdConfig, EtcdLock, escape_name, queue_prefix};
+use distlock_testkit::harness::{FaultyClient, Harness, Hooks};
+use distlock_testkit::proxy::FaultProxy;
+use distlock_testkit::runner::BackendSpec;
+use distlock_testkit::servers::{EtcdServer, external_url};
+use etcd_client::{GetOptions, SortOrder, SortTarget};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The namespace the suite's locks live under.
+pub const NAMESPACE: &str = "distlock-conformance/";
+
+const HOOKS: Hooks = Hooks {
+    delete_lock: true,
+    faulty_client: true,
+    restart: true,
+    residue: true,
+};
+
+/// The etcd backend's spec. The minimum ttl is the launched etcd's (2 s: its
+/// election timeout is etcd's default 1 s); the harness reports what the server
+/// really grants.
+pub fn spec() -> BackendSpec {
+    BackendSpec {
+        name: "etcd".into(),
+        capabilities: EtcdBackend::capabilities_with_min_ttl(Duration::from_secs(2)),
+        hooks: HOOKS,
+        start: Box::new(|| Box::pin(async { Ok(Arc::new(EtcdHarness::start().await?) as _) })),
+    }
+}
+
+/// Starts a one-member etcd. The launcher's future is not `Send` (its retry helper
+/// takes an async closure) and harness futures must be, so it runs on a blocking
+/// thread of the same runtime.
+pub async fn launch_server() -> Result<EtcdServer, BoxError> {
+    let runtime = tokio::runtime::Handle::current();
+    Ok(tokio::task::spawn_blocking(move || runtime.block_on(EtcdServer::start())).await??)
+}
+
+/// The harness: a server (launched or external) and a client whose raw etcd
+/// connection does what an operator would do by hand.
+pub struct EtcdHarness {
+    server: Option<EtcdServer>,
+    config: EtcdConfig,
+    addr: SocketAddr,
+    admin: EtcdLock,
+}
+
+impl std::fmt::Debug for EtcdHarness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdHarness")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdHarness {
+    async fn start() -> Result<Self, BoxError> {
+        match external_url("etcd") {
+            Some(url) => {
+                let url = match url.strip_prefix("http://") {
+                    Some(hosts) => format!("etcd://{hosts}"),
+                    None => url,
+                };
+                let config = EtcdConfig::from_url(&url)?.namespace(NAMESPACE);
+                let endpoint = config
+                    .endpoints()
+                    .first()
+                    .ok_or("DISTLOCK_TEST_ETCD_URL names no endpoint")?;
+                let addr = tokio::net::lookup_host(endpoint)
+                    .await?
+                    .next()
+                    .ok_or("the etcd endpoint does not resolve")?;
+                Self::with(None, config, addr).await
+            }
+            None => Self::launch().await,
+        }
+    }
+
+    async fn launch() -> Result<Self, BoxError> {
+        let server = launch_server().await?;
+        let config = EtcdConfig::new([server.addr().to_string()]).namespace(NAMESPACE);
+        let addr = server.addr();
+        Self::with(Some(server), config, addr).await
+    }
+
+    async fn with(
+        server: Option<EtcdServer>,
+        config: EtcdConfig,
+        addr: SocketAddr,
+    ) -> Result<Self, BoxError> {
+        let admin = config.clone().connect().await?;
+        Ok(EtcdHarness {
+            server,
+            config,
+            addr,
+            admin,
+        })
+    }
+
+    /// Counts keys starting with `prefix`.
+    async fn count(&self, prefix: &[u8]) -> Result<usize, BoxError> {
+        let options = GetOptions::new().with_prefix().with_count_only();
+        let found = self
+            .admin
+            .backend()
+            .client()
+            .kv_client()
+            .get(prefix, Some(options))
+            .await?;
+        Ok(usize::try_from(found.count())?)
+    }
+}
+
+#[async_trait]
+impl Harness for EtcdHarness {
+    fn name(&self) -> &str {
+        "etcd"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        distlock_core::DistributedLock::capabilities(&self.admin)
+    }
+
+    fn hooks(&self) -> Hooks {
+        HOOKS
+    }
+
+    async fn client(&self) -> Result<DynLock, BoxError> {
+        Ok(Arc::new(self.config.clone().connect().await?))
+    }
+
+    async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {
+        let proxy = Arc::new(FaultProxy::start(self.addr).await?);
+        let lock = EtcdConfig::new([proxy.addr().to_string()])
+            .namespace(NAMESPACE)
+            .request_timeout(Duration::from_secs(2))
+            .connect()
+            .await?;
+        Ok(FaultyClient {
+            lock: Arc::new(lock),
+            faults: proxy,
+        })
+    }
+
+    /// Deletes the holder's key: the oldest key in the lock's queue.
+    async fn delete_lock(&self, key: &LockKey) -> Result<(), BoxError> {
+        let mut kv = self.admin.backend().client().kv_client();
+        let oldest = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let found = kv.get(queue_prefix(NAMESPACE, key), Some(oldest)).await?;
+        let holder = found
+            .kvs()
+            .first()
+            .ok_or_else(|| format!("`{key}` is not held"))?;
+        kv.delete(holder.key(), None).await?;
+        Ok(())
+    }
+
+    async fn dedicated(&self) -> Result<Arc<dyn Harness>, BoxError> {
+        Ok(Arc::new(Self::launch().await?))
+    }
+
+    async fn restart_server(&self) -> Result<(), BoxError> {
+        let server = self
+            .server
+            .as_ref()
+            .ok_or("cannot restart an external server")?;
+        Ok(server.restart().await?)
+    }
+
+    /// Keys in the queues of names starting with `prefix`: holders and waiters.
+    async fn residue(&self, prefix: &str) -> Result<usize, BoxError> {
+        self.count(format!("{NAMESPACE}{}", escape_name(prefix)).as_bytes())
+            .await
+    }
+
+    fn server_logs(&self) -> String {
+        match &self.server {
+            Some(server) => server.log_tail(40),
+            None => "(external server)".into(),
+        }
+    }
+}

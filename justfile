@@ -44,6 +44,12 @@ test-etcd:
     cargo test -p distlock-tests --features etcd --test conformance -- etcd::
     cargo test -p distlock-etcd --all-features
 
+# MySQL on a launched MariaDB: the three strategies' conformance suites (mysql::, mysql_unique_insert::,
+# mysql_for_update::) plus the adapter's own tests (KILL, tokens, 16-way takeover, schema, round trips).
+test-mysql:
+    cargo test -p distlock-tests --features mysql --test conformance -- mysql
+    cargo test -p distlock-mysql --all-features
+
 # Benchmarks (criterion); they report, they do not assert.
 bench:
     cargo bench --workspace --all-features

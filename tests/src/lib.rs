@@ -3,11 +3,31 @@
 
 use distlock_testkit::runner::BackendSpec;
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod memory;
+#[cfg(feature = "mysql")]
+pub mod mysql;
+#[cfg(any(feature = "redis", feature = "redlock"))]
+pub mod redis;
+#[cfg(feature = "redlock")]
+pub mod redlock;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 /// Every enabled backend.
 pub fn specs() -> Vec<BackendSpec> {
     #[allow(unused_mut)]
     let mut specs = vec![memory::spec()];
+    #[cfg(feature = "zookeeper")]
+    specs.push(zookeeper::spec());
+    #[cfg(feature = "mysql")]
+    specs.extend(mysql::specs());
+    #[cfg(feature = "redis")]
+    specs.push(redis::spec());
+    #[cfg(feature = "redlock")]
+    specs.push(redlock::spec());
+    #[cfg(feature = "etcd")]
+    specs.push(etcd::spec());
     specs
 }

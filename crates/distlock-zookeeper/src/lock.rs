@@ -161,6 +161,7 @@ impl Backend for ZkBackend {
         };
         let (Some(sent_at), NodeState::Created { czxid, .. }) = (outcome, node.state.clone())
         else {
+            node.withdraw().await;
             return Err(req.not_acquired());
         };
         let handle = node

@@ -112,6 +112,20 @@ impl QueuedNode {
         format!("{}/{name}", self.dir)
     }
 
+    /// Deletes our node now that the wait is over, so a process that exits right
+    /// after a timeout leaves no queue entry behind. On failure the node stays
+    /// owned, and dropping it tries again in the background.
+    pub async fn withdraw(&mut self) {
+        let NodeState::Created { name, .. } = &self.state else {
+            return;
+        };
+        let path = self.path_of(name);
+        match self.session.client.delete(&path, None).await {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => self.state = NodeState::Absent,
+            Err(error) => tracing::debug!(%path, %error, "withdrawing a queue node failed"),
+        }
+    }
+
     /// Hands the node over to a lease: it is no longer deleted on drop.
     pub fn into_handle(mut self, ttl: Duration, sent_at: Instant) -> Option<ZkHandle> {
         let NodeState::Created { name, czxid } =

@@ -88,7 +88,7 @@ pub async fn lost_signal_on_partition(h: &dyn Harness) -> CaseResult {
     // The last renewal went out before the cut, so the deadline is within one ttl
     // of it; the timer may fire a little late on a loaded machine.
     ensure!(
-        lost_after <= ttl + Duration::from_millis(250),
+        lost_after <= ttl + Duration::from_millis(500),
         "lost() fired {lost_after:?} after the cut, ttl {ttl:?}"
     );
     ensure!(!lease.is_held(), "partitioned lease still held");

@@ -183,10 +183,11 @@ impl<'a> Scope<'a> {
     }
 
     /// The shortest ttl worth testing expiry with on this backend: at least
-    /// 500 ms, the backend minimum, rounded up to its granularity.
+    /// 1 s (shorter ones leave too little room for scheduling delays on a busy
+    /// machine), the backend minimum, rounded up to its granularity.
     pub fn short_ttl(&self) -> Duration {
         let caps = self.h.capabilities();
-        let ttl = caps.min_ttl.max(Duration::from_millis(500));
+        let ttl = caps.min_ttl.max(Duration::from_secs(1));
         let step = caps.ttl_granularity.as_nanos().max(1);
         let nanos = ttl.as_nanos().div_ceil(step) * step;
         Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))

@@ -76,13 +76,17 @@ impl MariaDbServer {
             .map_err(ServerError::io("create a temp dir for mariadb"))?;
         let datadir = dir.path().join("data");
         let socket = dir.path().join("mysqld.sock");
-        install_datadir(&install, &datadir, &dir.path().join("install.log")).await?;
+        // A private tmpdir: concurrent installs sharing /tmp collide on temp tables.
+        let tmpdir = dir.path().join("tmp");
+        std::fs::create_dir_all(&tmpdir).map_err(ServerError::io("create mariadb's tmpdir"))?;
+        install_datadir(&install, &datadir, &tmpdir, &dir.path().join("install.log")).await?;
 
         let (port, process) = retry_on_exit(async || {
             let port = free_port()?;
             let mut args: Vec<OsString> = vec![
                 "--no-defaults".into(),
                 arg("--datadir=", &datadir),
+                arg("--tmpdir=", &tmpdir),
                 arg("--socket=", &socket),
                 arg("--pid-file=", &dir.path().join("mariadbd.pid")),
                 format!("--port={port}").into(),
@@ -240,11 +244,18 @@ impl MariaDbServer {
     }
 }
 
-async fn install_datadir(install: &Path, datadir: &Path, log: &Path) -> Result<(), ServerError> {
+async fn install_datadir(
+    install: &Path,
+    datadir: &Path,
+    tmpdir: &Path,
+    log: &Path,
+) -> Result<(), ServerError> {
     let mut command = tokio::process::Command::new(install);
     command
         .arg("--no-defaults")
         .arg(arg("--datadir=", datadir))
+        .arg(arg("--tmpdir=", tmpdir))
+        .env("TMPDIR", tmpdir)
         .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
         .args(SERVER_FLAGS)
         .args(run_as_root_flag())

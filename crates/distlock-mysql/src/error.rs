@@ -1,0 +1,113 @@
+//! The crate's one error type for talking to the server, and its conversion into
+//! [`LockError`] at the boundary (with the endpoint, never the credentials).
+
+use distlock_core::LockError;
+use sqlx::mysql::MySqlDatabaseError;
+use std::time::Duration;
+
+pub(crate) const BACKEND: &str = "mysql";
+
+/// Server error numbers the adapter acts on.
+pub(crate) mod code {
+    /// Access denied for user (wrong user or password).
+    pub const ACCESS_DENIED: u16 = 1045;
+    /// Access denied to the database.
+    pub const DB_ACCESS_DENIED: u16 = 1044;
+    /// Unknown database.
+    pub const BAD_DB: u16 = 1049;
+    /// A command (such as CREATE) is denied to the user on the table.
+    pub const TABLE_ACCESS_DENIED: u16 = 1142;
+    /// Duplicate entry for a unique key.
+    pub const DUPLICATE_KEY: u16 = 1062;
+    /// Lock wait timeout exceeded (also MariaDB's answer to `NOWAIT`).
+    pub const LOCK_WAIT_TIMEOUT: u16 = 1205;
+    /// Deadlock found; the transaction was rolled back.
+    pub const DEADLOCK: u16 = 1213;
+    /// MySQL 8's answer to `NOWAIT` on a locked row.
+    pub const LOCK_NOWAIT: u16 = 3572;
+    /// Query execution was interrupted (`KILL QUERY`).
+    /// MariaDB: the connection was killed.
+    pub const CONNECTION_KILLED: u16 = 1927;
+}
+
+/// What went wrong with one statement or connection.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DbError {
+    /// The driver or the server reported an error.
+    #[error(transparent)]
+    Sql(#[from] sqlx::Error),
+    /// No reply came in time; the connection was dropped.
+    #[error("no reply from the server within {0:?} (raise request_timeout if the server is slow)")]
+    TimedOut(Duration),
+    /// The server replied something the adapter cannot use.
+    #[error("unexpected reply from the server: {0}")]
+    Protocol(String),
+}
+
+impl DbError {
+    /// The server's error number, for errors the server sent.
+    pub fn number(&self) -> Option<u16> {
+        match self {
+            DbError::Sql(sqlx::Error::Database(e)) => e
+                .try_downcast_ref::<MySqlDatabaseError>()
+                .map(MySqlDatabaseError::number),
+            _ => None,
+        }
+    }
+
+    /// True if the connection is still usable afterwards: the server answered
+    /// with an error packet and the session goes on.
+    pub fn keeps_connection(&self) -> bool {
+        matches!(self.number(), Some(n) if n != code::CONNECTION_KILLED)
+    }
+
+    /// Converts into the public error. `endpoint` never holds credentials.
+    pub fn into_lock_error(self, endpoint: &str) -> LockError {
+        let config = |reason: String| LockError::config(BACKEND, reason);
+        match self.number() {
+            Some(code::ACCESS_DENIED) => {
+                return config(format!(
+                    "the server at {endpoint} refused the login ({self}); check the user and password"
+                ));
+            }
+            Some(code::DB_ACCESS_DENIED | code::BAD_DB) => {
+                return config(format!(
+                    "cannot use the database at {endpoint} ({self}); check the database name in the URL and the user's grants"
+                ));
+            }
+            Some(code::TABLE_ACCESS_DENIED) => {
+                return config(format!(
+                    "the user lacks a privilege on the lock table at {endpoint} ({self}); grant CREATE, SELECT, INSERT, \
+                     UPDATE and DELETE on it, or create the table yourself (see docs/backends/mysql.md) and set create_table(false)"
+                ));
+            }
+            _ => {}
+        }
+        match self {
+            DbError::Sql(sqlx::Error::Database(_)) | DbError::Protocol(_) => {
+                LockError::backend(BACKEND, self)
+            }
+            DbError::Sql(sqlx::Error::Configuration(e)) => config(format!("{e}")),
+            DbError::Sql(sqlx::Error::Tls(e)) => config(format!(
+                "TLS to {endpoint} failed: {e}; check ssl-mode and ssl-ca (TLS needs the crate's `tls` feature)"
+            )),
+            other => LockError::Unavailable {
+                backend: BACKEND,
+                endpoint: endpoint.to_owned(),
+                source: Box::new(other),
+            },
+        }
+    }
+}
+
+/// Runs `fut` with a deadline: a statement that gets no reply is an error, never a
+/// hang (a partition otherwise blocks forever).
+pub(crate) async fn timed<T>(
+    limit: Duration,
+    fut: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, DbError> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(result) => result.map_err(DbError::Sql),
+        Err(_) => Err(DbError::TimedOut(limit)),
+    }
+}

@@ -1,0 +1,74 @@
+//! MySQL and MariaDB adapter for distlock: locks in one InnoDB table, expiry on
+//! the database clock, and a fencing token from a counter that never resets.
+//!
+//! ```no_run
+//! use distlock_core::{AcquireOptions, DistributedLock, LockKey};
+//! use distlock_mysql::MySqlConfig;
+//! use std::time::Duration;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), distlock_core::LockError> {
+//! let lock = MySqlConfig::from_url("mysql://app:secret@127.0.0.1:3306/app?strategy=version_cas")?
+//!     .connect()
+//!     .await?;
+//! let key = LockKey::new("billing/nightly")?;
+//! let lease = lock.acquire(&key, &AcquireOptions::new().ttl(Duration::from_secs(30))).await?;
+//! // Pass lease.token() with every write to the protected resource.
+//! println!("holding {} with token {}", lease.key(), lease.token());
+//! lease.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Strategies
+//!
+//! Chosen with [`MySqlConfig::strategy`] or `?strategy=` in the URL; each table
+//! belongs to one strategy (recorded in the table comment, checked at connect).
+//!
+//! - [`Strategy::VersionCas`] (default): the row persists. Acquire is one CAS
+//!   `UPDATE` on a free or expired row that raises `fence` with
+//!   `LAST_INSERT_ID(fence + 1)`, so the token arrives in the same round trip.
+//!   Release clears the owner and keeps the row. Two statements per uncontended
+//!   cycle; waiters poll with jittered backoff (≤ 250 ms, never past the holder's
+//!   expiry).
+//! - [`Strategy::UniqueInsert`]: the row exists only while held. `INSERT`
+//!   acquires, an expired row is taken over by one guarded `UPDATE`, `DELETE …
+//!   WHERE owner` releases; tokens come from a counter row never deleted.
+//! - [`Strategy::ForUpdate`]: a dedicated connection holds a transaction with
+//!   `SELECT … FOR UPDATE`; waiting is server-side, the lock dies with the
+//!   connection (the server drops an idle holder after `wait_timeout` = ttl), and
+//!   a keepalive every ttl/3 notices a dead connection and fires `lost()`. Ttls
+//!   are whole seconds.
+//!
+//! # Guarantees and failure modes
+//!
+//! - Expiry always compares with `NOW(6)` on the server, never the client clock.
+//! - Tokens strictly increase per name across holders, expiry takeovers, crashes
+//!   and server restarts (InnoDB keeps the rows). A deleted row is re-created
+//!   with its fence seeded from the server clock in microseconds, so tokens keep
+//!   rising unless that clock steps back.
+//! - The server is a single point of failure; with asynchronous replication a
+//!   failover can lose recent acquisitions (and counter values).
+//! - `TIMESTAMP(6)` ends in January 2038 on MySQL and MariaDB before 11.5.
+//! - Names up to 254 bytes are stored verbatim; longer ones as their first 189
+//!   bytes, 0x1D and their hex SHA-256.
+//!
+//! See `docs/backends/mysql.md` for the exact SQL and how to choose.
+#![deny(missing_docs)]
+
+mod config;
+mod error;
+mod for_update;
+mod lock;
+mod name;
+mod poll;
+mod pool;
+mod sql;
+mod unique_insert;
+mod version_cas;
+
+pub use config::{MySqlConfig, Strategy};
+pub use lock::{MySqlBackend, MySqlHandle};
+pub use name::{NAME_COLUMN_BYTES, TableName, counter_name, row_name};
+pub use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
+
+/// A MySQL lock client: `MySqlConfig::from_url(url)?.connect().await?`.
+pub type MySqlLock = distlock_core::BackendLock<MySqlBackend>;

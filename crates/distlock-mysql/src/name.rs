@@ -1,0 +1,142 @@
+//! How lock names become row names, and the validated table name.
+
+use crate::error::BACKEND;
+use distlock_core::{LockError, LockKey};
+use sha2::{Digest, Sha256};
+
+/// Bytes in the `name` column (`VARBINARY(255)`): fits every row format's index
+/// limit on MySQL 8 and MariaDB.
+pub const NAME_COLUMN_BYTES: usize = 255;
+
+/// Longest name stored as it is; one byte stays free for the counter marker.
+const VERBATIM_MAX: usize = NAME_COLUMN_BYTES - 1;
+
+/// How much of an over-long name is kept readable before its hash.
+const HASHED_PREFIX: usize = VERBATIM_MAX - 1 - 64;
+
+/// Separates a kept prefix from the hash. Lock keys cannot hold control
+/// characters, so no verbatim name contains it.
+const HASH_MARK: u8 = 0x1d;
+
+/// Ends the name of a fence counter row; never in a lock row's name.
+const COUNTER_MARK: u8 = 0x1e;
+
+/// The row name of `key`: its UTF-8 bytes when they fit (254 bytes), otherwise
+/// the first 189 bytes, 0x1D, and the lowercase hex SHA-256 of the whole key.
+/// Deterministic, so every client maps a key to the same row, and injective
+/// short of a SHA-256 collision.
+pub fn row_name(key: &LockKey) -> Vec<u8> {
+    let bytes = key.as_str().as_bytes();
+    if bytes.len() <= VERBATIM_MAX {
+        return bytes.to_vec();
+    }
+    let mut name = bytes[..HASHED_PREFIX].to_vec();
+    name.push(HASH_MARK);
+    for byte in Sha256::digest(bytes) {
+        name.extend_from_slice(format!("{byte:02x}").as_bytes());
+    }
+    name
+}
+
+/// The row that holds `row`'s fencing counter (unique_insert, for_update): the
+/// lock row name plus 0x1E. Counter rows are never deleted.
+pub fn counter_name(row: &[u8]) -> Vec<u8> {
+    let mut name = row.to_vec();
+    name.push(COUNTER_MARK);
+    name
+}
+
+/// A random value per acquisition: what compare-owner statements compare.
+pub fn new_owner() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// A table name checked to be a plain identifier: an ASCII letter or `_`, then up
+/// to 63 letters, digits or `_`. It is the only text ever placed into SQL, so
+/// nothing else may pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableName(String);
+
+impl TableName {
+    /// The table used when none is configured.
+    pub const DEFAULT: &'static str = "distlock_locks";
+
+    /// Validates `name`; anything but a plain identifier is a `Config` error.
+    pub fn new(name: &str) -> Result<Self, LockError> {
+        let mut chars = name.chars();
+        let first_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+        let rest_ok = name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if first_ok && rest_ok && name.len() <= 64 {
+            return Ok(TableName(name.to_owned()));
+        }
+        let shown: String = name
+            .chars()
+            .take(80)
+            .flat_map(char::escape_default)
+            .collect();
+        Err(LockError::config(
+            BACKEND,
+            format!(
+                "table name `{shown}` is not a plain identifier; use 1 to 64 ASCII letters, digits and \
+                 underscores, not starting with a digit (for example `distlock_locks`)"
+            ),
+        ))
+    }
+
+    /// The name as validated.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for TableName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_names_are_stored_verbatim_and_long_ones_hashed_to_fit() {
+        let short = LockKey::new("a/b").unwrap();
+        assert_eq!(row_name(&short), b"a/b");
+        let long = LockKey::new("x".repeat(512)).unwrap();
+        let other = LockKey::new(format!("{}y", "x".repeat(511))).unwrap();
+        let (a, b) = (row_name(&long), row_name(&other));
+        assert_eq!(a.len(), VERBATIM_MAX);
+        assert_ne!(a, b, "names sharing a prefix stay distinct");
+        assert_eq!(a, row_name(&long), "hashing is deterministic");
+        assert!(counter_name(&a).len() <= NAME_COLUMN_BYTES);
+        let edge = LockKey::new("z".repeat(VERBATIM_MAX)).unwrap();
+        assert_eq!(row_name(&edge).len(), VERBATIM_MAX);
+    }
+
+    #[test]
+    fn table_names_reject_anything_but_identifiers() {
+        for good in ["locks", "_x", "Locks_2", &"a".repeat(64)] {
+            assert!(TableName::new(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "1locks",
+            "locks; DROP TABLE x",
+            "a`b",
+            "a.b",
+            "lock-s",
+            "é",
+            &"a".repeat(65),
+            "a b",
+            "a\0",
+        ] {
+            assert!(
+                matches!(TableName::new(bad), Err(LockError::Config { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+}

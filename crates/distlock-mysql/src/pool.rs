@@ -1,0 +1,255 @@
+//! The adapter's own small connection pool.
+//!
+//! Why not `sqlx::Pool`: it pings (`COM_PING`) every connection it takes back,
+//! which doubles the round trips of a lock cycle (and the server counts each ping
+//! in `Questions`); a `for_update` waiter must be killable by its server thread
+//! id; and a connection whose statement was cancelled must be closed, never
+//! handed out again with a reply still in flight. This pool does exactly that:
+//! idle connections are reused as they are, a connection is only returned when
+//! its last statement completed, and each one knows its thread id.
+
+use crate::error::{DbError, timed};
+use crate::sql;
+use sqlx::mysql::{
+    MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlQueryResult, MySqlRow,
+};
+use sqlx::query::Query;
+use sqlx::{Connection, MySql, Row};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// A statement with its arguments bound.
+pub(crate) type Statement = Query<'static, MySql, MySqlArguments>;
+
+/// Idle connections older than this are closed rather than reused, so a server
+/// or proxy idle timeout never hands us a dead one after a quiet spell.
+const MAX_IDLE: Duration = Duration::from_secs(60);
+
+/// A bounded set of connections with the same options and session setup.
+#[derive(Clone)]
+pub(crate) struct Pool(Arc<PoolInner>);
+
+struct PoolInner {
+    options: MySqlConnectOptions,
+    /// Statements run once on every new connection.
+    setup: &'static [&'static str],
+    idle: Mutex<Vec<Idle>>,
+    permits: Arc<Semaphore>,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+}
+
+struct Idle {
+    conn: MySqlConnection,
+    id: u64,
+    session: Option<(u64, u64)>,
+    since: Instant,
+    usable_until: Option<Instant>,
+}
+
+impl Drop for PoolInner {
+    fn drop(&mut self) {
+        // Say goodbye (COM_QUIT) rather than vanish: the server then logs no
+        // aborted connections.
+        let idle = std::mem::take(self.idle.get_mut().unwrap_or_else(PoisonError::into_inner));
+        if let (false, Ok(runtime)) = (idle.is_empty(), tokio::runtime::Handle::try_current()) {
+            runtime.spawn(async move {
+                for conn in idle {
+                    let _ = tokio::time::timeout(Duration::from_secs(1), conn.conn.close()).await;
+                }
+            });
+        }
+    }
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("available", &self.0.permits.available_permits())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    pub fn new(
+        options: MySqlConnectOptions,
+        size: u32,
+        setup: &'static [&'static str],
+        connect_timeout: Duration,
+        request_timeout: Duration,
+    ) -> Self {
+        let size = usize::try_from(size)
+            .unwrap_or(usize::MAX)
+            .clamp(1, Semaphore::MAX_PERMITS);
+        Pool(Arc::new(PoolInner {
+            options,
+            setup,
+            idle: Mutex::new(Vec::new()),
+            permits: Arc::new(Semaphore::new(size)),
+            connect_timeout,
+            request_timeout,
+        }))
+    }
+
+    /// The per-statement reply deadline.
+    pub fn request_timeout(&self) -> Duration {
+        self.0.request_timeout
+    }
+
+    /// A connection for exclusive use: an idle one, or a new one. Waits at most the
+    /// connect timeout for a free slot.
+    pub async fn get(&self) -> Result<Conn, DbError> {
+        let inner = &self.0;
+        let permit =
+            tokio::time::timeout(inner.connect_timeout, inner.permits.clone().acquire_owned())
+                .await
+                .map_err(|_| DbError::Sql(sqlx::Error::PoolTimedOut))?
+                .map_err(|_| DbError::Sql(sqlx::Error::PoolClosed))?;
+        if let Some(idle) = self.pop_idle() {
+            return Ok(Conn {
+                conn: Some(idle.conn),
+                id: idle.id,
+                session: idle.session,
+                usable_until: idle.usable_until,
+                reusable: true,
+                pool: inner.clone(),
+                _permit: permit,
+            });
+        }
+        let conn = timed(
+            inner.connect_timeout,
+            MySqlConnection::connect_with(&inner.options),
+        )
+        .await?;
+        let mut conn = Conn {
+            conn: Some(conn),
+            id: 0,
+            session: None,
+            usable_until: None,
+            reusable: false,
+            pool: inner.clone(),
+            _permit: permit,
+        };
+        for statement in inner.setup {
+            conn.execute(sqlx::query(*statement)).await?;
+        }
+        let row = conn.fetch_one(sqlx::query(sql::CONNECTION_ID)).await?;
+        conn.id = row.try_get::<u64, _>(0).map_err(DbError::Sql)?;
+        Ok(conn)
+    }
+
+    fn pop_idle(&self) -> Option<Idle> {
+        let now = Instant::now();
+        let mut idle = self.0.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        while let Some(candidate) = idle.pop() {
+            let stale = now.duration_since(candidate.since) > MAX_IDLE
+                || candidate.usable_until.is_some_and(|until| now >= until);
+            if !stale {
+                return Some(candidate);
+            }
+        }
+        None
+    }
+}
+
+/// One checked-out connection. Dropping it returns it to the pool only if its last
+/// statement completed; otherwise the connection is closed.
+pub(crate) struct Conn {
+    conn: Option<MySqlConnection>,
+    id: u64,
+    /// The holder session timeouts last set on this connection, if any.
+    pub session: Option<(u64, u64)>,
+    /// Past this instant the server may have closed the idle connection.
+    pub usable_until: Option<Instant>,
+    reusable: bool,
+    pool: Arc<PoolInner>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Conn {
+    /// The server's thread id for this connection.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Never reuse this connection (its session state is unknown).
+    pub fn discard(&mut self) {
+        self.reusable = false;
+    }
+
+    /// Runs a statement with the pool's reply deadline.
+    pub async fn execute(&mut self, query: Statement) -> Result<MySqlQueryResult, DbError> {
+        let limit = self.pool.request_timeout;
+        let outcome = timed(limit, query.execute(self.start()?)).await;
+        self.finish(outcome)
+    }
+
+    /// Runs a query and returns its first row, if any, waiting at most `limit`.
+    pub async fn fetch_optional_within(
+        &mut self,
+        query: Statement,
+        limit: Duration,
+    ) -> Result<Option<MySqlRow>, DbError> {
+        let outcome = timed(limit, query.fetch_optional(self.start()?)).await;
+        self.finish(outcome)
+    }
+
+    /// Runs a query that returns one row.
+    pub async fn fetch_one(&mut self, query: Statement) -> Result<MySqlRow, DbError> {
+        let limit = self.pool.request_timeout;
+        let outcome = timed(limit, query.fetch_one(self.start()?)).await;
+        self.finish(outcome)
+    }
+
+    fn start(&mut self) -> Result<&mut MySqlConnection, DbError> {
+        // Until the reply is in, the connection may carry a half-read answer: if
+        // the statement's future is dropped, the connection must be closed, not
+        // reused.
+        self.reusable = false;
+        self.conn
+            .as_mut()
+            .ok_or_else(|| DbError::Protocol("connection already closed".into()))
+    }
+
+    fn finish<T>(&mut self, outcome: Result<T, DbError>) -> Result<T, DbError> {
+        self.reusable = match &outcome {
+            Ok(_) => true,
+            Err(e) => e.keeps_connection(),
+        };
+        outcome
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        if !self.reusable {
+            // Dropping the connection closes its socket; the server then ends the
+            // session and rolls back whatever it held.
+            return;
+        }
+        let mut idle = self
+            .pool
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        idle.push(Idle {
+            conn,
+            id: self.id,
+            session: self.session,
+            since: Instant::now(),
+            usable_until: self.usable_until,
+        });
+    }
+}

@@ -1,0 +1,119 @@
+//! `for_update`: the lock lives and dies with the holder's connection.
+// Test code: a failed expectation should panic with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, LossReason, Wait};
+use distlock_mysql::Strategy;
+use std::time::{Duration, Instant};
+use support::{blocking_session, client, eventually, root_value, server};
+
+/// An operator's `KILL CONNECTION` on the holder's session makes `lost()` fire
+/// (at the next keepalive) and lets the queued waiter in, with a higher token.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_connection_fires_lost_and_hands_over_with_a_higher_token() {
+    let server = server().await;
+    let (a, b) = (
+        client(&server, Strategy::ForUpdate, "locks").await,
+        client(&server, Strategy::ForUpdate, "locks").await,
+    );
+    let key = LockKey::new("jobs/kill-me").unwrap();
+    let ttl = Duration::from_secs(3);
+    let held = a
+        .acquire(&key, &AcquireOptions::new().ttl(ttl))
+        .await
+        .unwrap();
+    let lost = held.lost();
+    let waiter_key = key.clone();
+    let waiter = tokio::spawn(async move {
+        let opts = AcquireOptions::new()
+            .ttl(ttl)
+            .wait(Wait::For(Duration::from_secs(20)));
+        b.acquire(&waiter_key, &opts).await
+    });
+    let holder = blocking_session(&server).await;
+    let killed_at = Instant::now();
+    server
+        .exec_root(&format!("KILL CONNECTION {holder};"))
+        .await
+        .unwrap();
+
+    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter gets the lock once the holder's session is gone")
+        .unwrap()
+        .unwrap();
+    assert!(
+        next.token() > held.token(),
+        "token {} not above {}",
+        next.token(),
+        held.token()
+    );
+    // The keepalive runs every ttl/3: the loss shows within one interval (and slack).
+    let reason = tokio::time::timeout(ttl, lost)
+        .await
+        .expect("lost() fires after the kill");
+    assert_eq!(reason, LossReason::Revoked);
+    assert!(
+        killed_at.elapsed() < ttl,
+        "lost() took {:?}",
+        killed_at.elapsed()
+    );
+    assert!(!held.is_held());
+    next.release().await.unwrap();
+}
+
+/// `Wait::No` on a held row answers at once with `Busy` (NOWAIT), a bounded wait
+/// ends on time, and a waiter given up on leaves the server's lock queue at once
+/// (killed), long before its server-side wait would end.
+#[tokio::test(flavor = "multi_thread")]
+async fn nowait_is_busy_at_once_and_abandoned_waiters_leave_the_queue() {
+    let server = server().await;
+    let (a, b) = (
+        client(&server, Strategy::ForUpdate, "locks").await,
+        client(&server, Strategy::ForUpdate, "locks").await,
+    );
+    let key = LockKey::new("jobs/busy").unwrap();
+    let held = a
+        .acquire(&key, &AcquireOptions::new().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let busy = b.try_acquire(&key, &AcquireOptions::new()).await.unwrap();
+    assert!(busy.is_none());
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "NOWAIT took {:?}",
+        started.elapsed()
+    );
+
+    let opts = AcquireOptions::new().wait(Wait::For(Duration::from_millis(1300)));
+    let started = Instant::now();
+    assert!(matches!(
+        b.acquire(&key, &opts).await,
+        Err(LockError::Timeout { .. })
+    ));
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1295) && waited < Duration::from_millis(2000),
+        "waited {waited:?}"
+    );
+
+    // Wait::Forever waits 10 s per statement on the server: only the kill can end
+    // the abandoned waiter sooner.
+    let forever = AcquireOptions::new().wait(Wait::Forever);
+    let cancelled =
+        tokio::time::timeout(Duration::from_millis(500), b.acquire(&key, &forever)).await;
+    assert!(cancelled.is_err(), "the waiter got a held lock");
+    let queued = "SELECT COUNT(*) FROM information_schema.INNODB_LOCK_WAITS;";
+    eventually(
+        Duration::from_secs(3),
+        "abandoned waiters are killed",
+        async || root_value(&server, queued).await == "0",
+    )
+    .await;
+    held.release().await.unwrap();
+    let next = b.try_acquire(&key, &AcquireOptions::new()).await.unwrap();
+    assert!(next.is_some(), "no ghost waiter took the lock");
+}

@@ -1,0 +1,72 @@
+//! Round trips per uncontended cycle, counted by the server (`Questions`), not
+//! timed. `version_cas` must cost 2 statements in steady state.
+// Test code: a failed expectation should panic with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use distlock_core::{AcquireOptions, DistributedLock, LockKey, Renewal};
+use distlock_mysql::Strategy;
+use distlock_testkit::servers::MariaDbServer;
+use sqlx::{Connection, MySqlConnection, Row};
+use support::{client, server};
+
+const CYCLES: u64 = 50;
+
+/// `Questions` as seen from a plain connection; each read costs one statement.
+async fn questions(conn: &mut MySqlConnection) -> u64 {
+    let row = sqlx::query("SHOW GLOBAL STATUS LIKE 'Questions'")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    row.get::<String, _>(1).parse().unwrap()
+}
+
+/// Statements per acquire + release cycle on a warm client (row, connections and
+/// prepared statements already there).
+async fn statements_per_cycle(server: &MariaDbServer, strategy: Strategy) -> f64 {
+    let lock = client(server, strategy, strategy.as_str()).await;
+    let key = LockKey::new("steady").unwrap();
+    // Manual renewal: a renewal landing inside the window would be counted.
+    let opts = AcquireOptions::new().renewal(Renewal::Manual);
+    for _ in 0..3 {
+        lock.acquire(&key, &opts)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let mut probe = MySqlConnection::connect(&server.url()).await.unwrap();
+    let before = questions(&mut probe).await;
+    for _ in 0..CYCLES {
+        lock.acquire(&key, &opts)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let after = questions(&mut probe).await;
+    // The second SHOW counts itself.
+    (after - before - 1) as f64 / CYCLES as f64
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn version_cas_costs_two_statements_per_uncontended_cycle() {
+    let server = server().await;
+    let per_cycle = statements_per_cycle(&server, Strategy::VersionCas).await;
+    assert_eq!(per_cycle, 2.0, "CAS UPDATE + release UPDATE");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unique_insert_and_for_update_cost_three_statements_per_cycle() {
+    let server = server().await;
+    let unique = statements_per_cycle(&server, Strategy::UniqueInsert).await;
+    assert_eq!(unique, 3.0, "INSERT + counter bump + DELETE");
+    let for_update = statements_per_cycle(&server, Strategy::ForUpdate).await;
+    assert_eq!(
+        for_update, 3.0,
+        "SELECT … FOR UPDATE + counter bump + COMMIT"
+    );
+}

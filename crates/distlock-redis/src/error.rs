@@ -1,0 +1,128 @@
+//! The crate's one internal error, converted into [`LockError`] at the boundary
+//! with the backend name and the (credential-free) endpoint.
+
+use distlock_core::LockError;
+use redis::{ErrorKind, ServerErrorKind};
+use std::time::Duration;
+
+/// What went wrong talking to one Redis server.
+#[derive(Debug)]
+pub(crate) enum NodeError {
+    /// No reply within the budget; the connection was replaced.
+    Timeout(Duration),
+    /// The `redis` crate or the server reported an error.
+    Redis(redis::RedisError),
+    /// The server answered something the protocol does not allow.
+    Reply(String),
+}
+
+impl From<redis::RedisError> for NodeError {
+    fn from(e: redis::RedisError) -> Self {
+        NodeError::Redis(e)
+    }
+}
+
+impl std::fmt::Display for NodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeError::Timeout(after) => write!(f, "no reply within {after:?}"),
+            NodeError::Redis(e) => write!(f, "{e}"),
+            NodeError::Reply(what) => write!(f, "unexpected reply: {what}"),
+        }
+    }
+}
+
+impl NodeError {
+    /// True when the server may not have seen the request, or its reply was lost:
+    /// a write may have happened.
+    pub fn outcome_unknown(&self) -> bool {
+        match self {
+            NodeError::Timeout(_) => true,
+            NodeError::Redis(e) => e.is_io_error() || e.is_unrecoverable_error(),
+            NodeError::Reply(_) => false,
+        }
+    }
+
+    /// True when the connection should be dropped and made again: after a timeout
+    /// the `redis` crate keeps the request's slot in its pipeline, so a reply that
+    /// never comes would shift every later reply onto the wrong request.
+    pub fn poisons_connection(&self) -> bool {
+        match self {
+            NodeError::Timeout(_) | NodeError::Reply(_) => true,
+            NodeError::Redis(e) => e.is_io_error() || e.is_unrecoverable_error(),
+        }
+    }
+
+    /// The error as users see it.
+    pub fn into_lock_error(self, backend: &'static str, endpoint: &str) -> LockError {
+        let unavailable = |source: String| LockError::Unavailable {
+            backend,
+            endpoint: endpoint.to_owned(),
+            source: source.into(),
+        };
+        let e = match self {
+            NodeError::Timeout(after) => {
+                return unavailable(format!(
+                    "no reply within {after:?} (raise the response or node timeout if the server is merely slow)"
+                ));
+            }
+            NodeError::Reply(what) => {
+                return LockError::backend(
+                    backend,
+                    format!(
+                        "unexpected reply from {endpoint}: {what}; is this a Redis server (or a compatible one with Lua scripting)?"
+                    ),
+                );
+            }
+            NodeError::Redis(e) => e,
+        };
+        let text = e.to_string();
+        let upper = text.to_ascii_uppercase();
+        match e.kind() {
+            ErrorKind::AuthenticationFailed => LockError::config(
+                backend,
+                format!(
+                    "authentication to {endpoint} failed ({text}); check the user and password in the URL"
+                ),
+            ),
+            _ if upper.contains("WRONGPASS") || upper.contains("NOAUTH") => LockError::config(
+                backend,
+                format!(
+                    "authentication to {endpoint} failed ({text}); check the user and password in the URL"
+                ),
+            ),
+            ErrorKind::InvalidClientConfig => {
+                LockError::config(backend, format!("{endpoint}: {text}"))
+            }
+            ErrorKind::Server(ServerErrorKind::NoPerm) => LockError::backend(
+                backend,
+                format!(
+                    "{endpoint} refused a lock command ({text}); the user needs EVALSHA, EVAL and \
+                     SCRIPT LOAD (ACL category @scripting), SUBSCRIBE and WAIT, and access to the \
+                     lock keys and channels"
+                ),
+            ),
+            ErrorKind::Server(ServerErrorKind::ReadOnly) => LockError::backend(
+                backend,
+                format!("{endpoint} is a read-only replica ({text}); point the URL at the primary"),
+            ),
+            ErrorKind::Server(ServerErrorKind::BusyLoading) => unavailable(format!(
+                "the server is loading its dataset ({text}); retry shortly"
+            )),
+            _ if upper.contains("UNKNOWN COMMAND")
+                || upper.contains("SCRIPT") && upper.contains("DISABLED") =>
+            {
+                LockError::backend(
+                    backend,
+                    format!(
+                        "{endpoint} does not run Lua scripts ({text}); distlock needs EVALSHA, EVAL \
+                         and SCRIPT LOAD, so connect to Redis directly rather than through a proxy \
+                         without scripting"
+                    ),
+                )
+            }
+            _ if e.is_io_error() || e.is_unrecoverable_error() => unavailable(text),
+            _ => LockError::backend(backend, format!("{endpoint}: {text}")),
+        }
+    }
+}

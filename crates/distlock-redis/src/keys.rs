@@ -1,0 +1,198 @@
+//! Where one lock lives in Redis: its lock key, fence counter and channel.
+//!
+//! Layout for namespace `ns` and lock name `name`:
+//!
+//! | what | key |
+//! |---|---|
+//! | lock (owner value, PX ttl) | `ns{name}` |
+//! | fence counter (never expires) | `ns{name}:fence` |
+//! | release channel | `ns{name}:ch` |
+//!
+//! `name` is escaped so that it never contains a brace: `%` → `%25`, `{` → `%7B`,
+//! `}` → `%7D`. Redis Cluster hashes the text between the first `{` and the first
+//! `}` after it, so the hash tag of all three is exactly the escaped name: they
+//! share one slot for every name, and distinct names stay distinct keys.
+
+use distlock_core::{LockError, LockKey};
+
+/// The namespace used when none is configured.
+pub const DEFAULT_NAMESPACE: &str = "distlock:";
+
+/// The Redis names of one lock, for operators and tools (`redis-cli`, a fence
+/// check, a harness). The adapters compute them the same way.
+///
+/// ```
+/// use distlock_core::LockKey;
+/// use distlock_redis::LockKeys;
+/// let keys = LockKeys::new("distlock:", &LockKey::new("jobs/{nightly}")?);
+/// assert_eq!(keys.lock, "distlock:{jobs/%7Bnightly%7D}");
+/// assert_eq!(keys.fence, "distlock:{jobs/%7Bnightly%7D}:fence");
+/// # Ok::<(), distlock_core::LockError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockKeys {
+    /// Holds the owner value while the lock is held.
+    pub lock: String,
+    /// The fence counter; never expires and is never deleted.
+    pub fence: String,
+    /// Release messages are published here.
+    pub channel: String,
+}
+
+/// Checks a namespace: braces would move the Cluster hash tag away from the name.
+pub(crate) fn validate_namespace(backend: &'static str, namespace: &str) -> Result<(), LockError> {
+    if namespace.contains(['{', '}']) {
+        return Err(LockError::config(
+            backend,
+            format!(
+                "namespace {namespace:?} contains a brace; braces would change the Redis Cluster \
+                 hash tag of every lock key, choose a namespace without `{{` and `}}`"
+            ),
+        ));
+    }
+    if namespace.chars().any(char::is_control) {
+        return Err(LockError::config(
+            backend,
+            format!("namespace {namespace:?} contains a control character"),
+        ));
+    }
+    Ok(())
+}
+
+/// Escapes a lock name so that it contains no brace and stays injective.
+pub(crate) fn escape(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+impl LockKeys {
+    /// The keys of `key` under `namespace`.
+    pub fn new(namespace: &str, key: &LockKey) -> Self {
+        let lock = format!("{namespace}{{{}}}", escape(key.as_str()));
+        LockKeys {
+            fence: format!("{lock}:fence"),
+            channel: format!("{lock}:ch"),
+            lock,
+        }
+    }
+}
+
+/// A `SCAN MATCH` pattern for the lock keys (not fence counters) of every name that
+/// starts with `prefix`: lock keys end in `}`, fence keys in `}:fence`.
+pub fn lock_key_pattern(namespace: &str, prefix: &str) -> String {
+    let mut pattern = String::new();
+    for c in format!("{namespace}{{{}", escape(prefix)).chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push_str("*}");
+    pattern
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// CRC16/XMODEM, as Redis Cluster uses for key slots.
+    fn crc16(bytes: &[u8]) -> u16 {
+        let mut crc: u16 = 0;
+        for &byte in bytes {
+            crc ^= u16::from(byte) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x1021
+                } else {
+                    crc << 1
+                };
+            }
+        }
+        crc
+    }
+
+    /// Redis Cluster's `keyHashSlot`: the hash tag if there is a non-empty one.
+    fn slot(key: &str) -> u16 {
+        let bytes = key.as_bytes();
+        let hashed = match bytes.iter().position(|&b| b == b'{') {
+            Some(open) => match bytes[open + 1..].iter().position(|&b| b == b'}') {
+                Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
+                _ => bytes,
+            },
+            None => bytes,
+        };
+        crc16(hashed) % 16384
+    }
+
+    #[test]
+    fn slot_function_matches_redis_reference_values() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        assert_eq!(slot("foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
+        assert_eq!(slot("foo{{bar}}zap"), crc16(b"{bar") % 16384);
+    }
+
+    #[test]
+    fn all_keys_of_a_lock_share_one_slot_for_any_name() {
+        let names = [
+            "a",
+            "{",
+            "}",
+            "{}",
+            "}{",
+            "{x}",
+            "a{b}c",
+            "{{",
+            "}}",
+            "%7B",
+            "%",
+            "a}b{c",
+            "ключ/🔒",
+            "x y",
+            "a:fence",
+            "{a}:ch",
+        ];
+        for ns in ["distlock:", "", "app/locks:"] {
+            for name in names {
+                let keys = LockKeys::new(ns, &LockKey::new(name).unwrap());
+                let tag = escape(name);
+                assert_eq!(slot(&keys.lock), crc16(tag.as_bytes()) % 16384, "{name}");
+                assert_eq!(slot(&keys.fence), slot(&keys.lock), "{name}");
+                assert_eq!(slot(&keys.channel), slot(&keys.lock), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn escaping_keeps_names_distinct_and_readable() {
+        let names = ["{x}", "%7Bx%7D", "%", "%25", "a/b", "a%2Fb", "a", "A"];
+        let escaped: std::collections::HashSet<_> = names.iter().map(|n| escape(n)).collect();
+        assert_eq!(escaped.len(), names.len());
+        let keys = LockKeys::new("distlock:", &LockKey::new("orders/42").unwrap());
+        assert_eq!(keys.lock, "distlock:{orders/42}");
+        assert_eq!(keys.fence, "distlock:{orders/42}:fence");
+        assert_eq!(keys.channel, "distlock:{orders/42}:ch");
+        assert_eq!(escape("{x}"), "%7Bx%7D");
+    }
+
+    #[test]
+    fn namespaces_with_braces_are_rejected() {
+        assert!(validate_namespace("redis", "app{1}:").is_err());
+        assert!(validate_namespace("redis", "app:").is_ok());
+    }
+
+    #[test]
+    fn residue_pattern_matches_lock_keys_only() {
+        assert_eq!(lock_key_pattern("ns:", "p*/{a}"), "ns:{p\\*/%7Ba%7D*}");
+    }
+}

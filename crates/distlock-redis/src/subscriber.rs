@@ -1,0 +1,367 @@
+//! Waiting for a release: one subscriber connection per server, shared by every
+//! waiter of a lock client, and a registry of who waits on which channel.
+//!
+//! Invariants:
+//! - The registry is the truth of which channels are wanted; the subscriber task
+//!   only makes the server's subscriptions match it (level-triggered), so
+//!   subscribe/unsubscribe races between arriving and leaving waiters cannot leave
+//!   a waiter unsubscribed.
+//! - A waiter attempts the lock only after its channel is confirmed subscribed
+//!   (or known to be down), so a release after the attempt always wakes it.
+//! - A disconnect wakes every waiter, and so does the reconnect after it:
+//!   messages may have been lost in between.
+//! - A message wakes one waiter of this client (round robin); a waiter that was
+//!   woken and leaves before acting on it passes the wake on.
+
+use futures_core::Stream;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::time::Instant;
+
+/// Whether a channel's subscription is in place on the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Readiness {
+    /// Being subscribed.
+    Pending,
+    /// Subscribed: a release will wake the waiters.
+    Ready,
+    /// The subscriber connection is down: waiters poll.
+    Down,
+}
+
+/// One waiter's wake-up. Shared by its registrations on every server (Redlock).
+#[derive(Debug, Default)]
+pub(crate) struct Signal {
+    notify: Notify,
+    wakes: AtomicU64,
+    handled: AtomicU64,
+}
+
+impl Signal {
+    fn wake(&self) {
+        self.wakes.fetch_add(1, Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+
+    /// Completes at the next wake, or at once if one came since the last call.
+    pub async fn woken(&self) {
+        self.notify.notified().await;
+    }
+
+    /// Marks the wakes seen so far; take it before an attempt.
+    pub fn seen(&self) -> u64 {
+        self.wakes.load(Ordering::SeqCst)
+    }
+
+    /// The attempt started after `seen` ended definitively (won or held elsewhere),
+    /// so those wakes need not be passed on.
+    pub fn handled(&self, seen: u64) {
+        self.handled.fetch_max(seen, Ordering::SeqCst);
+    }
+
+    fn unhandled(&self) -> bool {
+        self.wakes.load(Ordering::SeqCst) > self.handled.load(Ordering::SeqCst)
+    }
+}
+
+struct Channel {
+    waiters: VecDeque<(u64, Arc<Signal>)>,
+    readiness: watch::Sender<Readiness>,
+}
+
+#[derive(Default)]
+struct Registry {
+    channels: HashMap<String, Channel>,
+    next_id: u64,
+    down: bool,
+}
+
+type Shared = Arc<Mutex<Registry>>;
+
+fn lock(registry: &Mutex<Registry>) -> MutexGuard<'_, Registry> {
+    registry.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Registry {
+    fn wake_all(&self) {
+        for channel in self.channels.values() {
+            for (_, signal) in &channel.waiters {
+                signal.wake();
+            }
+        }
+    }
+
+    fn wake_one(&mut self, name: &str) {
+        if let Some(channel) = self.channels.get_mut(name)
+            && let Some(front) = channel.waiters.pop_front()
+        {
+            front.1.wake();
+            channel.waiters.push_back(front);
+        }
+    }
+
+    fn set_all(&self, readiness: Readiness) {
+        for channel in self.channels.values() {
+            channel.readiness.send_replace(readiness);
+        }
+    }
+}
+
+/// Timeouts of the subscriber connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SubscriberTimeouts {
+    pub connect: Duration,
+    pub response: Duration,
+}
+
+/// The shared subscriber of one lock client on one server. The connection is made
+/// when the first waiter arrives and kept while the client lives.
+pub(crate) struct Subscriber {
+    registry: Shared,
+    sync: mpsc::UnboundedSender<String>,
+}
+
+impl Subscriber {
+    /// Starts the subscriber task (it connects lazily and ends with the client).
+    pub fn start(client: redis::Client, endpoint: Arc<str>, timeouts: SubscriberTimeouts) -> Self {
+        let registry = Shared::default();
+        let (sync, requests) = mpsc::unbounded_channel();
+        let task = SubscriberTask {
+            client,
+            endpoint,
+            timeouts,
+            registry: registry.clone(),
+            requests,
+            conn: None,
+            subscribed: HashSet::new(),
+            retry_at: None,
+            backoff: MIN_BACKOFF,
+        };
+        tokio::spawn(task.run());
+        Subscriber { registry, sync }
+    }
+
+    /// Registers `signal` as a waiter on `channel`; it is woken by releases from
+    /// now on, once [`Registration::settled`] says the subscription is in place.
+    pub fn register(&self, channel: &str, signal: Arc<Signal>) -> Registration {
+        let mut registry = lock(&self.registry);
+        registry.next_id += 1;
+        let id = registry.next_id;
+        let initial = if registry.down {
+            Readiness::Down
+        } else {
+            Readiness::Pending
+        };
+        let entry = registry
+            .channels
+            .entry(channel.to_owned())
+            .or_insert_with(|| Channel {
+                waiters: VecDeque::new(),
+                readiness: watch::Sender::new(initial),
+            });
+        entry.waiters.push_back((id, signal.clone()));
+        let readiness = entry.readiness.subscribe();
+        if entry.waiters.len() == 1 {
+            // Sent under the registry lock, so requests reach the task in the order
+            // the registry changed.
+            let _ = self.sync.send(channel.to_owned());
+        }
+        Registration {
+            registry: self.registry.clone(),
+            sync: self.sync.clone(),
+            channel: channel.to_owned(),
+            id,
+            signal,
+            readiness,
+        }
+    }
+}
+
+/// A waiter on one channel of one server; leaving (drop) unsubscribes when it was
+/// the last waiter on that channel.
+pub(crate) struct Registration {
+    registry: Shared,
+    sync: mpsc::UnboundedSender<String>,
+    channel: String,
+    id: u64,
+    signal: Arc<Signal>,
+    readiness: watch::Receiver<Readiness>,
+}
+
+impl Registration {
+    /// Waits until the subscription is in place or known to be down, at most
+    /// until `until`.
+    pub async fn settled(&mut self, until: Instant) {
+        let settled = self.readiness.wait_for(|r| *r != Readiness::Pending);
+        let _ = tokio::time::timeout_at(until, settled).await;
+    }
+
+    /// True while a release on this server will wake the waiter.
+    pub fn is_ready(&self) -> bool {
+        *self.readiness.borrow() == Readiness::Ready
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut registry = lock(&self.registry);
+        let Some(channel) = registry.channels.get_mut(&self.channel) else {
+            return;
+        };
+        channel.waiters.retain(|(id, _)| *id != self.id);
+        if channel.waiters.is_empty() {
+            registry.channels.remove(&self.channel);
+            let _ = self.sync.send(self.channel.clone());
+        } else if self.signal.unhandled() {
+            // We were woken for a release and leave without trying: the lock may be
+            // free, so another waiter must look.
+            registry.wake_one(&self.channel);
+        }
+    }
+}
+
+const MIN_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+type Connection = (redis::aio::PubSubSink, Pin<Box<redis::aio::PubSubStream>>);
+
+struct SubscriberTask {
+    client: redis::Client,
+    endpoint: Arc<str>,
+    timeouts: SubscriberTimeouts,
+    registry: Shared,
+    requests: mpsc::UnboundedReceiver<String>,
+    conn: Option<Connection>,
+    /// What the server has confirmed on the current connection.
+    subscribed: HashSet<String>,
+    retry_at: Option<Instant>,
+    backoff: Duration,
+}
+
+impl SubscriberTask {
+    async fn run(mut self) {
+        loop {
+            if self.conn.is_none()
+                && self.retry_at.is_none()
+                && !lock(&self.registry).channels.is_empty()
+            {
+                self.connect().await;
+            }
+            let retry_at = self.retry_at;
+            tokio::select! {
+                request = self.requests.recv() => match request {
+                    Some(channel) => self.reconcile(channel).await,
+                    // The lock client is gone.
+                    None => return,
+                },
+                message = next_message(&mut self.conn) => match message {
+                    Some(message) => {
+                        let name = message.get_channel_name().to_owned();
+                        lock(&self.registry).wake_one(&name);
+                    }
+                    None => self.disconnected("the subscriber connection closed"),
+                },
+                _ = sleep_until_some(retry_at) => self.retry_at = None,
+            }
+        }
+    }
+
+    /// Connects and subscribes every wanted channel in one command.
+    async fn connect(&mut self) {
+        let connect = tokio::time::timeout(self.timeouts.connect, self.client.get_async_pubsub());
+        let (mut sink, stream) = match connect.await {
+            Ok(Ok(pubsub)) => pubsub.split(),
+            Ok(Err(e)) => return self.disconnected(&e.to_string()),
+            Err(_) => return self.disconnected("connect timed out"),
+        };
+        let wanted: Vec<String> = lock(&self.registry).channels.keys().cloned().collect();
+        if !wanted.is_empty() {
+            match tokio::time::timeout(self.timeouts.response, sink.subscribe(&wanted)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return self.disconnected(&e.to_string()),
+                Err(_) => return self.disconnected("SUBSCRIBE timed out"),
+            }
+        }
+        self.subscribed = wanted.into_iter().collect();
+        self.conn = Some((sink, Box::pin(stream)));
+        self.backoff = MIN_BACKOFF;
+        let mut registry = lock(&self.registry);
+        registry.down = false;
+        for (name, channel) in &registry.channels {
+            if self.subscribed.contains(name) {
+                let was = channel.readiness.send_replace(Readiness::Ready);
+                // Waiters that polled while we were down may have missed a release;
+                // pending ones attempt right after this anyway.
+                if was == Readiness::Down {
+                    for (_, signal) in &channel.waiters {
+                        signal.wake();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Makes the server's subscription of `channel` match the registry.
+    async fn reconcile(&mut self, channel: String) {
+        let Some((sink, _)) = self.conn.as_mut() else {
+            // Subscribed with the others when the connection is made.
+            return;
+        };
+        let wanted = lock(&self.registry).channels.contains_key(&channel);
+        let have = self.subscribed.contains(&channel);
+        let outcome = if wanted && !have {
+            tokio::time::timeout(self.timeouts.response, sink.subscribe(&channel)).await
+        } else if !wanted && have {
+            tokio::time::timeout(self.timeouts.response, sink.unsubscribe(&channel)).await
+        } else {
+            Ok(Ok(()))
+        };
+        match outcome {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return self.disconnected(&e.to_string()),
+            Err(_) => return self.disconnected("SUBSCRIBE timed out"),
+        }
+        if wanted {
+            self.subscribed.insert(channel.clone());
+        } else {
+            self.subscribed.remove(&channel);
+        }
+        // The registry may have changed meanwhile; a later request fixes the server
+        // side, and an entry present now is covered by the subscription made.
+        if let Some(entry) = lock(&self.registry).channels.get(&channel)
+            && self.subscribed.contains(&channel)
+        {
+            entry.readiness.send_replace(Readiness::Ready);
+        }
+    }
+
+    fn disconnected(&mut self, why: &str) {
+        tracing::debug!(endpoint = %self.endpoint, why, "redis subscriber connection down; waiters poll until it is back");
+        self.conn = None;
+        self.subscribed.clear();
+        self.retry_at = Some(Instant::now() + self.backoff);
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        let mut registry = lock(&self.registry);
+        registry.down = true;
+        registry.set_all(Readiness::Down);
+        registry.wake_all();
+    }
+}
+
+async fn next_message(conn: &mut Option<Connection>) -> Option<redis::Msg> {
+    match conn {
+        Some((_, stream)) => std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,139 @@
+//! RedisLock against real server failures: a killed server, a restart that
+//! empties it, an operator's DEL.
+
+// Helpers outside #[test] fns: a failed step fails the test that called them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{admin, raw, server};
+use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, LossReason, Wait};
+use distlock_redis::{LockKeys, RedisConfig};
+use std::time::{Duration, Instant};
+
+fn opts(ttl_ms: u64) -> AcquireOptions {
+    AcquireOptions::new()
+        .ttl(Duration::from_millis(ttl_ms))
+        .wait(Wait::For(Duration::from_secs(20)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_server_fires_lost_by_the_local_deadline_and_acquires_work_after_restart() {
+    let server = server().await;
+    let lock = RedisConfig::from_url(&server.url())
+        .unwrap()
+        .response_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    let key = LockKey::new("kill/me").unwrap();
+    let ttl = Duration::from_millis(800);
+    let lease = lock.acquire(&key, &opts(800)).await.unwrap();
+    let killed_at = Instant::now();
+    server.kill();
+    let reason = tokio::time::timeout(ttl * 2, lease.lost())
+        .await
+        .expect("lost() must fire");
+    assert_eq!(reason, LossReason::Expired);
+    // The deadline is at most one ttl after the last renewal, which came before the kill.
+    assert!(
+        killed_at.elapsed() <= ttl + Duration::from_millis(250),
+        "lost after {:?}",
+        killed_at.elapsed()
+    );
+    assert!(!lease.is_held());
+    match lock.try_acquire(&key, &opts(800)).await {
+        Err(e) => assert!(matches!(e, LockError::Unavailable { .. }), "{e}"),
+        Ok(got) => panic!("acquire with the server down gave {got:?}"),
+    }
+    server.restart().await.unwrap();
+    // The same client reconnects by itself.
+    let again = lock
+        .acquire(&key, &opts(5_000))
+        .await
+        .expect("acquire after restart");
+    assert!(
+        again.token() > lease.token(),
+        "{} after {}",
+        again.token(),
+        lease.token()
+    );
+    again.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_that_empties_redis_keeps_tokens_rising() {
+    let server = server().await;
+    let lock = RedisConfig::from_url(&server.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let key = LockKey::new("tokens").unwrap();
+    let mut highest = 0;
+    for _ in 0..5 {
+        let lease = lock.acquire(&key, &opts(5_000)).await.unwrap();
+        highest = highest.max(lease.token().get());
+        lease.release().await.unwrap();
+    }
+    // No persistence: the restart loses the fence counter and the scripts.
+    server.restart().await.unwrap();
+    let mut conn = admin(&server).await;
+    let keys: Vec<String> = raw(&mut conn, &["KEYS", "*"]).await;
+    assert!(keys.is_empty(), "restart kept {keys:?}");
+    let lease = lock
+        .acquire(&key, &opts(5_000))
+        .await
+        .expect("acquire after the restart");
+    assert!(
+        lease.token().get() > highest,
+        "token {} after restart, earlier {highest}",
+        lease.token()
+    );
+    lease.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_del_fires_lost() {
+    let server = server().await;
+    let lock = RedisConfig::from_url(&server.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let key = LockKey::new("deleted").unwrap();
+    let ttl = Duration::from_millis(600);
+    let lease = lock.acquire(&key, &opts(600)).await.unwrap();
+    let mut conn = admin(&server).await;
+    let deleted: i64 = raw(&mut conn, &["DEL", &LockKeys::new("distlock:", &key).lock]).await;
+    assert_eq!(deleted, 1, "the lock key is where the docs say");
+    // The next renewal (every ttl/3) finds the key gone.
+    let reason = tokio::time::timeout(ttl, lease.lost())
+        .await
+        .expect("lost() after DEL");
+    assert_eq!(reason, LossReason::Revoked);
+    assert!(matches!(lease.release().await, Err(LockError::Lost { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_follow_the_documented_layout() {
+    let server = server().await;
+    let lock = RedisConfig::from_url(&format!("{}?namespace=app:", server.url()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let key = LockKey::new("a{b}%c").unwrap();
+    let lease = lock.acquire(&key, &opts(5_000)).await.unwrap();
+    let mut conn = admin(&server).await;
+    let mut keys: Vec<String> = raw(&mut conn, &["KEYS", "*"]).await;
+    keys.sort();
+    assert_eq!(keys, vec!["app:{a%7Bb%7D%25c}", "app:{a%7Bb%7D%25c}:fence"]);
+    let pttl: i64 = raw(&mut conn, &["PTTL", "app:{a%7Bb%7D%25c}"]).await;
+    assert!(pttl > 0 && pttl <= 5_000, "lock key pttl {pttl}");
+    let fence_ttl: i64 = raw(&mut conn, &["PTTL", "app:{a%7Bb%7D%25c}:fence"]).await;
+    assert_eq!(fence_ttl, -1, "the fence counter never expires");
+    let fence: u64 = raw(&mut conn, &["GET", "app:{a%7Bb%7D%25c}:fence"]).await;
+    assert_eq!(fence, lease.token().get());
+    lease.release().await.unwrap();
+}

@@ -1,0 +1,326 @@
+//! Redlock against real node failures: minority and majority down, a paused
+//! node, a node that restarts empty under a held lease, wrong passwords, and the
+//! commands each node serves per cycle.
+
+// Helpers outside #[test] fns: a failed step fails the test that called them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{admin, command_calls, delta, raw, servers};
+use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, Wait};
+use distlock_redis::{Redlock, RedlockConfig};
+use distlock_testkit::servers::{RedisOptions, RedisServer};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+async fn five() -> Vec<RedisServer> {
+    servers(5, RedisOptions::default()).await
+}
+
+async fn connect(nodes: &[RedisServer]) -> Redlock {
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    RedlockConfig::from_urls(&urls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+fn opts(ttl: Duration, wait: Wait) -> AcquireOptions {
+    AcquireOptions::new().ttl(ttl).wait(wait)
+}
+
+/// Lock keys (not fence counters) left on the running nodes.
+async fn lock_keys_on(nodes: &[&RedisServer]) -> Vec<String> {
+    let mut found = Vec::new();
+    for node in nodes {
+        let mut conn = admin(node).await;
+        let keys: Vec<String> = raw(&mut conn, &["KEYS", "distlock:{*}"]).await;
+        found.extend(keys);
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_five_down_still_acquires() {
+    let nodes = five().await;
+    let lock = connect(&nodes).await;
+    nodes[0].kill();
+    nodes[3].kill();
+    let key = LockKey::new("minority-down").unwrap();
+    let lease = lock
+        .acquire(&key, &opts(Duration::from_secs(5), Wait::No))
+        .await
+        .unwrap();
+    let other = connect(&nodes[..]).await;
+    assert!(
+        other
+            .try_acquire(&key, &opts(Duration::from_secs(5), Wait::No))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let first = lease.token();
+    lease.release().await.unwrap();
+    let again = other
+        .acquire(&key, &opts(Duration::from_secs(5), Wait::No))
+        .await
+        .unwrap();
+    assert!(again.token() > first);
+    again.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_of_five_down_fails_fast_with_quorum_unavailable_and_leaves_nothing() {
+    let nodes = five().await;
+    let lock = connect(&nodes).await;
+    for dead in [0, 2, 4] {
+        nodes[dead].kill();
+    }
+    let key = LockKey::new("majority-down").unwrap();
+    let started = Instant::now();
+    let err = lock
+        .acquire(
+            &key,
+            &opts(Duration::from_secs(5), Wait::For(Duration::from_secs(30))),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?} to give up",
+        started.elapsed()
+    );
+    match &err {
+        LockError::QuorumUnavailable {
+            answered,
+            nodes: n,
+            needed,
+            detail,
+        } => {
+            assert_eq!((*answered, *n, *needed), (2, 5, 3), "{err}");
+            for dead in [0, 2, 4] {
+                assert!(
+                    detail.contains(&format!(":{}/", nodes[dead].port())),
+                    "{detail} must name every dead node"
+                );
+            }
+        }
+        other => panic!("expected QuorumUnavailable, got {other}"),
+    }
+    // The two live nodes granted the lock; the failed attempt gave it back.
+    assert_eq!(
+        lock_keys_on(&[&nodes[1], &nodes[3]]).await,
+        Vec::<String>::new()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_paused_mid_acquire_does_not_break_exclusion() {
+    let nodes = five().await;
+    let (a, b) = (connect(&nodes).await, connect(&nodes).await);
+    let key = LockKey::new("paused").unwrap();
+    let ttl = Duration::from_secs(2);
+    nodes[2].pause().unwrap();
+    let lease = a
+        .acquire(&key, &opts(ttl, Wait::No))
+        .await
+        .expect("four of five answer");
+    assert!(
+        b.try_acquire(&key, &opts(ttl, Wait::No))
+            .await
+            .unwrap()
+            .is_none(),
+        "second holder"
+    );
+    nodes[2].resume().unwrap();
+    assert!(
+        b.try_acquire(&key, &opts(ttl, Wait::No))
+            .await
+            .unwrap()
+            .is_none(),
+        "second holder after resume"
+    );
+    let first = lease.token();
+    lease.release().await.unwrap();
+    let next = b
+        .acquire(&key, &opts(ttl, Wait::For(Duration::from_secs(5))))
+        .await
+        .unwrap();
+    assert!(next.token() > first);
+    next.release().await.unwrap();
+    // Requests queued on the paused node run when it resumes; the ttl bounds them.
+    let all: Vec<&RedisServer> = nodes.iter().collect();
+    let deadline = Instant::now() + ttl * 2;
+    while !lock_keys_on(&all).await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "keys left after the ttl: {:?}",
+            lock_keys_on(&all).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Holder A on exactly nodes 0, 1, 2 (3 and 4 were down when it acquired).
+async fn hold_on_a_bare_majority(
+    nodes: &[RedisServer],
+    a: &Redlock,
+    key: &LockKey,
+    ttl: Duration,
+) -> distlock_core::Lease {
+    nodes[3].kill();
+    nodes[4].kill();
+    let lease = a.acquire(key, &opts(ttl, Wait::No)).await.unwrap();
+    nodes[3].restart().await.unwrap();
+    nodes[4].restart().await.unwrap();
+    lease
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_empty_after_the_max_ttl_never_makes_a_second_holder() {
+    let nodes = five().await;
+    let (a, b) = (connect(&nodes).await, connect(&nodes).await);
+    let key = LockKey::new("delayed-restart").unwrap();
+    let ttl = Duration::from_millis(1000);
+    let lease = hold_on_a_bare_majority(&nodes, &a, &key, ttl).await;
+    let lost = lease.lost();
+    let a_lost_at = tokio::spawn(async move { (lost.await, Instant::now()) });
+    // Node 2 crashes and, following the rule, stays down longer than the max ttl.
+    nodes[2].kill();
+    let contender = tokio::spawn(async move {
+        let won = b
+            .acquire(&key, &opts(ttl, Wait::For(Duration::from_secs(20))))
+            .await;
+        (Instant::now(), won)
+    });
+    tokio::time::sleep(ttl + ttl / 2).await;
+    nodes[2].restart().await.unwrap();
+    let (b_at, b_lease) = contender.await.unwrap();
+    let b_lease = b_lease.expect("B acquires once A's keys expire");
+    let (reason, a_lost_at) = tokio::time::timeout(ttl, a_lost_at)
+        .await
+        .expect("A lost its lease")
+        .unwrap();
+    assert!(
+        a_lost_at <= b_at,
+        "B acquired while A still held ({reason:?})"
+    );
+    assert!(
+        b_lease.token() > lease.token(),
+        "{} after {}",
+        b_lease.token(),
+        lease.token()
+    );
+    b_lease.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_delay_rule_an_immediate_empty_restart_allows_a_second_holder_that_fencing_stops()
+ {
+    let nodes = five().await;
+    let (a, b) = (connect(&nodes).await, connect(&nodes).await);
+    let key = LockKey::new("immediate-restart").unwrap();
+    let lease = hold_on_a_bare_majority(&nodes, &a, &key, Duration::from_secs(30)).await;
+    nodes[2].restart().await.unwrap(); // no persistence: its key and counter are gone
+    let second = b
+        .acquire(&key, &opts(Duration::from_secs(30), Wait::No))
+        .await
+        .expect("nodes 2, 3, 4 are free");
+    // The documented failure: both believe they hold the lock...
+    assert!(lease.is_held() && second.is_held());
+    // ...but the restarted counter was re-seeded from the clock, so the second
+    // holder's token is higher and a fence refuses the first holder's writes.
+    assert!(
+        second.token() > lease.token(),
+        "{} vs {}",
+        second.token(),
+        lease.token()
+    );
+    second.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_cycle_costs_each_node_exactly_three_commands() {
+    const CYCLES: u64 = 20;
+    let nodes = five().await;
+    let lock = connect(&nodes).await;
+    let key = LockKey::new("cycle").unwrap();
+    let o = opts(Duration::from_secs(30), Wait::No);
+    lock.acquire(&key, &o)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let mut conns = Vec::new();
+    for node in &nodes {
+        conns.push(admin(node).await);
+    }
+    let mut before = Vec::new();
+    for conn in &mut conns {
+        before.push(command_calls(conn).await);
+    }
+    for _ in 0..CYCLES {
+        lock.acquire(&key, &o)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    for (conn, before) in conns.iter_mut().zip(&before) {
+        let after = command_calls(conn).await;
+        let client_commands: HashMap<String, u64> = delta(before, &after)
+            .into_iter()
+            .filter(|(name, _)| name.starts_with("eval") || name.starts_with("script"))
+            .collect();
+        // acquire + fence raise + release, all EVALSHA.
+        assert_eq!(
+            client_commands,
+            HashMap::from([("evalsha".to_owned(), 3 * CYCLES)])
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_costs_that_node_its_vote_and_is_named() {
+    let options = RedisOptions {
+        password: Some("right".into()),
+        ..RedisOptions::default()
+    };
+    let nodes = servers(3, options).await;
+    let wrong = |node: &RedisServer| format!("redis://:wrong@127.0.0.1:{}/0", node.port());
+    let urls = [wrong(&nodes[0]), nodes[1].url(), nodes[2].url()];
+    let lock = RedlockConfig::from_urls(&urls)
+        .unwrap()
+        .connect()
+        .await
+        .expect("2 of 3 is a majority");
+    let key = LockKey::new("auth").unwrap();
+    lock.acquire(&key, &opts(Duration::from_secs(5), Wait::No))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let urls = [wrong(&nodes[0]), wrong(&nodes[1]), nodes[2].url()];
+    let err = RedlockConfig::from_urls(&urls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, LockError::QuorumUnavailable { answered: 1, .. }),
+        "{text}"
+    );
+    for node in &nodes[..2] {
+        assert!(
+            text.contains(&format!(":{}/", node.port())) && text.contains("authentication"),
+            "{text}"
+        );
+    }
+    assert!(!text.contains("wrong") && !text.contains("right"), "{text}");
+}

@@ -1,5 +1,9 @@
 //! The lock protocol on a real server: protected-mode recovery, the czxid token,
 //! and contention with a Curator-style client.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test set-up: a failure here fails the test"
+)]
 
 mod common;
 

@@ -86,35 +86,9 @@ impl EtcdServer {
         self.member_id
     }
 
-    /// The process id while the member runs.
-    pub fn pid(&self) -> Option<u32> {
-        self.process.pid()
-    }
-
-    /// The underlying process, for signals and state checks.
-    pub fn process(&self) -> &ServerProcess {
-        &self.process
-    }
-
     /// Shuts the member down cleanly (SIGTERM), killing it if that takes too long.
     pub async fn stop(&self) {
         self.process.stop(STOP_GRACE).await;
-    }
-
-    /// Kills the member with SIGKILL, as a crash would.
-    pub fn kill(&self) {
-        self.process.kill();
-    }
-
-    /// Freezes the member (SIGSTOP): from return on, connections stay open and nothing
-    /// answers.
-    pub fn pause(&self) -> Result<(), ServerError> {
-        self.process.pause()
-    }
-
-    /// Lets a paused member answer again (SIGCONT).
-    pub fn resume(&self) -> Result<(), ServerError> {
-        self.process.resume()
     }
 
     /// Stops the member if it runs, then starts it with the same ports and data dir
@@ -124,11 +98,6 @@ impl EtcdServer {
         self.stop().await;
         self.process.respawn()?;
         self.wait_healthy().await
-    }
-
-    /// The last `lines` lines of the member's log.
-    pub fn log_tail(&self, lines: usize) -> String {
-        self.process.log_tail(lines)
     }
 
     /// The root user's credentials once [`enable_auth`](Self::enable_auth) ran.
@@ -428,4 +397,13 @@ fn json_u64(json: &str, key: &str) -> Option<u64> {
     let start = json.find(&format!("\"{key}\":\""))? + key.len() + 4;
     let rest = &json[start..];
     rest[..rest.find('"')?].parse().ok()
+}
+
+/// The process operations (`pid`, `kill`, `pause`, `resume`, `log_tail`...) are
+/// those of [`ServerProcess`]; `stop` and `restart` are the server's own.
+impl std::ops::Deref for EtcdServer {
+    type Target = ServerProcess;
+    fn deref(&self) -> &ServerProcess {
+        &self.process
+    }
 }

@@ -158,35 +158,9 @@ impl MariaDbServer {
         &self.socket
     }
 
-    /// The server's process id while it runs.
-    pub fn pid(&self) -> Option<u32> {
-        self.process.pid()
-    }
-
-    /// The underlying process, for signals and state checks.
-    pub fn process(&self) -> &ServerProcess {
-        &self.process
-    }
-
     /// Shuts the server down cleanly (SIGTERM), killing it if that takes too long.
     pub async fn stop(&self) {
         self.process.stop(STOP_GRACE).await;
-    }
-
-    /// Kills the server with SIGKILL, as a crash would (InnoDB recovers on restart).
-    pub fn kill(&self) {
-        self.process.kill();
-    }
-
-    /// Freezes the server (SIGSTOP): from return on, connections stay open and nothing
-    /// answers.
-    pub fn pause(&self) -> Result<(), ServerError> {
-        self.process.pause()
-    }
-
-    /// Lets a paused server answer again (SIGCONT).
-    pub fn resume(&self) -> Result<(), ServerError> {
-        self.process.resume()
     }
 
     /// Stops the server if it runs, then starts it on the same port with the same
@@ -198,11 +172,6 @@ impl MariaDbServer {
         self.process
             .wait_ready(READY_TIMEOUT, || greets(addr))
             .await
-    }
-
-    /// The last `lines` lines of the server's log.
-    pub fn log_tail(&self, lines: usize) -> String {
-        self.process.log_tail(lines)
     }
 
     /// Runs `sql` as `root` through the `mariadb` client over the Unix socket and
@@ -304,4 +273,13 @@ async fn greets(addr: SocketAddr) -> bool {
     let mut header = [0u8; 5];
     // 3-byte length, sequence id, then the protocol version.
     stream.read_exact(&mut header).await.is_ok() && header[4] == 10
+}
+
+/// The process operations (`pid`, `kill`, `pause`, `resume`, `log_tail`...) are
+/// those of [`ServerProcess`]; `stop` and `restart` are the server's own.
+impl std::ops::Deref for MariaDbServer {
+    type Target = ServerProcess;
+    fn deref(&self) -> &ServerProcess {
+        &self.process
+    }
 }

@@ -138,35 +138,9 @@ impl RedisServer {
         &self.data_dir
     }
 
-    /// The server's process id while it runs.
-    pub fn pid(&self) -> Option<u32> {
-        self.process.pid()
-    }
-
-    /// The underlying process, for signals and state checks.
-    pub fn process(&self) -> &ServerProcess {
-        &self.process
-    }
-
     /// Shuts the server down cleanly (SIGTERM), killing it if that takes too long.
     pub async fn stop(&self) {
         self.process.stop(STOP_GRACE).await;
-    }
-
-    /// Kills the server with SIGKILL, as a crash would.
-    pub fn kill(&self) {
-        self.process.kill();
-    }
-
-    /// Freezes the server (SIGSTOP): from return on, connections stay open and nothing
-    /// answers.
-    pub fn pause(&self) -> Result<(), ServerError> {
-        self.process.pause()
-    }
-
-    /// Lets a paused server answer again (SIGCONT).
-    pub fn resume(&self) -> Result<(), ServerError> {
-        self.process.resume()
     }
 
     /// Stops the server if it runs, then starts it on the same port with the same
@@ -185,11 +159,6 @@ impl RedisServer {
             .map_err(ServerError::io("wipe redis data dir"))?;
         self.process.respawn()?;
         self.wait_ready().await
-    }
-
-    /// The last `lines` lines of the server's log.
-    pub fn log_tail(&self, lines: usize) -> String {
-        self.process.log_tail(lines)
     }
 
     async fn wait_ready(&self) -> Result<(), ServerError> {
@@ -254,4 +223,13 @@ fn resp_command(args: &[&str]) -> Vec<u8> {
         out.extend_from_slice(b"\r\n");
     }
     out
+}
+
+/// The process operations (`pid`, `kill`, `pause`, `resume`, `log_tail`...) are
+/// those of [`ServerProcess`]; `stop` and `restart` are the server's own.
+impl std::ops::Deref for RedisServer {
+    type Target = ServerProcess;
+    fn deref(&self) -> &ServerProcess {
+        &self.process
+    }
 }

@@ -137,36 +137,9 @@ impl ZooKeeperServer {
         self.port
     }
 
-    /// The JVM's process id while the server runs.
-    pub fn pid(&self) -> Option<u32> {
-        self.process.pid()
-    }
-
-    /// The underlying process, for signals and state checks.
-    pub fn process(&self) -> &ServerProcess {
-        &self.process
-    }
-
     /// Shuts the server down (SIGTERM), killing it if that takes too long.
     pub async fn stop(&self) {
         self.process.stop(STOP_GRACE).await;
-    }
-
-    /// Kills the server with SIGKILL, as a crash would.
-    pub fn kill(&self) {
-        self.process.kill();
-    }
-
-    /// Freezes the server (SIGSTOP): from return on, connections stay open and
-    /// nothing answers. No session expires while paused, but sessions whose timeout
-    /// passed meanwhile may expire as soon as the server resumes.
-    pub fn pause(&self) -> Result<(), ServerError> {
-        self.process.pause()
-    }
-
-    /// Lets a paused server answer again (SIGCONT).
-    pub fn resume(&self) -> Result<(), ServerError> {
-        self.process.resume()
     }
 
     /// Stops the server if it runs, then starts it on the same port with the same
@@ -176,11 +149,6 @@ impl ZooKeeperServer {
         self.process.respawn()?;
         let addr = self.addr();
         self.process.wait_ready(READY_TIMEOUT, || ruok(addr)).await
-    }
-
-    /// The last `lines` lines of the server's log.
-    pub fn log_tail(&self, lines: usize) -> String {
-        self.process.log_tail(lines)
     }
 
     /// Sends a four-letter word (`ruok`, `stat`, `cons`, `mntr`, ...) and returns the
@@ -292,4 +260,13 @@ async fn four_letter_word(addr: SocketAddr, word: &str) -> std::io::Result<Strin
         .map_err(|_| {
             std::io::Error::new(std::io::ErrorKind::TimedOut, "zookeeper did not answer")
         })?
+}
+
+/// The process operations (`pid`, `kill`, `pause`, `resume`, `log_tail`...) are
+/// those of [`ServerProcess`]; `stop` and `restart` are the server's own.
+impl std::ops::Deref for ZooKeeperServer {
+    type Target = ServerProcess;
+    fn deref(&self) -> &ServerProcess {
+        &self.process
+    }
 }

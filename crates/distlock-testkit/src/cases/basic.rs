@@ -69,26 +69,31 @@ pub async fn try_acquire_when_held_returns_none(h: &dyn Harness) -> CaseResult {
     Ok(())
 }
 
+/// Lock names that look alike or contain characters backends treat specially
+/// (separators, hash tags, escapes, dot segments). Each must be an independent
+/// lock; adapters reuse the list in their escaping unit tests.
+pub const NAMES_THAT_MUST_NOT_COLLIDE: [&str; 13] = [
+    "a",
+    "A",
+    "a/b",
+    "ab",
+    "a/",
+    "{x}",
+    "%2F",
+    "a%2Fb",
+    "x y",
+    "ключ/🔒",
+    "a\\b",
+    ".",
+    "..",
+];
+
 /// Names that differ in case, by a suffix, or by characters backends treat
 /// specially are independent locks.
 pub async fn names_are_independent(h: &dyn Harness) -> CaseResult {
     let s = Scope::new(h, "names_are_independent");
     let (a, b) = (s.client().await?, s.client().await?);
-    let names = [
-        "a",
-        "A",
-        "a/b",
-        "ab",
-        "a/",
-        "{x}",
-        "%2F",
-        "a%2Fb",
-        "x y",
-        "ключ/🔒",
-        "a\\b",
-        ".",
-        "..",
-    ];
+    let names = NAMES_THAT_MUST_NOT_COLLIDE;
     let mut leases = Vec::new();
     for name in names {
         let key = s.key(name)?;

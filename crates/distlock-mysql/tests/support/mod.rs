@@ -52,17 +52,45 @@ pub async fn eventually<F: AsyncFnMut() -> bool>(limit: Duration, what: &str, mu
     }
 }
 
-/// The connection id of the session that blocks a waiter, on a server of the
-/// test's own (InnoDB names a lock's holder only to its waiters).
+/// The connection id of the session holding a row lock that a waiter is blocked
+/// on, on a server of the test's own.
+///
+/// InnoDB's lock-wait tables are not enough: a `SELECT … FOR UPDATE` on a unique
+/// key reads (and waits for) the row while the optimizer runs, and during that
+/// wait its transaction is listed nowhere. So: wait until a locking read is in
+/// flight, then take the one running transaction that holds row locks.
 pub async fn blocking_session(server: &MariaDbServer) -> u64 {
-    let query = "SELECT b.trx_mysql_thread_id FROM information_schema.INNODB_LOCK_WAITS w \
-         JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id;";
+    let waiting = "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+         WHERE command = 'Execute' AND info LIKE '%FOR UPDATE%';";
+    let holders = "SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX \
+         WHERE trx_state = 'RUNNING' AND trx_rows_locked > 0;";
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if let Ok(id) = root_value(server, query).await.trim().parse() {
-            return id;
+        if root_value(server, waiting).await != "0" {
+            let found = server.exec_root(holders).await.expect("root SQL runs");
+            let ids: Vec<u64> = found
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+            if let [id] = ids[..] {
+                return id;
+            }
         }
-        assert!(Instant::now() < deadline, "nobody waits on a row lock");
+        if Instant::now() >= deadline {
+            let sessions = server
+                .exec_root(
+                    "SELECT id, command, time, state, info FROM information_schema.PROCESSLIST;",
+                )
+                .await
+                .unwrap_or_default();
+            let trx = server
+                .exec_root("SELECT trx_mysql_thread_id, trx_state, trx_rows_locked FROM information_schema.INNODB_TRX;")
+                .await
+                .unwrap_or_default();
+            panic!(
+                "no single lock holder with a waiter\nsessions:\n{sessions}\ntransactions:\n{trx}"
+            );
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -2,6 +2,7 @@
 //! it once: validation, the local deadline, renewal, loss, release on drop,
 //! reentrancy, tracing and metrics (see [`crate::BackendLock`]).
 
+use crate::toolkit::Inspect;
 use crate::{Capabilities, FencingToken, LockError, LockKey, LossReason, Wait};
 use async_trait::async_trait;
 use std::future::Future;
@@ -126,6 +127,12 @@ pub trait Backend: Send + Sync + 'static {
 
     /// A push signal for loss (watch, session event), when the backend has one.
     fn loss_signal(&self, _handle: &Self::Handle) -> Option<LossSignal> {
+        None
+    }
+
+    /// Server-side inspection of this backend's locks. Every adapter offers it;
+    /// the default `None` is for backends with nothing to inspect.
+    fn inspect(&self) -> Option<&dyn Inspect> {
         None
     }
 }

@@ -9,6 +9,8 @@
 //! - [`backend::Backend`] is what an adapter implements; [`BackendLock`] turns it
 //!   into a `DistributedLock` with renewal, loss, reentrancy and metrics.
 //! - [`memory`] is an in-process backend for tests and demos.
+//! - [`toolkit`] is what adapters share: the URL grammar, backoff, the cancel
+//!   guard and the [`toolkit::Inspect`] trait.
 //!
 //! ```
 //! use distlock_core::{AcquireOptions, DistributedLock, LockKey, MemoryFence, Fence};
@@ -41,6 +43,7 @@ pub mod memory;
 mod metrics;
 mod options;
 mod token;
+pub mod toolkit;
 
 pub use capabilities::{Capabilities, FencingGuarantee, TokenDurability, Wake};
 pub use error::{BoxError, LockError, LossReason};

@@ -3,6 +3,7 @@
 use crate::backend::{AcquireRequest, Backend, WaitUntil};
 use crate::lease::{Bound, Lease, LeaseOps, Reentry, Registry, Shared, clock_drift};
 use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::toolkit::Inspect;
 use crate::{AcquireOptions, Capabilities, LockError, LockKey, Owner, Wait};
 use async_trait::async_trait;
 use std::sync::{Arc, PoisonError};
@@ -55,6 +56,12 @@ pub trait DistributedLock: Send + Sync + std::fmt::Debug {
     /// This client's counters (acquisitions, renewals, losses...), when the
     /// implementation keeps them. Every adapter built on [`BackendLock`] does.
     fn metrics(&self) -> Option<MetricsSnapshot> {
+        None
+    }
+
+    /// Server-side inspection (who holds a key, residue, an operator's
+    /// force-unlock), when the backend offers it. Every adapter does.
+    fn inspect(&self) -> Option<&dyn Inspect> {
         None
     }
 }
@@ -206,5 +213,9 @@ impl<B: Backend> DistributedLock for BackendLock<B> {
 
     fn metrics(&self) -> Option<MetricsSnapshot> {
         Some(self.metrics.snapshot())
+    }
+
+    fn inspect(&self) -> Option<&dyn Inspect> {
+        self.backend.inspect()
     }
 }

@@ -20,6 +20,7 @@
 //! ```
 
 use crate::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
+use crate::toolkit::{CancelGuard, Holder, Inspect};
 use crate::{
     BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError, LockKey, LossReason,
     TokenDurability, Wake,
@@ -50,13 +51,14 @@ struct State {
 
 #[derive(Debug, Default)]
 struct KeyState {
-    holder: Option<Holder>,
+    holder: Option<HeldBy>,
     queue: VecDeque<Queued>,
 }
 
 #[derive(Debug)]
-struct Holder {
+struct HeldBy {
     id: u64,
+    token: FencingToken,
     expires_at: Instant,
     revoked: Arc<Notify>,
 }
@@ -162,20 +164,41 @@ impl MemoryStore {
         state.keys.retain(|_, entry| !entry.is_empty());
     }
 
-    /// Locks held or waited for whose name starts with `prefix`: what a crashed or
-    /// cancelled client could leave behind.
-    pub fn residue(&self, prefix: &str) -> usize {
+    /// Locks held or waited for whose name starts with `prefix`, one line per
+    /// holder or waiter: what a crashed or cancelled client could leave behind.
+    pub fn residue(&self, prefix: &str) -> Vec<String> {
         let now = Instant::now();
         let mut state = self.state();
-        state
-            .keys
-            .iter_mut()
-            .filter(|(key, _)| key.as_str().starts_with(prefix))
-            .map(|(_, entry)| {
-                entry.expire(now);
-                usize::from(entry.holder.is_some()) + entry.queue.len()
-            })
-            .sum()
+        let mut found = Vec::new();
+        for (key, entry) in &mut state.keys {
+            if !key.as_str().starts_with(prefix) {
+                continue;
+            }
+            entry.expire(now);
+            if let Some(holder) = &entry.holder {
+                found.push(format!("{key}: held by client {}", holder.id));
+            }
+            found.extend(
+                entry
+                    .queue
+                    .iter()
+                    .map(|q| format!("{key}: waiter {}", q.id)),
+            );
+        }
+        found
+    }
+
+    /// The current holder of `key`, if any.
+    pub fn holder(&self, key: &LockKey) -> Option<Holder> {
+        let now = Instant::now();
+        let mut state = self.state();
+        let entry = state.keys.get_mut(key)?;
+        entry.expire(now);
+        entry.holder.as_ref().map(|h| Holder {
+            owner: format!("client {}", h.id),
+            token: Some(h.token),
+            expires_in: Some(h.expires_at.saturating_duration_since(now)),
+        })
     }
 
     fn next_id(&self) -> u64 {
@@ -209,8 +232,9 @@ impl MemoryStore {
                 id: *next_id,
                 revoked: Arc::new(Notify::new()),
             };
-            entry.holder = Some(Holder {
+            entry.holder = Some(HeldBy {
                 id: handle.id,
+                token: FencingToken::new(*counter),
                 expires_at: now + ttl,
                 revoked: handle.revoked.clone(),
             });
@@ -304,34 +328,6 @@ pub struct MemoryHandle {
     revoked: Arc<Notify>,
 }
 
-/// Removes a cancelled waiter from the queue, so nobody waits behind a ghost.
-struct Waiter<'a> {
-    store: &'a MemoryStore,
-    key: &'a LockKey,
-    me: Queued,
-}
-
-impl Drop for Waiter<'_> {
-    fn drop(&mut self) {
-        self.store.leave_queue(self.key, self.me.id);
-    }
-}
-
-/// Releases a lock won by a request whose reply was still in flight when the
-/// caller gave up, so cancellation leaves nothing held.
-struct ReleaseUnlessKept<'a> {
-    store: &'a MemoryStore,
-    handle: Option<MemoryHandle>,
-}
-
-impl Drop for ReleaseUnlessKept<'_> {
-    fn drop(&mut self) {
-        if let Some(handle) = self.handle.take() {
-            self.store.if_holder(&handle, KeyState::remove_holder);
-        }
-    }
-}
-
 impl MemoryBackend {
     /// Injects `fault` into this client's traffic from now on.
     pub fn set_fault(&self, fault: MemoryFault) {
@@ -392,29 +388,32 @@ impl Backend for MemoryBackend {
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<MemoryHandle>, LockError> {
         let no_wait = req.wait == WaitUntil::NoWait;
-        let waiter = Waiter {
-            store: &self.store,
-            key: req.key,
-            me: Queued {
-                id: self.store.next_id(),
-                wake: Arc::new(Notify::new()),
-            },
+        let me = Queued {
+            id: self.store.next_id(),
+            wake: Arc::new(Notify::new()),
         };
+        // A cancelled waiter leaves the queue, so nobody waits behind a ghost.
+        let _in_queue = CancelGuard::new(me.id, |id| {
+            self.store.leave_queue(req.key, id);
+            None
+        });
         loop {
             let sent_at = Instant::now();
             tokio::select! {
                 reached = self.reach() => reached?,
                 _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
             }
-            match self.store.attempt(req.key, req.ttl, &waiter.me, !no_wait) {
+            match self.store.attempt(req.key, req.ttl, &me, !no_wait) {
                 Attempt::Taken(handle, token) => {
-                    let mut in_flight = ReleaseUnlessKept {
-                        store: &self.store,
-                        handle: Some(handle),
-                    };
+                    // The caller may give up while the reply is in flight: a lock
+                    // won then is released, so cancellation leaves nothing held.
+                    let in_flight = CancelGuard::new(handle, |handle| {
+                        self.store.if_holder(&handle, KeyState::remove_holder);
+                        None
+                    });
                     self.reply().await;
-                    let handle = in_flight.handle.take();
-                    return handle
+                    return in_flight
+                        .disarm()
                         .map(|handle| Acquired {
                             handle,
                             token,
@@ -434,7 +433,7 @@ impl Backend for MemoryBackend {
                         }
                     };
                     tokio::select! {
-                        _ = waiter.me.wake.notified() => {}
+                        _ = me.wake.notified() => {}
                         _ = expiry => {}
                         _ = req.wait.reached() => return Err(req.not_acquired()),
                     }
@@ -467,5 +466,30 @@ impl Backend for MemoryBackend {
             revoked.notified().await;
             LossReason::Revoked
         }))
+    }
+
+    fn inspect(&self) -> Option<&dyn Inspect> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Inspect for MemoryBackend {
+    async fn holder(&self, key: &LockKey) -> Result<Option<Holder>, LockError> {
+        Ok(self.store.holder(key))
+    }
+
+    async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        Ok(self.store.residue(prefix))
+    }
+
+    async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {
+        Ok(self.store.delete(key))
+    }
+
+    async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
+        Ok(vec![
+            "memory:// locks live in this process only: other processes never see them".into(),
+        ])
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::fault::FaultControl;
 use async_trait::async_trait;
+use distlock_core::toolkit::Inspect;
 use distlock_core::{BoxError, Capabilities, DynLock, LockKey};
 use std::sync::Arc;
 
@@ -10,13 +11,13 @@ use std::sync::Arc;
 /// reported as ignored, never as passed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Hooks {
-    /// [`Harness::delete_lock`] works.
+    /// The [`Harness::inspector`]'s `delete_holder` works.
     pub delete_lock: bool,
     /// [`Harness::faulty_client`] works.
     pub faulty_client: bool,
     /// [`Harness::dedicated`] works and its harness can [`Harness::restart_server`].
     pub restart: bool,
-    /// [`Harness::residue`] works.
+    /// The [`Harness::inspector`]'s `residue` works.
     pub residue: bool,
 }
 
@@ -57,9 +58,12 @@ pub trait Harness: Send + Sync {
         Err("this harness has no fault injection".into())
     }
 
-    /// Deletes `key`'s lock behind its holder's back, as an operator would.
-    async fn delete_lock(&self, _key: &LockKey) -> Result<(), BoxError> {
-        Err("this harness cannot delete locks".into())
+    /// A client whose [`DistributedLock::inspect`] the fault hooks use: deleting
+    /// a holder behind its back and counting residue go through the adapter's
+    /// own [`Inspect`] implementation, as `distlock check` does. Harnesses keep
+    /// one and hand out clones.
+    async fn inspector(&self) -> Result<DynLock, BoxError> {
+        Err("this harness has no inspector".into())
     }
 
     /// A harness on servers of its own, for cases that restart or kill them.
@@ -73,14 +77,33 @@ pub trait Harness: Send + Sync {
         Err("this harness cannot restart its server".into())
     }
 
-    /// How many lock artifacts (held keys, nodes, rows, queue entries) exist for
-    /// names starting with `prefix`. Fence counters do not count.
-    async fn residue(&self, _prefix: &str) -> Result<usize, BoxError> {
-        Err("this harness cannot count residue".into())
-    }
-
     /// The tail of the server logs, printed when a case fails.
     fn server_logs(&self) -> String {
         String::new()
     }
+}
+
+impl dyn Harness + '_ {
+    /// Deletes `key`'s holder behind its back, as an operator would; fails when
+    /// there was no holder to delete.
+    pub async fn delete_lock(&self, key: &LockKey) -> Result<(), BoxError> {
+        let inspector = self.inspector().await?;
+        if with_inspect(&inspector)?.delete_holder(key).await? {
+            Ok(())
+        } else {
+            Err(format!("the inspector found no holder of `{key}` to delete").into())
+        }
+    }
+
+    /// The lock artifacts (held keys, nodes, rows, queue entries) for names
+    /// starting with `prefix`. Fence counters do not count.
+    pub async fn residue(&self, prefix: &str) -> Result<Vec<String>, BoxError> {
+        let inspector = self.inspector().await?;
+        Ok(with_inspect(&inspector)?.residue(prefix).await?)
+    }
+}
+
+fn with_inspect(lock: &DynLock) -> Result<&dyn Inspect, BoxError> {
+    lock.inspect()
+        .ok_or_else(|| format!("the {} client offers no Inspect", lock.name()).into())
 }

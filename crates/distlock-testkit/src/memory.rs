@@ -5,13 +5,22 @@ use crate::fault::{Fault, FaultControl};
 use crate::harness::{FaultyClient, Harness, Hooks};
 use async_trait::async_trait;
 use distlock_core::memory::{MemoryFault, MemoryLock, MemoryStore};
-use distlock_core::{BoxError, Capabilities, DistributedLock, DynLock, LockKey};
+use distlock_core::{BoxError, Capabilities, DistributedLock, DynLock};
 use std::sync::Arc;
 
 /// Runs the suite against a [`MemoryStore`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryHarness {
     store: MemoryStore,
+    inspector: DynLock,
+}
+
+impl Default for MemoryHarness {
+    fn default() -> Self {
+        let store = MemoryStore::new();
+        let inspector = Arc::new(store.client());
+        MemoryHarness { store, inspector }
+    }
 }
 
 impl MemoryHarness {
@@ -75,9 +84,8 @@ impl Harness for MemoryHarness {
         })
     }
 
-    async fn delete_lock(&self, key: &LockKey) -> Result<(), BoxError> {
-        self.store.delete(key);
-        Ok(())
+    async fn inspector(&self) -> Result<DynLock, BoxError> {
+        Ok(self.inspector.clone())
     }
 
     async fn dedicated(&self) -> Result<Arc<dyn Harness>, BoxError> {
@@ -87,9 +95,5 @@ impl Harness for MemoryHarness {
     async fn restart_server(&self) -> Result<(), BoxError> {
         self.store.restart();
         Ok(())
-    }
-
-    async fn residue(&self, prefix: &str) -> Result<usize, BoxError> {
-        Ok(self.store.residue(prefix))
     }
 }

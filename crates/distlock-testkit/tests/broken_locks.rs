@@ -130,13 +130,8 @@ impl Harness for BrokenHarness {
         })))
     }
 
-    async fn delete_lock(&self, key: &LockKey) -> Result<(), BoxError> {
-        self.store.delete(key);
-        Ok(())
-    }
-
-    async fn residue(&self, prefix: &str) -> Result<usize, BoxError> {
-        Ok(self.store.residue(prefix))
+    async fn inspector(&self) -> Result<DynLock, BoxError> {
+        Ok(Arc::new(self.store.client()))
     }
 }
 

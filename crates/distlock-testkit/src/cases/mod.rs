@@ -244,13 +244,14 @@ impl<'a> Scope<'a> {
         let deadline = Instant::now() + within;
         loop {
             let found = self.h.residue(&self.prefix).await?;
-            if found == expected {
+            if found.len() == expected {
                 return Ok(());
             }
             ensure!(
                 Instant::now() < deadline,
-                "expected {expected} lock artifacts under {}, found {found} after {within:?}",
-                self.prefix
+                "expected {expected} lock artifacts under {}, found {} after {within:?}: {found:?}",
+                self.prefix,
+                found.len()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

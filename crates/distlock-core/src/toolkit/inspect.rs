@@ -1,0 +1,59 @@
+//! What an operator (and the test suite's fault hooks) can ask of a backend
+//! beyond the lock API: who holds a key, what is left under a prefix, and a
+//! forced deletion of a holder.
+
+use crate::{FencingToken, LockError, LockKey};
+use async_trait::async_trait;
+use std::time::Duration;
+
+/// The current holder of a key, as the server records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The holder's identity as stored: an owner value, a lease id, a node name.
+    pub owner: String,
+    /// The holder's fencing token, when the backend stores it beside the lock.
+    pub token: Option<FencingToken>,
+    /// How long the server keeps the lock if nobody renews it, when it says.
+    pub expires_in: Option<Duration>,
+}
+
+/// Server-side inspection and operator actions on an adapter's locks.
+///
+/// Every adapter implements it over its own data layout. `distlock check` and
+/// `distlock status` use it, and so do the conformance suite's fault hooks
+/// (deleting a holder behind its back, counting what a case left behind), so the
+/// code that finds a lock on the server exists once, beside the code that
+/// creates it.
+#[async_trait]
+pub trait Inspect: Send + Sync {
+    /// Who holds `key` now, or `None` when nobody does.
+    async fn holder(&self, key: &LockKey) -> Result<Option<Holder>, LockError>;
+
+    /// Every lock artifact (held key, queued node, row with an owner, waiter
+    /// entry) for lock names starting with `prefix`, one line each. Fence
+    /// counters and other records kept on purpose do not count.
+    async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError>;
+
+    /// Deletes the current holder of `key` as an operator would (a force-unlock),
+    /// waking the next waiter. Returns whether there was a holder. Dangerous on a
+    /// live system: the holder keeps working until it notices, and only fencing
+    /// protects the resource meanwhile.
+    async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError>;
+
+    /// Deployment settings that weaken the lock (eviction, no persistence,
+    /// replicas without acknowledgement...), one warning each.
+    async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
+        Ok(Vec::new())
+    }
+
+    /// The name of the backend's cheapest request (`PING`, `SELECT 1`), timed
+    /// by benchmarks as the raw round trip; `None` without a network.
+    fn ping_name(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Sends that request once.
+    async fn ping(&self) -> Result<(), LockError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,32 @@
+//! The adapter toolkit: what every adapter needs and none keeps a private copy
+//! of.
+//!
+//! - [`LockUrl`]: the one URL grammar, with typed parameter getters, unknown
+//!   parameters refused and secrets redacted ([`redact`] for text that does not
+//!   parse).
+//! - [`parse_duration`]: `250ms`, `30s`, `5m`, everywhere.
+//! - [`Backoff`]: jittered, exponential, capped pauses for every retry and poll
+//!   loop.
+//! - [`CancelGuard`]: undoes a half-done acquire when its future is dropped.
+//! - [`Inspect`]: who holds a key, residue under a prefix, an operator's
+//!   deletion; used by the CLI and by the conformance suite's fault hooks.
+//! - [`random_owner`]: an owner value no other acquisition shares.
+
+mod backoff;
+mod cancel;
+mod duration;
+mod inspect;
+mod url;
+
+pub use backoff::Backoff;
+pub use cancel::{CancelGuard, UndoFuture};
+pub use duration::parse_duration;
+pub use inspect::{Holder, Inspect};
+pub use url::{Host, LockUrl, redact};
+
+/// A fresh 128-bit random owner value in hex: what an adapter stores as the
+/// holder of one acquisition, so that release and renew compare it and can never
+/// touch another acquisition's lock.
+pub fn random_owner() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}

@@ -1,6 +1,6 @@
 //! The lease lifecycle, written once for every adapter: the local deadline, the
-//! renewal watchdog, the lost signal, release, release on drop, and the bookkeeping
-//! for reentrant holders.
+//! renewal watchdog, the lost signal, release and release on drop. Reentrant
+//! handles share one lease; their bookkeeping is in `reentry.rs`.
 //!
 //! Invariant: a lease believes it holds the lock only before
 //! `sent_at + ttl - drift`, where `sent_at` was taken before the acquire or renew
@@ -9,12 +9,12 @@
 
 use crate::backend::{Backend, LossSignal, Ownership};
 use crate::metrics::Metrics;
+use crate::reentry::Reentry;
 use crate::{FencingToken, LockError, LockKey, LossReason, Owner};
 use async_trait::async_trait;
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -58,15 +58,6 @@ impl<B: Backend> LeaseOps for Bound<B> {
     fn backend_name(&self) -> &'static str {
         self.backend.name()
     }
-}
-
-/// Reentrant holders of one lock client: (key, owner) → the shared lease and how
-/// many `Lease` values refer to it.
-pub(crate) type Registry = Mutex<HashMap<(LockKey, Owner), (Weak<Shared>, usize)>>;
-
-pub(crate) struct Reentry {
-    pub registry: Arc<Registry>,
-    pub owner: Owner,
 }
 
 /// What every `Lease` handle of one acquisition shares with its watchdog.
@@ -179,22 +170,9 @@ impl Shared {
     /// One `Lease` value goes away. True if it was the last one of this
     /// acquisition, so the lock itself must be released.
     fn leave(self: &Arc<Self>) -> bool {
-        let Some(reentry) = &self.reentry else {
-            return true;
-        };
-        let mut held = lock(&reentry.registry);
-        let slot = (self.key.clone(), reentry.owner.clone());
-        match held.get_mut(&slot) {
-            Some((weak, count)) if std::ptr::eq(weak.as_ptr(), Arc::as_ptr(self)) => {
-                *count -= 1;
-                if *count > 0 {
-                    return false;
-                }
-                held.remove(&slot);
-                true
-            }
-            // The registry moved on to a newer acquisition: this one ended already.
-            _ => true,
+        match &self.reentry {
+            Some(reentry) => reentry.registry.leave(&reentry.owner, self),
+            None => true,
         }
     }
 

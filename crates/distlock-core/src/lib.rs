@@ -42,6 +42,7 @@ mod lock;
 pub mod memory;
 mod metrics;
 mod options;
+mod reentry;
 mod token;
 pub mod toolkit;
 

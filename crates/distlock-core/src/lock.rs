@@ -1,12 +1,13 @@
 //! The public lock trait, and `BackendLock`, which turns any [`Backend`] into one.
 
 use crate::backend::{AcquireRequest, Backend, WaitUntil};
-use crate::lease::{Bound, Lease, LeaseOps, Reentry, Registry, Shared, clock_drift};
+use crate::lease::{Bound, Lease, LeaseOps, Shared, clock_drift};
 use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::reentry::{Reentry, Registry};
 use crate::toolkit::Inspect;
 use crate::{AcquireOptions, Capabilities, LockError, LockKey, Owner, Wait};
 use async_trait::async_trait;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::Instant;
 use tracing::Instrument;
 
@@ -107,13 +108,7 @@ impl<B: Backend> BackendLock<B> {
 
     /// Another handle on a lease this client already holds for `owner`, if any.
     fn reenter(&self, key: &LockKey, owner: &Owner) -> Option<Lease> {
-        let mut held = self
-            .reentrant
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let (weak, count) = held.get_mut(&(key.clone(), owner.clone()))?;
-        let shared = weak.upgrade().filter(|s| s.is_held())?;
-        *count += 1;
+        let shared = self.reentrant.enter(key, owner)?;
         Metrics::bump(&self.metrics.reentered);
         Some(Lease::reentered(shared))
     }
@@ -169,10 +164,7 @@ impl<B: Backend> BackendLock<B> {
             reentry,
         ));
         if let Some(owner) = opts.get_owner() {
-            self.reentrant
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert((key.clone(), owner.clone()), (Arc::downgrade(&shared), 1));
+            self.reentrant.insert(key, owner, &shared);
         }
         Metrics::bump(&self.metrics.acquired);
         Ok(Lease::start(

@@ -1,7 +1,7 @@
 //! The conformance suite for distlock adapters, and what it needs to run against
 //! real servers.
 //!
-//! - [`cases`]: the cases of DESIGN.md §5 as `pub async fn`s over a [`Harness`];
+//! - [`cases`]: the conformance cases (listed there) as `pub async fn`s over a [`Harness`];
 //!   each runs on every backend whose [`distlock_core::Capabilities`] and
 //!   [`Hooks`] allow it.
 //! - [`runner`]: turns them into named tests, `<backend>::<case>`.

@@ -2,7 +2,7 @@
 //! safety properties: no two holders of one key at once, and tokens that strictly
 //! increase from holder to holder.
 
-use distlock_core::{FencingToken, LockKey};
+use distlock_core::{FencingToken, Lease, LockKey};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -64,6 +64,17 @@ impl History {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(section);
+    }
+
+    /// Records `lease`'s section for `client`, from `entered` until now.
+    pub fn record_lease(&self, client: usize, lease: &Lease, entered: Instant) {
+        self.record(Section {
+            key: lease.key().clone(),
+            token: lease.token(),
+            client,
+            entered,
+            left: Instant::now(),
+        });
     }
 
     /// Number of sections recorded.

@@ -2,7 +2,7 @@
 
 use super::{CaseError, CaseResult, Scope, ensure, within};
 use crate::harness::Harness;
-use crate::history::{History, Section};
+use crate::history::History;
 use distlock_core::{Fence, LockError, MemoryFence, Renewal, Wait};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
@@ -39,13 +39,7 @@ pub async fn mutual_exclusion_under_contention(h: &dyn Harness) -> CaseResult {
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 counter.store(seen + 1, SeqCst);
                 inside.fetch_sub(1, SeqCst);
-                history.record(Section {
-                    key: key.clone(),
-                    token: lease.token(),
-                    client: client_id,
-                    entered,
-                    left: Instant::now(),
-                });
+                history.record_lease(client_id, &lease, entered);
                 lease.release().await?;
             }
             Ok::<_, CaseError>(())
@@ -158,13 +152,7 @@ pub async fn many_keys_many_clients(h: &dyn Harness) -> CaseResult {
                 let lease = client.acquire(key, &opts).await?;
                 let entered = Instant::now();
                 tokio::task::yield_now().await;
-                history.record(Section {
-                    key: key.clone(),
-                    token: lease.token(),
-                    client: client_id,
-                    entered,
-                    left: Instant::now(),
-                });
+                history.record_lease(client_id, &lease, entered);
                 lease.release().await?;
             }
             Ok::<_, CaseError>(())

@@ -29,3 +29,17 @@ pub use cases::{CaseError, CaseResult, Scope};
 pub use fault::{Fault, FaultControl};
 pub use harness::{FaultyClient, Harness, Hooks};
 pub use history::{History, Section, Violation};
+
+/// Acquires and releases `key` `n` times in a row: the unit that round-trip tests
+/// count server requests over (warm up with a few, then count over many).
+pub async fn cycles(
+    lock: &dyn distlock_core::DistributedLock,
+    key: &distlock_core::LockKey,
+    opts: &distlock_core::AcquireOptions,
+    n: usize,
+) -> Result<(), distlock_core::LockError> {
+    for _ in 0..n {
+        lock.acquire(key, opts).await?.release().await?;
+    }
+    Ok(())
+}

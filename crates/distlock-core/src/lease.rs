@@ -10,6 +10,7 @@
 use crate::backend::{Backend, LossSignal, Ownership};
 use crate::metrics::Metrics;
 use crate::reentry::Reentry;
+use crate::toolkit::{CancelGuard, UndoFuture};
 use crate::{FencingToken, LockError, LockKey, LossReason, Owner};
 use async_trait::async_trait;
 use std::future::Future;
@@ -444,10 +445,15 @@ impl Lease {
             Status::Lost(reason) => return Err(shared.lost_error(reason)),
             _ => return Err(shared.lost_error(LossReason::Revoked)),
         }
-        // If the caller is cancelled mid-release, finish it in the background.
-        let mut unfinished = FinishOnDrop(Some(shared.clone()));
+        // If the caller is cancelled mid-release, finish it in the background
+        // rather than leave the lock to its ttl.
+        let unfinished = CancelGuard::new(shared.clone(), |shared: Arc<Shared>| {
+            Some(Box::pin(async move {
+                let _ = shared.finish_release().await;
+            }) as UndoFuture)
+        });
         let result = shared.finish_release().await;
-        unfinished.0 = None;
+        unfinished.disarm();
         result
     }
 
@@ -482,20 +488,6 @@ impl Drop for Lease {
             Err(_) => {
                 shared.status.send_replace(Status::Released);
             }
-        }
-    }
-}
-
-/// Completes a release whose caller was cancelled, so the lock is not left to
-/// its ttl.
-struct FinishOnDrop(Option<Arc<Shared>>);
-
-impl Drop for FinishOnDrop {
-    fn drop(&mut self) {
-        if let Some(shared) = self.0.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(async move { shared.finish_release().await });
         }
     }
 }

@@ -55,3 +55,21 @@ pub struct Capabilities {
     /// Ttls must be a whole multiple of this.
     pub ttl_granularity: Duration,
 }
+
+impl Capabilities {
+    /// A waiter queue on a consensus store, bound to a session or lease (etcd's
+    /// create-revision queue, ZooKeeper's sequential nodes): strict fencing from
+    /// the store's own revision, FIFO, push wake-ups, tokens that survive a
+    /// restart.
+    pub fn consensus_queue(min_ttl: Duration, ttl_granularity: Duration) -> Self {
+        Capabilities {
+            fencing: FencingGuarantee::Strict,
+            fifo: true,
+            wake: Wake::Push,
+            session_bound: true,
+            token_durability: TokenDurability::Persisted,
+            min_ttl,
+            ttl_granularity,
+        }
+    }
+}

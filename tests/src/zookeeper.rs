@@ -1,23 +1,18 @@
 //! ZooKeeper: a standalone `ZooKeeperServerMain` started by the testkit (tickTime
 //! 200 ms, so sessions of 400 ms and up), or `DISTLOCK_TEST_ZOOKEEPER_URL`.
 //!
-//! Every hook is offered: operator deletion and residue through an admin session,
-//! faults through a TCP fault proxy per faulty client, restarts on a dedicated
-//! server.
+//! Every hook is offered: operator deletion and residue through the adapter's own
+//! `Inspect`, faults through a TCP fault proxy per faulty client, restarts on a
+//! dedicated server.
 
 use async_trait::async_trait;
-use distlock_core::{
-    BoxError, Capabilities, DistributedLock, DynLock, FencingGuarantee, LockKey, TokenDurability,
-    Wake,
-};
+use distlock_core::{BoxError, Capabilities, DynLock};
 use distlock_testkit::harness::{FaultyClient, Harness, Hooks};
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::runner::BackendSpec;
 use distlock_testkit::servers::{ZooKeeperOptions, ZooKeeperServer, external_url};
-use distlock_zookeeper::{ZkConfig, layout};
+use distlock_zookeeper::{ZkBackend, ZkConfig};
 use std::sync::Arc;
-use std::time::Duration;
-use zookeeper_client as zk;
 
 /// The namespace the suite's locks live under.
 const NAMESPACE: &str = "distlock-conformance";
@@ -42,15 +37,7 @@ const HOOKS: Hooks = Hooks {
 /// What the adapter reports against the launched server, known before it starts
 /// (cases are chosen from these; timings come from the connected client's).
 fn capabilities() -> Capabilities {
-    Capabilities {
-        fencing: FencingGuarantee::Strict,
-        fifo: true,
-        wake: Wake::Push,
-        session_bound: true,
-        token_durability: TokenDurability::Persisted,
-        min_ttl: ZooKeeperOptions::default().min_session_timeout,
-        ttl_granularity: Duration::from_millis(1),
-    }
+    ZkBackend::capabilities_with_min_ttl(ZooKeeperOptions::default().min_session_timeout)
 }
 
 /// Starts a server. `ZooKeeperServer::start`'s future is not `Send` (the
@@ -68,12 +55,13 @@ enum Server {
     External,
 }
 
-/// The harness: a server, an admin session on it, and the clients' base config.
+/// The harness: a server, the clients' base config, and the client the fault
+/// hooks inspect through.
 #[derive(Debug)]
 pub struct ZkHarness {
     server: Server,
     config: ZkConfig,
-    admin: zk::Client,
+    inspector: DynLock,
     /// As a connected client reports them: the minimum ttl is the server's.
     capabilities: Capabilities,
 }
@@ -91,29 +79,18 @@ impl ZkHarness {
 
     async fn launch() -> Result<Self, BoxError> {
         let server = launch_server().await?;
-        let config = ZkConfig {
-            endpoints: vec![server.url()],
-            ..ZkConfig::default()
-        };
+        let config = ZkConfig::new([server.url()]);
         Self::with_server(Server::Launched(Box::new(server)), config).await
     }
 
-    async fn with_server(server: Server, mut config: ZkConfig) -> Result<Self, BoxError> {
-        config.namespace = NAMESPACE.into();
-        let admin = zk::Client::connector()
-            .with_session_timeout(Duration::from_secs(30))
-            .connect(&config.endpoints.join(","))
-            .await?;
-        let admin = match &config.chroot {
-            Some(chroot) => admin.chroot(chroot.clone()).map_err(|_| "bad chroot")?,
-            None => admin,
-        };
-        let probe = config.clone().connect().await?;
-        let capabilities = probe.capabilities();
+    async fn with_server(server: Server, config: ZkConfig) -> Result<Self, BoxError> {
+        let config = config.namespace(NAMESPACE);
+        let inspector: DynLock = Arc::new(config.clone().connect().await?);
+        let capabilities = inspector.capabilities();
         Ok(ZkHarness {
             server,
             config,
-            admin,
+            inspector,
             capabilities,
         })
     }
@@ -163,14 +140,8 @@ impl Harness for ZkHarness {
         })
     }
 
-    async fn delete_lock(&self, key: &LockKey) -> Result<(), BoxError> {
-        let dir = layout::lock_dir(NAMESPACE, key.as_str());
-        let children = self.admin.list_children(&dir).await?;
-        let holder = layout::sort_queue(children)
-            .into_iter()
-            .next()
-            .ok_or("no lock node to delete")?;
-        Ok(self.admin.delete(&format!("{dir}/{holder}"), None).await?)
+    async fn inspector(&self) -> Result<DynLock, BoxError> {
+        Ok(self.inspector.clone())
     }
 
     async fn dedicated(&self) -> Result<Arc<dyn Harness>, BoxError> {
@@ -182,24 +153,6 @@ impl Harness for ZkHarness {
             Server::Launched(server) => Ok(server.restart().await?),
             Server::External => Err("cannot restart an external server".into()),
         }
-    }
-
-    async fn residue(&self, prefix: &str) -> Result<usize, BoxError> {
-        let dirs = match self.admin.list_children(&format!("/{NAMESPACE}")).await {
-            Err(zk::Error::NoNode) => return Ok(0),
-            other => other?,
-        };
-        let mut nodes = 0;
-        for dir in dirs {
-            if layout::unescape_name(&dir).is_some_and(|name| name.starts_with(prefix)) {
-                let stat = self
-                    .admin
-                    .check_stat(&format!("/{NAMESPACE}/{dir}"))
-                    .await?;
-                nodes += stat.map_or(0, |s| usize::try_from(s.num_children).unwrap_or(0));
-            }
-        }
-        Ok(nodes)
     }
 
     fn server_logs(&self) -> String {

@@ -1,65 +1,87 @@
 //! The adapter: connecting, and acquire, renew, release and loss as core asks for
-//! them. The queue recipe behind acquire is in `queue.rs`.
+//! them.
+//!
+//! Invariant: a lock is held by the ephemeral-sequential node first in line
+//! under its directory, for as long as that node's session lives. Acquire queues
+//! one node on the session for the lease's ttl (see `queue.rs`) and holds when it
+//! is first; renew proves, with one `exists`, that the node is still ours and the
+//! session alive; release deletes the node; the session's end is the loss signal.
 
-use crate::config::{AclPolicy, ZkConfig};
 use crate::error::ZkError;
-use crate::layout;
-use crate::node::{NodeState, QueuedNode, ZkHandle};
-use crate::session::Sessions;
+use crate::keys;
+use crate::protocol::{self, Requests};
+use crate::queue::{self, QueuedNode};
+use crate::session::{Session, SessionSettings, Sessions};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
-use distlock_core::{
-    Capabilities, FencingGuarantee, FencingToken, LockError, LossReason, TokenDurability, Wake,
-};
-use std::sync::atomic::{AtomicU64, Ordering};
+use distlock_core::toolkit::Inspect;
+use distlock_core::{Capabilities, FencingToken, LockError, LossReason};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use zookeeper_client::{self as zk, Acl, AuthId, Permission};
+use zookeeper_client::{self as zk, Acl};
 
 /// The smallest ttl reported while the server's minimum session timeout is not
 /// known yet; acquires below the real minimum still fail with a clear error.
 const UNKNOWN_MIN_TTL: Duration = Duration::from_millis(1);
 
-/// The ZooKeeper adapter. Use it through [`crate::ZkLock`].
+/// How long the `conf` four-letter word may take at connect.
+const CONF_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the adapter needs from the configuration.
+pub(crate) struct Settings {
+    pub sessions: SessionSettings,
+    /// The node holding every lock directory, relative to the chroot.
+    pub namespace: String,
+    pub acls: Vec<Acl>,
+    /// The longest wait for one reply.
+    pub timeout: Duration,
+    /// `zk://h1:2181,h2/chroot`, for errors (never with credentials).
+    pub endpoint: String,
+    /// The chroot as configured, for the error when it does not exist.
+    pub chroot: Option<String>,
+    /// `host:port` of the first server, for four-letter words.
+    pub first_server: Option<String>,
+}
+
+/// A ZooKeeper lock client: `ZkConfig::from_url(url)?.connect().await?`.
+pub type ZkLock = distlock_core::BackendLock<ZkBackend>;
+
+/// The ZooKeeper adapter. Use it through [`ZkLock`].
 #[derive(Debug)]
 pub struct ZkBackend {
-    sessions: Sessions,
-    namespace: String,
-    pub(crate) acls: Vec<Acl>,
-    endpoint: String,
-    request_timeout: Duration,
-    requests: AtomicU64,
+    pub(crate) sessions: Sessions,
+    pub(crate) namespace: String,
+    pub(crate) requests: Requests,
+    pub(crate) endpoint: String,
+    pub(crate) first_server: Option<String>,
 }
 
 impl ZkBackend {
-    /// Validates `config`, opens a first session, which checks that the servers
-    /// answer, the credentials are accepted and the chroot exists, and learns the
-    /// server's session timeout range.
-    pub async fn connect(config: ZkConfig) -> Result<Self, LockError> {
-        config.validate()?;
+    /// Opens a first session, which checks that the servers answer, the
+    /// credentials are accepted and the chroot exists, and learns the server's
+    /// session timeout range.
+    pub(crate) async fn connect(settings: Settings) -> Result<Self, LockError> {
         let backend = ZkBackend {
-            acls: acls_for(config.acl_policy()),
-            namespace: config.namespace.clone(),
-            request_timeout: config.request_timeout,
-            requests: AtomicU64::new(0),
-            sessions: Sessions::new(&config),
-            endpoint: config.display_endpoint(),
+            sessions: Sessions::new(settings.sessions),
+            namespace: settings.namespace,
+            requests: Requests::new(settings.acls, settings.timeout),
+            endpoint: settings.endpoint,
+            first_server: settings.first_server,
         };
         let first = backend
             .sessions
             .open_first()
             .await
             .map_err(|e| backend.error(e))?;
-        let root = backend
-            .call("exists", "/", first.client.check_stat("/"))
-            .await;
-        match root {
+        match backend.requests.node_stat(&first.client, "/").await {
             Ok(Some(_)) => {}
             Ok(None) => {
                 return Err(LockError::config(
                     "zookeeper",
                     format!(
                         "chroot `{}` does not exist on {}; create it (zkCli.sh create {0}) or fix the URL path",
-                        config.chroot.as_deref().unwrap_or("/"),
+                        settings.chroot.as_deref().unwrap_or("/"),
                         backend.endpoint
                     ),
                 ));
@@ -67,58 +89,40 @@ impl ZkBackend {
             Err(e) => return Err(backend.error(e)),
         }
         // After the session, not before: a server that is still starting answers
-        // four-letter words with "not currently serving requests".
-        backend.sessions.probe_limits(&config.endpoints).await;
-        backend.requests.store(0, Ordering::Relaxed);
+        // four-letter words with "not currently serving requests". Best effort:
+        // without `conf` the range is learned from the first negotiation that
+        // hits a bound.
+        if let Some(server) = &backend.first_server
+            && let Ok(conf) = protocol::four_letter_word(server, "conf", CONF_TIMEOUT).await
+            && let Some((min, max)) = protocol::session_limits(&conf)
+        {
+            backend
+                .sessions
+                .set_limits(Duration::from_millis(min), Duration::from_millis(max));
+        }
+        backend.requests.reset_count();
         Ok(backend)
     }
 
     /// How many requests this client has sent (create, list, watch, exists,
     /// delete), for measuring round trips per operation.
     pub fn requests_sent(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
+        self.requests.sent()
     }
 
     /// The lock directory of `name`: `/{namespace}/{escaped name}`.
     pub fn lock_dir(&self, name: &str) -> String {
-        layout::lock_dir(&self.namespace, name)
+        keys::lock_dir(&self.namespace, name)
+    }
+
+    /// The capabilities against a server whose `minSessionTimeout` is `min_ttl`:
+    /// what a harness can know before it connects.
+    pub fn capabilities_with_min_ttl(min_ttl: Duration) -> Capabilities {
+        Capabilities::consensus_queue(min_ttl, Duration::from_millis(1))
     }
 
     pub(crate) fn error(&self, e: ZkError) -> LockError {
         e.into_lock_error(&self.endpoint)
-    }
-
-    /// Sends one request and waits for its reply, at most `request_timeout`.
-    pub(crate) async fn call<T>(
-        &self,
-        op: &'static str,
-        path: &str,
-        request: impl Future<Output = Result<T, zk::Error>>,
-    ) -> Result<T, ZkError> {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        match tokio::time::timeout(self.request_timeout, request).await {
-            Ok(reply) => reply.map_err(|source| ZkError::Request {
-                op,
-                path: path.to_owned(),
-                source,
-            }),
-            Err(_) => Err(ZkError::TimedOut {
-                op,
-                path: path.to_owned(),
-                timeout: self.request_timeout,
-            }),
-        }
-    }
-}
-
-/// The ACL list for a policy.
-fn acls_for(policy: AclPolicy) -> Vec<Acl> {
-    let creator = Acl::new(Permission::ALL, AuthId::authed());
-    let world = |permission| Acl::new(permission, AuthId::anyone());
-    match policy {
-        AclPolicy::Open => vec![world(Permission::ALL)],
-        AclPolicy::Creator => vec![creator, world(Permission::READ)],
-        AclPolicy::CreatorOnly => vec![creator],
     }
 }
 
@@ -131,15 +135,7 @@ impl Backend for ZkBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fencing: FencingGuarantee::Strict,
-            fifo: true,
-            wake: Wake::Push,
-            session_bound: true,
-            token_durability: TokenDurability::Persisted,
-            min_ttl: self.sessions.min_timeout().unwrap_or(UNKNOWN_MIN_TTL),
-            ttl_granularity: Duration::from_millis(1),
-        }
+        Self::capabilities_with_min_ttl(self.sessions.min_timeout().unwrap_or(UNKNOWN_MIN_TTL))
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<ZkHandle>, LockError> {
@@ -154,30 +150,43 @@ impl Backend for ZkBackend {
             session = self.sessions.for_ttl(req.ttl, &self.endpoint) => session?,
             _ = &mut wait_ends => return Err(req.not_acquired()),
         };
-        let mut node = QueuedNode::new(session, self.lock_dir(req.key.as_str()));
-        let outcome = tokio::select! {
-            outcome = self.queue_and_wait(&mut node, &req) => outcome?,
-            _ = &mut wait_ends => None,
+        let mut queued = queue::enqueue(session, self.lock_dir(req.key.as_str()));
+        let outcome = match queued.state_mut() {
+            Some(node) => tokio::select! {
+                outcome = queue::wait_for_turn(&self.requests, node, req.wait) => {
+                    outcome.map_err(|e| self.error(e))?
+                }
+                _ = &mut wait_ends => None,
+            },
+            None => None,
         };
-        let (Some(sent_at), NodeState::Created { czxid, .. }) = (outcome, node.state.clone())
-        else {
-            node.withdraw().await;
+        let Some((sent_at, own)) = outcome else {
+            if let Some(node) = queued.state_mut() {
+                queue::withdraw(&self.requests, node).await;
+            }
             return Err(req.not_acquired());
         };
-        let handle = node
-            .into_handle(req.ttl, sent_at)
-            .ok_or_else(|| req.not_acquired())?;
-        let token = u64::try_from(czxid).map_err(|_| {
+        let token = u64::try_from(own.czxid).map_err(|_| {
             LockError::backend(
                 "zookeeper",
                 format!(
-                    "the server returned a negative czxid {czxid} for {}",
-                    handle.node
+                    "the server returned a negative czxid {} for {}",
+                    own.czxid, own.name
                 ),
             )
         })?;
+        let Some(QueuedNode { session, dir, .. }) = queued.disarm() else {
+            return Err(req.not_acquired());
+        };
         Ok(Acquired {
-            handle,
+            handle: ZkHandle {
+                session,
+                node: keys::node_path(&dir, &own.name),
+                czxid: own.czxid,
+                ttl: req.ttl,
+                valid_from: Mutex::new(sent_at),
+                settled: AtomicBool::new(false),
+            },
             token: FencingToken::new(token),
             sent_at,
         })
@@ -197,14 +206,7 @@ impl Backend for ZkBackend {
             }
         }
         let sent_at = Instant::now();
-        match self
-            .call(
-                "exists",
-                &handle.node,
-                session.client.check_stat(&handle.node),
-            )
-            .await
-        {
+        match self.requests.node_stat(&session.client, &handle.node).await {
             Ok(Some(stat))
                 if stat.czxid == handle.czxid && stat.ephemeral_owner == session.id() =>
             {
@@ -218,24 +220,14 @@ impl Backend for ZkBackend {
     }
 
     async fn release(&self, handle: &ZkHandle) -> Result<Ownership, LockError> {
-        let session = &handle.session;
         let outcome = match self
-            .call(
-                "delete",
-                &handle.node,
-                session.client.delete(&handle.node, None),
-            )
+            .requests
+            .delete_node(&handle.session.client, &handle.node)
             .await
         {
-            Ok(()) => Ownership::Held,
-            Err(e)
-                if matches!(
-                    e.code(),
-                    Some(zk::Error::NoNode | zk::Error::SessionExpired)
-                ) =>
-            {
-                Ownership::NotHeld
-            }
+            Ok(true) => Ownership::Held,
+            Ok(false) => Ownership::NotHeld,
+            Err(e) if e.code() == Some(&zk::Error::SessionExpired) => Ownership::NotHeld,
             Err(e) => return Err(self.error(e)),
         };
         handle.settled.store(true, Ordering::Release);
@@ -248,5 +240,73 @@ impl Backend for ZkBackend {
             ended.await;
             LossReason::SessionEnded
         }))
+    }
+
+    fn inspect(&self) -> Option<&dyn Inspect> {
+        Some(self)
+    }
+}
+
+/// What a ZooKeeper lock client keeps per held lock: the session and the node.
+#[derive(Debug)]
+pub struct ZkHandle {
+    session: Arc<Session>,
+    node: String,
+    czxid: i64,
+    ttl: Duration,
+    /// When the last acquire or renewal that proved ownership was sent.
+    valid_from: Mutex<Instant>,
+    /// A release reached the server: nothing is left to clean up.
+    settled: AtomicBool,
+}
+
+impl ZkHandle {
+    /// The lock node's path (relative to the chroot).
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The id of the session the node belongs to.
+    pub fn session_id(&self) -> i64 {
+        self.session.id()
+    }
+
+    fn renewed(&self, sent_at: Instant) {
+        let mut valid_from = self
+            .valid_from
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *valid_from = (*valid_from).max(sent_at);
+    }
+}
+
+impl Drop for ZkHandle {
+    /// Not an acquire's undo but the lease's ttl promise: a lease dropped without
+    /// a release that reached the server (abandoned, or the release failed) would
+    /// keep its node as long as the shared session lives, which may be forever,
+    /// so the node is deleted when the ttl would have run out. The node's name
+    /// holds our uuid, so this never touches another holder's node.
+    fn drop(&mut self) {
+        if self.settled.load(Ordering::Acquire) || self.session.state().is_terminated() {
+            return;
+        }
+        let valid_from = *self
+            .valid_from
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let expires_at = valid_from + self.ttl;
+        let (session, node) = (self.session.clone(), std::mem::take(&mut self.node));
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    tokio::time::sleep_until(expires_at.into()).await;
+                    if let Err(error) = session.client.delete(&node, None).await {
+                        tracing::debug!(%node, %error, "deleting an abandoned lock node failed");
+                    }
+                });
+            }
+            // No runtime to wait on: free it now rather than never.
+            Err(_) => drop(session.client.delete(&node, None)),
+        }
     }
 }

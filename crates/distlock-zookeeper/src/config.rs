@@ -1,9 +1,13 @@
-//! Configuration, from a struct or from `zk://[user:password@]h1:2181,h2:2181[/chroot][?options]`.
+//! Configuration, from a struct, its builder methods, or
+//! `zk://[user:password@]h1:2181,h2:2181[/chroot][?params]`.
 
-use crate::ZkLock;
-use crate::lock::ZkBackend;
+use crate::backend::{Settings, ZkBackend, ZkLock};
+use crate::keys;
+use crate::session::SessionSettings;
+use distlock_core::toolkit::{Host, LockUrl};
 use distlock_core::{BackendLock, LockError};
 use std::time::Duration;
+use zookeeper_client::{Acl, AuthId, Permission};
 
 const BACKEND: &str = "zookeeper";
 
@@ -46,16 +50,49 @@ pub enum AclPolicy {
     CreatorOnly,
 }
 
+impl std::str::FromStr for AclPolicy {
+    type Err = ();
+
+    fn from_str(text: &str) -> Result<Self, ()> {
+        match text {
+            "open" => Ok(AclPolicy::Open),
+            "creator" => Ok(AclPolicy::Creator),
+            "creator_only" => Ok(AclPolicy::CreatorOnly),
+            _ => Err(()),
+        }
+    }
+}
+
+impl AclPolicy {
+    /// The ACL list put on created nodes.
+    fn acls(self) -> Vec<Acl> {
+        let creator = Acl::new(Permission::ALL, AuthId::authed());
+        let world = |permission| Acl::new(permission, AuthId::anyone());
+        match self {
+            AclPolicy::Open => vec![world(Permission::ALL)],
+            AclPolicy::Creator => vec![creator, world(Permission::READ)],
+            AclPolicy::CreatorOnly => vec![creator],
+        }
+    }
+}
+
 /// How to reach ZooKeeper and where to put the locks.
 ///
 /// ```
 /// use distlock_zookeeper::ZkConfig;
 /// use std::time::Duration;
-/// let config = ZkConfig::from_url("zk://app:secret@zk1:2181,zk2:2181/prod?namespace=locks")?;
+/// let config = ZkConfig::from_url("zk://app:secret@zk1:2181,zk2:2181/prod?namespace=locks&timeout=5s")?;
 /// assert_eq!(config.endpoints, ["zk1:2181", "zk2:2181"]);
 /// assert_eq!(config.chroot.as_deref(), Some("/prod"));
 /// assert_eq!(config.namespace, "locks");
+/// assert_eq!(config.timeout, Duration::from_secs(5));
 /// assert!(!format!("{config:?}").contains("secret"));
+/// let built = ZkConfig::new(["zk1:2181", "zk2:2181"])
+///     .chroot("/prod")
+///     .auth("app", "secret")
+///     .namespace("locks")
+///     .timeout(Duration::from_secs(5));
+/// assert_eq!(built, config);
 /// # Ok::<(), distlock_core::LockError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,7 +119,7 @@ pub struct ZkConfig {
     /// How long establishing a session may take. Default 10 s.
     pub connect_timeout: Duration,
     /// How long one request may take before it counts as failed. Default 10 s.
-    pub request_timeout: Duration,
+    pub timeout: Duration,
 }
 
 impl Default for ZkConfig {
@@ -95,7 +132,7 @@ impl Default for ZkConfig {
             auth: None,
             acl: None,
             connect_timeout: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(10),
+            timeout: Duration::from_secs(10),
         }
     }
 }
@@ -105,55 +142,107 @@ fn bad(reason: impl Into<String>) -> LockError {
 }
 
 impl ZkConfig {
-    /// Parses `zk://[user:password@]host[:port][,host[:port]...][/chroot][?options]`.
+    /// The defaults, for the servers `endpoints` (`host[:port]`).
+    pub fn new<E: Into<String>>(endpoints: impl IntoIterator<Item = E>) -> Self {
+        ZkConfig {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            ..ZkConfig::default()
+        }
+    }
+
+    /// Applies a chroot, such as `/prod`, to every path.
+    pub fn chroot(self, chroot: impl Into<String>) -> Self {
+        let chroot = Some(chroot.into());
+        ZkConfig { chroot, ..self }
+    }
+
+    /// Puts every lock directory under `namespace` (relative to the chroot).
+    pub fn namespace(self, namespace: impl Into<String>) -> Self {
+        let namespace = namespace.into();
+        ZkConfig { namespace, ..self }
+    }
+
+    /// Authenticates the sessions with digest credentials.
+    pub fn auth(self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        let (user, password) = (user.into(), password.into());
+        let auth = Some(DigestAuth { user, password });
+        ZkConfig { auth, ..self }
+    }
+
+    /// Puts `policy`'s ACL on every node created.
+    pub fn acl(self, policy: AclPolicy) -> Self {
+        let acl = Some(policy);
+        ZkConfig { acl, ..self }
+    }
+
+    /// Shares one session of `timeout` among all locks instead of one per ttl.
+    pub fn session_timeout(self, timeout: Duration) -> Self {
+        let session_timeout = Some(timeout);
+        ZkConfig {
+            session_timeout,
+            ..self
+        }
+    }
+
+    /// How long establishing a session may take (default 10 s).
+    pub fn connect_timeout(self, connect_timeout: Duration) -> Self {
+        ZkConfig {
+            connect_timeout,
+            ..self
+        }
+    }
+
+    /// How long one request may take before it counts as failed (default 10 s).
+    pub fn timeout(self, timeout: Duration) -> Self {
+        ZkConfig { timeout, ..self }
+    }
+
+    /// Parses `zk://[user:password@]host[:port][,host[:port]...][/chroot][?params]`
+    /// (`zookeeper://` too).
     ///
-    /// Options: `namespace=NAME`, `session_timeout=10s`, `connect_timeout=5s`,
-    /// `request_timeout=5s`, `acl=open|creator|creator_only`. User and password
-    /// are percent-decoded and used as digest credentials.
-    pub fn from_url(url: &str) -> Result<Self, LockError> {
-        let url = url.trim();
-        let rest = url
-            .strip_prefix("zk://")
-            .or_else(|| url.strip_prefix("zookeeper://"))
-            .ok_or_else(|| bad("a ZooKeeper URL starts with zk:// (zk://host:2181/chroot)"))?;
-        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-        let mut config = ZkConfig::default();
-        let hosts = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => {
-                config.auth = Some(parse_userinfo(userinfo)?);
-                hosts
+    /// Parameters: `namespace=NAME`, `session_timeout=10s`, `connect_timeout=5s`,
+    /// `timeout=5s`, `acl=open|creator|creator_only`. User and password are
+    /// digest credentials. Unknown parameters are refused; `request_timeout` is
+    /// now `timeout`.
+    pub fn from_url(text: &str) -> Result<Self, LockError> {
+        let mut url = LockUrl::parse(BACKEND, text)?;
+        if !matches!(url.scheme(), "zk" | "zookeeper") {
+            return Err(url.error("a ZooKeeper URL starts with zk:// (zk://host:2181/chroot)"));
+        }
+        if url.hosts().is_empty() {
+            return Err(url.error(
+                "no ZooKeeper servers given; list at least one host[:port], as in zk://zk1:2181,zk2:2181",
+            ));
+        }
+        let mut config = ZkConfig::new(url.hosts().iter().map(Host::to_string));
+        config.auth = match (url.user(), url.password()) {
+            (None, None) => None,
+            (Some(user), Some(password)) => Some(DigestAuth {
+                user: user.to_owned(),
+                password: password.to_owned(),
+            }),
+            _ => {
+                return Err(url.error("credentials in the URL must be user:password (digest auth)"));
             }
-            None => authority,
         };
-        config.endpoints = hosts
-            .split(',')
-            .map(parse_endpoint)
-            .collect::<Result<_, _>>()?;
-        if !path.is_empty() && path != "/" {
-            let chroot = percent_decode(path)
-                .ok_or_else(|| bad("the chroot in the URL is not valid percent-encoded UTF-8"))?;
-            config.chroot = Some(chroot.trim_end_matches('/').to_owned());
+        config.chroot = url
+            .path()
+            .map(|path| path.trim_end_matches('/'))
+            .filter(|path| !path.is_empty())
+            .map(|path| format!("/{path}"));
+        url.renamed("request_timeout", "timeout")?;
+        if let Some(namespace) = url.string("namespace") {
+            config.namespace = namespace;
         }
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match name {
-                "namespace" => {
-                    config.namespace = percent_decode(value)
-                        .ok_or_else(|| bad("namespace is not valid percent-encoded UTF-8"))?
-                }
-                "session_timeout" => config.session_timeout = Some(parse_duration(name, value)?),
-                "connect_timeout" => config.connect_timeout = parse_duration(name, value)?,
-                "request_timeout" => config.request_timeout = parse_duration(name, value)?,
-                "acl" => config.acl = Some(parse_acl(value)?),
-                _ => {
-                    return Err(bad(format!(
-                        "unknown URL option `{}`; known: namespace, session_timeout, connect_timeout, request_timeout, acl",
-                        name.chars().take(40).collect::<String>()
-                    )));
-                }
-            }
+        config.session_timeout = url.duration("session_timeout")?;
+        if let Some(timeout) = url.duration("connect_timeout")? {
+            config.connect_timeout = timeout;
         }
+        if let Some(timeout) = url.duration("timeout")? {
+            config.timeout = timeout;
+        }
+        config.acl = url.parse_param("acl", "open, creator or creator_only")?;
+        url.finish()?;
         config.validate()?;
         Ok(config)
     }
@@ -166,12 +255,20 @@ impl ZkConfig {
             ));
         }
         for endpoint in &self.endpoints {
-            parse_endpoint(endpoint)?;
+            Host::parse(endpoint)
+                .map_err(|why| bad(format!("{why}; list servers as zk://h1:2181,h2:2181")))?;
         }
+        let invalid_path = |what: &str, path: &str, why: &str| {
+            bad(format!(
+                "{what} `{path}` is not a valid ZooKeeper path: {why}"
+            ))
+        };
         if let Some(chroot) = &self.chroot {
-            check_path("chroot", chroot, true)?;
+            keys::check_path(chroot, true).map_err(|why| invalid_path("chroot", chroot, why))?;
         }
-        check_path("namespace", &format!("/{}", self.namespace), false)?;
+        let namespace = format!("/{}", self.namespace);
+        keys::check_path(&namespace, false)
+            .map_err(|why| invalid_path("namespace", &namespace, why))?;
         if self.namespace.split('/').next() == Some("zookeeper") && self.chroot.is_none() {
             return Err(bad(
                 "namespace `zookeeper` is reserved by ZooKeeper at the root; pick another namespace",
@@ -186,7 +283,7 @@ impl ZkConfig {
         }
         for (name, value) in [
             ("connect_timeout", self.connect_timeout),
-            ("request_timeout", self.request_timeout),
+            ("timeout", self.timeout),
         ] {
             if value.is_zero() {
                 return Err(bad(format!(
@@ -198,7 +295,7 @@ impl ZkConfig {
             .session_timeout
             .is_some_and(|t| t.is_zero() || t.as_millis() > i32::MAX as u128)
         {
-            return Err(bad("session_timeout must be between 1 ms and 24 days"));
+            return Err(bad("session_timeout must be between 1ms and 24 days"));
         }
         Ok(())
     }
@@ -214,7 +311,7 @@ impl ZkConfig {
     }
 
     /// The connect string the ZooKeeper client takes: `h1:2181,h2:2181/chroot`.
-    pub(crate) fn connect_string(&self) -> String {
+    fn connect_string(&self) -> String {
         format!(
             "{}{}",
             self.endpoints.join(","),
@@ -222,9 +319,29 @@ impl ZkConfig {
         )
     }
 
-    /// Where the servers are, for errors (never with credentials).
-    pub(crate) fn display_endpoint(&self) -> String {
-        format!("zk://{}", self.connect_string())
+    /// What the backend is built from.
+    fn settings(self) -> Settings {
+        let connect_string = self.connect_string();
+        Settings {
+            acls: self.acl_policy().acls(),
+            endpoint: format!("zk://{connect_string}"),
+            first_server: self
+                .endpoints
+                .first()
+                .and_then(|endpoint| Host::parse(endpoint).ok())
+                .map(|host| host.address(2181)),
+            sessions: SessionSettings {
+                connect_string,
+                digest: self
+                    .auth
+                    .map(|auth| format!("{}:{}", auth.user, auth.password)),
+                pinned: self.session_timeout,
+                connect_timeout: self.connect_timeout,
+            },
+            namespace: self.namespace,
+            timeout: self.timeout,
+            chroot: self.chroot,
+        }
     }
 
     /// Connects: opens a first session, checks the chroot, and learns the server's
@@ -237,105 +354,8 @@ impl ZkConfig {
     /// `connect_timeout`.
     pub async fn connect(self) -> Result<ZkLock, LockError> {
         self.validate()?;
-        Ok(BackendLock::new(ZkBackend::connect(self).await?))
+        Ok(BackendLock::new(ZkBackend::connect(self.settings()).await?))
     }
-}
-
-fn parse_userinfo(userinfo: &str) -> Result<DigestAuth, LockError> {
-    let (user, password) = userinfo
-        .split_once(':')
-        .ok_or_else(|| bad("credentials in the URL must be user:password (digest auth)"))?;
-    let decode = |what: &str, s: &str| {
-        percent_decode(s).ok_or_else(|| {
-            bad(format!(
-                "the {what} in the URL is not valid percent-encoded UTF-8"
-            ))
-        })
-    };
-    Ok(DigestAuth {
-        user: decode("user", user)?,
-        password: decode("password", password)?,
-    })
-}
-
-fn parse_endpoint(endpoint: &str) -> Result<String, LockError> {
-    let endpoint = endpoint.trim();
-    let invalid = || {
-        bad(format!(
-            "`{endpoint}` is not a host[:port]; list servers as zk://h1:2181,h2:2181"
-        ))
-    };
-    let (host, port) = if let Some(rest) = endpoint.strip_prefix('[') {
-        let (host, rest) = rest.split_once(']').ok_or_else(invalid)?;
-        (host, rest.strip_prefix(':'))
-    } else {
-        match endpoint.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (endpoint, None),
-        }
-    };
-    let host_ok = !host.is_empty() && !host.contains(['/', '@', ',', '?', ' ']);
-    let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0));
-    if host_ok && port_ok {
-        Ok(endpoint.to_owned())
-    } else {
-        Err(invalid())
-    }
-}
-
-/// Checks a ZooKeeper path by the server's own rules.
-fn check_path(what: &str, path: &str, allow_root: bool) -> Result<(), LockError> {
-    let invalid = |why: &str| {
-        bad(format!(
-            "{what} `{path}` is not a valid ZooKeeper path: {why}"
-        ))
-    };
-    if !path.starts_with('/') {
-        return Err(invalid("it must start with `/`"));
-    }
-    if path == "/" {
-        return if allow_root {
-            Ok(())
-        } else {
-            Err(invalid("it is empty"))
-        };
-    }
-    for segment in path[1..].split('/') {
-        if segment.is_empty() {
-            return Err(invalid("it has an empty segment (`//` or a trailing `/`)"));
-        }
-        if segment == "." || segment == ".." {
-            return Err(invalid("`.` and `..` segments are not allowed"));
-        }
-        if segment.chars().any(crate::layout::forbidden_in_path) {
-            return Err(invalid(
-                "it has characters ZooKeeper forbids (controls, private use, U+FFF0..)",
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn parse_duration(name: &str, value: &str) -> Result<Duration, LockError> {
-    humantime::parse_duration(value).map_err(|e| {
-        bad(format!(
-            "{name}=`{}` is not a duration such as 10s or 500ms: {e}",
-            value.chars().take(40).collect::<String>()
-        ))
-    })
-}
-
-fn parse_acl(value: &str) -> Result<AclPolicy, LockError> {
-    match value {
-        "open" => Ok(AclPolicy::Open),
-        "creator" => Ok(AclPolicy::Creator),
-        "creator_only" => Ok(AclPolicy::CreatorOnly),
-        _ => Err(bad("acl must be open, creator or creator_only")),
-    }
-}
-
-fn percent_decode(text: &str) -> Option<String> {
-    crate::layout::unescape_name(text)
 }
 
 #[cfg(test)]

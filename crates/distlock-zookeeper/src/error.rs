@@ -48,6 +48,22 @@ impl ZkError {
         }
     }
 
+    /// Whether the session may still be alive and a retry may succeed: the
+    /// connection failed (end of stream, a socket error, which the client wraps
+    /// as `Custom`, or no reply in time) or the server shed load. After such an
+    /// error a create's outcome is unknown.
+    pub(crate) fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            ZkError::TimedOut { .. }
+                | ZkError::Disconnected { .. }
+                | ZkError::Request {
+                    source: zk::Error::ConnectionLoss | zk::Error::Custom(_) | zk::Error::Throttled,
+                    ..
+                }
+        )
+    }
+
     /// Converts at the crate boundary; `endpoint` names the servers (no
     /// credentials).
     pub(crate) fn into_lock_error(self, endpoint: &str) -> LockError {

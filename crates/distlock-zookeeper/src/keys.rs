@@ -1,5 +1,5 @@
-//! The data layout: where a lock lives in the ZooKeeper tree and how its queue is
-//! ordered.
+//! The data layout: where a lock lives in the ZooKeeper tree, how a name becomes
+//! a path segment, and how the queue is ordered.
 //!
 //! ```text
 //! /{namespace}/{escaped name}/_c_{uuid}-lock-{sequence}
@@ -11,10 +11,10 @@
 //! `InterProcessMutex` on `/{namespace}/{name}` contends with this adapter.
 //!
 //! ```
-//! use distlock_zookeeper::layout;
-//! assert_eq!(layout::escape_name("orders/42"), "orders%2F42");
-//! assert_eq!(layout::unescape_name("orders%2F42").as_deref(), Some("orders/42"));
-//! let queue = layout::sort_queue(["_c_b-lock-0000000007", "_c_a-lock-0000000003", "junk"]);
+//! use distlock_zookeeper::keys;
+//! assert_eq!(keys::escape_name("orders/42"), "orders%2F42");
+//! assert_eq!(keys::unescape_name("orders%2F42").as_deref(), Some("orders/42"));
+//! let queue = keys::sort_queue(["_c_b-lock-0000000007", "_c_a-lock-0000000003", "junk"]);
 //! assert_eq!(queue, vec!["_c_a-lock-0000000003", "_c_b-lock-0000000007"]);
 //! ```
 
@@ -65,22 +65,14 @@ pub fn escape_name(name: &str) -> String {
     out
 }
 
-/// The inverse of [`escape_name`]; `None` for a segment it cannot have produced.
+/// The inverse of [`escape_name`]; `None` for a segment it cannot have produced
+/// (a bad or needless escape, or bytes that are not UTF-8), so one name has one
+/// segment and a stray directory is never taken for a lock.
 pub fn unescape_name(segment: &str) -> Option<String> {
-    let mut bytes = Vec::with_capacity(segment.len());
-    let mut rest = segment.as_bytes();
-    while let Some((&first, tail)) = rest.split_first() {
-        if first == b'%' {
-            let hex = tail.get(..2)?;
-            let hex = std::str::from_utf8(hex).ok()?;
-            bytes.push(u8::from_str_radix(hex, 16).ok()?);
-            rest = &tail[2..];
-        } else {
-            bytes.push(first);
-            rest = tail;
-        }
-    }
-    String::from_utf8(bytes).ok()
+    let name = percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .ok()?;
+    (escape_name(&name) == segment).then(|| name.into_owned())
 }
 
 /// The lock's directory, `/{namespace}/{escaped name}` (relative to the chroot).
@@ -88,10 +80,22 @@ pub fn lock_dir(namespace: &str, name: &str) -> String {
     format!("/{namespace}/{}", escape_name(name))
 }
 
+/// What every node of one acquisition starts with, `_c_{uuid}-`: how the client
+/// finds its own node after a create whose reply was lost. A UUID in its text
+/// form, because Curator recognises protected names by that length.
+pub fn protected_marker(uuid: &uuid::Uuid) -> String {
+    format!("{PROTECTED_PREFIX}{uuid}-")
+}
+
 /// The path to pass to a sequential create for one acquisition:
 /// `{dir}/_c_{uuid}-lock-`; the server appends the sequence.
 pub fn node_prefix(dir: &str, uuid: &uuid::Uuid) -> String {
-    format!("{dir}/{PROTECTED_PREFIX}{uuid}-{LOCK_NAME}")
+    format!("{dir}/{}{LOCK_NAME}", protected_marker(uuid))
+}
+
+/// The path of child `name` of the lock directory `dir`.
+pub fn node_path(dir: &str, name: &str) -> String {
+    format!("{dir}/{name}")
 }
 
 /// The sequence ZooKeeper appended to a lock node's name: the digits after the
@@ -140,6 +144,33 @@ where
     queue.into_iter().map(|(_, child)| child).collect()
 }
 
+/// Checks a ZooKeeper path (a chroot, or `/` and the namespace) by the server's
+/// own rules, saying what is wrong.
+pub(crate) fn check_path(path: &str, allow_root: bool) -> Result<(), &'static str> {
+    let Some(rest) = path.strip_prefix('/') else {
+        return Err("it must start with `/`");
+    };
+    if rest.is_empty() {
+        return if allow_root {
+            Ok(())
+        } else {
+            Err("it is empty")
+        };
+    }
+    for segment in rest.split('/') {
+        if segment.is_empty() {
+            return Err("it has an empty segment (`//` or a trailing `/`)");
+        }
+        if segment == "." || segment == ".." {
+            return Err("`.` and `..` segments are not allowed");
+        }
+        if segment.chars().any(forbidden_in_path) {
+            return Err("it has characters ZooKeeper forbids (controls, private use, U+FFF0..)");
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,6 +207,8 @@ mod tests {
         assert_eq!(unescape_name("%2"), None);
         assert_eq!(unescape_name("%zz"), None);
         assert_eq!(unescape_name("%FF"), None);
+        assert_eq!(unescape_name("%41"), None, "A is never escaped");
+        assert_eq!(unescape_name("a/b"), None, "/ is always escaped");
     }
 
     #[test]
@@ -191,6 +224,16 @@ mod tests {
         assert_eq!(sequence_of("lock-"), None);
         assert_eq!(sequence_of("readme"), None);
         assert_eq!(sequence_of("_c_x-lock-12a"), None);
+    }
+
+    #[test]
+    fn paths_follow_the_server_rules() {
+        assert_eq!(check_path("/", true), Ok(()));
+        assert!(check_path("/", false).is_err());
+        assert_eq!(check_path("/apps/prod", false), Ok(()));
+        for bad in ["relative", "/a//b", "/a/", "/a/../b", "/a/\u{1}"] {
+            assert!(check_path(bad, true).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //!   nodes, removed by the server once empty); every holder and waiter owns one
 //!   ephemeral-sequential node in it named `_c_{uuid}-lock-{sequence}`, as Curator's
 //!   protected mode names them, so Curator's `InterProcessMutex` on the same path
-//!   contends with this adapter. See [`layout`].
+//!   contends with this adapter. See [`keys`].
 //! - **Order.** The holder is the first node in sequence order; waiters are served
 //!   first come, first served, each watching only the node just before its own: a
 //!   release wakes one waiter, whatever the queue length.
@@ -51,19 +51,24 @@
 //! - *GC pause or SIGSTOP past the ttl*: the session expires and someone else gets
 //!   the lock while the paused process still believes it holds it. Only fencing
 //!   closes that hole: pass [`distlock_core::Lease::token`] with every write.
+//!
+//! # Modules
+//!
+//! Dependencies point one way: `config` → `backend` → `queue` (the wait in
+//! line) → `session` (the pooled sessions) and `protocol` (the znode requests)
+//! → [`keys`] (paths and escaping), `error`. `inspect` implements
+//! [`distlock_core::toolkit::Inspect`] for the backend (holder, residue, an
+//! operator's deletion, `distlock check`'s warnings) over the same requests.
 #![deny(missing_docs)]
 
+mod backend;
 mod config;
 mod error;
-pub mod layout;
-mod lock;
-mod node;
+mod inspect;
+pub mod keys;
+mod protocol;
 mod queue;
 mod session;
 
+pub use backend::{ZkBackend, ZkHandle, ZkLock};
 pub use config::{AclPolicy, DigestAuth, ZkConfig};
-pub use lock::ZkBackend;
-pub use node::ZkHandle;
-
-/// A ZooKeeper lock client: `ZkConfig::from_url(url)?.connect().await?`.
-pub type ZkLock = distlock_core::BackendLock<ZkBackend>;

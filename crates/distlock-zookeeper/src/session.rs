@@ -10,15 +10,24 @@
 //! application (one ttl) has one session, and an uncontended cycle needs no
 //! session round trip.
 
-use crate::config::{DigestAuth, ZkConfig};
 use crate::error::ZkError;
 use distlock_core::LockError;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use zookeeper_client as zk;
+
+/// How to open sessions, as the configuration says.
+pub(crate) struct SessionSettings {
+    /// `h1:2181,h2:2181/chroot`.
+    pub connect_string: String,
+    /// `user:password` for digest auth. A secret: never shown.
+    pub digest: Option<String>,
+    /// One session timeout for every lock, instead of one per ttl.
+    pub pinned: Option<Duration>,
+    pub connect_timeout: Duration,
+}
 
 /// One ZooKeeper session and its negotiated timeout.
 pub(crate) struct Session {
@@ -80,19 +89,19 @@ struct Limits {
 
 /// The sessions of one lock client.
 pub(crate) struct Sessions {
-    connect_string: String,
-    auth: Option<DigestAuth>,
-    pinned: Option<Duration>,
-    connect_timeout: Duration,
-    pool: std::sync::Mutex<HashMap<u64, Arc<Session>>>,
+    settings: SessionSettings,
+    pool: Mutex<HashMap<u64, Arc<Session>>>,
+    /// The session inspection uses, opened on first use: a lock client that is
+    /// never inspected keeps no session it does not lock with.
+    inspector: Mutex<Option<Arc<Session>>>,
     limits: Limits,
 }
 
 impl std::fmt::Debug for Sessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sessions")
-            .field("connect_string", &self.connect_string)
-            .field("pinned", &self.pinned)
+            .field("connect_string", &self.settings.connect_string)
+            .field("pinned", &self.settings.pinned)
             .finish_non_exhaustive()
     }
 }
@@ -102,13 +111,11 @@ fn millis(d: Duration) -> u64 {
 }
 
 impl Sessions {
-    pub fn new(config: &ZkConfig) -> Self {
+    pub fn new(settings: SessionSettings) -> Self {
         Sessions {
-            connect_string: config.connect_string(),
-            auth: config.auth.clone(),
-            pinned: config.session_timeout,
-            connect_timeout: config.connect_timeout,
-            pool: Default::default(),
+            settings,
+            pool: Mutex::default(),
+            inspector: Mutex::default(),
             limits: Limits::default(),
         }
     }
@@ -129,50 +136,22 @@ impl Sessions {
         }
     }
 
-    /// Reads the server's session timeout range with the `conf` four-letter word,
-    /// when the server allows it (`4lw.commands.whitelist`). Best effort: without
-    /// it the range is learned from the first negotiation that hits a bound.
-    pub async fn probe_limits(&self, endpoints: &[String]) {
-        let Some(endpoint) = endpoints.first() else {
-            return;
-        };
-        let endpoint = if endpoint.contains(':') && !endpoint.ends_with(']') {
-            endpoint.clone()
-        } else {
-            format!("{endpoint}:2181")
-        };
-        let conf = async {
-            let mut stream = tokio::net::TcpStream::connect(endpoint.as_str()).await?;
-            stream.write_all(b"conf").await?;
-            let mut text = String::new();
-            stream.take(64 * 1024).read_to_string(&mut text).await?;
-            Ok::<_, std::io::Error>(text)
-        };
-        let Ok(Ok(text)) = tokio::time::timeout(Duration::from_secs(2), conf).await else {
-            return;
-        };
-        let value = |name: &str| {
-            text.lines()
-                .filter_map(|line| line.trim().split_once('='))
-                .find(|(key, _)| *key == name)
-                .and_then(|(_, value)| value.trim().parse::<u64>().ok())
-        };
-        if let (Some(min), Some(max)) = (value("minSessionTimeout"), value("maxSessionTimeout")) {
-            self.limits.min_ms.store(min, Ordering::Relaxed);
-            self.limits.max_ms.store(max, Ordering::Relaxed);
-        }
+    /// Records the server's session timeout range, read from its configuration.
+    pub fn set_limits(&self, min: Duration, max: Duration) {
+        self.limits.min_ms.store(millis(min), Ordering::Relaxed);
+        self.limits.max_ms.store(millis(max), Ordering::Relaxed);
     }
 
     /// The session timeout to request for a lease of `ttl`.
     fn timeout_for(&self, ttl: Duration) -> Duration {
-        self.pinned.unwrap_or(ttl)
+        self.settings.pinned.unwrap_or(ttl)
     }
 
     /// Rejects a ttl the server's known range cannot serve, before connecting.
     /// (With a pinned timeout the open session decides: any ttl up to its
     /// negotiated timeout is served.)
     fn check_known_range(&self, ttl: Duration) -> Result<(), LockError> {
-        if self.pinned.is_some() {
+        if self.settings.pinned.is_some() {
             return Ok(());
         }
         if let Some(max) = self.max_timeout()
@@ -194,7 +173,7 @@ impl Sessions {
         self.check_known_range(ttl)?;
         let requested = self.timeout_for(ttl);
         if let Some(session) = self.pooled(requested) {
-            return check_serves(&session, ttl, self.pinned.is_some()).map(|()| session);
+            return check_serves(&session, ttl, self.settings.pinned.is_some()).map(|()| session);
         }
         // Opened without holding the pool, so that a slow connect does not stall
         // acquires of other ttls.
@@ -204,7 +183,7 @@ impl Sessions {
                 .map_err(|e| e.into_lock_error(endpoint))?,
         );
         self.learn(requested, &opened);
-        check_serves(&opened, ttl, self.pinned.is_some())?;
+        check_serves(&opened, ttl, self.settings.pinned.is_some())?;
         // Two first acquires of one ttl may both have opened a session: keep the
         // first in the pool, and the other closes when dropped.
         Ok(self
@@ -227,21 +206,46 @@ impl Sessions {
             .cloned()
     }
 
-    fn pool(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Session>>> {
-        self.pool
+    fn pool(&self) -> MutexGuard<'_, HashMap<u64, Arc<Session>>> {
+        self.pool.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The session for inspection and operator requests: the live one kept, or a
+    /// new one of the default timeout (the server clamps it into its range; no
+    /// lock depends on it).
+    pub async fn inspector(&self) -> Result<Arc<Session>, ZkError> {
+        let kept = self
+            .inspector
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(session) = kept.filter(|s| !s.state().is_terminated()) {
+            return Ok(session);
+        }
+        let timeout = self
+            .settings
+            .pinned
+            .unwrap_or(distlock_core::AcquireOptions::DEFAULT_TTL);
+        let opened = Arc::new(self.open(timeout).await?);
+        // Two first inspections may both have opened one: the later is kept, the
+        // other closes when its caller drops it.
+        *self
+            .inspector
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(opened.clone());
+        Ok(opened)
     }
 
     /// Opens the session `connect` checks the server with, and keeps it for locks
     /// of the default ttl (or for all locks, when the timeout is pinned).
     pub async fn open_first(&self) -> Result<Arc<Session>, ZkError> {
         let requested = self
+            .settings
             .pinned
             .unwrap_or(distlock_core::AcquireOptions::DEFAULT_TTL);
         let session = Arc::new(self.open(requested).await?);
         self.learn(requested, &session);
-        if session.timeout == requested || self.pinned.is_some() {
+        if session.timeout == requested || self.settings.pinned.is_some() {
             self.pool().insert(millis(requested), session.clone());
         }
         Ok(session)
@@ -261,17 +265,16 @@ impl Sessions {
     }
 
     /// Opens a new session with `timeout`, failing after `connect_timeout`.
-    pub async fn open(&self, timeout: Duration) -> Result<Session, ZkError> {
+    async fn open(&self, timeout: Duration) -> Result<Session, ZkError> {
         // Not `fail_eagerly`: a server that is restarting refuses sessions for a
         // moment, and a lock client should ride that out (with backoff) until
         // `connect_timeout`, as Curator does.
         let mut connector = zk::Client::connector().with_session_timeout(timeout);
-        if let Some(auth) = &self.auth {
-            let credentials = format!("{}:{}", auth.user, auth.password);
-            connector = connector.with_auth("digest", credentials.as_bytes());
+        if let Some(digest) = &self.settings.digest {
+            connector = connector.with_auth("digest", digest.as_bytes());
         }
-        let connect = connector.connect(&self.connect_string);
-        let client = match tokio::time::timeout(self.connect_timeout, connect).await {
+        let connect = connector.connect(&self.settings.connect_string);
+        let client = match tokio::time::timeout(self.settings.connect_timeout, connect).await {
             Ok(client) => client.map_err(ZkError::Connect)?,
             Err(_) => return Err(ZkError::Connect(zk::Error::Timeout)),
         };

@@ -132,7 +132,7 @@ async fn token_is_czxid_and_rises_across_directory_recreation() {
         );
         assert!(last_token < Some(lease.token()));
         last_token = Some(lease.token());
-        last_sequence = distlock_zookeeper::layout::sequence_of(&node).unwrap();
+        last_sequence = distlock_zookeeper::keys::sequence_of(&node).unwrap();
         lease.release().await.unwrap();
     }
     assert!(last_sequence >= 2, "sequence {last_sequence}");
@@ -140,7 +140,7 @@ async fn token_is_czxid_and_rises_across_directory_recreation() {
     admin.delete(&dir, None).await.unwrap();
     let lease = lock.acquire(&key, &opts()).await.unwrap();
     let node = common::queue(&admin, &dir).await.remove(0);
-    let sequence = distlock_zookeeper::layout::sequence_of(&node).unwrap();
+    let sequence = distlock_zookeeper::keys::sequence_of(&node).unwrap();
     assert!(
         sequence < last_sequence,
         "the directory was not recreated (sequence {sequence})"

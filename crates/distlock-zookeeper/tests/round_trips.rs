@@ -22,19 +22,15 @@ async fn uncontended_cycle_costs_three_requests() {
     let lock = common::client(&server.url(), &common::namespace("rtt")).await;
     let key = LockKey::new("hot").unwrap();
     // The first cycle also creates the lock directory.
-    lock.acquire(&key, &opts())
-        .await
-        .unwrap()
-        .release()
+    distlock_testkit::cycles(&lock, &key, &opts(), 1)
         .await
         .unwrap();
 
     let before = common::counters(&server).await;
     let sent_before = lock.backend().requests_sent();
-    for _ in 0..CYCLES {
-        let lease = lock.acquire(&key, &opts()).await.unwrap();
-        lease.release().await.unwrap();
-    }
+    distlock_testkit::cycles(&lock, &key, &opts(), CYCLES as usize)
+        .await
+        .unwrap();
     let after = common::counters(&server).await;
     let delta = |name: &str| after[name] - before[name];
     assert_eq!(

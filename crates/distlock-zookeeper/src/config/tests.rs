@@ -13,7 +13,7 @@ fn reason(r: Result<ZkConfig, LockError>) -> String {
 #[test]
 fn full_url_parses() {
     let config = ZkConfig::from_url(
-        "zk://alice:p%40ss@zk1:2181,[::1]:2182,zk3/apps/prod?namespace=locks/a&session_timeout=15s&connect_timeout=2s&request_timeout=3s&acl=creator_only",
+        "zk://alice:p%40ss@zk1:2181,[::1]:2182,zk3/apps/prod?namespace=locks/a&session_timeout=15s&connect_timeout=2s&timeout=3s&acl=creator_only",
     )
     .unwrap();
     assert_eq!(config.endpoints, ["zk1:2181", "[::1]:2182", "zk3"]);
@@ -21,7 +21,7 @@ fn full_url_parses() {
     assert_eq!(config.namespace, "locks/a");
     assert_eq!(config.session_timeout, Some(Duration::from_secs(15)));
     assert_eq!(config.connect_timeout, Duration::from_secs(2));
-    assert_eq!(config.request_timeout, Duration::from_secs(3));
+    assert_eq!(config.timeout, Duration::from_secs(3));
     assert_eq!(config.acl_policy(), AclPolicy::CreatorOnly);
     let auth = config.auth.as_ref().unwrap();
     assert_eq!(
@@ -29,6 +29,24 @@ fn full_url_parses() {
         ("alice", "p@ss")
     );
     assert_eq!(config.connect_string(), "zk1:2181,[::1]:2182,zk3/apps/prod");
+    let settings = config.settings();
+    assert_eq!(settings.first_server.as_deref(), Some("zk1:2181"));
+    assert_eq!(settings.endpoint, "zk://zk1:2181,[::1]:2182,zk3/apps/prod");
+    let bare = ZkConfig::from_url("zookeeper://zk3,zk4/").unwrap();
+    assert_eq!(bare.settings().first_server.as_deref(), Some("zk3:2181"));
+}
+
+#[test]
+fn old_spellings_name_the_new_one() {
+    let r = reason(ZkConfig::from_url("zk://h1?request_timeout=3s"));
+    assert!(r.contains("now called `timeout`"), "{r}");
+    let r = reason(ZkConfig::from_url("zk://h1?timeout=3000"));
+    assert!(r.contains("3000ms"), "{r}");
+    let r = reason(ZkConfig::from_url("zk://h1?namespac=x"));
+    assert!(
+        r.contains("did you mean `namespace`") && r.contains("session_timeout"),
+        "{r}"
+    );
 }
 
 #[test]
@@ -47,7 +65,7 @@ fn defaults_follow_the_credentials() {
 fn secrets_stay_out_of_debug_and_errors() {
     let config = ZkConfig::from_url("zk://alice:hunter2@zk1:2181").unwrap();
     assert!(!format!("{config:?}").contains("hunter2"));
-    assert!(!config.display_endpoint().contains("hunter2"));
+    assert!(!config.clone().settings().endpoint.contains("hunter2"));
     let r = reason(ZkConfig::from_url("zk://alice:hunter2@zk1:2181?bogus=1"));
     assert!(!r.contains("hunter2") && r.contains("bogus"), "{r}");
     let r = reason(ZkConfig::from_url("zk://alice:hunter2@zk1:99999"));
@@ -67,6 +85,7 @@ fn bad_urls_say_what_is_wrong() {
     assert!(reason(ZkConfig::from_url("zk://h1?namespace=zookeeper")).contains("reserved"));
     assert!(reason(ZkConfig::from_url("zk://h1?namespace=a/./b")).contains("`..`"));
     assert!(reason(ZkConfig::from_url("zk://user@h1")).contains("user:password"));
+    assert!(reason(ZkConfig::from_url("zk://:pw@h1")).contains("user:password"));
     assert!(reason(ZkConfig::from_url("zk://h1?connect_timeout=0s")).contains("connect_timeout"));
 }
 

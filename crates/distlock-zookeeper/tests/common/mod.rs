@@ -73,7 +73,7 @@ pub async fn admin(endpoint: &str, digest: Option<&str>) -> zk::Client {
 
 /// The children of `dir`, in queue order.
 pub async fn queue(admin: &zk::Client, dir: &str) -> Vec<String> {
-    distlock_zookeeper::layout::sort_queue(
+    distlock_zookeeper::keys::sort_queue(
         admin
             .list_children(dir)
             .await

@@ -1,0 +1,133 @@
+//! What an operator (and the conformance suite's fault hooks) can ask beyond the
+//! lock API, over the same layout the locks use: the holder is the first lock
+//! node of the lock directory, residue is every node left in the directories of
+//! matching names. Requests go on a session of their own (see `session.rs`).
+
+use crate::backend::ZkBackend;
+use crate::keys;
+use crate::protocol;
+use crate::session::Session;
+use async_trait::async_trait;
+use distlock_core::toolkit::{Holder, Inspect};
+use distlock_core::{FencingToken, LockError, LockKey};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long the `srvr` four-letter word may take.
+const SRVR_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl ZkBackend {
+    async fn inspector(&self) -> Result<Arc<Session>, LockError> {
+        self.sessions.inspector().await.map_err(|e| self.error(e))
+    }
+
+    /// The lock directory's queue, the holder first; empty when there is none.
+    async fn queue_of(&self, key: &LockKey) -> Result<(String, Vec<String>), LockError> {
+        let session = self.inspector().await?;
+        let dir = self.lock_dir(key.as_str());
+        let queue = self
+            .requests
+            .list_queue(&session.client, &dir)
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok((dir, queue.unwrap_or_default()))
+    }
+}
+
+#[async_trait]
+impl Inspect for ZkBackend {
+    async fn holder(&self, key: &LockKey) -> Result<Option<Holder>, LockError> {
+        let (dir, queue) = self.queue_of(key).await?;
+        let Some(first) = queue.into_iter().next() else {
+            return Ok(None);
+        };
+        let session = self.inspector().await?;
+        let stat = self
+            .requests
+            .node_stat(&session.client, &keys::node_path(&dir, &first))
+            .await
+            .map_err(|e| self.error(e))?;
+        // Gone between the list and the stat: released meanwhile.
+        Ok(stat.map(|stat| Holder {
+            owner: first,
+            token: u64::try_from(stat.czxid).ok().map(FencingToken::new),
+            // The owner's session timeout is not on the node.
+            expires_in: None,
+        }))
+    }
+
+    async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let session = self.inspector().await?;
+        let client = &session.client;
+        let list = |dir: String| async move {
+            let children = self.requests.children(client, &dir).await;
+            children
+                .map(Option::unwrap_or_default)
+                .map_err(|e| self.error(e))
+        };
+        let root = format!("/{}", self.namespace);
+        let mut found = Vec::new();
+        for escaped in list(root.clone()).await? {
+            if !keys::unescape_name(&escaped).is_some_and(|name| name.starts_with(prefix)) {
+                continue;
+            }
+            let dir = keys::node_path(&root, &escaped);
+            let nodes = list(dir.clone()).await?;
+            found.extend(nodes.iter().map(|node| keys::node_path(&dir, node)));
+        }
+        Ok(found)
+    }
+
+    async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {
+        let (dir, queue) = self.queue_of(key).await?;
+        let Some(first) = queue.first() else {
+            return Ok(false);
+        };
+        let session = self.inspector().await?;
+        self.requests
+            .delete_node(&session.client, &keys::node_path(&dir, first))
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
+        let Some(server) = &self.first_server else {
+            return Ok(Vec::new());
+        };
+        let answer = match protocol::four_letter_word(server, "srvr", SRVR_TIMEOUT).await {
+            Ok(answer) => answer,
+            Err(why) => {
+                return Ok(vec![format!(
+                    "cannot read the ZooKeeper version with `srvr` ({why}); allow it with \
+                     4lw.commands.whitelist=srvr to let `distlock check` look for known bugs"
+                )]);
+            }
+        };
+        Ok(match protocol::server_version(&answer) {
+            Some((line, version)) if version < (3, 5, 4) => vec![format!(
+                "ZooKeeper {line} is older than 3.5.4: it has no container nodes (empty lock \
+                 directories pile up) and predates fixes for ephemeral nodes that outlived their \
+                 session (ZOOKEEPER-2355), which keeps a dead client's lock held; upgrade to 3.6 \
+                 or later"
+            )],
+            Some(_) => Vec::new(),
+            None => vec![format!(
+                "cannot parse the ZooKeeper version from {:?}",
+                answer.lines().next().unwrap_or_default()
+            )],
+        })
+    }
+
+    fn ping_name(&self) -> Option<&'static str> {
+        Some("exists /")
+    }
+
+    async fn ping(&self) -> Result<(), LockError> {
+        let session = self.inspector().await?;
+        self.requests
+            .node_stat(&session.client, "/")
+            .await
+            .map(drop)
+            .map_err(|e| self.error(e))
+    }
+}

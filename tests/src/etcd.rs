@@ -1,19 +1,18 @@
 //! etcd: a one-member etcd started by the testkit, or `DISTLOCK_TEST_ETCD_URL`
 //! (an `etcd://` URL, or `http://host:port` as the launcher prints it).
 //!
-//! Every hook is offered: operator deletion and residue with raw requests on the
-//! lock client's own etcd connection, faults through a TCP fault proxy per faulty
+//! Every hook is offered: operator deletion and residue through the adapter's own
+//! `Inspect` on one cached client, faults through a TCP fault proxy per faulty
 //! client, restarts on a dedicated server (its data dir is kept, so revisions, and
 //! with them tokens, persist).
 
 use async_trait::async_trait;
-use distlock_core::{BoxError, Capabilities, DynLock, LockKey};
-use distlock_etcd::{EtcdBackend, EtcdConfig, EtcdLock, escape_name, queue_prefix};
+use distlock_core::{BoxError, Capabilities, DynLock};
+use distlock_etcd::{EtcdBackend, EtcdConfig};
 use distlock_testkit::harness::{FaultyClient, Harness, Hooks};
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::runner::BackendSpec;
 use distlock_testkit::servers::{EtcdServer, external_url};
-use etcd_client::{GetOptions, SortOrder, SortTarget};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,13 +47,13 @@ pub async fn launch_server() -> Result<EtcdServer, BoxError> {
     Ok(tokio::task::spawn_blocking(move || runtime.block_on(EtcdServer::start())).await??)
 }
 
-/// The harness: a server (launched or external) and a client whose raw etcd
-/// connection does what an operator would do by hand.
+/// The harness: a server (launched or external) and one cached client whose
+/// `Inspect` does what an operator would do by hand.
 pub struct EtcdHarness {
     server: Option<EtcdServer>,
     config: EtcdConfig,
     addr: SocketAddr,
-    admin: EtcdLock,
+    inspector: DynLock,
 }
 
 impl std::fmt::Debug for EtcdHarness {
@@ -100,26 +99,13 @@ impl EtcdHarness {
         config: EtcdConfig,
         addr: SocketAddr,
     ) -> Result<Self, BoxError> {
-        let admin = config.clone().connect().await?;
+        let inspector = Arc::new(config.clone().connect().await?);
         Ok(EtcdHarness {
             server,
             config,
             addr,
-            admin,
+            inspector,
         })
-    }
-
-    /// Counts keys starting with `prefix`.
-    async fn count(&self, prefix: &[u8]) -> Result<usize, BoxError> {
-        let options = GetOptions::new().with_prefix().with_count_only();
-        let found = self
-            .admin
-            .backend()
-            .client()
-            .kv_client()
-            .get(prefix, Some(options))
-            .await?;
-        Ok(usize::try_from(found.count())?)
     }
 }
 
@@ -130,7 +116,7 @@ impl Harness for EtcdHarness {
     }
 
     fn capabilities(&self) -> Capabilities {
-        distlock_core::DistributedLock::capabilities(&self.admin)
+        self.inspector.capabilities()
     }
 
     fn hooks(&self) -> Hooks {
@@ -145,7 +131,7 @@ impl Harness for EtcdHarness {
         let proxy = Arc::new(FaultProxy::start(self.addr).await?);
         let lock = EtcdConfig::new([proxy.addr().to_string()])
             .namespace(NAMESPACE)
-            .request_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(2))
             .connect()
             .await?;
         Ok(FaultyClient {
@@ -154,20 +140,8 @@ impl Harness for EtcdHarness {
         })
     }
 
-    /// Deletes the holder's key: the oldest key in the lock's queue.
-    async fn delete_lock(&self, key: &LockKey) -> Result<(), BoxError> {
-        let mut kv = self.admin.backend().client().kv_client();
-        let oldest = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
-        let found = kv.get(queue_prefix(NAMESPACE, key), Some(oldest)).await?;
-        let holder = found
-            .kvs()
-            .first()
-            .ok_or_else(|| format!("`{key}` is not held"))?;
-        kv.delete(holder.key(), None).await?;
-        Ok(())
+    async fn inspector(&self) -> Result<DynLock, BoxError> {
+        Ok(self.inspector.clone())
     }
 
     async fn dedicated(&self) -> Result<Arc<dyn Harness>, BoxError> {
@@ -180,12 +154,6 @@ impl Harness for EtcdHarness {
             .as_ref()
             .ok_or("cannot restart an external server")?;
         Ok(server.restart().await?)
-    }
-
-    /// Keys in the queues of names starting with `prefix`: holders and waiters.
-    async fn residue(&self, prefix: &str) -> Result<usize, BoxError> {
-        self.count(format!("{NAMESPACE}{}", escape_name(prefix)).as_bytes())
-            .await
     }
 
     fn server_logs(&self) -> String {

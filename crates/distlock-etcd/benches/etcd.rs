@@ -3,7 +3,8 @@
 //!
 //! `cargo bench -p distlock-etcd --bench etcd` runs the criterion group, then prints
 //! p50/p99 from its own samples:
-//! - `raw_get`: one linearizable `Get`, the floor every etcd request pays;
+//! - `raw_get`: one linearizable `Get` (the adapter's `Inspect::ping`), the floor
+//!   every etcd request pays;
 //! - `uncontended_cycle`: acquire + release (two transactions);
 //! - `handoff`: from the holder's release call to the queued waiter's acquire
 //!   returning (the release, then the watch event that wakes the waiter, then its
@@ -11,10 +12,10 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use criterion::Criterion;
+use distlock_core::toolkit::Inspect;
 use distlock_core::{AcquireOptions, DistributedLock, LockKey, Wait};
-use distlock_etcd::{EtcdConfig, EtcdLock, queue_prefix};
+use distlock_etcd::{EtcdConfig, EtcdLock};
 use distlock_testkit::servers::EtcdServer;
-use etcd_client::{GetOptions, KvClient};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
@@ -24,7 +25,6 @@ const NAMESPACE: &str = "bench/";
 
 struct Env {
     _server: EtcdServer,
-    raw: KvClient,
     holder: Arc<EtcdLock>,
     waiter: Arc<EtcdLock>,
 }
@@ -41,13 +41,8 @@ async fn start() -> Env {
         Arc::new(lock.expect("connect"))
     };
     let (holder, waiter) = (connect().await, connect().await);
-    let raw = etcd_client::Client::connect([server.url()], None)
-        .await
-        .expect("raw client")
-        .kv_client();
     Env {
         _server: server,
-        raw,
         holder,
         waiter,
     }
@@ -59,8 +54,8 @@ fn opts() -> AcquireOptions {
         .wait(Wait::Forever)
 }
 
-async fn raw_get(raw: &KvClient) {
-    raw.clone().get("bench/raw", None).await.expect("get");
+async fn raw_get(lock: &EtcdLock) {
+    lock.backend().ping().await.expect("get");
 }
 
 async fn cycle(lock: &EtcdLock, key: &LockKey) {
@@ -85,19 +80,8 @@ async fn handoff(env: &Env, key: &LockKey) -> Duration {
         (Instant::now(), lease)
     });
     // Release only once the waiter's key is in the queue, so a watch is parked.
-    let queue = queue_prefix(NAMESPACE, key);
-    loop {
-        let count = env
-            .raw
-            .clone()
-            .get(
-                queue.clone(),
-                Some(GetOptions::new().with_prefix().with_count_only()),
-            )
-            .await;
-        if count.expect("count").count() == 2 {
-            break;
-        }
+    let inspect = env.holder.backend();
+    while inspect.residue(key.as_str()).await.expect("residue").len() < 2 {
         tokio::task::yield_now().await;
     }
     let released_at = Instant::now();
@@ -113,7 +97,7 @@ fn benches(c: &mut Criterion, rt: &Runtime, env: &Env) {
         LockKey::new("handoff").unwrap(),
     );
     let mut group = c.benchmark_group("etcd");
-    group.bench_function("raw_get", |b| b.to_async(rt).iter(|| raw_get(&env.raw)));
+    group.bench_function("raw_get", |b| b.to_async(rt).iter(|| raw_get(&env.holder)));
     group.bench_function("uncontended_cycle", |b| {
         b.to_async(rt).iter(|| cycle(&env.holder, &key))
     });
@@ -148,7 +132,7 @@ fn percentiles(rt: &Runtime, env: &Env) {
         let mut handoffs = Vec::with_capacity(SAMPLES);
         for _ in 0..SAMPLES {
             let started = Instant::now();
-            raw_get(&env.raw).await;
+            raw_get(&env.holder).await;
             raw.push(started.elapsed());
             let started = Instant::now();
             cycle(&env.holder, &key).await;

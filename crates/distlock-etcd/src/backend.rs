@@ -7,21 +7,20 @@
 //! holder key's create revision: holders follow create order, and revisions are
 //! raft-replicated and survive restarts, so tokens only rise.
 
-use crate::error::{BACKEND, Context, Failure, lease_gone};
-use crate::held::{EtcdHandle, KeyDeletion};
+use crate::error::{BACKEND, Failure, protocol};
 use crate::keys::{contender_key, printable, queue_prefix};
-use crate::lease::{LeaseEnd, Leases, SessionLease, Slot};
-use crate::queue::{QueueEntry, delete_if_created_at};
-use crate::watch::{Notice, Watches};
+use crate::lease::{LeaseEnd, Leases, SessionLease, Slot, whole_seconds};
+use crate::protocol::{delete_if_created_at, still_created_at};
+use crate::queue::QueueEntry;
+use crate::rpc::Rpc;
+use crate::watch::{KeyDeletion, Notice, Watches};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
-use distlock_core::{
-    BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError, LossReason,
-    TokenDurability, Wake,
-};
-use etcd_client::{Compare, CompareOp, KvClient, Txn};
+use distlock_core::toolkit::Inspect;
+use distlock_core::{BackendLock, Capabilities, FencingToken, LockError, LossReason};
+use etcd_client::KvClient;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// A lock client for etcd. Build it with [`crate::EtcdConfig`].
@@ -32,12 +31,12 @@ const LEASE_RETRIES: usize = 2;
 
 /// The etcd adapter. Reach it through [`BackendLock::backend`] for its counters.
 pub struct EtcdBackend {
-    client: etcd_client::Client,
-    kv: KvClient,
+    pub(crate) client: etcd_client::Client,
+    pub(crate) kv: KvClient,
     leases: Leases,
     watches: Watches,
-    namespace: String,
-    ctx: Context,
+    pub(crate) namespace: String,
+    pub(crate) rpc: Rpc,
     min_ttl: Duration,
     wakeups: AtomicU64,
 }
@@ -54,10 +53,43 @@ pub struct EtcdStats {
     pub waiter_wakeups: u64,
 }
 
+/// What a held etcd lock keeps: its key, its create revision (the token) and the
+/// slot on its client's lease.
+pub struct EtcdHandle {
+    key: Vec<u8>,
+    revision: i64,
+    /// The store revision at which the key was seen holding; loss is watched after it.
+    confirmed_at: i64,
+    slot: Slot,
+    releasing: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for EtcdHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdHandle")
+            .field("key", &printable(&self.key))
+            .field("revision", &self.revision)
+            .field("lease", &format_args!("{:x}", self.slot.lease().id()))
+            .finish()
+    }
+}
+
+impl EtcdHandle {
+    /// The lock's key in etcd.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The lease the key is attached to.
+    pub fn lease_id(&self) -> i64 {
+        self.slot.lease().id()
+    }
+}
+
 impl std::fmt::Debug for EtcdBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdBackend")
-            .field("endpoints", &self.ctx.endpoints)
+            .field("endpoints", &self.rpc.endpoints)
             .field("namespace", &self.namespace)
             .field("min_ttl", &self.min_ttl)
             .finish_non_exhaustive()
@@ -71,33 +103,33 @@ impl EtcdBackend {
     pub(crate) async fn start(
         client: &etcd_client::Client,
         namespace: String,
-        ctx: Context,
+        rpc: Rpc,
         budget: Duration,
     ) -> Result<Self, LockError> {
-        let leases = Leases::new(client.lease_client(), ctx.clone());
+        let leases = Leases::new(client.lease_client(), rpc.clone());
         let min_ttl = match tokio::time::timeout(budget, leases.probe_min_ttl()).await {
             Ok(Ok(secs)) => Duration::from_secs(secs.unsigned_abs()),
-            Ok(Err(f)) => return Err(f.into_lock_error(&ctx)),
+            Ok(Err(f)) => return Err(rpc.endpoints.lock_error(f)),
             Err(_) => {
-                return Err(
-                    ctx.unavailable(format!("no answer to a lease grant within {budget:?}"))
-                );
+                return Err(rpc
+                    .endpoints
+                    .unavailable(format!("no answer to a lease grant within {budget:?}")));
             }
         };
         Ok(EtcdBackend {
             client: client.clone(),
             kv: client.kv_client(),
             leases,
-            watches: Watches::new(client.watch_client(), ctx.clone()),
+            watches: Watches::new(client.watch_client(), rpc.clone()),
             namespace,
-            ctx,
+            rpc,
             min_ttl,
             wakeups: AtomicU64::new(0),
         })
     }
 
     /// The underlying etcd client (logged in), for requests outside the lock
-    /// protocol, such as inspecting a queue.
+    /// protocol.
     pub fn client(&self) -> &etcd_client::Client {
         &self.client
     }
@@ -118,16 +150,9 @@ impl EtcdBackend {
 
     /// The capabilities of an etcd whose minimum lease ttl is `min_ttl` (1 s for an
     /// etcd whose election timeout is at most 666 ms; 2 s with etcd's defaults).
+    /// Leases have whole-second ttls.
     pub fn capabilities_with_min_ttl(min_ttl: Duration) -> Capabilities {
-        Capabilities {
-            fencing: FencingGuarantee::Strict,
-            fifo: true,
-            wake: Wake::Push,
-            session_bound: true,
-            token_durability: TokenDurability::Persisted,
-            min_ttl,
-            ttl_granularity: Duration::from_secs(1),
-        }
+        Capabilities::consensus_queue(min_ttl, Duration::from_secs(1))
     }
 
     /// One contender's whole life in the queue: put, then wait for each predecessor
@@ -140,9 +165,10 @@ impl EtcdBackend {
     ) -> Result<Acquired<EtcdHandle>, Failure> {
         let lease = slot.lease().clone();
         let key = contender_key(queue, lease.id(), slot.number());
-        let mut entry = QueueEntry::new(self.kv.clone(), self.ctx.clone(), key, slot);
+        let mut entry = QueueEntry::new(self.rpc.clone(), self.kv.clone(), key, slot);
         let sent_at = Instant::now();
-        let first = entry.put(queue, lease.id()).await?;
+        // Step 1: put our key, read the holder and our predecessor.
+        let first = entry.enqueue(queue, lease.id()).await?;
         if first.holder {
             return self
                 .claim(entry, &lease, first.revision, first.header, sent_at)
@@ -154,12 +180,13 @@ impl EtcdBackend {
         }
         let mut predecessor = first.predecessor.map(|key| (key, first.header));
         loop {
+            // Step 2: wait for the predecessor's deletion, then re-read.
             if let Some((key, seen_at)) = predecessor.take() {
                 let waited = self.wait_for_deletion(&key, seen_at + 1, &lease, req).await;
                 if waited.is_err() && req.wait.instant().is_some_and(|end| Instant::now() >= end) {
                     // The wait is over: delete our key before returning, so a process
                     // that exits right after a timeout leaves no queue entry behind.
-                    // If this fails, the drop guard retries in the background.
+                    // If this fails, the entry's undo retries in the background.
                     let _ = entry.remove().await;
                 }
                 waited?;
@@ -168,11 +195,14 @@ impl EtcdBackend {
             let check = entry.recheck(queue, first.revision).await?;
             if !check.mine {
                 entry.mark_gone();
-                return Err(lease_gone(
-                    &self.ctx,
-                    &format!("the queued key {} disappeared", printable(entry.key())),
-                )
-                .into());
+                return Err(self
+                    .rpc
+                    .endpoints
+                    .lease_gone(&format!(
+                        "the queued key {} disappeared",
+                        printable(entry.key())
+                    ))
+                    .into());
             }
             match check.predecessor {
                 Some(key) => predecessor = Some((key, check.header)),
@@ -209,8 +239,8 @@ impl EtcdBackend {
         }
     }
 
-    /// Ours is the oldest key. Before claiming, re-check the lease: the key's
-    /// validity is the lease's, measured from its last answered keep-alive.
+    /// Step 3: ours is the oldest key. Before claiming, re-check the lease: the
+    /// key's validity is the lease's, measured from its last answered keep-alive.
     async fn claim(
         &self,
         entry: QueueEntry,
@@ -226,13 +256,13 @@ impl EtcdBackend {
         let mut valid_from = lease.acked_at();
         if valid_from.elapsed() > ttl / 2 {
             valid_from = lease
-                .refresh(&self.ctx)
+                .refresh(&self.rpc)
                 .await
                 .map_err(|end| self.refresh_error(end))?;
         }
-        let (key, slot) = entry.into_held().ok_or_else(|| {
-            Failure::from(crate::error::protocol("queue entry handed over twice"))
-        })?;
+        let (key, slot) = entry
+            .into_held()
+            .ok_or_else(|| Failure::from(protocol("queue entry handed over twice")))?;
         Ok(Acquired {
             handle: EtcdHandle {
                 key,
@@ -250,7 +280,7 @@ impl EtcdBackend {
     fn refresh_error(&self, end: Option<LeaseEnd>) -> LockError {
         match end {
             Some(end) => self.lease_error(end),
-            None => self.ctx.unavailable(
+            None => self.rpc.endpoints.unavailable(
                 "the lease keep-alive got no answer (its stream is down or reconnecting)",
             ),
         }
@@ -258,8 +288,8 @@ impl EtcdBackend {
 
     fn lease_error(&self, end: LeaseEnd) -> LockError {
         match end {
-            LeaseEnd::Lapsed => self.ctx.unavailable("no keep-alive of the client's lease was answered for a whole ttl, so the lease may have expired"),
-            LeaseEnd::Expired | LeaseEnd::Retired => lease_gone(&self.ctx, "the lease expired while waiting"),
+            LeaseEnd::Lapsed => self.rpc.endpoints.unavailable("no keep-alive of the client's lease was answered for a whole ttl, so the lease may have expired"),
+            LeaseEnd::Expired | LeaseEnd::Retired => self.rpc.endpoints.lease_gone("the lease expired while waiting"),
         }
     }
 }
@@ -285,7 +315,7 @@ impl Backend for EtcdBackend {
                 .leases
                 .checkout(ttl_secs, &queue)
                 .await
-                .map_err(|f| f.into_lock_error(&self.ctx))?;
+                .map_err(|f| self.rpc.endpoints.lock_error(f))?;
             let lease = slot.lease().clone();
             match self.contend(&req, &queue, slot).await {
                 Err(Failure::LeaseNotFound) if retries < LEASE_RETRIES => {
@@ -294,21 +324,16 @@ impl Backend for EtcdBackend {
                     lease.mark_expired();
                     retries += 1;
                 }
-                outcome => return outcome.map_err(|f| f.into_lock_error(&self.ctx)),
+                outcome => return outcome.map_err(|f| self.rpc.endpoints.lock_error(f)),
             }
         }
     }
 
     async fn renew(&self, handle: &EtcdHandle, _ttl: Duration) -> Result<Ownership, LockError> {
         let lease = handle.slot.lease();
-        let still_ours = Txn::new().when([Compare::create_revision(
-            handle.key.clone(),
-            CompareOp::Equal,
-            handle.revision,
-        )]);
         let (refreshed, key) = tokio::join!(
-            lease.refresh(&self.ctx),
-            self.ctx.txn(&self.kv, "renew check", still_ours)
+            lease.refresh(&self.rpc),
+            still_created_at(&self.rpc, &self.kv, &handle.key, handle.revision)
         );
         match refreshed {
             Err(Some(LeaseEnd::Expired)) => return Ok(Ownership::NotHeld),
@@ -316,15 +341,15 @@ impl Backend for EtcdBackend {
             Ok(_) => {}
         }
         match key {
-            Ok(response) if response.succeeded() => Ok(Ownership::Held),
-            Ok(_) => Ok(Ownership::NotHeld),
-            Err(f) => Err(f.into_lock_error(&self.ctx)),
+            Ok(true) => Ok(Ownership::Held),
+            Ok(false) => Ok(Ownership::NotHeld),
+            Err(f) => Err(self.rpc.endpoints.lock_error(f)),
         }
     }
 
     async fn release(&self, handle: &EtcdHandle) -> Result<Ownership, LockError> {
         handle.releasing.store(true, Ordering::Release);
-        match delete_if_created_at(&self.kv, &self.ctx, &handle.key, handle.revision).await {
+        match delete_if_created_at(&self.rpc, &self.kv, &handle.key, handle.revision).await {
             Ok(deleted) => {
                 handle.slot.mark_clean();
                 Ok(if deleted {
@@ -333,7 +358,7 @@ impl Backend for EtcdBackend {
                     Ownership::NotHeld
                 })
             }
-            Err(f) => Err(f.into_lock_error(&self.ctx)),
+            Err(f) => Err(self.rpc.endpoints.lock_error(f)),
         }
     }
 
@@ -344,8 +369,8 @@ impl Backend for EtcdBackend {
         // the shared stream up) however soon the lock is released.
         let first = self.watches.deletion(&handle.key, from);
         let deletion = KeyDeletion {
+            rpc: self.rpc.clone(),
             kv: self.kv.clone(),
-            ctx: self.ctx.clone(),
             watches: self.watches.clone(),
             key: handle.key.clone(),
             revision: handle.revision,
@@ -360,16 +385,8 @@ impl Backend for EtcdBackend {
             }
         }))
     }
-}
 
-/// The ttl in whole seconds; core already rejects other ttls from the capabilities.
-fn whole_seconds(ttl: Duration) -> Result<i64, LockError> {
-    if ttl.subsec_nanos() != 0 || ttl.is_zero() {
-        return Err(LockError::invalid_options(format!(
-            "ttl {ttl:?} is not a whole number of seconds; etcd leases have whole-second ttls (minimum 1s)"
-        )));
+    fn inspect(&self) -> Option<&dyn Inspect> {
+        Some(self)
     }
-    i64::try_from(ttl.as_secs()).map_err(|_| {
-        LockError::invalid_options(format!("ttl {ttl:?} is too long for an etcd lease"))
-    })
 }

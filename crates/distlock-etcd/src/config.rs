@@ -1,10 +1,11 @@
 //! Configuration from a struct or an `etcd://` URL, and connecting.
 
-use crate::error::{BACKEND, Context};
-use crate::lock::{EtcdBackend, EtcdLock};
+use crate::backend::{EtcdBackend, EtcdLock};
+use crate::error::{BACKEND, Endpoints};
+use crate::rpc::Rpc;
+use distlock_core::toolkit::{Host, LockUrl};
 use distlock_core::{BackendLock, LockError};
 use etcd_client::{Client, ConnectOptions};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The namespace used when none is given.
@@ -13,6 +14,8 @@ const DEFAULT_PORT: u16 = 2379;
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// HTTP/2 ping interval: finds dead connections (etcd refuses pings under 5 s apart).
 const PING_INTERVAL: Duration = Duration::from_secs(10);
+/// The URL parameters of `etcds://` only.
+const TLS_PARAMS: [&str; 4] = ["ca", "cert", "key", "domain"];
 
 /// How to reach etcd and where to keep the locks.
 ///
@@ -22,9 +25,9 @@ const PING_INTERVAL: Duration = Duration::from_secs(10);
 /// let config = EtcdConfig::new(["10.0.0.1:2379", "10.0.0.2:2379"])
 ///     .namespace("billing/locks/")
 ///     .auth("locker", "s3cret")
-///     .request_timeout(Duration::from_secs(2));
+///     .timeout(Duration::from_secs(2));
 /// assert!(!format!("{config:?}").contains("s3cret"));
-/// let same = EtcdConfig::from_url("etcd://locker:s3cret@10.0.0.1:2379,10.0.0.2:2379/billing/locks?request_timeout=2s")?;
+/// let same = EtcdConfig::from_url("etcd://locker:s3cret@10.0.0.1:2379,10.0.0.2:2379/billing/locks?timeout=2s")?;
 /// assert_eq!(format!("{config:?}"), format!("{same:?}"));
 /// # Ok::<(), distlock_core::LockError>(())
 /// ```
@@ -34,7 +37,7 @@ pub struct EtcdConfig {
     namespace: String,
     user: Option<(String, String)>,
     connect_timeout: Duration,
-    request_timeout: Duration,
+    timeout: Duration,
     #[cfg(feature = "tls")]
     tls: Option<crate::tls::EtcdTls>,
 }
@@ -47,7 +50,7 @@ impl std::fmt::Debug for EtcdConfig {
             .field("user", &self.user.as_ref().map(|(user, _)| user))
             .field("password", &self.user.as_ref().map(|_| "<redacted>"))
             .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout);
+            .field("timeout", &self.timeout);
         #[cfg(feature = "tls")]
         s.field("tls", &self.tls);
         s.finish()
@@ -56,6 +59,16 @@ impl std::fmt::Debug for EtcdConfig {
 
 fn config_error(reason: impl Into<String>) -> LockError {
     LockError::config(BACKEND, reason)
+}
+
+/// The namespace a URL path names: none is the default, `/` alone the root, and
+/// anything else that path with a trailing `/`.
+fn namespace_from_path(path: Option<&str>) -> String {
+    match path {
+        None => DEFAULT_NAMESPACE.to_owned(),
+        Some(path) if path.is_empty() || path.ends_with('/') => path.to_owned(),
+        Some(path) => format!("{path}/"),
+    }
 }
 
 impl EtcdConfig {
@@ -67,7 +80,7 @@ impl EtcdConfig {
             namespace: DEFAULT_NAMESPACE.to_owned(),
             user: None,
             connect_timeout: DEFAULT_TIMEOUT,
-            request_timeout: DEFAULT_TIMEOUT,
+            timeout: DEFAULT_TIMEOUT,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -93,9 +106,10 @@ impl EtcdConfig {
         self
     }
 
-    /// Longest wait for any one reply.
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
+    /// Longest wait for any one reply; a request that could not reach a member is
+    /// retried within it.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
         self
     }
 
@@ -111,65 +125,82 @@ impl EtcdConfig {
         &self.endpoints
     }
 
-    /// Parses `etcd://[user:password@]host[:port][,host[:port]...][/namespace][?options]`.
+    /// Parses `etcd://[user:password@]host[:port][,host[:port]...][/namespace][?name=value&...]`.
     ///
     /// - The path is the namespace, with a `/` appended when missing: `/locks` gives
     ///   `locks/`, `/` gives the root (where `etcdctl lock` keeps its locks), and no
     ///   path gives `distlock/`. Percent-escapes are decoded.
-    /// - Options: `connect_timeout` and `request_timeout` (`500ms`, `5s`, `1m`).
-    /// - `etcds://` connects over TLS (feature `tls`), with options `ca`, `cert`,
+    /// - Parameters: `connect_timeout` and `timeout` (`500ms`, `5s`, `1m`;
+    ///   `request_timeout` is now `timeout`).
+    /// - `etcds://` connects over TLS (feature `tls`), with parameters `ca`, `cert`,
     ///   `key` (PEM file paths) and `domain` (the name to verify).
+    ///
+    /// Unknown parameters are refused, naming the known ones.
     pub fn from_url(url: &str) -> Result<Self, LockError> {
-        let parsed = crate::url::EtcdUrl::parse(url)?;
-        let mut config = EtcdConfig::new(parsed.endpoints);
-        config.namespace = parsed.namespace;
-        config.user = parsed.user;
-        #[cfg(feature = "tls")]
-        let mut tls = parsed.tls.then(crate::tls::EtcdTls::new);
-        #[cfg(not(feature = "tls"))]
-        if parsed.tls {
-            return Err(config_error(
-                "etcds:// needs TLS support: enable the `tls` feature of distlock-etcd",
-            ));
-        }
-        for (name, value) in parsed.options {
-            match name.as_str() {
-                "connect_timeout" => config.connect_timeout = crate::url::duration(&name, &value)?,
-                "request_timeout" => config.request_timeout = crate::url::duration(&name, &value)?,
-                #[cfg(feature = "tls")]
-                "ca" | "cert" | "key" | "domain" => match tls.take() {
-                    Some(settings) => tls = Some(settings.option(&name, &value)?),
-                    None => {
-                        return Err(config_error(format!(
-                            "option `{name}` needs an etcds:// URL"
-                        )));
-                    }
-                },
-                _ => {
-                    return Err(config_error(format!(
-                        "unknown option `{name}` in the etcd URL; known: connect_timeout, request_timeout{}",
-                        if cfg!(feature = "tls") {
-                            ", ca, cert, key, domain (etcds://)"
-                        } else {
-                            ""
-                        }
-                    )));
-                }
+        let mut url = LockUrl::parse(BACKEND, url)?;
+        let tls = match url.scheme() {
+            "etcd" => false,
+            "etcds" => true,
+            other => {
+                return Err(url.error(format_args!("scheme `{other}` is neither etcd nor etcds")));
             }
+        };
+        if url.hosts().is_empty() {
+            return Err(url.error("no hosts; write etcd://host[:port][,host[:port]…]"));
+        }
+        let mut config = EtcdConfig::new(url.hosts().iter().map(ToString::to_string));
+        config.namespace = namespace_from_path(url.path());
+        config.user = match (url.user(), url.password()) {
+            (Some(user), Some(password)) => Some((user.to_owned(), password.to_owned())),
+            (None, None) => None,
+            (Some(_), None) => return Err(url.error("a user needs a password (user:password@)")),
+            (None, Some(_)) => return Err(url.error("the user name is empty")),
+        };
+        url.renamed("request_timeout", "timeout")?;
+        if let Some(timeout) = url.duration("connect_timeout")? {
+            config.connect_timeout = timeout;
+        }
+        if let Some(timeout) = url.duration("timeout")? {
+            config.timeout = timeout;
+        }
+        let tls_params: Vec<(&'static str, String)> = TLS_PARAMS
+            .into_iter()
+            .filter_map(|name| url.string(name).map(|value| (name, value)))
+            .collect();
+        url.finish()?;
+        if let Some((name, _)) = tls_params.first().filter(|_| !tls) {
+            return Err(url.error(format_args!("parameter `{name}` needs an etcds:// URL")));
         }
         #[cfg(feature = "tls")]
-        {
-            config.tls = tls;
+        if tls {
+            let settings = crate::tls::EtcdTls::from_params(&tls_params);
+            config.tls = Some(settings.map_err(|why| url.error(why))?);
+        }
+        #[cfg(not(feature = "tls"))]
+        if tls {
+            return Err(
+                url.error("etcds:// needs TLS support: enable the `tls` feature of distlock-etcd")
+            );
         }
         Ok(config)
     }
 
-    fn validate(&self) -> Result<(), LockError> {
+    /// Checks the settings and returns the endpoints as `host:port`.
+    fn validate(&self) -> Result<Vec<String>, LockError> {
         if self.endpoints.is_empty() {
             return Err(config_error("no endpoints; give at least one host:port"));
         }
+        let mut addresses = Vec::with_capacity(self.endpoints.len());
         for endpoint in &self.endpoints {
-            crate::url::check_endpoint(endpoint.trim()).map_err(config_error)?;
+            if endpoint.contains('@') {
+                // Not quoted: the part before `@` may be a password.
+                return Err(config_error(
+                    "an endpoint contains `@`; credentials go in the user:password@ part of \
+                     the URL or in EtcdConfig::auth",
+                ));
+            }
+            let host = Host::parse(endpoint.trim()).map_err(config_error)?;
+            addresses.push(host.address(DEFAULT_PORT));
         }
         #[cfg(feature = "tls")]
         if let Some(tls) = &self.tls {
@@ -177,7 +208,7 @@ impl EtcdConfig {
         }
         for (name, timeout) in [
             ("connect_timeout", self.connect_timeout),
-            ("request_timeout", self.request_timeout),
+            ("timeout", self.timeout),
         ] {
             if timeout.is_zero() {
                 return Err(config_error(format!("{name} is zero; use a few seconds")));
@@ -186,20 +217,7 @@ impl EtcdConfig {
         if self.user.as_ref().is_some_and(|(user, _)| user.is_empty()) {
             return Err(config_error("the user name is empty"));
         }
-        Ok(())
-    }
-
-    fn endpoint_urls(&self) -> Vec<String> {
-        let scheme = if self.uses_tls() { "https" } else { "http" };
-        self.endpoints
-            .iter()
-            .map(|e| {
-                format!(
-                    "{scheme}://{}",
-                    crate::url::with_port(e.trim(), DEFAULT_PORT)
-                )
-            })
-            .collect()
+        Ok(addresses)
     }
 
     fn uses_tls(&self) -> bool {
@@ -213,20 +231,19 @@ impl EtcdConfig {
     /// one revoke). Unreachable endpoints and refused credentials give
     /// `Unavailable` and `Config` errors within the connect and request timeouts.
     pub async fn connect(self) -> Result<EtcdLock, LockError> {
-        self.validate()?;
-        let urls = self.endpoint_urls();
-        let ctx = Context {
-            endpoints: Arc::from(
-                urls.iter()
-                    .map(|u| u.split_once("://").map_or(u.as_str(), |(_, rest)| rest))
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ),
-            request_timeout: self.request_timeout,
+        let addresses = self.validate()?;
+        let scheme = if self.uses_tls() { "https" } else { "http" };
+        let urls: Vec<String> = addresses
+            .iter()
+            .map(|address| format!("{scheme}://{address}"))
+            .collect();
+        let rpc = Rpc {
+            endpoints: Endpoints::new(&addresses),
+            timeout: self.timeout,
         };
         let mut options = ConnectOptions::new()
             .with_connect_timeout(self.connect_timeout)
-            .with_keep_alive(PING_INTERVAL, self.request_timeout)
+            .with_keep_alive(PING_INTERVAL, self.timeout)
             .with_keep_alive_while_idle(false)
             // A member cut off from the leader fails requests and ends watches at
             // once, instead of serving a watch that will never fire.
@@ -240,14 +257,92 @@ impl EtcdConfig {
         if let Some(tls) = &self.tls {
             options = options.with_tls(tls.client_options());
         }
-        let budget = self.connect_timeout + self.request_timeout;
+        let budget = self.connect_timeout + self.timeout;
         let client = match tokio::time::timeout(budget, Client::connect(&urls, Some(options))).await
         {
             Ok(Ok(client)) => client,
-            Ok(Err(e)) => return Err(ctx.classify("connect", e).into_lock_error(&ctx)),
-            Err(_) => return Err(ctx.unavailable(format!("no connection within {budget:?}"))),
+            Ok(Err(e)) => {
+                return Err(rpc
+                    .endpoints
+                    .lock_error(rpc.endpoints.classify("connect", e)));
+            }
+            Err(_) => {
+                return Err(rpc
+                    .endpoints
+                    .unavailable(format!("no connection within {budget:?}")));
+            }
         };
-        let backend = EtcdBackend::start(&client, self.namespace, ctx, budget).await?;
+        let backend = EtcdBackend::start(&client, self.namespace, rpc, budget).await?;
         Ok(BackendLock::new(backend))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(url: &str) -> String {
+        match EtcdConfig::from_url(url) {
+            Err(LockError::Config { reason, .. }) => reason,
+            other => panic!("{url}: expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_hosts_user_namespace_and_parameters() {
+        let config = EtcdConfig::from_url(
+            "etcd://u%40x:p%3Aw@h1:2379,h2,[::1]:2380/team%2Fa/locks?timeout=2s&connect_timeout=250ms",
+        )
+        .unwrap();
+        assert_eq!(config.endpoints, ["h1:2379", "h2", "[::1]:2380"]);
+        assert_eq!(config.user, Some(("u@x".into(), "p:w".into())));
+        assert_eq!(config.namespace, "team/a/locks/");
+        assert_eq!(config.timeout, Duration::from_secs(2));
+        assert_eq!(config.connect_timeout, Duration::from_millis(250));
+        assert_eq!(
+            config.validate().unwrap(),
+            ["h1:2379", "h2:2379", "[::1]:2380"]
+        );
+    }
+
+    #[test]
+    fn the_path_is_the_namespace() {
+        let namespace = |url: &str| EtcdConfig::from_url(url).unwrap().namespace;
+        assert_eq!(namespace("etcd://h"), DEFAULT_NAMESPACE);
+        assert_eq!(namespace("etcd://h/"), "");
+        assert_eq!(namespace("etcd://h/ns/"), "ns/");
+        assert_eq!(namespace("etcd://h/ns"), "ns/");
+    }
+
+    #[test]
+    fn bad_urls_say_why_and_hide_the_password() {
+        assert!(reason("redis://h").contains("scheme `redis`"));
+        assert!(reason("h:2379").contains("no scheme"));
+        assert!(reason("etcd://").contains("no hosts"));
+        assert!(reason("etcd://h1,,h2").contains("empty"));
+        assert!(reason("etcd://h:0").contains("port"));
+        assert!(reason("etcd://u@h").contains("password"));
+        assert!(reason("etcd://:pw@h").contains("user name is empty"));
+        assert!(reason("etcd://h?domain=x").contains("needs an etcds:// URL"));
+        let r = reason("etcd://u:hunter2@h/ns?stray=1");
+        assert!(r.contains("unknown URL parameter `stray`"), "{r}");
+        assert!(!r.contains("hunter2") && r.contains("u:***@"), "{r}");
+        assert!(!reason("etcd://u:hunter2@h:bad/ns").contains("hunter2"));
+    }
+
+    #[test]
+    fn old_spellings_name_the_new_one() {
+        assert!(reason("etcd://h?request_timeout=2s").contains("now called `timeout`"));
+        assert!(reason("etcd://h?timeout=2000").contains("2000ms"));
+        assert!(reason("etcd://h?connect_timeout=0s").contains("more than zero"));
+    }
+
+    #[test]
+    fn endpoints_given_in_code_are_checked_too() {
+        let bad = |endpoint: &str| EtcdConfig::new([endpoint]).validate().unwrap_err();
+        assert!(bad("h:99999").to_string().contains("port"));
+        let error = bad("user:hunter2@h").to_string();
+        assert!(error.contains("EtcdConfig::auth") && !error.contains("hunter2"));
+        assert_eq!(EtcdConfig::new(["::1"]).validate().unwrap(), ["[::1]:2379"]);
     }
 }

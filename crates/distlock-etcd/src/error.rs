@@ -1,26 +1,16 @@
-//! Turning etcd client errors into [`LockError`]s that say what to do next.
+//! etcd client errors mapped to [`LockError`]s that say what to do next.
 
 use distlock_core::LockError;
-use etcd_client::{Error as ClientError, KvClient, Txn, TxnResponse};
+use etcd_client::Error as ClientError;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// First pause before retrying a request that could not reach a member.
-const RETRY_PAUSE: Duration = Duration::from_millis(10);
-const RETRY_PAUSE_MAX: Duration = Duration::from_millis(250);
 
 /// The backend name in errors.
 pub(crate) const BACKEND: &str = "etcd";
 
-/// What every error needs to name: where the client talks to (never with
-/// credentials) and how long a request may take.
-#[derive(Debug, Clone)]
-pub(crate) struct Context {
-    /// `host:port,host:port`, credentials stripped.
-    pub endpoints: Arc<str>,
-    /// Longest wait for one reply.
-    pub request_timeout: Duration,
-}
+/// Where the client talks to, `host:port,host:port` with credentials stripped:
+/// what every error that is not the caller's fault names.
+#[derive(Clone)]
+pub(crate) struct Endpoints(Arc<str>);
 
 /// Why a request failed, classified for the adapter's own decisions before it
 /// becomes a [`LockError`].
@@ -39,90 +29,61 @@ impl From<LockError> for Failure {
 }
 
 impl Failure {
-    /// The lock error for callers, with `lease_gone` for a vanished lease.
-    pub(crate) fn into_lock_error(self, ctx: &Context) -> LockError {
-        match self {
-            Failure::LeaseNotFound => lease_gone(
-                ctx,
-                "the lease this request used no longer exists on the server",
-            ),
-            Failure::Other(e) => e,
-        }
+    /// Whether the request may have been applied without us hearing the reply.
+    pub(crate) fn is_silent(&self) -> bool {
+        matches!(self, Failure::Other(LockError::Unavailable { .. }))
     }
 }
 
-impl Context {
-    /// Runs a request that is safe to repeat, retrying failures to reach a member
-    /// (the balancer picked a dead one, an election is on) until the request
-    /// timeout. Every request of the lock protocol is safe to repeat: the
-    /// put-if-absent adopts a key an earlier attempt put, and deletes compare the
-    /// create revision.
-    pub(crate) async fn retrying<T, F, Fut>(&self, what: &str, mut request: F) -> Result<T, Failure>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, ClientError>>,
-    {
-        let deadline = Instant::now() + self.request_timeout;
-        let mut pause = RETRY_PAUSE;
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let failure = match tokio::time::timeout(remaining, request()).await {
-                Ok(Ok(reply)) => return Ok(reply),
-                Ok(Err(e)) => self.classify(what, e),
-                Err(_) => return Err(Failure::Other(self.timed_out(what))),
-            };
-            let unreachable = matches!(failure, Failure::Other(LockError::Unavailable { .. }));
-            if !unreachable || Instant::now() + pause >= deadline {
-                return Err(failure);
+impl std::fmt::Debug for Endpoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::fmt::Display for Endpoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Endpoints {
+    /// `hosts` as `host:port`, never with credentials (they go in the config's
+    /// `auth`, not in the endpoints).
+    pub(crate) fn new(hosts: &[String]) -> Self {
+        Endpoints(Arc::from(hosts.join(",")))
+    }
+
+    /// The lock error for callers, with [`Endpoints::lease_gone`] for a vanished
+    /// lease.
+    pub(crate) fn lock_error(&self, failure: Failure) -> LockError {
+        match failure {
+            Failure::LeaseNotFound => {
+                self.lease_gone("the lease this request used no longer exists on the server")
             }
-            tracing::debug!(what, "etcd request failed to reach a member; retrying");
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(RETRY_PAUSE_MAX);
+            Failure::Other(e) => e,
         }
-    }
-
-    /// Runs a transaction, retrying as [`Context::retrying`] does.
-    pub(crate) async fn txn(
-        &self,
-        kv: &KvClient,
-        what: &str,
-        txn: Txn,
-    ) -> Result<TxnResponse, Failure> {
-        self.retrying(what, || {
-            let (mut kv, txn) = (kv.clone(), txn.clone());
-            async move { kv.txn(txn).await }
-        })
-        .await
-    }
-
-    /// Runs one request (opening a stream) with the request timeout.
-    pub(crate) async fn call<T>(
-        &self,
-        what: &str,
-        request: impl Future<Output = Result<T, ClientError>>,
-    ) -> Result<T, Failure> {
-        match tokio::time::timeout(self.request_timeout, request).await {
-            Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(e)) => Err(self.classify(what, e)),
-            Err(_) => Err(Failure::Other(self.timed_out(what))),
-        }
-    }
-
-    /// No reply to `what` within the request timeout.
-    pub(crate) fn timed_out(&self, what: &str) -> LockError {
-        self.unavailable(format!(
-            "no reply to {what} within {:?} (the request timeout)",
-            self.request_timeout
-        ))
     }
 
     /// The server cannot be reached, for `why`.
     pub(crate) fn unavailable(&self, why: impl Into<String>) -> LockError {
         LockError::Unavailable {
             backend: BACKEND,
-            endpoint: self.endpoints.to_string(),
+            endpoint: self.0.to_string(),
             source: why.into().into(),
         }
+    }
+
+    /// The lease holding our key ended; `why` says how.
+    pub(crate) fn lease_gone(&self, why: &str) -> LockError {
+        LockError::backend(
+            BACKEND,
+            format!(
+                "{why}: the client's etcd lease ended, so its lock keys are gone; \
+                 it was out of touch with {} for longer than the ttl",
+                self.0
+            ),
+        )
     }
 
     /// Converts a client error from `what` (for example "acquire transaction").
@@ -211,18 +172,6 @@ mod grpc {
     pub const ABORTED: i32 = 10;
     pub const UNAVAILABLE: i32 = 14;
     pub const UNAUTHENTICATED: i32 = 16;
-}
-
-/// The lease holding our key ended; `why` says how.
-pub(crate) fn lease_gone(ctx: &Context, why: &str) -> LockError {
-    LockError::backend(
-        BACKEND,
-        format!(
-            "{why}: the client's etcd lease ended, so its lock keys are gone; \
-             it was out of touch with {} for longer than the ttl",
-            ctx.endpoints
-        ),
-    )
 }
 
 /// The server answered something the protocol does not allow.

@@ -56,6 +56,13 @@ pub fn queue_prefix(namespace: &str, key: &LockKey) -> Vec<u8> {
     prefix
 }
 
+/// The key prefix of every queue of a lock name starting with `prefix`:
+/// `namespace + escape_name(prefix)`. Escaping keeps name prefixes, so this
+/// catches exactly those names' queues.
+pub(crate) fn names_prefix(namespace: &str, prefix: &str) -> Vec<u8> {
+    format!("{namespace}{}", escape_name(prefix)).into_bytes()
+}
+
 /// One contender's key in a queue: the lease id formatted like Go's `%x` of an
 /// `int64` (so a negative id reads `-1f`), as etcd's own lock does. `slot` is 0
 /// unless the same client already has a key in this queue on the same lease (it

@@ -56,23 +56,40 @@
 //!   1.5 × its election timeout (2 s with defaults). `connect` learns that minimum and
 //!   [`Capabilities::min_ttl`](distlock_core::Capabilities::min_ttl) reports it, so
 //!   shorter ttls are rejected with `InvalidOptions`, never silently lengthened.
+//!
+//! # Inspection
+//!
+//! `lock.inspect()` reads the same layout for operators: the holder (the queue's
+//! oldest key, with its token and lease time-to-live), the keys left under a name
+//! prefix, a force-unlock that deletes the holder's key, deployment pitfalls and a
+//! linearizable `Get` as the raw round trip.
+//!
+//! # Modules
+//!
+//! `config` (URL and builder, `connect`), `backend` (the `Backend` impl, the
+//! protocol's steps in order), `protocol` (each etcd transaction), `queue` (one
+//! contender's key and its cleanup), `lease` (leases and their keep-alive),
+//! `watch` (the shared watch stream and the held key's loss watch), `rpc`
+//! (timeouts and retries of one request), `keys` (key layout and escaping),
+//! `error` (client errors as `LockError`s), `inspect` (the operator's view),
+//! `tls` (feature `tls`).
 #![deny(missing_docs)]
 
+mod backend;
 mod config;
 mod error;
-mod held;
+mod inspect;
 mod keys;
 mod lease;
-mod lock;
+mod protocol;
 mod queue;
+mod rpc;
 #[cfg(feature = "tls")]
 mod tls;
-mod url;
 mod watch;
 
+pub use backend::{EtcdBackend, EtcdHandle, EtcdLock, EtcdStats};
 pub use config::{DEFAULT_NAMESPACE, EtcdConfig};
-pub use held::EtcdHandle;
 pub use keys::{escape_name, queue_prefix};
-pub use lock::{EtcdBackend, EtcdLock, EtcdStats};
 #[cfg(feature = "tls")]
 pub use tls::EtcdTls;

@@ -63,23 +63,25 @@ impl EtcdTls {
         self
     }
 
-    /// Applies a URL option (`ca`, `cert`, `key`: PEM file paths; `domain`).
-    pub(crate) fn option(mut self, name: &str, value: &str) -> Result<Self, LockError> {
-        let read = |what: &str| {
-            std::fs::read(value).map_err(|e| {
-                LockError::config(
-                    BACKEND,
-                    format!("cannot read the {what} file `{value}` (option `{name}`): {e}"),
-                )
-            })
-        };
-        match name {
-            "ca" => self.ca_pem = Some(read("CA certificate")?),
-            "cert" => self.cert_pem = Some(read("client certificate")?),
-            "key" => self.key_pem = Some(read("client key")?),
-            _ => self.domain = Some(value.to_owned()),
+    /// Settings from an `etcds://` URL's parameters: `ca`, `cert`, `key` (PEM
+    /// file paths, read now) and `domain`. The error names the parameter and the
+    /// file, never a file's contents.
+    pub(crate) fn from_params(params: &[(&'static str, String)]) -> Result<Self, String> {
+        let mut tls = EtcdTls::new();
+        for (name, value) in params {
+            let read = |what: &str| {
+                std::fs::read(value).map_err(|e| {
+                    format!("cannot read the {what} file `{value}` (parameter `{name}`): {e}")
+                })
+            };
+            match *name {
+                "ca" => tls.ca_pem = Some(read("CA certificate")?),
+                "cert" => tls.cert_pem = Some(read("client certificate")?),
+                "key" => tls.key_pem = Some(read("client key")?),
+                _ => tls.domain = Some(value.clone()),
+            }
         }
-        Ok(self)
+        Ok(tls)
     }
 
     pub(crate) fn validate(&self) -> Result<(), LockError> {

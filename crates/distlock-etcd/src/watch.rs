@@ -5,15 +5,22 @@
 //! the shared stream: a lock cycle opens no stream of its own. If the stream breaks,
 //! it is reopened and every watch re-created from the revision after the last event
 //! it delivered.
+//!
+//! [`KeyDeletion`] is the loss watch of a held lock: its key deleted by anyone
+//! but our own release.
 
-use crate::error::{Context, Failure};
+use crate::error::Failure;
+use crate::protocol;
+use crate::rpc::Rpc;
+use distlock_core::LossReason;
+use distlock_core::toolkit::Backoff;
 use etcd_client::{
-    WatchClient, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse,
+    KvClient, WatchClient, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse,
     WatchResponseStream,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::time::sleep_until;
@@ -58,12 +65,12 @@ pub(crate) struct Watches {
 
 impl Watches {
     /// Starts the stream's task; the stream itself opens with the first watch.
-    pub(crate) fn new(client: WatchClient, ctx: Context) -> Self {
+    pub(crate) fn new(client: WatchClient, rpc: Rpc) -> Self {
         let (commands, receiver) = mpsc::unbounded_channel();
         let delivered = Arc::new(AtomicU64::new(0));
         let hub = Hub {
             client,
-            ctx,
+            rpc,
             entries: HashMap::new(),
             link: None,
             delivered: delivered.clone(),
@@ -121,6 +128,54 @@ impl Drop for Subscription {
     }
 }
 
+/// Watches a held key for its deletion by anyone but our own release.
+pub(crate) struct KeyDeletion {
+    pub(crate) rpc: Rpc,
+    pub(crate) kv: KvClient,
+    pub(crate) watches: Watches,
+    pub(crate) key: Vec<u8>,
+    /// The key's create revision: the lock's token.
+    pub(crate) revision: i64,
+    /// The store revision to watch from.
+    pub(crate) from: i64,
+    /// Set by our own release, whose deletion is no loss.
+    pub(crate) releasing: Arc<AtomicBool>,
+    /// The lease slot's clean flag: the key is known gone.
+    pub(crate) clean: Arc<AtomicBool>,
+}
+
+impl KeyDeletion {
+    /// Completes when the key is deleted by someone else; never if our release
+    /// deleted it or etcd refuses the watch for good.
+    pub(crate) async fn wait(mut self, mut deletion: Subscription) -> LossReason {
+        let mut backoff = Backoff::new(self.rpc.timeout / 10, self.rpc.timeout);
+        loop {
+            match deletion.next().await {
+                Notice::Deleted => break,
+                Notice::Failed(_) => return std::future::pending().await,
+                Notice::Resync => {
+                    // History was compacted: read the key instead of its events.
+                    match protocol::read_created(&self.rpc, &self.kv, &self.key).await {
+                        Ok((Some(created), read_at)) if created == self.revision => {
+                            backoff.reset();
+                            self.from = read_at.map_or(self.from, |at| at + 1);
+                        }
+                        Ok(_) => break,
+                        Err(_) => tokio::time::sleep(backoff.next_delay()).await,
+                    }
+                    deletion = self.watches.deletion(&self.key, self.from);
+                }
+            }
+        }
+        self.clean.store(true, Ordering::Release);
+        if self.releasing.load(Ordering::Acquire) {
+            // Our own release deleted it: that is not a loss.
+            return std::future::pending().await;
+        }
+        LossReason::Revoked
+    }
+}
+
 struct Entry {
     key: Vec<u8>,
     /// The revision to (re)start the watch from.
@@ -130,7 +185,7 @@ struct Entry {
 
 struct Hub {
     client: WatchClient,
-    ctx: Context,
+    rpc: Rpc,
     entries: HashMap<i64, Entry>,
     link: Option<(WatchRequestSender, WatchResponseStream)>,
     delivered: Arc<AtomicU64>,
@@ -146,7 +201,7 @@ fn create_options(id: i64, from: i64) -> WatchOptions {
 impl Hub {
     async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
         let mut reconnect_at: Option<Instant> = None;
-        let mut delay = RECONNECT_DELAY;
+        let mut backoff = Backoff::new(RECONNECT_DELAY, RECONNECT_DELAY_MAX);
         // A watch was asked for while the stream was down. It is opened even if that
         // watch is gone by then, so the stream is up for the next one: a cycle that
         // opened a stream of its own would cost an RPC.
@@ -174,7 +229,7 @@ impl Hub {
                 },
                 message = next_message(&mut self.link), if connected => match message {
                     Ok(Some(response)) => {
-                        delay = RECONNECT_DELAY;
+                        backoff.reset();
                         self.dispatch(response).await;
                     }
                     other => {
@@ -189,14 +244,13 @@ impl Hub {
                     if self.connect().await {
                         asked = false;
                     } else {
-                        delay = (delay * 2).min(RECONNECT_DELAY_MAX);
-                        reconnect_at = Some(Instant::now() + delay);
+                        reconnect_at = Some(Instant::now() + backoff.next_delay());
                     }
                 }
             }
             if self.link.is_none() && (asked || !self.entries.is_empty()) && reconnect_at.is_none()
             {
-                reconnect_at = Some(Instant::now() + delay);
+                reconnect_at = Some(Instant::now() + backoff.next_delay());
             }
         }
     }
@@ -213,7 +267,7 @@ impl Hub {
         let (first, key, from) = watches.pop().unwrap_or((PLACEHOLDER_ID, vec![0], 0));
         let options = create_options(first, from);
         match self
-            .ctx
+            .rpc
             .call("watch stream", self.client.watch(key, Some(options)))
             .await
         {
@@ -232,7 +286,7 @@ impl Hub {
 
     async fn send_create(&mut self, id: i64, key: &[u8], from: i64) {
         let options = create_options(id, from);
-        let timeout = self.ctx.request_timeout;
+        let timeout = self.rpc.timeout;
         let Some((sender, _)) = self.link.as_mut() else {
             return;
         };
@@ -246,7 +300,7 @@ impl Hub {
     }
 
     async fn send_cancel(&mut self, id: i64) {
-        let timeout = self.ctx.request_timeout;
+        let timeout = self.rpc.timeout;
         let Some((sender, _)) = self.link.as_mut() else {
             return;
         };

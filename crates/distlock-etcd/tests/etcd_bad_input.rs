@@ -19,7 +19,9 @@ fn unparsable_urls_are_config_errors() {
         "etcd://h:99999",
         "etcd://h,,h2",
         "etcd://h?bogus=1",
-        "etcd://h?request_timeout=soon",
+        "etcd://h?timeout=soon",
+        "etcd://h?request_timeout=2s",
+        "etcd://h?timeout=2000",
         "etcd://h?connect_timeout=0s",
         "etcd://user@h",
     ] {
@@ -82,7 +84,7 @@ async fn an_unreachable_endpoint_is_unavailable_within_the_timeouts() {
     let started = Instant::now();
     let error = EtcdConfig::new([silent.local_addr().unwrap().to_string()])
         .connect_timeout(Duration::from_millis(300))
-        .request_timeout(Duration::from_millis(300))
+        .timeout(Duration::from_millis(300))
         .connect()
         .await
         .unwrap_err();
@@ -98,7 +100,7 @@ async fn an_unreachable_endpoint_is_unavailable_within_the_timeouts() {
 async fn a_dead_server_gives_errors_within_the_timeouts_not_hangs() {
     let etcd = server().await;
     let lock = EtcdConfig::new([etcd.addr().to_string()])
-        .request_timeout(Duration::from_millis(500))
+        .timeout(Duration::from_millis(500))
         .connect()
         .await
         .unwrap();

@@ -8,6 +8,7 @@ use common::{
 };
 use distlock_core::{AcquireOptions, DistributedLock, Wait};
 use distlock_etcd::EtcdLock;
+use distlock_testkit::cycles;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,23 +21,9 @@ async fn an_uncontended_cycle_costs_two_rpcs_the_lease_amortised() {
     let key = unique("cycle");
     let opts = AcquireOptions::new().ttl(Duration::from_secs(30));
     // Warm-up: the lease grant, and the keep-alive and watch streams opening.
-    for _ in 0..3 {
-        lock.acquire(&key, &opts)
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
-    }
+    cycles(&lock, &key, &opts, 3).await.unwrap();
     let before = metrics(etcd.addr()).await;
-    for _ in 0..CYCLES {
-        lock.acquire(&key, &opts)
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
-    }
+    cycles(&lock, &key, &opts, CYCLES as usize).await.unwrap();
     let after = metrics(etcd.addr()).await;
     let expected = BTreeMap::from([("etcdserverpb.KV/Txn".to_owned(), 2 * CYCLES)]);
     // `handled` counts finished RPCs, `started` also streams that were opened: a

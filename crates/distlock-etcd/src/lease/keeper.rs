@@ -3,7 +3,9 @@
 //! needs it any more.
 
 use super::{LeaseEnd, LeaseState, Pool, Refresh, lock};
-use crate::error::{Context, Failure};
+use crate::error::Failure;
+use crate::rpc::Rpc;
+use distlock_core::toolkit::Backoff;
 use etcd_client::{LeaseClient, LeaseKeepAliveStream, LeaseKeeper};
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
@@ -20,7 +22,7 @@ const RECONNECT_DELAY: Duration = Duration::from_millis(50);
 pub(super) struct Keeper {
     pub(super) state: Arc<LeaseState>,
     pub(super) client: LeaseClient,
-    pub(super) ctx: Context,
+    pub(super) rpc: Rpc,
     pub(super) link: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
     /// Keep-alives sent and not yet answered, oldest first: the stream answers in order.
     pub(super) pending: VecDeque<(Instant, Option<Refresh>)>,
@@ -43,7 +45,8 @@ impl Keeper {
         let every = ttl / 3;
         let mut next_beat = Instant::now() + every;
         let mut reconnect_at = Instant::now();
-        let mut reconnect_delay = RECONNECT_DELAY;
+        // Never slower than a keep-alive beat: the lease must hear from us in time.
+        let mut reconnect = Backoff::new(RECONNECT_DELAY, every.max(RECONNECT_DELAY));
         loop {
             let lapse_at = self.state.health.borrow().acked_at + ttl;
             let connected = self.link.is_some();
@@ -66,7 +69,7 @@ impl Keeper {
                     self.state
                         .health
                         .send_modify(|h| h.acked_at = h.acked_at.max(sent_at));
-                    reconnect_delay = RECONNECT_DELAY;
+                    reconnect.reset();
                     if let Some(reply) = reply {
                         let _ = reply.send(Ok(sent_at));
                     }
@@ -75,7 +78,7 @@ impl Keeper {
                     // The stream broke; its unanswered keep-alives will never be answered.
                     self.link = None;
                     self.pending.clear();
-                    reconnect_at = Instant::now() + reconnect_delay;
+                    reconnect_at = Instant::now() + reconnect.next_delay();
                 }
                 Wake::Refresh(None) => return self.end(LeaseEnd::Retired),
                 Wake::Refresh(Some(reply)) => self.beat(Some(reply)).await,
@@ -93,7 +96,7 @@ impl Keeper {
                     let sent_at = Instant::now();
                     // Not past the lapse: a waiter must hear of it on time.
                     let budget = lapse_at.saturating_duration_since(sent_at);
-                    let reopen = self.ctx.call(
+                    let reopen = self.rpc.call(
                         "lease keep-alive stream",
                         self.client.keep_alive(self.state.id),
                     );
@@ -108,8 +111,7 @@ impl Keeper {
                         Ok(Err(Failure::LeaseNotFound)) => return self.end(LeaseEnd::Expired),
                         Ok(Err(Failure::Other(e))) => {
                             tracing::debug!(lease = self.state.id, error = %e, "reopening the keep-alive stream failed");
-                            reconnect_delay = (reconnect_delay * 2).min(every.max(RECONNECT_DELAY));
-                            reconnect_at = Instant::now() + reconnect_delay;
+                            reconnect_at = Instant::now() + reconnect.next_delay();
                         }
                         Err(_) => reconnect_at = Instant::now(),
                     }
@@ -138,7 +140,7 @@ impl Keeper {
             return;
         };
         let sent_at = Instant::now();
-        match tokio::time::timeout(self.ctx.request_timeout, keeper.keep_alive()).await {
+        match tokio::time::timeout(self.rpc.timeout, keeper.keep_alive()).await {
             Ok(Ok(())) => self.pending.push_back((sent_at, reply)),
             _ => {
                 self.link = None;
@@ -176,7 +178,7 @@ impl Keeper {
         drop(pool);
         if revoke {
             let _ = self
-                .ctx
+                .rpc
                 .call("lease revoke", self.client.revoke(self.state.id))
                 .await;
         }

@@ -12,7 +12,8 @@
 
 mod keeper;
 
-use crate::error::{Context, Failure};
+use crate::error::Failure;
+use crate::rpc::Rpc;
 use distlock_core::LockError;
 use etcd_client::LeaseClient;
 use keeper::Keeper;
@@ -127,10 +128,10 @@ impl SessionLease {
 
     /// Sends a keep-alive now and waits for its answer: the lease then lives at least
     /// until the returned instant + ttl.
-    pub(crate) async fn refresh(&self, ctx: &Context) -> Result<Instant, Option<LeaseEnd>> {
+    pub(crate) async fn refresh(&self, rpc: &Rpc) -> Result<Instant, Option<LeaseEnd>> {
         let (reply, answer) = oneshot::channel();
         self.refresh.send(reply).map_err(|_| self.ended())?;
-        match tokio::time::timeout(ctx.request_timeout, answer).await {
+        match tokio::time::timeout(rpc.timeout, answer).await {
             Ok(Ok(Ok(sent_at))) => Ok(sent_at),
             Ok(Ok(Err(end))) => Err(Some(end)),
             Ok(Err(_)) | Err(_) => Err(self.ended()),
@@ -187,6 +188,9 @@ impl Slot {
     }
 }
 
+// Not an acquire undo, so not a `CancelGuard`: every slot ends here, held
+// locks' and queue entries' alike, to keep the lease's use count. It sends
+// nothing; an unclean slot only stops the lease from being kept alive for it.
 impl Drop for Slot {
     fn drop(&mut self) {
         let state = &self.lease.state;
@@ -214,7 +218,7 @@ type Pool = tokio::sync::Mutex<HashMap<i64, SessionLease>>;
 /// A client's leases, one per ttl.
 pub(crate) struct Leases {
     client: LeaseClient,
-    ctx: Context,
+    rpc: Rpc,
     pool: Arc<Pool>,
     granted: Arc<AtomicU64>,
 }
@@ -228,10 +232,10 @@ impl std::fmt::Debug for Leases {
 }
 
 impl Leases {
-    pub(crate) fn new(client: LeaseClient, ctx: Context) -> Self {
+    pub(crate) fn new(client: LeaseClient, rpc: Rpc) -> Self {
         Leases {
             client,
-            ctx,
+            rpc,
             pool: Arc::default(),
             granted: Arc::default(),
         }
@@ -248,11 +252,12 @@ impl Leases {
         let mut client = self.client.clone();
         // The first request also connects, so only the caller's budget bounds it.
         let granted = client.grant(1, None).await.map_err(|e| {
-            self.ctx
+            self.rpc
+                .endpoints
                 .classify("lease grant (probing the minimum ttl)", e)
         })?;
         let _ = self
-            .ctx
+            .rpc
             .call("lease revoke", client.revoke(granted.id()))
             .await;
         Ok(granted.ttl().max(1))
@@ -276,7 +281,7 @@ impl Leases {
     async fn grant(&self, ttl_secs: i64) -> Result<SessionLease, Failure> {
         let client = self.client.clone();
         let granted = self
-            .ctx
+            .rpc
             .retrying("lease grant", || {
                 let mut client = client.clone();
                 async move { client.grant(ttl_secs, None).await }
@@ -303,7 +308,7 @@ impl Leases {
         }
         let sent_at = Instant::now();
         let link = self
-            .ctx
+            .rpc
             .retrying("lease keep-alive stream", || {
                 let mut client = client.clone();
                 async move { client.keep_alive(id).await }
@@ -331,7 +336,7 @@ impl Leases {
         let keeper = Keeper {
             state: state.clone(),
             client,
-            ctx: self.ctx.clone(),
+            rpc: self.rpc.clone(),
             link: Some(link),
             pending: VecDeque::new(),
             pool: Arc::downgrade(&self.pool),
@@ -340,4 +345,16 @@ impl Leases {
         tokio::spawn(keeper.run(refreshes));
         Ok(SessionLease { state, refresh })
     }
+}
+
+/// The ttl in whole seconds; core already rejects other ttls from the capabilities.
+pub(crate) fn whole_seconds(ttl: Duration) -> Result<i64, LockError> {
+    if ttl.subsec_nanos() != 0 || ttl.is_zero() {
+        return Err(LockError::invalid_options(format!(
+            "ttl {ttl:?} is not a whole number of seconds; etcd leases have whole-second ttls (minimum 1s)"
+        )));
+    }
+    i64::try_from(ttl.as_secs()).map_err(|_| {
+        LockError::invalid_options(format!("ttl {ttl:?} is too long for an etcd lease"))
+    })
 }

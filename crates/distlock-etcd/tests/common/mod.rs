@@ -43,10 +43,10 @@ pub async fn connect(addrs: &[SocketAddr], namespace: &str) -> EtcdLock {
 }
 
 /// A lock client whose traffic goes through `proxy`.
-pub async fn through(proxy: &FaultProxy, namespace: &str, request_timeout: Duration) -> EtcdLock {
+pub async fn through(proxy: &FaultProxy, namespace: &str, timeout: Duration) -> EtcdLock {
     EtcdConfig::new([proxy.addr().to_string()])
         .namespace(namespace)
-        .request_timeout(request_timeout)
+        .timeout(timeout)
         .connect()
         .await
         .unwrap()

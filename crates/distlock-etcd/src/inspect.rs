@@ -1,0 +1,178 @@
+//! What an operator (and the conformance suite's fault hooks) can ask of etcd
+//! about the locks: the holder is the oldest key of a lock's queue, residue is
+//! every key under the names' prefix, a forced unlock deletes the holder's key
+//! (which wakes the next waiter's watch), and a linearizable `Get` is the raw
+//! round trip.
+
+use crate::backend::EtcdBackend;
+use crate::error::Failure;
+use crate::keys::{names_prefix, printable, queue_prefix};
+use crate::protocol;
+use async_trait::async_trait;
+use distlock_core::toolkit::{Holder, Inspect};
+use distlock_core::{FencingToken, LockError, LockKey};
+use etcd_client::KeyValue;
+use std::time::Duration;
+
+/// A key inside the namespace that no lock uses (queues end in `/`), read by
+/// [`Inspect::ping`]: within the namespace so a user allowed only its range may
+/// read it.
+const PING_KEY: &str = "distlock-ping";
+
+impl EtcdBackend {
+    fn lock_error(&self, failure: Failure) -> LockError {
+        self.rpc.endpoints.lock_error(failure)
+    }
+
+    /// `key`'s queue and its holder's key, if any.
+    async fn holder_key(&self, key: &LockKey) -> Result<(Vec<u8>, Option<KeyValue>), LockError> {
+        let queue = queue_prefix(&self.namespace, key);
+        let oldest = protocol::oldest(&self.rpc, &self.kv, &queue)
+            .await
+            .map_err(|f| self.lock_error(f))?;
+        Ok((queue, oldest))
+    }
+
+    /// How long the lease `id` lives if nobody keeps it alive; `None` for a key
+    /// without a lease or a lease already gone.
+    async fn lease_remaining(&self, id: i64) -> Result<Option<Duration>, LockError> {
+        if id == 0 {
+            return Ok(None);
+        }
+        let lease = self.client.lease_client();
+        let found = self
+            .rpc
+            .retrying("lease time-to-live", || {
+                let mut lease = lease.clone();
+                async move { lease.time_to_live(id, None).await }
+            })
+            .await
+            .map_err(|f| self.lock_error(f))?;
+        Ok(u64::try_from(found.ttl()).ok().map(Duration::from_secs))
+    }
+}
+
+#[async_trait]
+impl Inspect for EtcdBackend {
+    async fn holder(&self, key: &LockKey) -> Result<Option<Holder>, LockError> {
+        let (queue, Some(oldest)) = self.holder_key(key).await? else {
+            return Ok(None);
+        };
+        Ok(Some(Holder {
+            // The contender's name in the queue: its lease id in hex.
+            owner: printable(oldest.key().get(queue.len()..).unwrap_or_default()),
+            token: Some(FencingToken::new(oldest.create_revision().unsigned_abs())),
+            expires_in: self.lease_remaining(oldest.lease()).await?,
+        }))
+    }
+
+    async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let keys =
+            protocol::keys_under(&self.rpc, &self.kv, &names_prefix(&self.namespace, prefix))
+                .await
+                .map_err(|f| self.lock_error(f))?;
+        Ok(keys
+            .iter()
+            .map(|kv| {
+                format!(
+                    "{}: lease {:x}, created at revision {}",
+                    printable(kv.key()),
+                    kv.lease(),
+                    kv.create_revision()
+                )
+            })
+            .collect())
+    }
+
+    async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {
+        let (_, Some(oldest)) = self.holder_key(key).await? else {
+            return Ok(false);
+        };
+        // Compared on the create revision: a holder that released meanwhile is not
+        // confused with a new key of the same name.
+        protocol::delete_if_created_at(&self.rpc, &self.kv, oldest.key(), oldest.create_revision())
+            .await
+            .map_err(|f| self.lock_error(f))
+    }
+
+    async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
+        let mut warnings = Vec::new();
+        let mut client = self.client.clone();
+        match self.rpc.call("status", client.status()).await {
+            Ok(status) => warnings.extend(version_pitfall(status.version())),
+            Err(f) => warnings.push(format!(
+                "cannot read the etcd status: {}",
+                self.lock_error(f)
+            )),
+        }
+        let mut client = self.client.clone();
+        if let Ok(members) = self.rpc.call("member list", client.member_list()).await
+            && members.members().len() == 1
+        {
+            warnings.push(
+                "this etcd cluster has a single member: it is a single point of failure (run 3 or 5)"
+                    .into(),
+            );
+        }
+        Ok(warnings)
+    }
+
+    fn ping_name(&self) -> Option<&'static str> {
+        Some("linearizable GET")
+    }
+
+    async fn ping(&self) -> Result<(), LockError> {
+        let mut kv = self.kv.clone();
+        let key = format!("{}{PING_KEY}", self.namespace);
+        self.rpc
+            .call("GET", kv.get(key, None))
+            .await
+            .map(drop)
+            .map_err(|f| self.lock_error(f))
+    }
+}
+
+/// The warning for an etcd release that weakens locks, if `version` is one.
+fn version_pitfall(version: &str) -> Option<String> {
+    let numbers: Vec<u32> = version
+        .trim()
+        .trim_start_matches('v')
+        .split(['.', '-', '+'])
+        .take(3)
+        .map_while(|part| part.parse().ok())
+        .collect();
+    let release = match numbers[..] {
+        [major, minor, patch] => (major, minor, patch),
+        [major, minor] => (major, minor, 0),
+        _ => return Some(format!("cannot read the etcd version from {version:?}")),
+    };
+    if release < (3, 4, 0) {
+        Some(format!(
+            "etcd {version} is end of life and resets lease ttls on every leader change (no lease \
+             checkpoints): a lock can outlive its ttl after an election; upgrade to 3.5.3 or later"
+        ))
+    } else if ((3, 5, 0)..(3, 5, 3)).contains(&release) {
+        Some(format!(
+            "etcd {version} has the data-inconsistency bug fixed in 3.5.3 (a member that crashes can \
+             apply writes differently), which upstream advises against in production; upgrade \
+             to 3.5.3 or later"
+        ))
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::version_pitfall;
+
+    #[test]
+    fn old_and_inconsistent_releases_are_pitfalls() {
+        assert!(version_pitfall("3.3.27").is_some_and(|w| w.contains("end of life")));
+        assert!(version_pitfall("3.5.2").is_some_and(|w| w.contains("3.5.3")));
+        assert!(version_pitfall("garbage").is_some_and(|w| w.contains("cannot read")));
+        assert_eq!(version_pitfall("3.5.3"), None);
+        assert_eq!(version_pitfall("3.6.0-alpha.0"), None);
+        assert_eq!(version_pitfall("3.4"), None);
+    }
+}

@@ -1,0 +1,250 @@
+//! The lock protocol's requests, in the order an acquire sends them: etcd's own
+//! lock (Go's `concurrency.Mutex`), one transaction per step.
+//!
+//! 1. [`enqueue`]: put our key if absent, attached to the lease, and read the
+//!    queue's oldest key (the holder) and the key just before ours.
+//! 2. The waiter watches its predecessor's deletion (`watch.rs`), then
+//!    [`recheck`]s: the key before ours now, and our own key (a lease can die
+//!    while queued).
+//! 3. Renewal checks the key with [`still_created_at`]; release and every undo
+//!    [`delete_if_created_at`], so a late or retried delete never removes a newer
+//!    key of the same name.
+//!
+//! [`read_created`], [`oldest`] and [`keys_under`] serve the held-key watch after
+//! a compaction and the operator's inspection.
+
+use crate::error::{Failure, protocol};
+use crate::keys::prefix_end;
+use crate::rpc::Rpc;
+use etcd_client::{
+    Compare, CompareOp, GetOptions, KeyValue, KvClient, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, TxnOpResponse, TxnResponse,
+};
+
+/// What the enqueue transaction saw.
+#[derive(Debug)]
+pub(crate) struct FirstLook {
+    /// Our key's create revision: the token if we hold the lock.
+    pub revision: i64,
+    /// The store revision the transaction ran at.
+    pub header: i64,
+    /// Whether our key has the lowest create revision in the queue.
+    pub holder: bool,
+    /// The key just before ours, when the transaction could tell.
+    pub predecessor: Option<Vec<u8>>,
+}
+
+/// What a re-check of the queue saw.
+#[derive(Debug)]
+pub(crate) struct Recheck {
+    /// The store revision of the read.
+    pub header: i64,
+    /// Our key still exists with our create revision.
+    pub mine: bool,
+    /// The key just before ours, if any.
+    pub predecessor: Option<Vec<u8>>,
+}
+
+/// The queue, oldest first, first key only (Go's `WithFirstCreate`).
+fn get_holder(queue: &[u8]) -> GetOptions {
+    GetOptions::new()
+        .with_range(prefix_end(queue))
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1)
+        .with_keys_only()
+}
+
+/// The newest `limit` keys of the queue created at or before `max_revision` (0: any).
+fn get_newest(queue: &[u8], max_revision: i64, limit: i64) -> GetOptions {
+    GetOptions::new()
+        .with_range(prefix_end(queue))
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_max_create_revision(max_revision)
+        .with_limit(limit)
+        .with_keys_only()
+}
+
+fn range(response: Option<&TxnOpResponse>) -> Result<&[KeyValue], Failure> {
+    match response {
+        Some(TxnOpResponse::Get(get)) => Ok(get.kvs()),
+        _ => Err(protocol("a transaction did not return the ranges it was asked for").into()),
+    }
+}
+
+fn header(response: &TxnResponse) -> Result<i64, Failure> {
+    response
+        .header()
+        .map(|h| h.revision())
+        .ok_or_else(|| protocol("a transaction reply without a header").into())
+}
+
+/// Step 1: puts `key` in `queue` if absent, attached to `lease`, and reads the
+/// holder and our predecessor, in one transaction. If the key already exists
+/// (only a lost earlier reply can do that) it is adopted, as Go's `Mutex` does.
+/// Read the reply with [`first_look`].
+pub(crate) async fn enqueue(
+    rpc: Rpc,
+    kv: KvClient,
+    queue: Vec<u8>,
+    key: Vec<u8>,
+    lease: i64,
+) -> Result<TxnResponse, Failure> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+        .and_then([
+            TxnOp::put(key.clone(), "", Some(PutOptions::new().with_lease(lease))),
+            TxnOp::get(queue.clone(), Some(get_holder(&queue))),
+            // Our fresh key is the newest; the one after it is our predecessor.
+            TxnOp::get(queue.clone(), Some(get_newest(&queue, 0, 2))),
+        ])
+        .or_else([
+            TxnOp::get(key, None),
+            TxnOp::get(queue.clone(), Some(get_holder(&queue))),
+        ]);
+    rpc.txn(&kv, "acquire transaction", txn).await
+}
+
+/// What an [`enqueue`] reply says.
+pub(crate) fn first_look(response: &TxnResponse) -> Result<FirstLook, Failure> {
+    let header = header(response)?;
+    let ops = response.op_responses();
+    let (revision, predecessor) = if response.succeeded() {
+        let newest = range(ops.get(2))?;
+        (header, newest.get(1).map(|kv| kv.key().to_vec()))
+    } else {
+        let mine = range(ops.first())?
+            .first()
+            .ok_or_else(|| Failure::from(protocol("our key vanished inside a transaction")))?;
+        (mine.create_revision(), None)
+    };
+    let holder = range(ops.get(1))?.first().map(KeyValue::create_revision);
+    Ok(FirstLook {
+        revision,
+        header,
+        holder: holder == Some(revision),
+        predecessor,
+    })
+}
+
+/// The create revision of the key an [`enqueue`] put or found.
+pub(crate) fn enqueued_revision(response: &TxnResponse) -> Option<i64> {
+    if response.succeeded() {
+        return response.header().map(|h| h.revision());
+    }
+    match response.op_responses().first() {
+        Some(TxnOpResponse::Get(get)) => get.kvs().first().map(KeyValue::create_revision),
+        _ => None,
+    }
+}
+
+/// Step 2, after a wake-up: reads the key just before ours and our own key
+/// (created at `revision`) in one transaction.
+pub(crate) async fn recheck(
+    rpc: &Rpc,
+    kv: &KvClient,
+    queue: &[u8],
+    key: &[u8],
+    revision: i64,
+) -> Result<Recheck, Failure> {
+    let txn = Txn::new().and_then([
+        TxnOp::get(queue, Some(get_newest(queue, revision - 1, 1))),
+        TxnOp::get(key, None),
+    ]);
+    let response = rpc.txn(kv, "queue read", txn).await?;
+    let ops = response.op_responses();
+    let predecessor = range(ops.first())?.first().map(|kv| kv.key().to_vec());
+    let mine = range(ops.get(1))?
+        .first()
+        .is_some_and(|kv| kv.create_revision() == revision);
+    Ok(Recheck {
+        header: header(&response)?,
+        mine,
+        predecessor,
+    })
+}
+
+/// Renewal: whether `key` still is the one created at `revision`.
+pub(crate) async fn still_created_at(
+    rpc: &Rpc,
+    kv: &KvClient,
+    key: &[u8],
+    revision: i64,
+) -> Result<bool, Failure> {
+    let txn = Txn::new().when([Compare::create_revision(key, CompareOp::Equal, revision)]);
+    Ok(rpc.txn(kv, "renew check", txn).await?.succeeded())
+}
+
+/// Release, and every undo: deletes `key` if it is still the one created at
+/// `revision`, so a retried or late delete never removes a newer key of the same
+/// name (etcd issue 22082's shape). Returns whether it deleted.
+pub(crate) async fn delete_if_created_at(
+    rpc: &Rpc,
+    kv: &KvClient,
+    key: &[u8],
+    revision: i64,
+) -> Result<bool, Failure> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, revision)])
+        .and_then([TxnOp::delete(key, None)]);
+    Ok(rpc.txn(kv, "release transaction", txn).await?.succeeded())
+}
+
+/// `key`'s create revision now (`None` when absent) and the store revision of
+/// the read.
+pub(crate) async fn read_created(
+    rpc: &Rpc,
+    kv: &KvClient,
+    key: &[u8],
+) -> Result<(Option<i64>, Option<i64>), Failure> {
+    let found = rpc
+        .retrying("held key read", || {
+            let (mut kv, key) = (kv.clone(), key.to_vec());
+            async move { kv.get(key, None).await }
+        })
+        .await?;
+    Ok((
+        found.kvs().first().map(KeyValue::create_revision),
+        found.header().map(|h| h.revision()),
+    ))
+}
+
+/// The holder of `queue`: its key with the lowest create revision.
+pub(crate) async fn oldest(
+    rpc: &Rpc,
+    kv: &KvClient,
+    queue: &[u8],
+) -> Result<Option<KeyValue>, Failure> {
+    let found = rpc
+        .retrying("queue read", || {
+            let (mut kv, options) = (kv.clone(), get_holder(queue));
+            let queue = queue.to_vec();
+            async move { kv.get(queue, Some(options)).await }
+        })
+        .await?;
+    Ok(found.kvs().first().cloned())
+}
+
+/// Every key starting with `prefix` (keys only), oldest first.
+pub(crate) async fn keys_under(
+    rpc: &Rpc,
+    kv: &KvClient,
+    prefix: &[u8],
+) -> Result<Vec<KeyValue>, Failure> {
+    let found = rpc
+        .retrying("key range read", || {
+            let mut kv = kv.clone();
+            let options = GetOptions::new()
+                .with_range(prefix_end(prefix))
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_keys_only();
+            // etcd has no empty key: a range from `\0` starts at the first key.
+            let start = if prefix.is_empty() {
+                vec![0]
+            } else {
+                prefix.to_vec()
+            };
+            async move { kv.get(start, Some(options)).await }
+        })
+        .await?;
+    Ok(found.kvs().to_vec())
+}

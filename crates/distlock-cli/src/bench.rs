@@ -6,10 +6,9 @@
 //! keys). Hand-off latency is the time from a holder starting its release to
 //! another client having the lock: release, wake-up and acquire together.
 
-use crate::args::{UrlArg, parse_positive_duration, run_prefix, show};
+use crate::args::{UrlArg, no_inspect, parse_positive_duration, run_prefix, show};
 use crate::exit::{self, Failure};
 use crate::plot;
-use crate::probe::{self, Probe};
 use crate::progress::Progress;
 use crate::stats::{Samples, Summary};
 use distlock::{AcquireOptions, DynLock, LockError, LockKey, Wait};
@@ -71,9 +70,17 @@ impl TaskResult {
 pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
     let url = args.url.require()?.to_owned();
     let clients = connect_all(&url, args.clients).await?;
-    let probes = connect_probes(&url, args.clients).await?;
     let backend = clients[0].name();
-    let raw_name = probes[0].round_trip_name();
+    let raw_name = match clients[0].inspect() {
+        Some(inspect) => inspect.ping_name(),
+        None => {
+            eprintln!(
+                "distlock: no raw round trip to compare with: {}",
+                no_inspect(&clients[0])
+            );
+            None
+        }
+    };
     // Without a network (memory://) there is no raw round trip to time.
     let (raw_time, phase_time) = match raw_name {
         Some(_) => (args.duration / 10, args.duration * 9 / 20),
@@ -83,7 +90,7 @@ pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
     let mut raw = None;
     if raw_name.is_some() {
         progress.phase("raw round trip", raw_time);
-        raw = Some(raw_phase(probes, raw_time, &progress).await);
+        raw = Some(raw_phase(&clients, raw_time, &progress).await);
     }
     progress.phase("uncontended", phase_time);
     let mut uncontended = uncontended_phase(&clients, phase_time, &progress).await;
@@ -98,7 +105,7 @@ pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
         args.clients,
         args.keys,
         if args.keys == 1 { "" } else { "s" },
-        humantime::format_duration(args.duration)
+        show(args.duration)
     );
     let raw_label = raw_name.map(|n| format!("raw round trip ({n})"));
     let mut rows: Vec<(String, &Phase)> = Vec::new();
@@ -154,17 +161,6 @@ async fn connect_all(url: &str, clients: u32) -> Result<Vec<DynLock>, Failure> {
     Ok(all)
 }
 
-async fn connect_probes(url: &str, clients: u32) -> Result<Vec<Arc<dyn Probe>>, Failure> {
-    let mut all = Vec::new();
-    for _ in 0..clients {
-        let probe = probe::connect(url)
-            .await
-            .map_err(|e| Failure::new(exit::FAILURE, e))?;
-        all.push(Arc::from(probe));
-    }
-    Ok(all)
-}
-
 /// Runs `task(i)` for every client until `length` is over, redrawing the progress
 /// bar meanwhile; merges what the tasks measured.
 async fn phase<F, Fut>(count: usize, length: Duration, progress: &Progress, task: F) -> Phase
@@ -208,14 +204,19 @@ where
     }
 }
 
-async fn raw_phase(probes: Vec<Arc<dyn Probe>>, length: Duration, progress: &Progress) -> Phase {
-    phase(probes.len(), length, progress, |i, end| {
-        let probe = probes[i].clone();
+/// Each client's own connection, timing the backend's cheapest native request.
+async fn raw_phase(clients: &[DynLock], length: Duration, progress: &Progress) -> Phase {
+    phase(clients.len(), length, progress, |i, end| {
+        let lock = clients[i].clone();
         async move {
             let mut result = TaskResult::default();
+            let Some(inspect) = lock.inspect() else {
+                result.error(no_inspect(&lock));
+                return result;
+            };
             while Instant::now() < end {
                 let t0 = Instant::now();
-                match probe.round_trip().await {
+                match inspect.ping().await {
                     Ok(()) => {
                         result.samples.push(t0.elapsed());
                         result.ops += 1;

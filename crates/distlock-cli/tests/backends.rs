@@ -268,15 +268,17 @@ fn redis_lock_deleted_under_a_running_command_exits_69() {
         "echo holding; sleep 60",
     ]));
     holder.wait_line("holding", Duration::from_secs(30));
-    let client = ::redis::Client::open(url.as_str()).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let lock_key = distlock::redis::LockKeys::new(
-        distlock::redis::DEFAULT_NAMESPACE,
-        &distlock::LockKey::new(&key).unwrap(),
-    )
-    .lock;
-    let deleted: u64 = ::redis::cmd("DEL").arg(&lock_key).query(&mut conn).unwrap();
-    assert_eq!(deleted, 1, "no lock key {lock_key}");
+    // The operator's force-unlock, through the adapter's own inspection.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let deleted = runtime.block_on(async {
+        let operator = distlock::connect(&url).await.unwrap();
+        let inspect = operator
+            .inspect()
+            .unwrap_or_else(|| panic!("the redis client offers no Inspect"));
+        let key = distlock::LockKey::new(&key).unwrap();
+        inspect.delete_holder(&key).await.unwrap()
+    });
+    assert!(deleted, "no holder of {key} to delete");
     let (status, err) = holder.wait(Duration::from_secs(30));
     assert_eq!(status.code(), Some(69), "{err}");
     assert!(err.contains("lost"), "{err}");
@@ -290,16 +292,8 @@ fn redis_check_warns_about_an_evicting_maxmemory_policy() {
     let server = runtime
         .block_on(distlock_testkit::servers::RedisServer::start())
         .unwrap_or_else(|e| panic!("cannot start redis-server: {e}"));
-    let mut conn = ::redis::Client::open(server.url().as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let _: () = ::redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg("allkeys-lru")
-        .query(&mut conn)
-        .unwrap();
+    let evicting = redis_command(server.addr(), "CONFIG SET maxmemory-policy allkeys-lru");
+    assert_eq!(evicting.trim(), "+OK");
     let out = run(&["check", "--url", &server.url()]);
     assert_code(&out, 0);
     let text = stdout(&out);
@@ -307,16 +301,30 @@ fn redis_check_warns_about_an_evicting_maxmemory_policy() {
         text.contains("warning:") && text.contains("maxmemory-policy is allkeys-lru"),
         "{text}"
     );
-    let _: () = ::redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg("noeviction")
-        .query(&mut conn)
-        .unwrap();
+    let safe = redis_command(server.addr(), "CONFIG SET maxmemory-policy noeviction");
+    assert_eq!(safe.trim(), "+OK");
     let out = run(&["check", "--url", &server.url()]);
     assert!(
         !stdout(&out).contains("maxmemory-policy"),
         "{}",
         stdout(&out)
     );
+}
+
+/// Sends one inline command to a Redis server; returns its one-line reply.
+#[cfg(feature = "redis")]
+fn redis_command(addr: std::net::SocketAddr, command: &str) -> String {
+    use std::io::{BufRead, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .write_all(format!("{command}\r\n").as_bytes())
+        .unwrap();
+    let mut reply = String::new();
+    std::io::BufReader::new(stream)
+        .read_line(&mut reply)
+        .unwrap();
+    reply
 }

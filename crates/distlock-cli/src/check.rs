@@ -31,6 +31,17 @@ impl Bench {
         LockKey::new(format!("{}/{name}", self.prefix)).map_err(|e| e.to_string())
     }
 
+    /// Whether the second client gets `key` without waiting (a lease it gets is
+    /// dropped, which releases it).
+    async fn second_gets_at_once(
+        &self,
+        key: &LockKey,
+        opts: &AcquireOptions,
+    ) -> Result<bool, String> {
+        let lease = self.b.try_acquire(key, opts).await.map_err(text)?;
+        Ok(lease.is_some())
+    }
+
     /// The operator's view of the deployment, or why there is none.
     fn inspect(&self) -> Result<&dyn Inspect, String> {
         self.b.inspect().ok_or_else(|| no_inspect(&self.b))
@@ -139,13 +150,7 @@ async fn exclusion(bench: &Bench) -> Outcome {
     let key = bench.key("exclusion")?;
     let opts = AcquireOptions::new().wait(Wait::For(Duration::from_secs(5)));
     let held = bench.a.acquire(&key, &opts).await.map_err(text)?;
-    if bench
-        .b
-        .try_acquire(&key, &opts)
-        .await
-        .map_err(text)?
-        .is_some()
-    {
+    if bench.second_gets_at_once(&key, &opts).await? {
         return Err("a second client acquired a held lock".into());
     }
     let short = opts.clone().wait(Wait::For(Duration::from_millis(300)));
@@ -192,13 +197,7 @@ async fn expiry(bench: &Bench) -> Outcome {
     // A crashed holder: no release, no renewal; only the ttl frees the lock.
     lease.abandon();
     let opts = AcquireOptions::new().wait(Wait::For(ttl * 3 + Duration::from_secs(5)));
-    if bench
-        .b
-        .try_acquire(&key, &opts)
-        .await
-        .map_err(text)?
-        .is_some()
-    {
+    if bench.second_gets_at_once(&key, &opts).await? {
         return Err("the lock was free right after a holder vanished, before its ttl".into());
     }
     let next = bench.b.acquire(&key, &opts).await.map_err(text)?;

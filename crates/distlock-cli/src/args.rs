@@ -2,7 +2,7 @@
 //! before anything connects, with a message that says what to write instead.
 
 use crate::exit::Failure;
-use distlock::LockKey;
+use distlock::{DynLock, LockKey};
 use std::time::Duration;
 
 /// `--url`, falling back to `DISTLOCK_URL`; clap never prints its value.
@@ -20,7 +20,7 @@ impl UrlArg {
     pub fn require(&self) -> Result<&str, Failure> {
         match self.url.as_deref().map(str::trim) {
             Some(url) if !url.is_empty() => {
-                distlock::scheme_of(url)?;
+                distlock::BackendKind::from_url(url)?;
                 Ok(url)
             }
             _ => Err(Failure::usage(
@@ -36,10 +36,9 @@ pub fn parse_key(raw: &str) -> Result<LockKey, String> {
     LockKey::new(raw).map_err(|e| e.to_string())
 }
 
-/// A humantime duration (`30s`, `1m 30s`, `250ms`).
+/// A duration written as in lock URLs: `250ms`, `30s`, `5m`, `1h`.
 pub fn parse_duration(raw: &str) -> Result<Duration, String> {
-    humantime::parse_duration(raw.trim())
-        .map_err(|e| format!("`{raw}` is not a duration ({e}); write it like 30s, 1m30s or 250ms"))
+    distlock::toolkit::parse_duration(raw).map_err(|why| format!("`{raw}` {why}"))
 }
 
 /// A duration that must be above zero (ttls, bench durations).
@@ -53,16 +52,22 @@ pub fn parse_positive_duration(raw: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
-/// Shows a duration compactly for tables (`1.2ms`, `350µs`, `2.5s`).
+/// Shows a duration compactly, in the syntax `parse_duration` reads (`1.2ms`,
+/// `350µs`, `2.5s`, `10s`).
 pub fn show(duration: Duration) -> String {
     let micros = duration.as_secs_f64() * 1e6;
-    if micros < 1_000.0 {
-        format!("{micros:.0}µs")
+    let (value, unit) = if micros < 1_000.0 {
+        (format!("{micros:.0}"), "µs")
     } else if micros < 1_000_000.0 {
-        format!("{:.1}ms", micros / 1e3)
+        (format!("{:.1}", micros / 1e3), "ms")
     } else {
-        format!("{:.2}s", micros / 1e6)
-    }
+        (format!("{:.2}", micros / 1e6), "s")
+    };
+    let value = match value.contains('.') {
+        true => value.trim_end_matches('0').trim_end_matches('.'),
+        false => &value,
+    };
+    format!("{value}{unit}")
 }
 
 /// The shortest ttl at least `wanted` that `caps` accepts (at least the minimum,
@@ -77,6 +82,15 @@ pub fn short_ttl(caps: &distlock::Capabilities, wanted: Duration) -> Duration {
 /// A random prefix for the keys of one run, so runs never meet each other's locks.
 pub fn run_prefix(tool: &str) -> String {
     format!("distlock-{tool}/{:08x}", rand::random::<u32>())
+}
+
+/// Says that `lock` cannot be inspected, so what needs it cannot be done.
+pub fn no_inspect(lock: &DynLock) -> String {
+    format!(
+        "the {} client offers no inspection (it does not implement Inspect), \
+         so it cannot delete a holder, ping the server or list deployment pitfalls",
+        lock.name()
+    )
 }
 
 #[cfg(test)]
@@ -106,9 +120,23 @@ mod tests {
     }
 
     #[test]
+    fn shown_durations_read_back() {
+        for (duration, shown) in [
+            (Duration::from_micros(350), "350µs"),
+            (Duration::from_micros(1_300), "1.3ms"),
+            (Duration::from_millis(2_500), "2.5s"),
+            (Duration::from_secs(10), "10s"),
+        ] {
+            assert_eq!(show(duration), shown);
+            assert!(parse_duration(&show(duration)).is_ok(), "{shown}");
+        }
+    }
+
+    #[test]
     fn zero_and_garbage_durations_are_refused() {
         assert!(parse_positive_duration("0s").unwrap_err().contains("zero"));
         assert!(parse_duration("soon").unwrap_err().contains("30s"));
-        assert_eq!(parse_duration("1m 30s").unwrap(), Duration::from_secs(90));
+        assert!(parse_duration("90").unwrap_err().contains("90s"));
+        assert_eq!(parse_duration("1.5m").unwrap(), Duration::from_secs(90));
     }
 }

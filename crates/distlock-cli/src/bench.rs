@@ -6,10 +6,9 @@
 //! keys). Hand-off latency is the time from a holder starting its release to
 //! another client having the lock: release, wake-up and acquire together.
 
-use crate::args::{UrlArg, parse_positive_duration, run_prefix, show};
+use crate::args::{UrlArg, no_inspect, parse_positive_duration, run_prefix, show};
 use crate::exit::{self, Failure};
 use crate::plot;
-use crate::probe::{self, Probe};
 use crate::progress::Progress;
 use crate::stats::{Samples, Summary};
 use distlock::{AcquireOptions, DynLock, LockError, LockKey, Wait};
@@ -71,9 +70,12 @@ impl TaskResult {
 pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
     let url = args.url.require()?.to_owned();
     let clients = connect_all(&url, args.clients).await?;
-    let probes = connect_probes(&url, args.clients).await?;
     let backend = clients[0].name();
-    let raw_name = probes[0].round_trip_name();
+    let inspect = clients[0].inspect();
+    if inspect.is_none() {
+        eprintln!("distlock: no raw round trip: {}", no_inspect(&clients[0]));
+    }
+    let raw_name = inspect.and_then(|inspect| inspect.ping_name());
     // Without a network (memory://) there is no raw round trip to time.
     let (raw_time, phase_time) = match raw_name {
         Some(_) => (args.duration / 10, args.duration * 9 / 20),
@@ -83,12 +85,12 @@ pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
     let mut raw = None;
     if raw_name.is_some() {
         progress.phase("raw round trip", raw_time);
-        raw = Some(raw_phase(probes, raw_time, &progress).await);
+        raw = Some(raw_phase(&clients, raw_time, &progress).await);
     }
     progress.phase("uncontended", phase_time);
-    let mut uncontended = uncontended_phase(&clients, phase_time, &progress).await;
+    let mut uncontended = uncontended_phase(&clients, phase_time, &progress).await?;
     progress.phase("hand-off", phase_time);
-    let mut handoff = handoff_phase(&clients, args.keys, phase_time, &progress).await;
+    let mut handoff = handoff_phase(&clients, args.keys, phase_time, &progress).await?;
     progress.finish();
 
     let raw_p50 = raw.as_ref().and_then(|r| r.summary.p50);
@@ -98,7 +100,7 @@ pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
         args.clients,
         args.keys,
         if args.keys == 1 { "" } else { "s" },
-        humantime::format_duration(args.duration)
+        show(args.duration)
     );
     let raw_label = raw_name.map(|n| format!("raw round trip ({n})"));
     let mut rows: Vec<(String, &Phase)> = Vec::new();
@@ -154,17 +156,6 @@ async fn connect_all(url: &str, clients: u32) -> Result<Vec<DynLock>, Failure> {
     Ok(all)
 }
 
-async fn connect_probes(url: &str, clients: u32) -> Result<Vec<Arc<dyn Probe>>, Failure> {
-    let mut all = Vec::new();
-    for _ in 0..clients {
-        let probe = probe::connect(url)
-            .await
-            .map_err(|e| Failure::new(exit::FAILURE, e))?;
-        all.push(Arc::from(probe));
-    }
-    Ok(all)
-}
-
 /// Runs `task(i)` for every client until `length` is over, redrawing the progress
 /// bar meanwhile; merges what the tasks measured.
 async fn phase<F, Fut>(count: usize, length: Duration, progress: &Progress, task: F) -> Phase
@@ -208,60 +199,71 @@ where
     }
 }
 
-async fn raw_phase(probes: Vec<Arc<dyn Probe>>, length: Duration, progress: &Progress) -> Phase {
-    phase(probes.len(), length, progress, |i, end| {
-        let probe = probes[i].clone();
+/// Repeats `op` until `end`, timing every success.
+async fn repeat_until<F, Fut, E>(end: Instant, mut op: F) -> TaskResult
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: ToString,
+{
+    let mut result = TaskResult::default();
+    while Instant::now() < end {
+        let t0 = Instant::now();
+        match op().await {
+            Ok(()) => {
+                result.samples.push(t0.elapsed());
+                result.ops += 1;
+            }
+            Err(e) => result.error(e),
+        }
+    }
+    result
+}
+
+/// `count` keys of one phase, `{prefix}/{what}/{i}`.
+fn keys(what: &str, count: usize) -> Result<Vec<LockKey>, LockError> {
+    let prefix = run_prefix("bench");
+    (0..count)
+        .map(|i| LockKey::new(format!("{prefix}/{what}/{i}")))
+        .collect()
+}
+
+/// Each client's own connection, timing the backend's cheapest native request.
+async fn raw_phase(clients: &[DynLock], length: Duration, progress: &Progress) -> Phase {
+    phase(clients.len(), length, progress, |i, end| {
+        let lock = clients[i].clone();
         async move {
-            let mut result = TaskResult::default();
-            while Instant::now() < end {
-                let t0 = Instant::now();
-                match probe.round_trip().await {
-                    Ok(()) => {
-                        result.samples.push(t0.elapsed());
-                        result.ops += 1;
-                    }
-                    Err(e) => result.error(e),
+            match lock.inspect() {
+                Some(inspect) => repeat_until(end, || inspect.ping()).await,
+                None => {
+                    let mut result = TaskResult::default();
+                    result.error(no_inspect(&lock));
+                    result
                 }
             }
-            result
         }
     })
     .await
 }
 
-async fn uncontended_phase(clients: &[DynLock], length: Duration, progress: &Progress) -> Phase {
-    let prefix = run_prefix("bench");
-    phase(clients.len(), length, progress, |i, end| {
-        let lock = clients[i].clone();
-        let key = LockKey::new(format!("{prefix}/own/{i}"));
+async fn uncontended_phase(
+    clients: &[DynLock],
+    length: Duration,
+    progress: &Progress,
+) -> Result<Phase, LockError> {
+    let keys = keys("own", clients.len())?;
+    let opts = AcquireOptions::new().wait(Wait::For(Duration::from_secs(5)));
+    let phase = phase(clients.len(), length, progress, |i, end| {
+        let (lock, key, opts) = (clients[i].clone(), keys[i].clone(), opts.clone());
         async move {
-            let mut result = TaskResult::default();
-            let key = match key {
-                Ok(key) => key,
-                Err(e) => {
-                    result.error(e);
-                    return result;
-                }
-            };
-            let opts = AcquireOptions::new().wait(Wait::For(Duration::from_secs(5)));
-            while Instant::now() < end {
-                let t0 = Instant::now();
-                let cycle = async {
-                    let lease = lock.acquire(&key, &opts).await?;
-                    lease.release().await
-                };
-                match cycle.await {
-                    Ok(()) => {
-                        result.samples.push(t0.elapsed());
-                        result.ops += 1;
-                    }
-                    Err(e) => result.error(e),
-                }
-            }
-            result
+            repeat_until(end, || async {
+                let lease = lock.acquire(&key, &opts).await?;
+                lease.release().await
+            })
+            .await
         }
-    })
-    .await
+    });
+    Ok(phase.await)
 }
 
 async fn handoff_phase(
@@ -269,24 +271,17 @@ async fn handoff_phase(
     keys: u32,
     length: Duration,
     progress: &Progress,
-) -> Phase {
-    let prefix = run_prefix("bench");
+) -> Result<Phase, LockError> {
+    let shared = self::keys("shared", keys as usize)?;
     // Per key: when its last holder started releasing, and which client it was.
     let released: Arc<Vec<LastRelease>> = Arc::new((0..keys).map(|_| Mutex::new(None)).collect());
-    phase(clients.len(), length, progress, |i, end| {
+    let phase = phase(clients.len(), length, progress, |i, end| {
         let lock = clients[i].clone();
-        let slot = i % keys as usize;
-        let key = LockKey::new(format!("{prefix}/shared/{slot}"));
+        let slot = i % shared.len();
+        let key = shared[slot].clone();
         let released = released.clone();
         async move {
             let mut result = TaskResult::default();
-            let key = match key {
-                Ok(key) => key,
-                Err(e) => {
-                    result.error(e);
-                    return result;
-                }
-            };
             while let Some(left) = end
                 .checked_duration_since(Instant::now())
                 .filter(|d| !d.is_zero())
@@ -319,8 +314,8 @@ async fn handoff_phase(
             }
             result
         }
-    })
-    .await
+    });
+    Ok(phase.await)
 }
 
 fn print_table(rows: &[(String, &Phase)], raw_p50: Option<Duration>) {

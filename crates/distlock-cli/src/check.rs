@@ -1,9 +1,9 @@
 //! `distlock check`: a short live conformance run against a user's deployment,
 //! with two independent clients, keys under a random `distlock-check/` prefix.
 
-use crate::args::{UrlArg, run_prefix, short_ttl, show};
+use crate::args::{UrlArg, no_inspect, run_prefix, short_ttl, show};
 use crate::exit::{self, Failure};
-use crate::probe::{self, Probe};
+use distlock::toolkit::Inspect;
 use distlock::{AcquireOptions, DynLock, LockError, LockKey, Renewal, Wait};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -20,8 +20,8 @@ pub struct CheckArgs {
 /// Two clients of the deployment and a fresh key space.
 struct Bench {
     a: DynLock,
+    /// The second client; it also plays the operator who deletes a lock.
     b: DynLock,
-    probe: Box<dyn Probe>,
     prefix: String,
     short_ttl: Duration,
 }
@@ -29,6 +29,22 @@ struct Bench {
 impl Bench {
     fn key(&self, name: &str) -> Result<LockKey, String> {
         LockKey::new(format!("{}/{name}", self.prefix)).map_err(|e| e.to_string())
+    }
+
+    /// Whether the second client gets `key` without waiting (a lease it gets is
+    /// dropped, which releases it).
+    async fn second_gets_at_once(
+        &self,
+        key: &LockKey,
+        opts: &AcquireOptions,
+    ) -> Result<bool, String> {
+        let lease = self.b.try_acquire(key, opts).await.map_err(text)?;
+        Ok(lease.is_some())
+    }
+
+    /// The operator's view of the deployment, or why there is none.
+    fn inspect(&self) -> Result<&dyn Inspect, String> {
+        self.b.inspect().ok_or_else(|| no_inspect(&self.b))
     }
 }
 
@@ -38,15 +54,11 @@ pub async fn check(args: CheckArgs) -> Result<u8, Failure> {
     let url = args.url.require()?.to_owned();
     let a = distlock::connect(&url).await?;
     let b = distlock::connect(&url).await?;
-    let probe = probe::connect(&url)
-        .await
-        .map_err(|e| Failure::new(exit::FAILURE, e))?;
     let caps = a.capabilities();
     let bench = Bench {
         short_ttl: short_ttl(&caps, Duration::from_secs(1)),
         a,
         b,
-        probe,
         prefix: run_prefix("check"),
     };
     println!(
@@ -76,7 +88,14 @@ pub async fn check(args: CheckArgs) -> Result<u8, Failure> {
         }
     }
     println!("check: {passed} of {} passed", passed + failed);
-    for warning in bench.probe.pitfalls().await {
+    let pitfalls = match bench.inspect() {
+        Ok(inspect) => inspect
+            .pitfalls()
+            .await
+            .unwrap_or_else(|e| vec![format!("cannot look for deployment pitfalls: {e}")]),
+        Err(why) => vec![format!("deployment pitfalls not checked: {why}")],
+    };
+    for warning in pitfalls {
         println!("warning: {warning}");
     }
     Ok(if failed == 0 { exit::OK } else { exit::FAILURE })
@@ -131,13 +150,7 @@ async fn exclusion(bench: &Bench) -> Outcome {
     let key = bench.key("exclusion")?;
     let opts = AcquireOptions::new().wait(Wait::For(Duration::from_secs(5)));
     let held = bench.a.acquire(&key, &opts).await.map_err(text)?;
-    if bench
-        .b
-        .try_acquire(&key, &opts)
-        .await
-        .map_err(text)?
-        .is_some()
-    {
+    if bench.second_gets_at_once(&key, &opts).await? {
         return Err("a second client acquired a held lock".into());
     }
     let short = opts.clone().wait(Wait::For(Duration::from_millis(300)));
@@ -184,13 +197,7 @@ async fn expiry(bench: &Bench) -> Outcome {
     // A crashed holder: no release, no renewal; only the ttl frees the lock.
     lease.abandon();
     let opts = AcquireOptions::new().wait(Wait::For(ttl * 3 + Duration::from_secs(5)));
-    if bench
-        .b
-        .try_acquire(&key, &opts)
-        .await
-        .map_err(text)?
-        .is_some()
-    {
+    if bench.second_gets_at_once(&key, &opts).await? {
         return Err("the lock was free right after a holder vanished, before its ttl".into());
     }
     let next = bench.b.acquire(&key, &opts).await.map_err(text)?;
@@ -215,8 +222,9 @@ async fn lost_on_deletion(bench: &Bench) -> Outcome {
     let opts = AcquireOptions::new()
         .ttl(ttl)
         .wait(Wait::For(Duration::from_secs(5)));
+    let operator = bench.inspect()?;
     let lease = bench.a.acquire(&key, &opts).await.map_err(text)?;
-    if !bench.probe.delete_lock(&key).await? {
+    if !operator.delete_holder(&key).await.map_err(text)? {
         return Err("the operator deletion found no lock to delete".into());
     }
     let deleted_at = Instant::now();

@@ -7,7 +7,6 @@ mod check;
 mod demo;
 mod exit;
 mod plot;
-mod probe;
 mod progress;
 mod run;
 mod stats;

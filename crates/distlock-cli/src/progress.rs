@@ -1,6 +1,7 @@
 //! A one-line progress bar on stderr. Drawn only on a terminal; elsewhere (CI
 //! logs, pipes) each phase start is one plain line instead of a stream of `\r`s.
 
+use crate::args::show;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -35,7 +36,7 @@ impl Progress {
         self.phase = name;
         self.phase_started = Instant::now();
         if !self.terminal {
-            eprintln!("bench: {name} for {}", humantime::format_duration(planned));
+            eprintln!("bench: {name} for {}", show(planned));
         }
         self.draw();
     }

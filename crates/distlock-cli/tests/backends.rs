@@ -6,10 +6,11 @@
 
 mod support;
 use std::path::Path;
+use std::process::{Command, Output};
 use std::time::Duration;
 #[allow(unused_imports)]
 use support::servers;
-use support::{Running, assert_code, distlock, run, stderr, stdout};
+use support::{Running, assert_code, distlock, output, run, stderr, stdout};
 
 /// A key no other test or run uses.
 fn fresh_key(what: &str) -> String {
@@ -26,6 +27,18 @@ fn rand_u32() -> u32 {
             .as_nanos(),
     );
     hasher.finish() as u32
+}
+
+/// `distlock run --url URL --key KEY` and then `rest`.
+fn run_on(url: &str, key: &str, rest: &[&str]) -> Command {
+    let mut cmd = distlock();
+    cmd.args(["run", "--url", url, "--key", key]).args(rest);
+    cmd
+}
+
+/// A `--no-wait` run of `true`: exit 0 when the lock is free, 75 when held.
+fn no_wait_run(url: &str, key: &str) -> Output {
+    output(&mut run_on(url, key, &["--no-wait", "--", "true"]))
 }
 
 /// A command that holds the lock until `go` exists, announcing itself first.
@@ -47,15 +60,15 @@ pub fn contending_runs_take_turns(url: &str) {
         log.display()
     );
     let spawn = || {
-        distlock()
-            .args([
-                "run", "--url", url, "--key", &key, "--ttl", "5s", "--wait", "60s", "--", "sh",
-                "-c", &section,
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
+        run_on(
+            url,
+            &key,
+            &["--ttl", "5s", "--wait", "60s", "--", "sh", "-c", &section],
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
     };
     let (a, b) = (spawn(), spawn());
     for child in [a, b] {
@@ -87,55 +100,24 @@ pub fn busy_and_timed_out_runs_exit_75(url: &str) {
     let dir = tempfile::tempdir().unwrap();
     let go = dir.path().join("go");
     let key = fresh_key("busy");
-    let mut holder = Running::start(distlock().args([
-        "run",
-        "--url",
+    let mut holder = Running::start(&mut run_on(
         url,
-        "--key",
         &key,
-        "--ttl",
-        "5s",
-        "--",
-        "sh",
-        "-c",
-        &hold_until(&go),
-    ]));
+        &["--ttl", "5s", "--", "sh", "-c", &hold_until(&go)],
+    ));
     holder.wait_line("holding", Duration::from_secs(30));
-    let out = run(&[
-        "run",
-        "--url",
-        url,
-        "--key",
-        &key,
-        "--no-wait",
-        "--",
-        "true",
-    ]);
+    let out = no_wait_run(url, &key);
     assert_code(&out, 75);
     let err = stderr(&out);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains(&key), "{err}");
-    let out = run(&[
-        "run", "--url", url, "--key", &key, "--wait", "500ms", "--", "true",
-    ]);
+    let out = output(&mut run_on(url, &key, &["--wait", "500ms", "--", "true"]));
     assert_code(&out, 75);
     assert!(stderr(&out).contains("not acquired"), "{}", stderr(&out));
     std::fs::write(&go, "").unwrap();
     let (status, err) = holder.wait(Duration::from_secs(30));
     assert_eq!(status.code(), Some(0), "{err}");
-    assert_code(
-        &run(&[
-            "run",
-            "--url",
-            url,
-            "--key",
-            &key,
-            "--no-wait",
-            "--",
-            "true",
-        ]),
-        0,
-    );
+    assert_code(&no_wait_run(url, &key), 0);
 }
 
 /// SIGTERM to distlock reaches the command, whose status distlock returns, and
@@ -143,26 +125,16 @@ pub fn busy_and_timed_out_runs_exit_75(url: &str) {
 pub fn signalled_run_forwards_and_releases(url: &str) {
     let key = fresh_key("signal");
     let script = "trap 'exit 42' TERM; echo holding; while :; do sleep 0.05; done";
-    let mut holder = Running::start(distlock().args([
-        "run", "--url", url, "--key", &key, "--ttl", "5s", "--", "sh", "-c", script,
-    ]));
+    let mut holder = Running::start(&mut run_on(
+        url,
+        &key,
+        &["--ttl", "5s", "--", "sh", "-c", script],
+    ));
     holder.wait_line("holding", Duration::from_secs(30));
     holder.signal("TERM");
     let (status, err) = holder.wait(Duration::from_secs(30));
     assert_eq!(status.code(), Some(42), "{err}");
-    assert_code(
-        &run(&[
-            "run",
-            "--url",
-            url,
-            "--key",
-            &key,
-            "--no-wait",
-            "--",
-            "true",
-        ]),
-        0,
-    );
+    assert_code(&no_wait_run(url, &key), 0);
 }
 
 pub fn check_passes(url: &str) {
@@ -214,31 +186,23 @@ macro_rules! against {
     ($backend:ident, $feature:literal, $url:ident) => {
         #[cfg(feature = $feature)]
         mod $backend {
-            #[test]
-            fn contending_runs_take_turns() {
-                super::contending_runs_take_turns(&super::servers::$url());
-            }
-            #[test]
-            fn busy_and_timed_out_runs_exit_75() {
-                super::busy_and_timed_out_runs_exit_75(&super::servers::$url());
-            }
-            #[test]
-            fn signalled_run_forwards_and_releases() {
-                super::signalled_run_forwards_and_releases(&super::servers::$url());
-            }
-            #[test]
-            fn check_passes() {
-                super::check_passes(&super::servers::$url());
-            }
-            #[test]
-            fn bench_reports_every_phase() {
-                super::bench_reports_every_phase(&super::servers::$url());
-            }
-            #[test]
-            fn demo_runs() {
-                super::demo_runs(&super::servers::$url());
-            }
+            against!(@cases $url:
+                contending_runs_take_turns,
+                busy_and_timed_out_runs_exit_75,
+                signalled_run_forwards_and_releases,
+                check_passes,
+                bench_reports_every_phase,
+                demo_runs
+            );
         }
+    };
+    (@cases $url:ident: $($case:ident),*) => {
+        $(
+            #[test]
+            fn $case() {
+                super::$case(&super::servers::$url());
+            }
+        )*
     };
 }
 
@@ -254,29 +218,23 @@ against!(mysql, "mysql", mysql_url);
 fn redis_lock_deleted_under_a_running_command_exits_69() {
     let url = servers::redis_url();
     let key = fresh_key("deleted");
-    let mut holder = Running::start(distlock().args([
-        "run",
-        "--url",
+    let mut holder = Running::start(&mut run_on(
         &url,
-        "--key",
         &key,
-        "--ttl",
-        "3s",
-        "--",
-        "sh",
-        "-c",
-        "echo holding; sleep 60",
-    ]));
+        &["--ttl", "3s", "--", "sh", "-c", "echo holding; sleep 60"],
+    ));
     holder.wait_line("holding", Duration::from_secs(30));
-    let client = ::redis::Client::open(url.as_str()).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let lock_key = distlock::redis::LockKeys::new(
-        distlock::redis::DEFAULT_NAMESPACE,
-        &distlock::LockKey::new(&key).unwrap(),
-    )
-    .lock;
-    let deleted: u64 = ::redis::cmd("DEL").arg(&lock_key).query(&mut conn).unwrap();
-    assert_eq!(deleted, 1, "no lock key {lock_key}");
+    // The operator's force-unlock, through the adapter's own inspection.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let deleted = runtime.block_on(async {
+        let operator = distlock::connect(&url).await.unwrap();
+        let inspect = operator
+            .inspect()
+            .unwrap_or_else(|| panic!("the redis client offers no Inspect"));
+        let key = distlock::LockKey::new(&key).unwrap();
+        inspect.delete_holder(&key).await.unwrap()
+    });
+    assert!(deleted, "no holder of {key} to delete");
     let (status, err) = holder.wait(Duration::from_secs(30));
     assert_eq!(status.code(), Some(69), "{err}");
     assert!(err.contains("lost"), "{err}");
@@ -290,16 +248,8 @@ fn redis_check_warns_about_an_evicting_maxmemory_policy() {
     let server = runtime
         .block_on(distlock_testkit::servers::RedisServer::start())
         .unwrap_or_else(|e| panic!("cannot start redis-server: {e}"));
-    let mut conn = ::redis::Client::open(server.url().as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let _: () = ::redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg("allkeys-lru")
-        .query(&mut conn)
-        .unwrap();
+    let evicting = redis_command(server.addr(), "CONFIG SET maxmemory-policy allkeys-lru");
+    assert_eq!(evicting.trim(), "+OK");
     let out = run(&["check", "--url", &server.url()]);
     assert_code(&out, 0);
     let text = stdout(&out);
@@ -307,16 +257,30 @@ fn redis_check_warns_about_an_evicting_maxmemory_policy() {
         text.contains("warning:") && text.contains("maxmemory-policy is allkeys-lru"),
         "{text}"
     );
-    let _: () = ::redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg("noeviction")
-        .query(&mut conn)
-        .unwrap();
+    let safe = redis_command(server.addr(), "CONFIG SET maxmemory-policy noeviction");
+    assert_eq!(safe.trim(), "+OK");
     let out = run(&["check", "--url", &server.url()]);
     assert!(
         !stdout(&out).contains("maxmemory-policy"),
         "{}",
         stdout(&out)
     );
+}
+
+/// Sends one inline command to a Redis server; returns its one-line reply.
+#[cfg(feature = "redis")]
+fn redis_command(addr: std::net::SocketAddr, command: &str) -> String {
+    use std::io::{BufRead, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .write_all(format!("{command}\r\n").as_bytes())
+        .unwrap();
+    let mut reply = String::new();
+    std::io::BufReader::new(stream)
+        .read_line(&mut reply)
+        .unwrap();
+    reply
 }

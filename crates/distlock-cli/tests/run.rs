@@ -4,60 +4,38 @@
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // test code: failing loudly is the point
 
 mod support;
+use std::process::{Command, Output};
 use std::time::Duration;
-use support::{
-    Running, assert_code, distlock, eventually, output, process_alive, run, stderr, stdout,
-};
+use support::{Running, assert_code, distlock, eventually, output, process_alive, stderr, stdout};
+
+/// `distlock run --url memory:// --key k` and then `rest`.
+fn run_k_command(rest: &[&str]) -> Command {
+    let mut cmd = distlock();
+    cmd.args(["run", "--url", "memory://", "--key", "k"])
+        .args(rest);
+    cmd
+}
+
+/// Runs `distlock run --url memory:// --key k` and then `rest`, to completion.
+fn run_k(rest: &[&str]) -> Output {
+    output(&mut run_k_command(rest))
+}
 
 #[test]
 fn exits_with_the_commands_status() {
-    assert_code(
-        &run(&["run", "--url", "memory://", "--key", "k", "--", "true"]),
-        0,
-    );
-    assert_code(
-        &run(&[
-            "run",
-            "--url",
-            "memory://",
-            "--key",
-            "k",
-            "--",
-            "sh",
-            "-c",
-            "exit 7",
-        ]),
-        7,
-    );
+    assert_code(&run_k(&["--", "true"]), 0);
+    assert_code(&run_k(&["--", "sh", "-c", "exit 7"]), 7);
 }
 
 #[test]
 fn a_command_killed_by_a_signal_gives_128_plus_the_signal() {
-    let out = run(&[
-        "run",
-        "--url",
-        "memory://",
-        "--key",
-        "k",
-        "--",
-        "sh",
-        "-c",
-        "kill -TERM $$",
-    ]);
+    let out = run_k(&["--", "sh", "-c", "kill -TERM $$"]);
     assert_code(&out, 128 + 15);
 }
 
 #[test]
 fn a_missing_or_unexecutable_command_gives_127_or_126() {
-    let out = run(&[
-        "run",
-        "--url",
-        "memory://",
-        "--key",
-        "k",
-        "--",
-        "no-such-command-xyz",
-    ]);
+    let out = run_k(&["--", "no-such-command-xyz"]);
     assert_code(&out, 127);
     assert!(
         stderr(&out).contains("no-such-command-xyz"),
@@ -67,15 +45,7 @@ fn a_missing_or_unexecutable_command_gives_127_or_126() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("not-executable.sh");
     std::fs::write(&script, "#!/bin/sh\n").unwrap();
-    let out = run(&[
-        "run",
-        "--url",
-        "memory://",
-        "--key",
-        "k",
-        "--",
-        script.to_str().unwrap(),
-    ]);
+    let out = run_k(&["--", script.to_str().unwrap()]);
     assert_code(&out, 126);
 }
 
@@ -117,12 +87,7 @@ fn lost_lease_terminates_the_process_group_then_kills_it_and_exits_69() {
         "trap '' TERM; sleep 60 & echo $! > {}; echo ready; wait",
         pid_file.display()
     );
-    let mut running = Running::start(distlock().args([
-        "run",
-        "--url",
-        "memory://",
-        "--key",
-        "k",
+    let mut running = Running::start(&mut run_k_command(&[
         "--max-hold",
         "1s",
         "--kill-after",
@@ -142,7 +107,7 @@ fn lost_lease_terminates_the_process_group_then_kills_it_and_exits_69() {
     let (status, err) = running.wait(Duration::from_secs(20));
     assert_eq!(status.code(), Some(69), "{err}");
     assert!(
-        err.contains("lost") && err.contains("SIGKILL after 300.0ms"),
+        err.contains("lost") && err.contains("SIGKILL after 300ms"),
         "{err}"
     );
     assert!(
@@ -153,12 +118,7 @@ fn lost_lease_terminates_the_process_group_then_kills_it_and_exits_69() {
 
 #[test]
 fn a_command_that_stops_on_sigterm_exits_before_the_kill() {
-    let out = run(&[
-        "run",
-        "--url",
-        "memory://",
-        "--key",
-        "k",
+    let out = run_k(&[
         "--max-hold",
         "500ms",
         "--kill-after",
@@ -176,17 +136,7 @@ fn sigterm_and_sigint_are_forwarded_to_the_command() {
     for (signal, code) in [("TERM", 42), ("INT", 43)] {
         let script =
             "trap 'exit 42' TERM; trap 'exit 43' INT; echo ready; while :; do sleep 0.05; done";
-        let mut running = Running::start(distlock().args([
-            "run",
-            "--url",
-            "memory://",
-            "--key",
-            "k",
-            "--",
-            "sh",
-            "-c",
-            script,
-        ]));
+        let mut running = Running::start(&mut run_k_command(&["--", "sh", "-c", script]));
         running.wait_line("ready", Duration::from_secs(10));
         running.signal(signal);
         let (status, err) = running.wait(Duration::from_secs(20));

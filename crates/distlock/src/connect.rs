@@ -1,106 +1,12 @@
 //! `connect(url)`: one entry point for every backend, chosen by URL scheme.
 
-use crate::redact::{scrub, secrets_in};
+use crate::kind::BackendKind;
+use crate::redact::{scrub, secrets_of};
 use distlock_core::memory::MemoryStore;
+use distlock_core::toolkit::LockUrl;
 use distlock_core::{DynLock, LockError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-
-/// One URL scheme: which backend serves it and which Cargo feature brings it in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Scheme {
-    /// The scheme as written before `://`, such as `rediss`.
-    pub scheme: &'static str,
-    /// The backend it connects to, such as `redis`.
-    pub backend: &'static str,
-    /// The Cargo feature of the `distlock` crate that enables it (`None`: always on).
-    pub feature: Option<&'static str>,
-    /// Whether this build has the feature on.
-    pub enabled: bool,
-    /// An example URL, for help texts.
-    pub example: &'static str,
-}
-
-/// Every scheme `connect` knows, enabled in this build or not.
-pub const SCHEMES: &[Scheme] = &[
-    Scheme {
-        scheme: "memory",
-        backend: "memory",
-        feature: None,
-        enabled: true,
-        example: "memory://NAME",
-    },
-    Scheme {
-        scheme: "redis",
-        backend: "redis",
-        feature: Some("redis"),
-        enabled: cfg!(feature = "redis"),
-        example: "redis://[:PASSWORD@]HOST:6379/0",
-    },
-    Scheme {
-        scheme: "rediss",
-        backend: "redis",
-        feature: Some("redis"),
-        enabled: cfg!(feature = "redis"),
-        example: "rediss://[:PASSWORD@]HOST:6380/0",
-    },
-    Scheme {
-        scheme: "redlock",
-        backend: "redlock",
-        feature: Some("redlock"),
-        enabled: cfg!(feature = "redlock"),
-        example: "redlock://H1:6379,H2:6379,H3:6379",
-    },
-    Scheme {
-        scheme: "redlocks",
-        backend: "redlock",
-        feature: Some("redlock"),
-        enabled: cfg!(feature = "redlock"),
-        example: "redlocks://H1:6380,H2:6380,H3:6380",
-    },
-    Scheme {
-        scheme: "etcd",
-        backend: "etcd",
-        feature: Some("etcd"),
-        enabled: cfg!(feature = "etcd"),
-        example: "etcd://H1:2379,H2:2379/NAMESPACE",
-    },
-    Scheme {
-        scheme: "etcds",
-        backend: "etcd",
-        feature: Some("etcd"),
-        enabled: cfg!(feature = "etcd"),
-        example: "etcds://H1:2379/NAMESPACE?ca=CA.pem",
-    },
-    Scheme {
-        scheme: "zk",
-        backend: "zookeeper",
-        feature: Some("zookeeper"),
-        enabled: cfg!(feature = "zookeeper"),
-        example: "zk://H1:2181,H2:2181/CHROOT",
-    },
-    Scheme {
-        scheme: "zookeeper",
-        backend: "zookeeper",
-        feature: Some("zookeeper"),
-        enabled: cfg!(feature = "zookeeper"),
-        example: "zookeeper://H1:2181/CHROOT",
-    },
-    Scheme {
-        scheme: "mariadb",
-        backend: "mysql",
-        feature: Some("mysql"),
-        enabled: cfg!(feature = "mysql"),
-        example: "mariadb://USER:PASSWORD@HOST:3306/DB",
-    },
-    Scheme {
-        scheme: "mysql",
-        backend: "mysql",
-        feature: Some("mysql"),
-        enabled: cfg!(feature = "mysql"),
-        example: "mysql://USER:PASSWORD@HOST:3306/DB?strategy=version_cas",
-    },
-];
 
 /// Connects to the backend named by `url`'s scheme and returns a lock client.
 ///
@@ -138,127 +44,83 @@ pub const SCHEMES: &[Scheme] = &[
 /// # Ok(()) }
 /// ```
 pub async fn connect(url: &str) -> Result<DynLock, LockError> {
-    let scheme = scheme_of(url)?;
-    let secrets = secrets_in(url);
-    connect_scheme(scheme, url)
+    let kind = BackendKind::from_url(url)?;
+    let url = url.trim();
+    // A URL that does not parse has no secrets to find; the adapter refuses it
+    // with the same parser, whose errors never quote a password.
+    let secrets = LockUrl::parse(kind.name(), url)
+        .map(|url| secrets_of(&url))
+        .unwrap_or_default();
+    connect_kind(kind, url)
         .await
         .map_err(|e| scrub(e, &secrets))
 }
 
-/// The scheme entry for `url`, with a clear error when there is none.
-pub fn scheme_of(url: &str) -> Result<&'static Scheme, LockError> {
-    let url = url.trim();
-    if url.is_empty() {
-        return Err(url_error(format!(
-            "the lock URL is empty; use one of {}",
-            known_schemes()
-        )));
-    }
-    let Some((scheme, _)) = url.split_once("://") else {
-        return Err(url_error(format!(
-            "a lock URL starts with SCHEME:// (for example memory://demo); use one of {}",
-            known_schemes()
-        )));
-    };
-    let scheme = scheme.to_ascii_lowercase();
-    let known = SCHEMES.iter().find(|s| s.scheme == scheme);
-    let Some(known) = known else {
-        let shown = if scheme.len() <= 20
-            && scheme
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
-        {
-            format!("unknown scheme `{scheme}://`")
-        } else {
-            "unknown scheme".to_owned()
-        };
-        return Err(url_error(format!(
-            "{shown}; use one of {}",
-            known_schemes()
-        )));
-    };
-    match known.feature {
-        Some(feature) if !known.enabled => Err(LockError::config(
-            known.backend,
-            format!(
-                "`{}://` URLs need the `{feature}` feature of the distlock crate, which this build lacks; \
-                 enable it with `distlock = {{ version = \"{}\", features = [\"{feature}\"] }}` \
-                 (or `features = [\"full\"]` for every backend)",
-                known.scheme,
-                env!("CARGO_PKG_VERSION"),
-            ),
-        )),
-        _ => Ok(known),
-    }
-}
-
-fn url_error(reason: String) -> LockError {
-    LockError::config("distlock", reason)
-}
-
-fn known_schemes() -> String {
-    SCHEMES
-        .iter()
-        .map(|s| format!("{}://", s.scheme))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-async fn connect_scheme(scheme: &Scheme, url: &str) -> Result<DynLock, LockError> {
-    let url = url.trim();
-    match scheme.backend {
-        "memory" => Ok(Arc::new(memory_store(memory_name(url)?).client())),
+async fn connect_kind(kind: BackendKind, url: &str) -> Result<DynLock, LockError> {
+    match kind {
+        BackendKind::Memory => Ok(Arc::new(memory_store(&memory_name(url)?).client())),
         #[cfg(feature = "redis")]
-        "redis" => Ok(Arc::new(
+        BackendKind::Redis => Ok(Arc::new(
             distlock_redis::RedisConfig::from_url(url)?
                 .connect()
                 .await?,
         )),
         #[cfg(feature = "redlock")]
-        "redlock" => Ok(Arc::new(
+        BackendKind::Redlock => Ok(Arc::new(
             distlock_redis::RedlockConfig::from_url(url)?
                 .connect()
                 .await?,
         )),
         #[cfg(feature = "etcd")]
-        "etcd" => Ok(Arc::new(
+        BackendKind::Etcd => Ok(Arc::new(
             distlock_etcd::EtcdConfig::from_url(url)?.connect().await?,
         )),
         #[cfg(feature = "zookeeper")]
-        "zookeeper" => Ok(Arc::new(
+        BackendKind::ZooKeeper => Ok(Arc::new(
             distlock_zookeeper::ZkConfig::from_url(url)?
                 .connect()
                 .await?,
         )),
         #[cfg(feature = "mysql")]
-        "mysql" => Ok(Arc::new(
+        BackendKind::MySql => Ok(Arc::new(
             distlock_mysql::MySqlConfig::from_url(url)?
                 .connect()
                 .await?,
         )),
-        other => Err(LockError::config(
-            "distlock",
-            format!("the {other} backend is not wired into this build of the distlock facade"),
-        )),
+        // `from_url` refused these already; with every feature on there are none.
+        #[allow(unreachable_patterns)]
+        disabled => Err(disabled.disabled(url.split_once("://").map_or("", |(s, _)| s))),
     }
 }
 
 /// The store name of a `memory://NAME` URL. Only letters, digits and `-_.` are
 /// taken, so a typo (a path, a password) is an error rather than a silently
 /// separate store.
-fn memory_name(url: &str) -> Result<&str, LockError> {
-    let name = url.trim().split_once("://").map_or("", |(_, rest)| rest);
-    let name = name.strip_suffix('/').unwrap_or(name);
+fn memory_name(url: &str) -> Result<String, LockError> {
+    let url = LockUrl::parse("memory", url).map_err(|_| memory_url_error())?;
+    let name = match url.hosts() {
+        [] => "",
+        [host] if host.port.is_none() => host.host.as_str(),
+        _ => return Err(memory_url_error()),
+    };
+    let bare = url.user().is_none()
+        && url.password().is_none()
+        && matches!(url.path(), None | Some(""))
+        && url.finish().is_ok();
     let allowed = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
-    if name.chars().all(allowed) {
-        Ok(name)
+    if bare && name.chars().all(allowed) {
+        Ok(name.to_owned())
     } else {
-        Err(LockError::config(
-            "memory",
-            "a memory URL is memory:// or memory://NAME, where NAME (letters, digits, `-`, `_`, `.`) \
-             picks the in-process store; it takes no user, path or query",
-        ))
+        Err(memory_url_error())
     }
+}
+
+fn memory_url_error() -> LockError {
+    LockError::config(
+        "memory",
+        "a memory URL is memory:// or memory://NAME, where NAME (letters, digits, `-`, `_`, `.`) \
+         picks the in-process store; it takes no user, path or query",
+    )
 }
 
 /// The process-wide store behind `connect("memory://NAME")`. Use it in tests to
@@ -336,10 +198,12 @@ mod tests {
 
     #[tokio::test]
     async fn disabled_features_are_named() {
-        for scheme in SCHEMES.iter().filter(|s| !s.enabled) {
-            let url = format!("{}://u:topsecret@h:1", scheme.scheme);
+        let disabled = BackendKind::ALL.into_iter().filter(|k| !k.enabled());
+        for scheme in disabled.flat_map(BackendKind::schemes) {
+            let url = format!("{scheme}://u:topsecret@h:1");
             let reason = config_reason(connect(&url).await);
-            let feature = scheme.feature.unwrap_or_default();
+            let kind = BackendKind::from_scheme(scheme).unwrap();
+            let feature = kind.feature().unwrap();
             assert!(
                 reason.contains(&format!("features = [\"{feature}\"]")),
                 "{reason}"

@@ -43,7 +43,8 @@
 //! An enabled backend's module is its adapter crate, for typed configuration
 //! (TLS, namespaces, timeouts) beyond what a URL says, and for backend-specific
 //! calls. `connect` on a scheme whose feature is off returns
-//! [`LockError::Config`] naming the feature to enable.
+//! [`LockError::Config`] naming the feature to enable; [`BackendKind`] lists
+//! the backends, their schemes and features, and which this build has.
 //!
 //! # Picking a backend by URL, and swapping it without code changes
 //!
@@ -86,10 +87,12 @@
 #![deny(missing_docs)]
 
 mod connect;
+mod kind;
 mod redact;
 
-pub use connect::{SCHEMES, Scheme, connect, memory_store, scheme_of};
+pub use connect::{connect, memory_store};
 pub use distlock_core::*;
+pub use kind::BackendKind;
 pub use redact::redact_url;
 
 /// The Redis adapters, `RedisLock` (feature `redis`) and `Redlock` (feature

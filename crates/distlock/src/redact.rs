@@ -1,20 +1,17 @@
 //! Keeping secrets out of anything printed: URLs shown to people, and errors built
-//! by client libraries that may quote the URL they were given.
+//! by client libraries that may quote the URL or the password they were given.
 
+use distlock_core::toolkit::{LockUrl, redact};
 use distlock_core::{BoxError, LockError};
 
 /// What replaces a secret.
 const MASK: &str = "***";
 
-/// Query parameters whose value is a secret, matched as substrings of the
-/// lowercased parameter name (`password`, `auth`, `redis_token`, ...).
-const SECRET_PARAMS: &[&str] = &["pass", "pwd", "secret", "token", "auth", "credential"];
-
 /// `url` with every password and secret query value replaced by `***`; the scheme,
-/// user names, hosts, ports and paths stay readable.
+/// user names, hosts, ports and paths stay readable. Text that is not a URL is
+/// redacted as well as it can be, never rejected.
 ///
-/// Use it whenever a lock URL is logged or shown. User info is recognised in every
-/// host of a multi-host URL (`redlock://:pw@h1,:pw@h2`).
+/// Use it whenever a lock URL is logged or shown.
 ///
 /// ```
 /// assert_eq!(
@@ -23,90 +20,82 @@ const SECRET_PARAMS: &[&str] = &["pass", "pwd", "secret", "token", "auth", "cred
 /// );
 /// ```
 pub fn redact_url(url: &str) -> String {
-    let mut out = String::with_capacity(url.len());
-    let mut rest = url;
-    if let Some(at) = url.find("://") {
-        out.push_str(&url[..at + 3]);
-        rest = &url[at + 3..];
-    }
-    let (authority, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
-    let hosts: Vec<String> = authority.split(',').map(redact_userinfo).collect();
-    out.push_str(&hosts.join(","));
-    let (path, query) = tail.split_at(tail.find('?').unwrap_or(tail.len()));
-    out.push_str(path);
-    if let Some(query) = query.strip_prefix('?') {
-        let (query, fragment) = query.split_at(query.find('#').unwrap_or(query.len()));
-        out.push('?');
-        let pairs: Vec<String> = query.split('&').map(redact_param).collect();
-        out.push_str(&pairs.join("&"));
-        out.push_str(fragment);
-    }
-    out
+    redact(url)
 }
 
-fn redact_userinfo(host: &str) -> String {
-    match host.rsplit_once('@') {
-        Some((userinfo, hostport)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{user}:{MASK}@{hostport}"),
-            None => host.to_owned(),
-        },
-        None => host.to_owned(),
-    }
-}
-
-fn redact_param(pair: &str) -> String {
-    match pair.split_once('=') {
-        Some((name, value)) if is_secret_param(name) && !value.is_empty() => {
-            format!("{name}={MASK}")
-        }
-        _ => pair.to_owned(),
-    }
-}
-
-fn is_secret_param(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    SECRET_PARAMS.iter().any(|secret| name.contains(secret))
-}
-
-/// The secrets in `url`, as written and percent-decoded, longest first so that a
-/// secret containing another is masked whole.
-pub(crate) fn secrets_in(url: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let (authority, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
-    for host in authority.split(',') {
-        if let Some((userinfo, _)) = host.rsplit_once('@')
-            && let Some((_, password)) = userinfo.split_once(':')
-        {
-            found.push(password.to_owned());
-        }
-    }
-    if let Some((_, query)) = tail.split_once('?') {
-        let query = query.split('#').next().unwrap_or_default();
-        for pair in query.split('&') {
-            if let Some((name, value)) = pair.split_once('=')
-                && is_secret_param(name)
-            {
-                found.push(value.to_owned());
-                // `auth=digest:user:password`: the last part alone may be quoted too.
-                if let Some((_, last)) = value.rsplit_once(':') {
-                    found.push(last.to_owned());
-                }
-            }
-        }
-    }
-    let decoded: Vec<String> = found.iter().map(|s| percent_decode(s)).collect();
-    found.extend(decoded);
-    found.retain(|s| !s.is_empty());
-    found.sort_by_key(|s| std::cmp::Reverse(s.len()));
+/// The secrets of `url` (decoded), longest first so that a secret containing
+/// another is masked whole. [`scrub`] masks every spelling of each.
+pub(crate) fn secrets_of(url: &LockUrl) -> Vec<String> {
+    let mut found = url.secrets();
+    // `auth=digest:user:password`: a client library may quote the password alone.
+    let tails: Vec<String> = found
+        .iter()
+        .filter(|secret| Some(secret.as_str()) != url.password())
+        .filter_map(|secret| secret.rsplit_once(':'))
+        .map(|(_, tail)| tail.to_owned())
+        .filter(|tail| !tail.is_empty())
+        .collect();
+    found.extend(tails);
+    found.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
     found.dedup();
     found
 }
 
+/// Where a spelling of `secret` that starts at `start` of `text` ends: each of its
+/// bytes written as itself or as a `%XX` escape (the URL as typed, or as an
+/// adapter re-encoded it).
+fn spelled_at(text: &[u8], start: usize, secret: &[u8]) -> Option<usize> {
+    let escaped = |at: usize| {
+        let hex = text.get(at + 1..at + 3)?;
+        let hex = std::str::from_utf8(hex).ok()?;
+        if hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            u8::from_str_radix(hex, 16).ok()
+        } else {
+            None
+        }
+    };
+    let mut at = start;
+    for &byte in secret {
+        if text.get(at) == Some(&byte) {
+            at += 1;
+        } else if text.get(at) == Some(&b'%') && escaped(at) == Some(byte) {
+            at += 3;
+        } else {
+            return None;
+        }
+    }
+    Some(at)
+}
+
+fn mask_one(text: &str, secret: &str) -> String {
+    let (bytes, secret) = (text.as_bytes(), secret.as_bytes());
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        match spelled_at(bytes, at, secret) {
+            Some(end) if !secret.is_empty() => {
+                out.extend_from_slice(MASK.as_bytes());
+                at = end;
+            }
+            _ => {
+                out.push(bytes[at]);
+                at += 1;
+            }
+        }
+    }
+    // A spelling starts at an ASCII `%` or at a whole character of the secret
+    // and ends after one, so the cuts fall on character boundaries.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
 fn mask(text: &str, secrets: &[String]) -> String {
-    secrets.iter().fold(text.to_owned(), |text, secret| {
-        text.replace(secret.as_str(), MASK)
-    })
+    secrets
+        .iter()
+        .fold(text.to_owned(), |text, secret| mask_one(&text, secret))
+}
+
+fn leaks(text: &str, secrets: &[String]) -> bool {
+    mask(text, secrets) != text
 }
 
 /// A source error whose text had a secret in it, kept as its masked text.
@@ -131,10 +120,7 @@ fn mask_source(source: BoxError, secrets: &[String]) -> BoxError {
         level = error.source();
     }
     let debug = format!("{source:?}");
-    let leaks = secrets
-        .iter()
-        .any(|s| debug.contains(s.as_str()) || chain.iter().any(|c| c.contains(s.as_str())));
-    if leaks {
+    if leaks(&debug, secrets) || chain.iter().any(|c| leaks(c, secrets)) {
         Box::new(Masked(mask(&chain.join(": "), secrets)))
     } else {
         source
@@ -183,22 +169,19 @@ pub(crate) fn scrub(error: LockError, secrets: &[String]) -> LockError {
     }
 }
 
-/// Decodes `%XX` escapes; invalid escapes and bytes are kept as written.
-fn percent_decode(s: &str) -> String {
-    percent_encoding::percent_decode_str(s)
-        .decode_utf8_lossy()
-        .into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn secrets(url: &str) -> Vec<String> {
+        secrets_of(&LockUrl::parse("test", url).unwrap())
+    }
+
     #[test]
-    fn passwords_in_every_host_and_secret_params_are_masked() {
+    fn passwords_and_secret_params_are_masked() {
         assert_eq!(
-            redact_url("redlock://:a@h1:1,u:b@h2:2,h3:3/ns?auth=digest:u:c&ttl=5"),
-            "redlock://:***@h1:1,u:***@h2:2,h3:3/ns?auth=***&ttl=5"
+            redact_url("redlock://:a@h1:1,h2:2,h3:3/ns?auth=digest:u:c&ttl=5s"),
+            "redlock://:***@h1:1,h2:2,h3:3/ns?auth=***&ttl=5s"
         );
         assert_eq!(redact_url("zk://user@h1/chroot"), "zk://user@h1/chroot");
         assert_eq!(redact_url("memory://x"), "memory://x");
@@ -207,15 +190,24 @@ mod tests {
 
     #[test]
     fn secrets_are_found_raw_and_decoded() {
-        let found = secrets_in("mysql://root:p%40ss@db/locks?password=two");
-        for secret in ["p%40ss", "p@ss", "two"] {
-            assert!(found.iter().any(|s| s == secret), "{secret} in {found:?}");
-        }
+        let found = secrets("mysql://root:p%40ss@db/locks?password=two&auth=digest:u:three");
+        let text = "p%40ss %70%40ss p@ss p%40%73s two digest:u:three three p%ss";
+        assert_eq!(
+            mask(text, &found),
+            "*** *** *** *** *** *** *** p%ss",
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_password_with_a_colon_is_masked_whole_and_only_whole() {
+        let found = secrets("etcd://u:p%3Aw@h");
+        assert_eq!(mask("p:w p%3aw w", &found), "*** *** w");
     }
 
     #[test]
     fn errors_quoting_a_secret_are_masked_through_the_chain() {
-        let secrets = secrets_in("redis://:hunter2@h:1");
+        let secrets = secrets("redis://:hunter2@h:1");
         let error = LockError::Unavailable {
             backend: "redis",
             endpoint: "redis://:hunter2@h:1".into(),
@@ -225,5 +217,11 @@ mod tests {
         let shown = format!("{scrubbed} {scrubbed:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("h:1"), "{shown}");
+    }
+
+    #[test]
+    fn non_ascii_secrets_are_masked_in_any_spelling() {
+        let found = secrets("redis://:p%C3%A9@h");
+        assert_eq!(mask("pé p%C3%A9 p%c3%a9 é", &found), "*** *** *** é");
     }
 }

@@ -153,7 +153,7 @@ async fn unreachable_backends_never_show_the_password() {
         };
         let shown = format!("{error} {error:?}");
         assert!(!shown.contains(secret), "{shown}");
-        let enabled = distlock::scheme_of(&url).is_ok();
+        let enabled = distlock::BackendKind::from_url(&url).is_ok();
         if enabled {
             assert!(shown.contains("127.0.0.1"), "{shown}");
         } else {

@@ -1,85 +1,16 @@
-//! Configuration: a struct, or `mysql://user:pass@host:port/db?table=…&strategy=…`.
+//! Configuration: a struct, or
+//! `mysql://user:pass@host:port/db?table=…&strategy=…&timeout=5s`.
 
+use crate::backend::Table;
 use crate::error::BACKEND;
-use crate::{MySqlLock, TableName};
-use distlock_core::{Capabilities, FencingGuarantee, LockError, TokenDurability, Wake};
-use sqlx::mysql::MySqlConnectOptions;
-use std::str::FromStr;
+use crate::keys::TableName;
+use crate::lock::MySqlLock;
+use crate::pool::Pool;
+use crate::protocol::{HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT, Strategy};
+use distlock_core::LockError;
+use distlock_core::toolkit::LockUrl;
+use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 use std::time::Duration;
-
-/// How the lock is kept in the table. All clients of one table must use the same
-/// strategy; the table records its strategy and `connect` refuses a mismatch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Strategy {
-    /// The row persists; acquire is one CAS `UPDATE` on a free or expired row that
-    /// raises the `fence` column and returns it in the same round trip. Two
-    /// statements per uncontended cycle.
-    #[default]
-    VersionCas,
-    /// The row exists only while held: `INSERT` acquires, the primary key rejects
-    /// a second holder, an expired row is taken over by one guarded `UPDATE`, and
-    /// `DELETE … WHERE owner` releases. Tokens come from a counter row.
-    UniqueInsert,
-    /// A dedicated connection holds an open transaction with `SELECT … FOR UPDATE`
-    /// on the row: waiting is server-side and the lock dies with the connection.
-    ForUpdate,
-}
-
-impl Strategy {
-    /// The name used in URLs (`?strategy=`) and in the table comment.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Strategy::VersionCas => "version_cas",
-            Strategy::UniqueInsert => "unique_insert",
-            Strategy::ForUpdate => "for_update",
-        }
-    }
-}
-
-impl Strategy {
-    /// What a client of this strategy guarantees.
-    pub fn capabilities(self) -> Capabilities {
-        let polling = Capabilities {
-            fencing: FencingGuarantee::Strict,
-            fifo: false,
-            wake: Wake::Poll,
-            session_bound: false,
-            token_durability: TokenDurability::Persisted,
-            min_ttl: crate::version_cas::MIN_TTL,
-            ttl_granularity: Duration::from_micros(1),
-        };
-        match self {
-            Strategy::VersionCas | Strategy::UniqueInsert => polling,
-            // InnoDB's lock queue wakes the waiter; the server ends an idle holder's
-            // session after `wait_timeout`, whole seconds: the lock's server expiry.
-            Strategy::ForUpdate => Capabilities {
-                wake: Wake::Push,
-                session_bound: true,
-                min_ttl: Duration::from_secs(1),
-                ttl_granularity: Duration::from_secs(1),
-                ..polling
-            },
-        }
-    }
-}
-
-impl FromStr for Strategy {
-    type Err = LockError;
-
-    fn from_str(s: &str) -> Result<Self, LockError> {
-        match s {
-            "version_cas" => Ok(Strategy::VersionCas),
-            "unique_insert" => Ok(Strategy::UniqueInsert),
-            "for_update" => Ok(Strategy::ForUpdate),
-            other => Err(LockError::config(
-                BACKEND,
-                format!(
-                    "unknown strategy `{other}`; use version_cas (the default), unique_insert or for_update"
-                ),
-            )),
-        }
-    }
-}
 
 /// Where and how to connect. Build it with [`MySqlConfig::from_url`] or
 /// [`MySqlConfig::from_options`] and the setters, then [`MySqlConfig::connect`].
@@ -87,14 +18,14 @@ impl FromStr for Strategy {
 /// `Debug` never shows the password.
 #[derive(Clone)]
 pub struct MySqlConfig {
-    pub(crate) options: MySqlConnectOptions,
-    pub(crate) table: String,
-    pub(crate) strategy: Strategy,
-    pub(crate) pool_size: u32,
-    pub(crate) held_connections: u32,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) request_timeout: Duration,
-    pub(crate) create_table: bool,
+    options: MySqlConnectOptions,
+    table: String,
+    strategy: Strategy,
+    pool_size: u32,
+    held_connections: u32,
+    connect_timeout: Duration,
+    timeout: Duration,
+    create_table: bool,
 }
 
 impl std::fmt::Debug for MySqlConfig {
@@ -108,23 +39,11 @@ impl std::fmt::Debug for MySqlConfig {
             .field("pool_size", &self.pool_size)
             .field("held_connections", &self.held_connections)
             .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
+            .field("timeout", &self.timeout)
             .field("create_table", &self.create_table)
             .finish()
     }
 }
-
-/// Query parameters this adapter reads; the rest (`ssl-mode`, `ssl-ca`, ...) go
-/// to sqlx.
-const OWN_PARAMS: [&str; 7] = [
-    "table",
-    "strategy",
-    "pool_size",
-    "held_connections",
-    "connect_timeout",
-    "request_timeout",
-    "create_table",
-];
 
 impl MySqlConfig {
     /// Connections per client for single statements: 10.
@@ -135,7 +54,7 @@ impl MySqlConfig {
     /// How long to wait for a connection: 5 s.
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
     /// How long to wait for any one statement's reply: 5 s.
-    pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
     /// Defaults around sqlx connect options (host, credentials, database, TLS).
     pub fn from_options(options: MySqlConnectOptions) -> Self {
@@ -148,75 +67,97 @@ impl MySqlConfig {
             pool_size: Self::DEFAULT_POOL_SIZE,
             held_connections: Self::DEFAULT_HELD_CONNECTIONS,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
-            request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
+            timeout: Self::DEFAULT_TIMEOUT,
             create_table: true,
         }
     }
 
-    /// Parses `mysql://user:pass@host:port/db?table=locks&strategy=for_update`.
+    /// Parses `mysql://user:pass@host:port/db?table=locks&strategy=for_update`
+    /// (`mariadb://` too). The database (the path) is required.
     ///
-    /// Own parameters: `table`, `strategy` (`version_cas`, `unique_insert`,
-    /// `for_update`), `pool_size`, `held_connections`, `connect_timeout` and `request_timeout` (in
-    /// milliseconds), `create_table` (`true`/`false`). Every other parameter is
-    /// sqlx's, such as `ssl-mode` and `ssl-ca`. Errors never echo the password.
+    /// Parameters: `strategy` (`version_cas`, `unique_insert`, `for_update`),
+    /// `table`, `pool_size`, `held_connections`, `connect_timeout` and `timeout`
+    /// (durations such as `250ms` or `5s`), `create_table` (`true`/`false`), and
+    /// the TLS and socket settings `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key`,
+    /// `socket`. Any other parameter is an error that lists these. Errors never
+    /// echo the password.
     pub fn from_url(url: &str) -> Result<Self, LockError> {
-        let bad = |reason: String| LockError::config(BACKEND, reason);
-        let rest = url
-            .strip_prefix("mysql://")
-            .or_else(|| url.strip_prefix("mariadb://"));
-        let Some(rest) = rest else {
-            let scheme = url.split_once("://").map_or("(none)", |(scheme, _)| scheme);
-            return Err(bad(format!(
-                "URL scheme `{scheme}` is not mysql://; use mysql://USER:PASSWORD@HOST:3306/DATABASE"
+        let mut url = LockUrl::parse(BACKEND, url)?;
+        if !matches!(url.scheme(), "mysql" | "mariadb") {
+            return Err(url.error(format_args!(
+                "scheme `{}` is not mysql:// or mariadb://; use mysql://USER:PASSWORD@HOST:3306/DATABASE",
+                url.scheme()
             )));
-        };
-        let (base, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let mut passed = Vec::new();
-        let mut own = Vec::new();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            if OWN_PARAMS.contains(&key) {
-                own.push((key, value));
-            } else {
-                passed.push(pair);
+        }
+        let mut options = MySqlConnectOptions::new();
+        match url.hosts() {
+            [] => {}
+            [host] => {
+                options = options.host(&host.host);
+                if let Some(port) = host.port {
+                    options = options.port(port);
+                }
+            }
+            _ => {
+                return Err(url.error(
+                    "a MySQL lock URL names one server (the primary); replicas cannot hold locks",
+                ));
             }
         }
-        let sqlx_url = if passed.is_empty() {
-            format!("mysql://{base}")
-        } else {
-            format!("mysql://{base}?{}", passed.join("&"))
-        };
-        let options = MySqlConnectOptions::from_str(&sqlx_url).map_err(|e| {
-            // sqlx's messages quote the parameter, never the user-info part.
-            bad(format!(
-                "cannot parse the MySQL URL: {e}; expected mysql://USER:PASSWORD@HOST:3306/DATABASE"
-            ))
-        })?;
-        let mut config = MySqlConfig::from_options(options);
-        for (key, value) in own {
-            config = match key {
-                "table" => config.table(value),
-                "strategy" => config.strategy(value.parse()?),
-                "pool_size" => config.pool_size(parse_number(key, value)?),
-                "held_connections" => config.held_connections(parse_number(key, value)?),
-                "connect_timeout" => {
-                    config.connect_timeout(Duration::from_millis(parse_number(key, value)?))
-                }
-                "request_timeout" => {
-                    config.request_timeout(Duration::from_millis(parse_number(key, value)?))
-                }
-                _ => config.create_table(match value {
-                    "true" | "1" => true,
-                    "false" | "0" => false,
-                    other => {
-                        return Err(bad(format!(
-                            "create_table must be true or false, not `{other}`"
-                        )));
-                    }
-                }),
-            };
+        if let Some(user) = url.user() {
+            options = options.username(user);
         }
-        config.validate()?;
+        if let Some(password) = url.password() {
+            options = options.password(password);
+        }
+        if let Some(database) = url.path().filter(|path| !path.is_empty()) {
+            options = options.database(database);
+        }
+        url.renamed("request_timeout", "timeout")?;
+        let ssl_modes = "disabled, preferred, required, verify_ca or verify_identity";
+        if let Some(mode) = url.parse_param::<MySqlSslMode>("ssl-mode", ssl_modes)? {
+            options = options.ssl_mode(mode);
+        }
+        if let Some(path) = url.string("ssl-ca") {
+            options = options.ssl_ca(path);
+        }
+        if let Some(path) = url.string("ssl-cert") {
+            options = options.ssl_client_cert(path);
+        }
+        if let Some(path) = url.string("ssl-key") {
+            options = options.ssl_client_key(path);
+        }
+        if let Some(path) = url.string("socket") {
+            options = options.socket(path);
+        }
+        let mut config = MySqlConfig::from_options(options);
+        if let Some(strategy) = url.choice("strategy", &Strategy::NAMES)? {
+            config.strategy = strategy.parse()?;
+        }
+        if let Some(table) = url.string("table") {
+            config.table = table;
+        }
+        let count = "a whole number of connections";
+        if let Some(size) = url.parse_param("pool_size", count)? {
+            config.pool_size = size;
+        }
+        if let Some(count) = url.parse_param("held_connections", count)? {
+            config.held_connections = count;
+        }
+        if let Some(timeout) = url.duration("connect_timeout")? {
+            config.connect_timeout = timeout;
+        }
+        if let Some(timeout) = url.duration("timeout")? {
+            config.timeout = timeout;
+        }
+        if let Some(create) = url.bool("create_table")? {
+            config.create_table = create;
+        }
+        url.finish()?;
+        config.validate().map_err(|e| match e {
+            LockError::Config { reason, .. } => url.error(reason),
+            other => other,
+        })?;
         Ok(config)
     }
 
@@ -255,8 +196,8 @@ impl MySqlConfig {
 
     /// How long to wait for a statement's reply before treating the connection as
     /// dead (default 5 s).
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
         self
     }
 
@@ -277,22 +218,27 @@ impl MySqlConfig {
     pub fn endpoint(&self) -> String {
         match self.options.get_socket() {
             Some(socket) => format!("mysql://{}", socket.display()),
-            None => format!(
-                "mysql://{}:{}/{}",
-                self.options.get_host(),
-                self.options.get_port(),
-                self.options.get_database().unwrap_or("")
-            ),
+            None => {
+                let host = self.options.get_host();
+                let (port, database) = (
+                    self.options.get_port(),
+                    self.options.get_database().unwrap_or(""),
+                );
+                match host.contains(':') {
+                    true => format!("mysql://[{host}]:{port}/{database}"),
+                    false => format!("mysql://{host}:{port}/{database}"),
+                }
+            }
         }
     }
 
-    pub(crate) fn validate(&self) -> Result<TableName, LockError> {
+    fn validate(&self) -> Result<TableName, LockError> {
         let bad = |reason: &str| Err(LockError::config(BACKEND, reason));
         if self.pool_size == 0 || self.held_connections == 0 {
             return bad("pool_size and held_connections must be at least 1");
         }
-        if self.connect_timeout.is_zero() || self.request_timeout.is_zero() {
-            return bad("connect_timeout and request_timeout must be above zero");
+        if self.connect_timeout.is_zero() || self.timeout.is_zero() {
+            return bad("connect_timeout and timeout must be above zero");
         }
         if self.options.get_database().is_none_or(str::is_empty) {
             return bad(
@@ -305,35 +251,89 @@ impl MySqlConfig {
     /// Connects, creates the table if missing (unless turned off), and checks that
     /// the table belongs to this strategy.
     pub async fn connect(self) -> Result<MySqlLock, LockError> {
-        crate::lock::connect(self).await
+        let table = self.validate()?;
+        let pool = Pool::new(
+            self.options.clone(),
+            self.pool_size,
+            &[],
+            self.connect_timeout,
+            self.timeout,
+        );
+        // Only for_update takes connections from it, one per held or waiting lock.
+        let holders = Pool::new(
+            self.options.clone(),
+            self.held_connections,
+            &[HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT],
+            self.connect_timeout,
+            self.timeout,
+        );
+        let endpoint = self.endpoint();
+        let table = Table::open(self.strategy, table, pool, endpoint, self.create_table).await?;
+        Ok(MySqlLock::new(table, holders))
     }
-}
-
-fn parse_number<T: FromStr>(key: &str, value: &str) -> Result<T, LockError> {
-    value.parse().map_err(|_| {
-        LockError::config(
-            BACKEND,
-            format!("{key} must be a whole number, not `{value}`"),
-        )
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn reason(url: &str) -> String {
+        match MySqlConfig::from_url(url) {
+            Err(e @ LockError::Config { .. }) => {
+                let text = e.to_string();
+                assert!(!text.contains("s3cret"), "{url}: {text}");
+                text
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+
     #[test]
-    fn url_sets_own_parameters_and_keeps_sqlx_ones() {
+    fn url_sets_parameters_from_its_parts() {
         let config = MySqlConfig::from_url(
-            "mysql://u:s3cret@db.example:3307/app?table=locks&strategy=for_update&pool_size=3&request_timeout=1500&ssl-mode=disabled",
+            "mariadb://u:s3cret@db.example:3307/app?table=locks&strategy=for_update&pool_size=3\
+             &held_connections=7&connect_timeout=250ms&timeout=1500ms&create_table=false&ssl-mode=disabled",
         )
         .unwrap();
         assert_eq!(config.table, "locks");
         assert_eq!(config.strategy, Strategy::ForUpdate);
-        assert_eq!(config.pool_size, 3);
-        assert_eq!(config.request_timeout, Duration::from_millis(1500));
+        assert_eq!((config.pool_size, config.held_connections), (3, 7));
+        assert_eq!(config.connect_timeout, Duration::from_millis(250));
+        assert_eq!(config.timeout, Duration::from_millis(1500));
+        assert!(!config.create_table);
+        assert_eq!(config.options.get_username(), "u");
+        assert!(matches!(
+            config.options.get_ssl_mode(),
+            MySqlSslMode::Disabled
+        ));
         assert_eq!(config.endpoint(), "mysql://db.example:3307/app");
         assert!(!format!("{config:?}").contains("s3cret"));
+        let encoded = MySqlConfig::from_url("mysql://a%40b:p%2Fw@[::1]/my%20db").unwrap();
+        assert_eq!(encoded.options.get_username(), "a@b");
+        assert_eq!(encoded.endpoint(), "mysql://[::1]:3306/my db");
+    }
+
+    #[test]
+    fn unknown_and_misspelled_parameters_are_refused_with_the_known_ones() {
+        let typo = reason("mysql://u:s3cret@h/db?stratgy=for_update");
+        assert!(typo.contains("did you mean `strategy`"), "{typo}");
+        let bogus = reason("mysql://u:s3cret@h/db?bogus=1");
+        for known in [
+            "strategy",
+            "table",
+            "timeout",
+            "connect_timeout",
+            "ssl-mode",
+        ] {
+            assert!(bogus.contains(known), "{bogus}");
+        }
+    }
+
+    #[test]
+    fn old_spellings_fail_naming_the_new_one() {
+        assert!(reason("mysql://u:s3cret@h/db?request_timeout=5s").contains("timeout=…"));
+        assert!(reason("mysql://u:s3cret@h/db?timeout=1500").contains("1500ms"));
+        assert!(reason("mysql://u:s3cret@h/db?connect_timeout=5000").contains("5000ms"));
     }
 
     #[test]
@@ -344,15 +344,12 @@ mod tests {
             "mysql://u:s3cret@h/db?table=x;drop",
             "mysql://u:s3cret@h/db?pool_size=many",
             "mysql://u:s3cret@h/db?pool_size=0",
+            "mysql://u:s3cret@h/db?ssl-mode=sometimes",
+            "mysql://u:s3cret@h1,h2/db",
             "mysql://u:s3cret@h",
             "mysql://u:s3cret@h:notaport/db",
         ] {
-            match MySqlConfig::from_url(url) {
-                Err(e @ LockError::Config { .. }) => {
-                    assert!(!e.to_string().contains("s3cret"), "{url}: {e}")
-                }
-                other => panic!("{url}: {other:?}"),
-            }
+            reason(url);
         }
     }
 }

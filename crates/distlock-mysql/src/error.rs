@@ -28,6 +28,10 @@ pub(crate) mod code {
     /// Query execution was interrupted (`KILL QUERY`).
     /// MariaDB: the connection was killed.
     pub const CONNECTION_KILLED: u16 = 1927;
+    /// A global privilege (PROCESS, for InnoDB's lock tables) is missing.
+    pub const PRIVILEGE_NEEDED: u16 = 1227;
+    /// `KILL` of a thread the user does not own.
+    pub const NOT_THREAD_OWNER: u16 = 1095;
 }
 
 /// What went wrong with one statement or connection.
@@ -37,7 +41,9 @@ pub(crate) enum DbError {
     #[error(transparent)]
     Sql(#[from] sqlx::Error),
     /// No reply came in time; the connection was dropped.
-    #[error("no reply from the server within {0:?} (raise request_timeout if the server is slow)")]
+    #[error(
+        "no reply from the server within {0:?} (raise the URL's timeout if the server is slow)"
+    )]
     TimedOut(Duration),
     /// The server replied something the adapter cannot use.
     #[error("unexpected reply from the server: {0}")]
@@ -81,6 +87,13 @@ impl DbError {
                      UPDATE and DELETE on it, or create the table yourself (see docs/backends/mysql.md) and set create_table(false)"
                 ));
             }
+            Some(code::PRIVILEGE_NEEDED | code::NOT_THREAD_OWNER) => {
+                return config(format!(
+                    "the user lacks a privilege at {endpoint} ({self}); inspecting for_update locks reads \
+                     InnoDB's lock tables (GRANT PROCESS ON *.*) and ends holders with KILL (the holders' \
+                     own user, or CONNECTION ADMIN)"
+                ));
+            }
             _ => {}
         }
         match self {
@@ -97,17 +110,5 @@ impl DbError {
                 source: Box::new(other),
             },
         }
-    }
-}
-
-/// Runs `fut` with a deadline: a statement that gets no reply is an error, never a
-/// hang (a partition otherwise blocks forever).
-pub(crate) async fn timed<T>(
-    limit: Duration,
-    fut: impl Future<Output = Result<T, sqlx::Error>>,
-) -> Result<T, DbError> {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(result) => result.map_err(DbError::Sql),
-        Err(_) => Err(DbError::TimedOut(limit)),
     }
 }

@@ -1,4 +1,5 @@
-//! How lock names become row names, and the validated table name.
+//! The row layout: how lock names become row names (and counter rows), the
+//! byte ranges that select a prefix, and the validated table name.
 
 use crate::error::BACKEND;
 use distlock_core::{LockError, LockKey};
@@ -46,9 +47,37 @@ pub fn counter_name(row: &[u8]) -> Vec<u8> {
     name
 }
 
-/// A random value per acquisition: what compare-owner statements compare.
-pub fn new_owner() -> String {
-    format!("{:032x}", rand::random::<u128>())
+/// The byte range `[low, high)` holding exactly the names that start with
+/// `prefix`: `high` is the prefix with its last byte below 0xFF raised by one
+/// (lock names are UTF-8, so a prefix never consists of 0xFF bytes only).
+pub(crate) fn prefix_range(prefix: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let low = prefix.to_vec();
+    let mut high = low.clone();
+    while let Some(last) = high.pop() {
+        if last < 0xFF {
+            high.push(last + 1);
+            break;
+        }
+    }
+    (low, high)
+}
+
+/// The range holding exactly `row`: every other name is either below it or
+/// above `row` + 0x00.
+pub(crate) fn exact_range(row: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let mut high = row.to_vec();
+    high.push(0);
+    (row.to_vec(), high)
+}
+
+/// A row name for messages: its text, with bytes that are not UTF-8 escaped.
+pub(crate) fn display_name(name: &[u8]) -> String {
+    name.utf8_chunks()
+        .flat_map(|chunk| {
+            let bad = chunk.invalid().iter().map(|b| format!("\\x{b:02x}"));
+            std::iter::once(chunk.valid().escape_debug().to_string()).chain(bad)
+        })
+        .collect()
 }
 
 /// A table name checked to be a plain identifier: an ASCII letter or `_`, then up
@@ -114,6 +143,17 @@ mod tests {
         assert!(counter_name(&a).len() <= NAME_COLUMN_BYTES);
         let edge = LockKey::new("z".repeat(VERBATIM_MAX)).unwrap();
         assert_eq!(row_name(&edge).len(), VERBATIM_MAX);
+    }
+
+    #[test]
+    fn ranges_select_a_prefix_or_one_name() {
+        assert_eq!(prefix_range(b"ab"), (b"ab".to_vec(), b"ac".to_vec()));
+        assert_eq!(prefix_range(b"a\xff"), (b"a\xff".to_vec(), b"b".to_vec()));
+        assert_eq!(prefix_range(b"\xff").1, b"");
+        let (low, high) = exact_range(b"ab");
+        assert!(low.as_slice() <= b"ab".as_slice() && b"ab".as_slice() < high.as_slice());
+        assert!(b"ab\x00".as_slice() >= high.as_slice());
+        assert_eq!(display_name(b"a/b\xff"), "a/b\\xff");
     }
 
     #[test]

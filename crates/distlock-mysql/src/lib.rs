@@ -7,7 +7,7 @@
 //! use std::time::Duration;
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), distlock_core::LockError> {
-//! let lock = MySqlConfig::from_url("mysql://app:secret@127.0.0.1:3306/app?strategy=version_cas")?
+//! let lock = MySqlConfig::from_url("mysql://app:secret@127.0.0.1:3306/app?strategy=version_cas&timeout=2s")?
 //!     .connect()
 //!     .await?;
 //! let key = LockKey::new("billing/nightly")?;
@@ -52,23 +52,31 @@
 //!   bytes, 0x1D and their hex SHA-256.
 //!
 //! See `docs/backends/mysql.md` for the exact SQL and how to choose.
+//!
+//! # Modules
+//!
+//! `config` (URL and settings) → `lock` ([`MySqlLock`], forwarding to one of
+//! the strategies) → `version_cas`, `unique_insert` (both over `poll`, the shared
+//! polling loop) and `for_update`, each its own `Backend` → `backend` (the lock
+//! table they share) → `pool` (connections) → `protocol` (the SQL, in `sql/`)
+//! → `keys` (row layout), `error`. `inspect` implements `Inspect` on the table.
 #![deny(missing_docs)]
 
+mod backend;
 mod config;
 mod error;
 mod for_update;
+mod inspect;
+mod keys;
 mod lock;
-mod name;
 mod poll;
 mod pool;
-mod sql;
+mod protocol;
 mod unique_insert;
 mod version_cas;
 
-pub use config::{MySqlConfig, Strategy};
-pub use lock::{MySqlBackend, MySqlHandle};
-pub use name::{NAME_COLUMN_BYTES, TableName, counter_name, row_name};
+pub use config::MySqlConfig;
+pub use keys::{NAME_COLUMN_BYTES, TableName, counter_name, row_name};
+pub use lock::MySqlLock;
+pub use protocol::Strategy;
 pub use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
-
-/// A MySQL lock client: `MySqlConfig::from_url(url)?.connect().await?`.
-pub type MySqlLock = distlock_core::BackendLock<MySqlBackend>;

@@ -1,19 +1,22 @@
-//! Waiting by polling, for `version_cas` and `unique_insert`: one attempt, then a
-//! jittered exponential backoff capped at 250 ms and bounded by the holder's
+//! Waiting by polling, for `version_cas` and `unique_insert`: one attempt, then
+//! a jittered exponential backoff capped at 250 ms and bounded by the holder's
 //! remaining ttl, until the lock is won or the wait ends.
 
+use crate::backend::{Table, micros, undo};
 use crate::error::DbError;
-use crate::lock::{Inner, MySqlHandle};
-use crate::pool::{Conn, Statement};
+use crate::keys::row_name;
+use crate::pool::Conn;
 use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};
+use distlock_core::toolkit::{Backoff, CancelGuard, random_owner};
 use distlock_core::{FencingToken, LockError};
+use sqlx::SqlStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The first pause after a failed attempt.
 const FIRST_PAUSE: Duration = Duration::from_millis(4);
 /// The longest pause: a released lock is seen within this (plus one round trip).
-pub(crate) const MAX_PAUSE: Duration = Duration::from_millis(250);
+const MAX_PAUSE: Duration = Duration::from_millis(250);
 
 /// What one attempt found.
 #[derive(Debug)]
@@ -24,155 +27,96 @@ pub(crate) enum Attempt {
     Held { remaining: Duration },
 }
 
-/// Pauses between attempts: doubling from 4 ms to 250 ms, each drawn in [½, 1] of
-/// the current step so contenders spread out.
+/// What a lock held by a polling strategy keeps: its row, the owner value the
+/// compare-owner statements check, and the token.
 #[derive(Debug)]
-pub(crate) struct Backoff {
-    step: Duration,
+pub(crate) struct RowHandle {
+    pub row: Vec<u8>,
+    pub owner: String,
+    pub fence: u64,
 }
 
-impl Backoff {
-    pub fn new() -> Self {
-        Backoff { step: FIRST_PAUSE }
-    }
-
-    /// The next pause, never past the holder's expiry: a crashed holder is taken
-    /// over as soon as the server lets us.
-    pub fn pause(&mut self, holder_remaining: Duration) -> Duration {
-        let step = self.step;
-        self.step = (step * 2).min(MAX_PAUSE);
-        let jittered = step.mul_f64(rand::random_range(0.5..=1.0));
-        jittered.min(holder_remaining + Duration::from_millis(1))
-    }
-}
-
-/// Frees what an acquire may have won when it is dropped or fails before it knows:
-/// once an acquiring statement is sent, its outcome is unknown until the reply.
-/// Dropping it while armed spawns one compare-owner statement; the ttl is the
-/// backstop if that cannot run.
-pub(crate) struct Cleanup {
-    inner: Arc<Inner>,
-    undo: Option<Statement>,
-    armed: bool,
-}
-
-impl Cleanup {
-    /// A guard that runs `undo` (a compare-owner release) if dropped while armed.
-    pub fn new(inner: &Arc<Inner>, undo: Statement) -> Self {
-        Cleanup {
-            inner: inner.clone(),
-            undo: Some(undo),
-            armed: false,
-        }
-    }
-
-    /// A statement that may win the lock is about to go out.
-    pub fn arm(&mut self) {
-        self.armed = true;
-    }
-
-    /// The outcome is known: nothing to undo (lost), or the handle owns it (won).
-    pub fn disarm(&mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let (true, Some(undo)) = (self.armed, self.undo.take()) else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let inner = self.inner.clone();
-        runtime.spawn(async move {
-            let outcome = match inner.pool.get().await {
-                Ok(mut conn) => conn.execute(undo).await.map(drop),
-                Err(e) => Err(e),
-            };
-            if let Err(e) = outcome {
-                tracing::debug!(error = %e, "cleanup of an abandoned acquire failed; the ttl frees the lock");
-            }
-        });
-    }
+/// What every attempt of one acquisition binds.
+#[derive(Debug)]
+pub(crate) struct Bid {
+    pub row: Vec<u8>,
+    /// Fresh per acquisition, so compare-owner statements never match another's.
+    pub owner: String,
+    /// The ttl in microseconds.
+    pub ttl: u64,
 }
 
 /// One contender's attempts on the lock, as the strategy defines them.
 pub(crate) trait Contender: Send {
     /// One attempt on `conn`.
-    fn attempt<'a>(&'a mut self, conn: &'a mut Conn) -> BoxFuture<'a, Result<Attempt, DbError>>;
+    fn attempt<'a>(
+        &'a mut self,
+        table: &'a Table,
+        bid: &'a Bid,
+        conn: &'a mut Conn,
+    ) -> BoxFuture<'a, Result<Attempt, DbError>>;
 }
 
 /// A boxed, sendable future.
 pub(crate) type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Attempts until won, `Busy` for `NoWait`, or `Timeout` at the deadline. Each
-/// attempt runs on a pooled connection; a dropped future closes that connection
-/// and leaves the cleanup to `undo`.
+/// Attempts until won, `Busy` for `NoWait`, or `Timeout` at the deadline.
+///
+/// Once an attempt's statement is sent, its outcome is unknown until the reply:
+/// an attempt dropped (deadline, cancelled future) or failed midway runs
+/// `release`, a compare-owner statement bound to `(row, owner)`, in the
+/// background. A dropped attempt also closes its connection, which may still
+/// carry the reply.
 pub(crate) async fn acquire_polling(
-    inner: &Arc<Inner>,
+    table: &Arc<Table>,
     req: &AcquireRequest<'_>,
-    row: Vec<u8>,
-    owner: String,
-    undo: Statement,
+    release: &SqlStr,
     mut contender: impl Contender,
-) -> Result<Acquired<MySqlHandle>, LockError> {
+) -> Result<Acquired<RowHandle>, LockError> {
+    let bid = Bid {
+        row: row_name(req.key),
+        owner: random_owner(),
+        ttl: micros(req.ttl),
+    };
     let no_wait = req.wait == WaitUntil::NoWait;
-    let mut cleanup = Cleanup::new(inner, undo);
-    let mut backoff = Backoff::new();
+    let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
     loop {
         let one_try = async {
-            let mut conn = inner.pool.get().await?;
-            cleanup.arm();
-            contender.attempt(&mut conn).await
+            let mut conn = table.pool.get().await?;
+            let statement = sqlx::query(release.clone())
+                .bind(bid.row.clone())
+                .bind(bid.owner.clone());
+            let guard = CancelGuard::new((table.clone(), statement), undo);
+            let attempt = contender.attempt(table, &bid, &mut conn).await?;
+            // Won: the handle owns the row from here on. Held: nothing was won.
+            guard.disarm();
+            Ok(attempt)
         };
         let outcome = tokio::select! {
             biased;
             outcome = one_try => outcome,
             _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
         };
-        match outcome.map_err(|e| inner.error(e))? {
+        match outcome.map_err(|e| table.error(e))? {
             Attempt::Won { token, sent_at } => {
-                cleanup.disarm();
-                let handle = MySqlHandle {
-                    row,
-                    owner,
-                    fence: token,
-                    session: None,
-                };
                 return Ok(Acquired {
-                    handle,
+                    handle: RowHandle {
+                        row: bid.row,
+                        owner: bid.owner,
+                        fence: token,
+                    },
                     token: FencingToken::new(token),
                     sent_at,
                 });
             }
             Attempt::Held { remaining } => {
-                cleanup.disarm();
-                if no_wait {
+                // Never sleep past the holder's expiry: a crashed holder is taken
+                // over as soon as the server lets us.
+                let bound = remaining + Duration::from_millis(1);
+                if no_wait || !backoff.pause(bound, req.wait).await {
                     return Err(req.not_acquired());
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff.pause(remaining)) => {}
-                    _ = req.wait.reached() => return Err(req.not_acquired()),
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_to_the_cap_and_never_passes_the_holder_expiry() {
-        let mut backoff = Backoff::new();
-        let pauses: Vec<_> = (0..12)
-            .map(|_| backoff.pause(Duration::from_secs(10)))
-            .collect();
-        assert!(pauses.iter().all(|p| *p <= MAX_PAUSE));
-        assert!(pauses[11] >= MAX_PAUSE / 2, "reaches the cap: {pauses:?}");
-        assert!(backoff.pause(Duration::from_millis(3)) <= Duration::from_millis(4));
     }
 }

@@ -8,8 +8,8 @@
 //! idle connections are reused as they are, a connection is only returned when
 //! its last statement completed, and each one knows its thread id.
 
-use crate::error::{DbError, timed};
-use crate::sql;
+use crate::error::DbError;
+use crate::protocol::CONNECTION_ID;
 use sqlx::mysql::{
     MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlQueryResult, MySqlRow,
 };
@@ -37,7 +37,7 @@ struct PoolInner {
     idle: Mutex<Vec<Idle>>,
     permits: Arc<Semaphore>,
     connect_timeout: Duration,
-    request_timeout: Duration,
+    timeout: Duration,
 }
 
 struct Idle {
@@ -77,7 +77,7 @@ impl Pool {
         size: u32,
         setup: &'static [&'static str],
         connect_timeout: Duration,
-        request_timeout: Duration,
+        timeout: Duration,
     ) -> Self {
         let size = usize::try_from(size)
             .unwrap_or(usize::MAX)
@@ -88,13 +88,13 @@ impl Pool {
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(size)),
             connect_timeout,
-            request_timeout,
+            timeout,
         }))
     }
 
     /// The per-statement reply deadline.
-    pub fn request_timeout(&self) -> Duration {
-        self.0.request_timeout
+    pub fn timeout(&self) -> Duration {
+        self.0.timeout
     }
 
     /// A connection for exclusive use: an idle one, or a new one. Waits at most the
@@ -134,7 +134,7 @@ impl Pool {
         for statement in inner.setup {
             conn.execute(sqlx::query(*statement)).await?;
         }
-        let row = conn.fetch_one(sqlx::query(sql::CONNECTION_ID)).await?;
+        let row = conn.fetch_one(sqlx::query(CONNECTION_ID)).await?;
         conn.id = row.try_get::<u64, _>(0).map_err(DbError::Sql)?;
         Ok(conn)
     }
@@ -188,7 +188,7 @@ impl Conn {
 
     /// Runs a statement with the pool's reply deadline.
     pub async fn execute(&mut self, query: Statement) -> Result<MySqlQueryResult, DbError> {
-        let limit = self.pool.request_timeout;
+        let limit = self.pool.timeout;
         let outcome = timed(limit, query.execute(self.start()?)).await;
         self.finish(outcome)
     }
@@ -205,8 +205,15 @@ impl Conn {
 
     /// Runs a query that returns one row.
     pub async fn fetch_one(&mut self, query: Statement) -> Result<MySqlRow, DbError> {
-        let limit = self.pool.request_timeout;
+        let limit = self.pool.timeout;
         let outcome = timed(limit, query.fetch_one(self.start()?)).await;
+        self.finish(outcome)
+    }
+
+    /// Runs a query and returns all its rows.
+    pub async fn fetch_all(&mut self, query: Statement) -> Result<Vec<MySqlRow>, DbError> {
+        let limit = self.pool.timeout;
+        let outcome = timed(limit, query.fetch_all(self.start()?)).await;
         self.finish(outcome)
     }
 
@@ -251,5 +258,17 @@ impl Drop for Conn {
             since: Instant::now(),
             usable_until: self.usable_until,
         });
+    }
+}
+
+/// Runs `fut` with a deadline: a statement that gets no reply is an error, never a
+/// hang (a partition otherwise blocks forever).
+async fn timed<T>(
+    limit: Duration,
+    fut: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, DbError> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(result) => result.map_err(DbError::Sql),
+        Err(_) => Err(DbError::TimedOut(limit)),
     }
 }

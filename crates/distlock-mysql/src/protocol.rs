@@ -1,133 +1,173 @@
-//! Every statement the adapter sends, as named templates. `{table}` is replaced,
-//! once at connect, by a [`crate::TableName`] that was validated as a plain
-//! identifier; every value goes through a `?` placeholder.
+//! The wire protocol: the three strategies and every statement they send, as
+//! named constants over the SQL files in `sql/`. `{table}` is replaced, once at
+//! connect, by a [`TableName`] that was validated as a plain identifier; every
+//! value goes through a `?` placeholder.
 //!
 //! The statements that decide ownership prove it through the OK packet's
 //! insert id, set by `LAST_INSERT_ID(expr)`: sqlx sets `CLIENT_FOUND_ROWS`, so
 //! affected-row counts are not what MySQL documents for upserts, while the insert
 //! id is exactly the last `LAST_INSERT_ID(expr)` the statement evaluated (0 if none).
+//!
+//! A fresh row's fence is seeded from the server clock in microseconds
+//! (`CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED)`): if an operator deletes
+//! a row, its next tokens still exceed every earlier one (as long as the server
+//! clock does not step back and the key saw fewer than one acquisition per
+//! microsecond on average).
 
-use crate::TableName;
+use crate::error::BACKEND;
+use crate::keys::TableName;
+use distlock_core::{Capabilities, FencingGuarantee, LockError, TokenDurability, Wake};
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
+use std::str::FromStr;
+use std::time::Duration;
 
-/// The one lock table. `name` is the (possibly hashed) lock name, `owner` a
-/// random value per acquisition, `fence` the version column / fencing counter,
-/// `expires_at` the server-clock expiry. The comment records the strategy that
-/// owns the table, so two strategies never share one by accident.
-pub(crate) const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS `{table}` (
-    name VARBINARY(255) NOT NULL,
-    owner VARBINARY(64) NULL DEFAULT NULL,
-    fence BIGINT UNSIGNED NOT NULL DEFAULT 0,
-    expires_at TIMESTAMP(6) NULL DEFAULT NULL,
-    PRIMARY KEY (name)
-) ENGINE=InnoDB COMMENT='{comment}'";
+/// How the lock is kept in the table. All clients of one table must use the same
+/// strategy; the table records its strategy and `connect` refuses a mismatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Strategy {
+    /// The row persists; acquire is one CAS `UPDATE` on a free or expired row that
+    /// raises the `fence` column and returns it in the same round trip. Two
+    /// statements per uncontended cycle.
+    #[default]
+    VersionCas,
+    /// The row exists only while held: `INSERT` acquires, the primary key rejects
+    /// a second holder, an expired row is taken over by one guarded `UPDATE`, and
+    /// `DELETE … WHERE owner` releases. Tokens come from a counter row.
+    UniqueInsert,
+    /// A dedicated connection holds an open transaction with `SELECT … FOR UPDATE`
+    /// on the row: waiting is server-side and the lock dies with the connection.
+    ForUpdate,
+}
 
-/// The table's comment, to check which strategy owns it.
-pub(crate) const TABLE_COMMENT: &str = "SELECT TABLE_COMMENT FROM information_schema.TABLES \
-     WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?";
+/// The smallest ttl of the polling strategies: below it a lease would spend most
+/// of its life in round trips.
+const MIN_POLLING_TTL: Duration = Duration::from_millis(10);
 
-/// This connection's server thread id, the argument `KILL` needs.
-pub(crate) const CONNECTION_ID: &str = "SELECT CONNECTION_ID()";
+impl Strategy {
+    /// Every strategy's name, as `?strategy=` takes it.
+    pub const NAMES: [&'static str; 3] = ["version_cas", "unique_insert", "for_update"];
 
-/// A fresh row's fence, from the server clock in microseconds: if an operator
-/// deletes a row, its next tokens still exceed every earlier one (as long as the
-/// server clock does not step back and the key saw fewer than one acquisition per
-/// microsecond on average).
-macro_rules! clock_seed {
-    () => {
-        "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED)"
-    };
+    /// The name used in URLs (`?strategy=`) and in the table comment.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::VersionCas => "version_cas",
+            Strategy::UniqueInsert => "unique_insert",
+            Strategy::ForUpdate => "for_update",
+        }
+    }
+
+    /// The comment that marks a table as owned by this strategy.
+    pub(crate) fn table_comment(self) -> String {
+        format!("distlock:{}", self.as_str())
+    }
+
+    /// What a client of this strategy guarantees.
+    pub fn capabilities(self) -> Capabilities {
+        let polling = Capabilities {
+            fencing: FencingGuarantee::Strict,
+            fifo: false,
+            wake: Wake::Poll,
+            session_bound: false,
+            token_durability: TokenDurability::Persisted,
+            min_ttl: MIN_POLLING_TTL,
+            ttl_granularity: Duration::from_micros(1),
+        };
+        match self {
+            Strategy::VersionCas | Strategy::UniqueInsert => polling,
+            // InnoDB's lock queue wakes the waiter; the server ends an idle holder's
+            // session after `wait_timeout`, whole seconds: the lock's server expiry.
+            Strategy::ForUpdate => Capabilities {
+                wake: Wake::Push,
+                session_bound: true,
+                min_ttl: Duration::from_secs(1),
+                ttl_granularity: Duration::from_secs(1),
+                ..polling
+            },
+        }
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = LockError;
+
+    fn from_str(s: &str) -> Result<Self, LockError> {
+        match s {
+            "version_cas" => Ok(Strategy::VersionCas),
+            "unique_insert" => Ok(Strategy::UniqueInsert),
+            "for_update" => Ok(Strategy::ForUpdate),
+            other => Err(LockError::config(
+                BACKEND,
+                format!(
+                    "unknown strategy `{other}`; use version_cas (the default), unique_insert or for_update"
+                ),
+            )),
+        }
+    }
 }
 
 /// The insert id that marks "held by someone else"; the low bits carry the
 /// holder's remaining microseconds. Fences never get near 2^63.
 pub(crate) const HELD_FLAG: u64 = 1 << 63;
 
-/// version_cas: creates the persistent row of a name, once.
-pub(crate) const CAS_INSERT_ROW: &str = concat!(
-    "INSERT IGNORE INTO `{table}` (name, fence) VALUES (?, ",
-    clock_seed!(),
-    ")"
-);
+/// The one lock table. `name` is the (possibly hashed) lock name, `owner` a
+/// random value per acquisition, `fence` the version column / fencing counter,
+/// `expires_at` the server-clock expiry. The comment records the strategy that
+/// owns the table, so two strategies never share one by accident.
+pub(crate) const CREATE_TABLE: &str = include_str!("sql/create_table.sql");
+/// The table's comment, to check which strategy owns it.
+pub(crate) const TABLE_COMMENT: &str = include_str!("sql/table_comment.sql");
 
+/// version_cas: creates the persistent row of a name, once, fence seeded from
+/// the clock.
+pub(crate) const CAS_INSERT_ROW: &str = include_str!("sql/cas_insert_row.sql");
 /// version_cas acquire: one CAS on a free or expired row. Insert id: `fence + 1`
 /// (the token) if won; `HELD_FLAG | remaining µs` if held; 0 if the row is absent.
-pub(crate) const CAS_ACQUIRE: &str = "UPDATE `{table}`
-   SET owner = ?, expires_at = NOW(6) + INTERVAL ? MICROSECOND, fence = LAST_INSERT_ID(fence + 1)
- WHERE name = ?
-   AND (owner IS NULL OR expires_at IS NULL OR expires_at <= NOW(6)
-        OR LAST_INSERT_ID((1 << 63) | TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at)) = 0)";
-
+pub(crate) const CAS_ACQUIRE: &str = include_str!("sql/cas_acquire.sql");
 /// version_cas renew: compare owner and fence. A plain UPDATE: with
 /// `CLIENT_FOUND_ROWS` its count is the rows its WHERE matched, which is exactly
 /// "still ours" (an upsert's count would not be).
-pub(crate) const CAS_RENEW: &str = "UPDATE `{table}`
-   SET expires_at = NOW(6) + INTERVAL ? MICROSECOND
- WHERE name = ? AND owner = ? AND fence = ?";
-
+pub(crate) const CAS_RENEW: &str = include_str!("sql/cas_renew.sql");
 /// version_cas release: clears the owner and keeps the row, so the fence never
 /// resets. Matched rows: 1 if it was ours.
-pub(crate) const CAS_RELEASE: &str = "UPDATE `{table}`
-   SET owner = NULL, expires_at = NULL
- WHERE name = ? AND owner = ? AND fence = ?";
-
+pub(crate) const CAS_RELEASE: &str = include_str!("sql/cas_release.sql");
 /// version_cas: frees a row an abandoned acquire may have won (its reply never
 /// came, so only the owner is known).
-pub(crate) const CAS_ABANDON: &str = "UPDATE `{table}`
-   SET owner = NULL, expires_at = NULL
- WHERE name = ? AND owner = ?";
+pub(crate) const CAS_ABANDON: &str = include_str!("sql/cas_abandon.sql");
 
 /// unique_insert acquire: the primary key rejects a second holder (error 1062).
-pub(crate) const UNIQUE_INSERT: &str = "INSERT INTO `{table}` (name, owner, fence, expires_at)
-VALUES (?, ?, 0, NOW(6) + INTERVAL ? MICROSECOND)";
-
+pub(crate) const UNIQUE_INSERT: &str = include_str!("sql/unique_insert.sql");
 /// unique_insert takeover of an expired row, in one guarded statement. Insert id:
 /// `HELD_FLAG` exactly if taken over; `HELD_FLAG | remaining µs` if still held; 0 if
 /// the row is gone (released meanwhile: insert again).
-pub(crate) const UNIQUE_TAKEOVER: &str = "UPDATE `{table}`
-   SET owner = ?, expires_at = NOW(6) + INTERVAL ? MICROSECOND
- WHERE name = ?
-   AND LAST_INSERT_ID((1 << 63) | GREATEST(IFNULL(TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at), 0), 0))
-       = (1 << 63)";
-
+pub(crate) const UNIQUE_TAKEOVER: &str = include_str!("sql/unique_takeover.sql");
 /// unique_insert renew: compare owner. Matched rows: 1 if still ours.
-pub(crate) const UNIQUE_RENEW: &str = "UPDATE `{table}`
-   SET expires_at = NOW(6) + INTERVAL ? MICROSECOND
- WHERE name = ? AND owner = ?";
-
-/// unique_insert release: the row exists only while held. A DELETE reports the
-/// rows it deleted, whatever `CLIENT_FOUND_ROWS` says.
-pub(crate) const UNIQUE_RELEASE: &str = "DELETE FROM `{table}` WHERE name = ? AND owner = ?";
+pub(crate) const UNIQUE_RENEW: &str = include_str!("sql/unique_renew.sql");
+/// unique_insert release (and the undo of an abandoned acquire): the row exists
+/// only while held. A DELETE reports the rows it deleted, whatever
+/// `CLIENT_FOUND_ROWS` says.
+pub(crate) const UNIQUE_RELEASE: &str = include_str!("sql/unique_release.sql");
 
 /// unique_insert and for_update: raises the never-deleted counter row of a name
 /// and returns the new value as the insert id (never 0).
-pub(crate) const BUMP_COUNTER: &str = concat!(
-    "INSERT INTO `{table}` (name, fence) VALUES (?, LAST_INSERT_ID(",
-    clock_seed!(),
-    ")) ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)"
-);
+pub(crate) const BUMP_COUNTER: &str = include_str!("sql/bump_counter.sql");
 
 /// for_update, once per holder connection: no gap locks (a missing row locks
 /// nothing), and every statement runs in a transaction until COMMIT.
 pub(crate) const HOLDER_ISOLATION: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
 /// See [`HOLDER_ISOLATION`].
 pub(crate) const HOLDER_NO_AUTOCOMMIT: &str = "SET SESSION autocommit = 0";
-
 /// for_update: how long the server waits for the row lock, and how long it keeps
 /// an idle holder's session (and so its lock) without a keepalive. Whole seconds.
 pub(crate) const HOLDER_TIMEOUTS: &str =
     "SET SESSION innodb_lock_wait_timeout = ?, SESSION wait_timeout = ?";
-
 /// for_update: takes the row lock, waiting server-side.
-pub(crate) const FOR_UPDATE: &str = "SELECT fence FROM `{table}` WHERE name = ? FOR UPDATE";
+pub(crate) const FOR_UPDATE: &str = include_str!("sql/for_update.sql");
 /// for_update with `Wait::No`.
-pub(crate) const FOR_UPDATE_NOWAIT: &str =
-    "SELECT fence FROM `{table}` WHERE name = ? FOR UPDATE NOWAIT";
+pub(crate) const FOR_UPDATE_NOWAIT: &str = include_str!("sql/for_update_nowait.sql");
 /// for_update: creates the row inside the locking transaction (holding it).
-pub(crate) const FOR_UPDATE_INSERT_ROW: &str =
-    "INSERT IGNORE INTO `{table}` (name, fence) VALUES (?, 0)";
-/// for_update keepalive: proves the session (and its transaction) is alive and
-/// resets the server's idle timer.
+pub(crate) const FOR_UPDATE_INSERT_ROW: &str = include_str!("sql/for_update_insert_row.sql");
+/// for_update keepalive, and the raw round trip: proves the session (and its
+/// transaction) is alive and resets the server's idle timer.
 pub(crate) const KEEPALIVE: &str = "SELECT 1";
 /// for_update release.
 pub(crate) const COMMIT: &str = "COMMIT";
@@ -135,6 +175,8 @@ pub(crate) const COMMIT: &str = "COMMIT";
 pub(crate) const ROLLBACK: &str = "ROLLBACK";
 /// for_update: ends a waiter that was given up on, and any lock it got meanwhile.
 pub(crate) const KILL_CONNECTION: &str = "KILL CONNECTION ?";
+/// This connection's server thread id, the argument `KILL` needs.
+pub(crate) const CONNECTION_ID: &str = "SELECT CONNECTION_ID()";
 
 /// The statements of one table, built once.
 #[derive(Debug, Clone)]
@@ -156,9 +198,7 @@ pub(crate) struct Statements {
 
 impl Statements {
     pub fn new(table: &TableName) -> Self {
-        let build = |template: &str| {
-            AssertSqlSafe(template.replace("{table}", table.as_str())).into_sql_str()
-        };
+        let build = |template| for_table(template, table);
         Statements {
             cas_insert_row: build(CAS_INSERT_ROW),
             cas_acquire: build(CAS_ACQUIRE),
@@ -177,11 +217,61 @@ impl Statements {
     }
 
     /// The `CREATE TABLE` for `table`, marked as owned by `strategy`.
-    pub fn create_table(table: &TableName, comment: &str) -> SqlStr {
+    pub fn create_table(table: &TableName, strategy: Strategy) -> SqlStr {
         // The comment is one of our own constants ("distlock:version_cas", ...).
         let sql = CREATE_TABLE
             .replace("{table}", table.as_str())
-            .replace("{comment}", comment);
+            .replace("{comment}", &strategy.table_comment());
         AssertSqlSafe(sql).into_sql_str()
     }
+}
+
+/// `template` with `{table}` replaced by the validated table name: the only text
+/// ever spliced into SQL.
+pub(crate) fn for_table(template: &str, table: &TableName) -> SqlStr {
+    AssertSqlSafe(template.replace("{table}", table.as_str())).into_sql_str()
+}
+
+/// What an operator (and the test suite) asks of the table beyond the lock
+/// protocol: who holds what, forced deletion, deployment checks.
+pub(crate) mod inspect {
+    /// version_cas, unique_insert: a live holder's owner, fence and remaining µs.
+    pub const HOLDER_ROW: &str = include_str!("sql/holder_row.sql");
+    /// The fence of one row, such as a counter row: the last token it issued.
+    pub const COUNTER_FENCE: &str = include_str!("sql/counter_fence.sql");
+    /// Rows with an owner in a name range; the bound flag also counts expired
+    /// ones (unique_insert: such a row is still an artifact).
+    pub const OWNED_ROWS: &str = include_str!("sql/owned_rows.sql");
+    /// version_cas force-unlock: clears the owner and keeps the fence.
+    pub const CLEAR_OWNER: &str = include_str!("sql/clear_owner.sql");
+    /// unique_insert force-unlock: deletes the lock row (the counter row stays).
+    pub const DELETE_OWNED_ROW: &str = include_str!("sql/delete_owned_row.sql");
+    /// for_update: lock rows (not counter rows) in a name range; run under READ
+    /// UNCOMMITTED it also sees rows a holder created in its open transaction.
+    pub const LOCK_ROWS: &str = include_str!("sql/lock_rows.sql");
+    /// for_update: the lock rows no transaction holds; under READ COMMITTED the
+    /// probe takes no gap locks and the rows it skips stay untouched.
+    pub const LOCK_ROWS_UNLOCKED: &str = include_str!("sql/lock_rows_unlocked.sql");
+    /// for_update: transactions queued on a row lock of a table (`LIKE` on
+    /// InnoDB's `lock_table`), for names whose hex starts as given.
+    pub const LOCK_WAITERS: &str = include_str!("sql/lock_waiters.sql");
+    /// for_update: the session blocking a given waiting session.
+    pub const BLOCKING_SESSION: &str = include_str!("sql/blocking_session.sql");
+    /// The next statement (only) runs at this isolation level.
+    pub const NEXT_READ_UNCOMMITTED: &str = "SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED";
+    /// See [`NEXT_READ_UNCOMMITTED`].
+    pub const NEXT_READ_COMMITTED: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
+    /// Opens the transaction of a force-unlock's probe.
+    pub const BEGIN: &str = "START TRANSACTION";
+    /// How long the queueing probe of a force-unlock waits for the row, seconds.
+    pub const PROBE_LOCK_WAIT: &str = "SET SESSION innodb_lock_wait_timeout = ?";
+    /// The server's version string.
+    pub const VERSION: &str = "SELECT VERSION()";
+    /// Whether InnoDB is available (`YES` or `DEFAULT`).
+    pub const INNODB_SUPPORT: &str =
+        "SELECT SUPPORT FROM information_schema.ENGINES WHERE ENGINE = 'InnoDB'";
+    /// The lock table's storage engine.
+    pub const TABLE_ENGINE: &str = include_str!("sql/table_engine.sql");
+    /// `1` on a read-only server (a replica).
+    pub const READ_ONLY: &str = "SELECT CAST(@@global.read_only AS SIGNED)";
 }

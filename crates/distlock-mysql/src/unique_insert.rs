@@ -5,15 +5,15 @@
 //! holder at a time. The token comes from the name's counter row, raised after
 //! the lock is won; the counter row is never deleted, so tokens never repeat.
 
-use crate::error::{DbError, code};
-use crate::lock::{Inner, MySqlHandle};
-use crate::name::{counter_name, new_owner, row_name};
-use crate::poll::{Attempt, BoxFuture, Contender, acquire_polling};
+use crate::backend::{Table, micros};
+use crate::error::{BACKEND, DbError, code};
+use crate::poll::{Attempt, Bid, BoxFuture, Contender, RowHandle, acquire_polling};
 use crate::pool::Conn;
-use crate::sql::{HELD_FLAG, Statements};
-use crate::version_cas::compare_owner;
-use distlock_core::LockError;
-use distlock_core::backend::{AcquireRequest, Acquired, Ownership};
+use crate::protocol::HELD_FLAG;
+use async_trait::async_trait;
+use distlock_core::backend::{AcquireRequest, Acquired, Backend, Ownership};
+use distlock_core::toolkit::Inspect;
+use distlock_core::{Capabilities, LockError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,67 +21,106 @@ use std::time::{Duration, Instant};
 /// coming and going) before it reports the lock as busy and backs off.
 const FLIPS: usize = 4;
 
-pub(crate) async fn acquire(
-    inner: &Arc<Inner>,
-    req: &AcquireRequest<'_>,
-) -> Result<Acquired<MySqlHandle>, LockError> {
-    let row = row_name(req.key);
-    let owner = new_owner();
-    let undo = sqlx::query(inner.sql.unique_release.clone())
-        .bind(row.clone())
-        .bind(owner.clone());
-    let contender = Insert {
-        sql: inner.sql.clone(),
-        row: row.clone(),
-        owner: owner.clone(),
-        ttl: Inner::micros(req.ttl),
-        row_exists: false,
-    };
-    acquire_polling(inner, req, row, owner, undo, contender).await
+/// A `unique_insert` client's backend.
+#[derive(Debug)]
+pub(crate) struct UniqueInsert {
+    pub table: Arc<Table>,
 }
 
+#[async_trait]
+impl Backend for UniqueInsert {
+    type Handle = RowHandle;
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.table.strategy.capabilities()
+    }
+
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<RowHandle>, LockError> {
+        // The release deletes whatever row this owner may have won.
+        let undo = &self.table.sql.unique_release;
+        acquire_polling(&self.table, &req, undo, Insert::default()).await
+    }
+
+    async fn renew(&self, handle: &RowHandle, ttl: Duration) -> Result<Ownership, LockError> {
+        let renew = sqlx::query(self.table.sql.unique_renew.clone())
+            .bind(micros(ttl))
+            .bind(handle.row.clone())
+            .bind(handle.owner.clone());
+        self.table.compare_owner(renew).await
+    }
+
+    async fn release(&self, handle: &RowHandle) -> Result<Ownership, LockError> {
+        let release = sqlx::query(self.table.sql.unique_release.clone())
+            .bind(handle.row.clone())
+            .bind(handle.owner.clone());
+        self.table.compare_owner(release).await
+    }
+
+    fn inspect(&self) -> Option<&dyn Inspect> {
+        Some(&*self.table)
+    }
+}
+
+/// Its attempts: the INSERT, or the takeover of an expired row.
+#[derive(Default)]
 struct Insert {
-    sql: Statements,
-    row: Vec<u8>,
-    owner: String,
-    ttl: u64,
     /// After seeing the row held, try the takeover first: while a lock stays held,
     /// each poll is then one statement instead of a failing INSERT plus one.
     row_exists: bool,
 }
 
 impl Contender for Insert {
-    fn attempt<'a>(&'a mut self, conn: &'a mut Conn) -> BoxFuture<'a, Result<Attempt, DbError>> {
-        Box::pin(self.insert_or_take_over(conn))
+    fn attempt<'a>(
+        &'a mut self,
+        table: &'a Table,
+        bid: &'a Bid,
+        conn: &'a mut Conn,
+    ) -> BoxFuture<'a, Result<Attempt, DbError>> {
+        Box::pin(self.insert_or_take_over(table, bid, conn))
     }
 }
 
 impl Insert {
-    async fn insert_or_take_over(&mut self, conn: &mut Conn) -> Result<Attempt, DbError> {
+    async fn insert_or_take_over(
+        &mut self,
+        table: &Table,
+        bid: &Bid,
+        conn: &mut Conn,
+    ) -> Result<Attempt, DbError> {
+        let sql = &table.sql;
         for _ in 0..FLIPS {
             let sent_at = Instant::now();
             if !self.row_exists {
-                let insert = sqlx::query(self.sql.unique_insert.clone())
-                    .bind(self.row.clone())
-                    .bind(self.owner.clone())
-                    .bind(self.ttl);
+                let insert = sqlx::query(sql.unique_insert.clone())
+                    .bind(bid.row.clone())
+                    .bind(bid.owner.clone())
+                    .bind(bid.ttl);
                 match conn.execute(insert).await {
-                    Ok(_) => return won(conn, &self.sql, &self.row, sent_at).await,
+                    Ok(_) => return won(table, bid, conn, sent_at).await,
                     Err(e) if e.number() == Some(code::DUPLICATE_KEY) => self.row_exists = true,
+                    Err(e) if e.number() == Some(code::DEADLOCK) => return Ok(raced()),
                     Err(e) => return Err(e),
                 }
                 continue;
             }
-            let takeover = sqlx::query(self.sql.unique_takeover.clone())
-                .bind(self.owner.clone())
-                .bind(self.ttl)
-                .bind(self.row.clone());
-            let done = conn.execute(takeover).await?;
+            let takeover = sqlx::query(sql.unique_takeover.clone())
+                .bind(bid.owner.clone())
+                .bind(bid.ttl)
+                .bind(bid.row.clone());
+            let done = match conn.execute(takeover).await {
+                Ok(done) => done,
+                Err(e) if e.number() == Some(code::DEADLOCK) => return Ok(raced()),
+                Err(e) => return Err(e),
+            };
             match done.last_insert_id() {
                 // Released since we looked: insert it.
                 0 => self.row_exists = false,
                 HELD_FLAG if done.rows_affected() == 1 => {
-                    return won(conn, &self.sql, &self.row, sent_at).await;
+                    return won(table, bid, conn, sent_at).await;
                 }
                 id if id & HELD_FLAG != 0 && id != HELD_FLAG => {
                     return Ok(Attempt::Held {
@@ -96,44 +135,27 @@ impl Insert {
                 }
             }
         }
-        Ok(Attempt::Held {
-            remaining: Duration::ZERO,
-        })
+        Ok(raced())
     }
 }
 
 /// The lock is ours: raise the name's counter for the token. If this fails, the
-/// caller's cleanup deletes the row we hold.
+/// poll loop's undo deletes the row we hold.
 async fn won(
+    table: &Table,
+    bid: &Bid,
     conn: &mut Conn,
-    sql: &Statements,
-    row: &[u8],
     sent_at: Instant,
 ) -> Result<Attempt, DbError> {
-    let bump = sqlx::query(sql.bump_counter.clone()).bind(counter_name(row));
-    match conn.execute(bump).await?.last_insert_id() {
-        token if token != 0 && token & HELD_FLAG == 0 => Ok(Attempt::Won { token, sent_at }),
-        other => Err(DbError::Protocol(format!(
-            "the fence counter returned {other}"
-        ))),
+    let token = table.bump_counter(conn, &bid.row).await?;
+    Ok(Attempt::Won { token, sent_at })
+}
+
+/// Lost a race with other contenders (rows coming and going, or InnoDB picking
+/// this statement as a deadlock victim, which rolled it back): nothing was won,
+/// so the caller backs off and tries again.
+fn raced() -> Attempt {
+    Attempt::Held {
+        remaining: Duration::ZERO,
     }
-}
-
-pub(crate) async fn renew(
-    inner: &Inner,
-    handle: &MySqlHandle,
-    ttl: Duration,
-) -> Result<Ownership, LockError> {
-    let renew = sqlx::query(inner.sql.unique_renew.clone())
-        .bind(Inner::micros(ttl))
-        .bind(handle.row.clone())
-        .bind(handle.owner.clone());
-    compare_owner(inner, renew).await
-}
-
-pub(crate) async fn release(inner: &Inner, handle: &MySqlHandle) -> Result<Ownership, LockError> {
-    let release = sqlx::query(inner.sql.unique_release.clone())
-        .bind(handle.row.clone())
-        .bind(handle.owner.clone());
-    compare_owner(inner, release).await
 }

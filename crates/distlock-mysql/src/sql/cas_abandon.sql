@@ -1,0 +1,3 @@
+UPDATE `{table}`
+   SET owner = NULL, expires_at = NULL
+ WHERE name = ? AND owner = ?

@@ -1,0 +1,1 @@
+UPDATE `{table}` SET owner = NULL, expires_at = NULL WHERE name = ? AND owner IS NOT NULL

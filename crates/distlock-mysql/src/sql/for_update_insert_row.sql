@@ -1,0 +1,1 @@
+INSERT IGNORE INTO `{table}` (name, fence) VALUES (?, 0)

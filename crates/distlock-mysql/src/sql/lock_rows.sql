@@ -1,0 +1,1 @@
+SELECT name FROM `{table}` WHERE name >= ? AND name < ? AND RIGHT(name, 1) <> 0x1E

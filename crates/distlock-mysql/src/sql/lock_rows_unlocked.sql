@@ -1,0 +1,2 @@
+SELECT name FROM `{table}` WHERE name >= ? AND name < ? AND RIGHT(name, 1) <> 0x1E
+   FOR UPDATE SKIP LOCKED

@@ -1,19 +1,19 @@
 //! Redis, one node: a `redis-server` started by the testkit (no persistence, so a
 //! restart empties it), or `DISTLOCK_TEST_REDIS_URL`.
 //!
-//! Every hook is offered: operator deletion with a raw `DEL`, residue by `SCAN`
-//! over lock keys (fence counters excluded), faults through a TCP fault proxy per
-//! faulty client, restarts on a dedicated server. The admin helpers here are
-//! shared with the Redlock harness.
+//! Every hook is offered: operator deletion and residue through the adapter's
+//! own `Inspect`, faults through a TCP fault proxy per faulty client, restarts on
+//! a dedicated server. The launching and proxy helpers here are shared with the
+//! Redlock harness.
 
 use async_trait::async_trait;
-use distlock_core::{BoxError, Capabilities, DynLock, LockKey};
-use distlock_redis::{LockKeys, RedisBackend, RedisConfig, lock_key_pattern};
+use distlock_core::toolkit::LockUrl;
+use distlock_core::{BoxError, Capabilities, DynLock};
+use distlock_redis::{RedisBackend, RedisConfig};
 use distlock_testkit::harness::{FaultyClient, Harness, Hooks};
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::runner::BackendSpec;
 use distlock_testkit::servers::{RedisServer, external_url};
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -49,89 +49,36 @@ pub async fn launch_servers(count: usize) -> Result<Vec<RedisServer>, BoxError> 
     )
 }
 
-/// A raw connection for what an operator would do by hand.
-#[derive(Clone)]
-pub struct Admin {
-    conn: redis::aio::MultiplexedConnection,
-}
-
-impl std::fmt::Debug for Admin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Admin")
-    }
-}
-
-impl Admin {
-    /// Connects to the server at `url`.
-    pub async fn connect(url: &str) -> Result<Self, BoxError> {
-        let client = redis::Client::open(url)?;
-        Ok(Admin {
-            conn: client.get_multiplexed_async_connection().await?,
-        })
-    }
-
-    /// Deletes `key`'s lock behind its holder's back.
-    pub async fn delete_lock(&self, key: &LockKey) -> Result<(), BoxError> {
-        let mut conn = self.conn.clone();
-        let keys = LockKeys::new(NAMESPACE, key);
-        let _: i64 = redis::cmd("DEL")
-            .arg(&keys.lock)
-            .query_async(&mut conn)
-            .await?;
-        Ok(())
-    }
-
-    /// The lock keys (not fence counters) for names starting with `prefix`.
-    pub async fn lock_keys(&self, prefix: &str) -> Result<HashSet<String>, BoxError> {
-        let mut conn = self.conn.clone();
-        let pattern = lock_key_pattern(NAMESPACE, prefix);
-        let mut cursor = 0_u64;
-        let mut found = HashSet::new();
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await?;
-            found.extend(keys);
-            if next == 0 {
-                return Ok(found);
-            }
-            cursor = next;
-        }
-    }
-}
-
 /// The address of the server at a `redis://` URL, for a fault proxy in front.
 pub async fn server_addr(url: &str) -> Result<SocketAddr, BoxError> {
-    let info = redis::Client::open(url)?
-        .get_connection_info()
-        .addr()
-        .to_string();
-    tokio::net::lookup_host(&info)
+    let parsed = LockUrl::parse("redis", url)?;
+    let host = parsed.hosts().first().ok_or("the URL names no host")?;
+    let address = host.address(6379);
+    tokio::net::lookup_host(&address)
         .await?
         .next()
-        .ok_or_else(|| format!("{info} does not resolve").into())
+        .ok_or_else(|| format!("{address} does not resolve").into())
 }
 
-/// `url` with its host and port replaced by `addr`.
+/// `url` with its host and port replaced by `addr`; credentials, database and
+/// parameters are kept.
 pub fn via(url: &str, addr: SocketAddr) -> Result<String, BoxError> {
-    let mut url = url::Url::parse(url)?;
-    url.set_host(Some(&addr.ip().to_string()))?;
-    url.set_port(Some(addr.port()))
-        .map_err(|()| "cannot set the port")?;
-    Ok(url.to_string())
+    let (scheme, rest) = url.split_once("://").ok_or("not a URL")?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let userinfo = authority
+        .rsplit_once('@')
+        .map_or("", |(userinfo, _)| userinfo);
+    let at = if userinfo.is_empty() { "" } else { "@" };
+    Ok(format!("{scheme}://{userinfo}{at}{addr}{tail}"))
 }
 
-/// The harness: a server (launched or external) and an admin connection.
+/// The harness: a server (launched or external) and the inspecting client.
 #[derive(Debug)]
 pub struct RedisHarness {
     server: Option<RedisServer>,
     url: String,
-    admin: Admin,
+    inspector: DynLock,
 }
 
 impl RedisHarness {
@@ -149,8 +96,12 @@ impl RedisHarness {
     }
 
     async fn with(server: Option<RedisServer>, url: String) -> Result<Self, BoxError> {
-        let admin = Admin::connect(&url).await?;
-        Ok(RedisHarness { server, url, admin })
+        let inspector = Self::connect(&url).await?;
+        Ok(RedisHarness {
+            server,
+            url,
+            inspector,
+        })
     }
 
     async fn connect(url: &str) -> Result<DynLock, BoxError> {
@@ -189,8 +140,8 @@ impl Harness for RedisHarness {
         })
     }
 
-    async fn delete_lock(&self, key: &LockKey) -> Result<(), BoxError> {
-        self.admin.delete_lock(key).await
+    async fn inspector(&self) -> Result<DynLock, BoxError> {
+        Ok(self.inspector.clone())
     }
 
     async fn dedicated(&self) -> Result<Arc<dyn Harness>, BoxError> {
@@ -203,10 +154,6 @@ impl Harness for RedisHarness {
             .as_ref()
             .ok_or("cannot restart an external server")?;
         Ok(server.restart().await?)
-    }
-
-    async fn residue(&self, prefix: &str) -> Result<usize, BoxError> {
-        Ok(self.admin.lock_keys(prefix).await?.len())
     }
 
     fn server_logs(&self) -> String {

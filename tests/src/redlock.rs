@@ -1,20 +1,20 @@
 //! Redlock: five independent `redis-server`s started by the testkit, or the
 //! comma-separated URLs in `DISTLOCK_TEST_REDLOCK_URL`.
 //!
-//! Deletion and residue act on every node (a lock counts once however many nodes
-//! hold its key); a faulty client has a fault proxy in front of every node, and
-//! one control applies a fault to all of them.
+//! Deletion and residue go through the adapter's own `Inspect`, which asks every
+//! node (a lock counts once however many nodes hold its key); a faulty client has
+//! a fault proxy in front of every node, and one control applies a fault to all
+//! of them.
 
-use crate::redis::{Admin, HOOKS, NAMESPACE, launch_servers, server_addr, via};
+use crate::redis::{HOOKS, NAMESPACE, launch_servers, server_addr, via};
 use async_trait::async_trait;
-use distlock_core::{BoxError, Capabilities, DynLock, LockKey};
+use distlock_core::{BoxError, Capabilities, DynLock};
 use distlock_redis::{RedlockBackend, RedlockConfig};
 use distlock_testkit::fault::{Fault, FaultControl};
 use distlock_testkit::harness::{FaultyClient, Harness, Hooks};
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::runner::BackendSpec;
 use distlock_testkit::servers::{RedisServer, external_url};
-use std::collections::HashSet;
 use std::sync::Arc;
 
 /// How many nodes the suite runs Redlock on.
@@ -42,12 +42,12 @@ impl FaultControl for AllNodes {
     }
 }
 
-/// The harness: the nodes (launched or external) and an admin connection to each.
+/// The harness: the nodes (launched or external) and the inspecting client.
 #[derive(Debug)]
 pub struct RedlockHarness {
     servers: Vec<RedisServer>,
     urls: Vec<String>,
-    admins: Vec<Admin>,
+    inspector: DynLock,
 }
 
 impl RedlockHarness {
@@ -68,14 +68,11 @@ impl RedlockHarness {
     }
 
     async fn with(servers: Vec<RedisServer>, urls: Vec<String>) -> Result<Self, BoxError> {
-        let mut admins = Vec::new();
-        for url in &urls {
-            admins.push(Admin::connect(url).await?);
-        }
+        let inspector = Self::connect(&urls).await?;
         Ok(RedlockHarness {
             servers,
             urls,
-            admins,
+            inspector,
         })
     }
 
@@ -120,11 +117,8 @@ impl Harness for RedlockHarness {
         })
     }
 
-    async fn delete_lock(&self, key: &LockKey) -> Result<(), BoxError> {
-        for admin in &self.admins {
-            admin.delete_lock(key).await?;
-        }
-        Ok(())
+    async fn inspector(&self) -> Result<DynLock, BoxError> {
+        Ok(self.inspector.clone())
     }
 
     async fn dedicated(&self) -> Result<Arc<dyn Harness>, BoxError> {
@@ -139,14 +133,6 @@ impl Harness for RedlockHarness {
             server.restart().await?;
         }
         Ok(())
-    }
-
-    async fn residue(&self, prefix: &str) -> Result<usize, BoxError> {
-        let mut locks = HashSet::new();
-        for admin in &self.admins {
-            locks.extend(admin.lock_keys(prefix).await?);
-        }
-        Ok(locks.len())
     }
 
     fn server_logs(&self) -> String {

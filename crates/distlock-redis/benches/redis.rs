@@ -1,5 +1,6 @@
-//! RedisLock and Redlock latency next to the raw round trip, in the same run, on
-//! servers started by the testkit.
+//! RedisLock and Redlock latency next to the raw round trip (each client's own
+//! `Inspect::ping`: one `PING`, or a `PING` to every node at once), in the same
+//! run, on servers started by the testkit.
 //!
 //! `cargo bench -p distlock-redis --bench redis` runs the criterion groups and
 //! then prints p50/p99 per operation from its own samples, with the ratios the
@@ -11,7 +12,6 @@ use criterion::Criterion;
 use distlock_core::{AcquireOptions, DynLock, LockKey, Wait};
 use distlock_redis::{RedisConfig, RedlockConfig};
 use distlock_testkit::servers::RedisServer;
-use redis::aio::MultiplexedConnection;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,7 +23,6 @@ const SAMPLES: usize = 2000;
 
 struct Env {
     _servers: Vec<RedisServer>,
-    raw: Vec<MultiplexedConnection>,
     redis: DynLock,
     contenders: Vec<DynLock>,
     redlock: DynLock,
@@ -33,16 +32,6 @@ async fn start() -> Env {
     let servers = RedisServer::start_many(5)
         .await
         .expect("redis-server: sudo scripts/install-backends");
-    let mut raw = Vec::new();
-    for server in &servers {
-        let client = redis::Client::open(server.url()).expect("url");
-        raw.push(
-            client
-                .get_multiplexed_async_connection()
-                .await
-                .expect("connect"),
-        );
-    }
     let connect = |url: String| async move {
         Arc::new(
             RedisConfig::from_url(&url)
@@ -67,7 +56,6 @@ async fn start() -> Env {
     ) as DynLock;
     Env {
         _servers: servers,
-        raw,
         redis,
         contenders,
         redlock,
@@ -80,21 +68,14 @@ fn opts() -> AcquireOptions {
         .wait(Wait::Forever)
 }
 
-async fn ping(conn: &MultiplexedConnection) {
-    let mut conn = conn.clone();
-    let _: String = redis::cmd("PING")
-        .query_async(&mut conn)
+/// The client's raw round trip: `PING`, or for Redlock a `PING` to every node
+/// at once, answered by all.
+async fn ping(lock: &DynLock) {
+    lock.inspect()
+        .expect("every adapter offers Inspect")
+        .ping()
         .await
         .expect("PING");
-}
-
-async fn parallel_ping(conns: &[MultiplexedConnection]) {
-    let mut set = JoinSet::new();
-    for conn in conns {
-        let conn = conn.clone();
-        set.spawn(async move { ping(&conn).await });
-    }
-    while set.join_next().await.is_some() {}
 }
 
 async fn cycle(lock: &DynLock, key: &LockKey) {
@@ -138,7 +119,7 @@ async fn handoffs(contenders: &[DynLock], key: &LockKey, count: u64) -> Vec<Dura
 fn benches(c: &mut Criterion, rt: &Runtime, env: &Env) {
     let key = LockKey::new("bench/uncontended").expect("key");
     let mut group = c.benchmark_group("redis");
-    group.bench_function("raw_ping", |b| b.to_async(rt).iter(|| ping(&env.raw[0])));
+    group.bench_function("raw_ping", |b| b.to_async(rt).iter(|| ping(&env.redis)));
     group.bench_function("uncontended_cycle", |b| {
         b.to_async(rt).iter(|| cycle(&env.redis, &key))
     });
@@ -156,7 +137,7 @@ fn benches(c: &mut Criterion, rt: &Runtime, env: &Env) {
     group.finish();
     let mut group = c.benchmark_group("redlock");
     group.bench_function("raw_parallel_ping_5", |b| {
-        b.to_async(rt).iter(|| parallel_ping(&env.raw))
+        b.to_async(rt).iter(|| ping(&env.redlock))
     });
     group.bench_function("uncontended_cycle", |b| {
         b.to_async(rt).iter(|| cycle(&env.redlock, &key))
@@ -199,11 +180,11 @@ fn percentiles(rt: &Runtime, env: &Env) {
     rt.block_on(async {
         let key = LockKey::new("bench/percentiles").expect("key");
         println!("\nlatency percentiles ({SAMPLES} samples each)");
-        let (ping50, ping99) = report("redis raw PING", &mut sample(|| ping(&env.raw[0])).await);
+        let (ping50, ping99) = report("redis raw PING", &mut sample(|| ping(&env.redis)).await);
         let (cyc50, cyc99) = report("redis acquire+release", &mut sample(|| cycle(&env.redis, &key)).await);
         let mut gaps = handoffs(&env.contenders, &LockKey::new("bench/handoff").expect("key"), SAMPLES as u64).await;
         report("redis hand-off, 8 waiters", &mut gaps);
-        let (pp50, _) = report("5 nodes parallel raw PING", &mut sample(|| parallel_ping(&env.raw)).await);
+        let (pp50, _) = report("5 nodes parallel raw PING", &mut sample(|| ping(&env.redlock)).await);
         let mut acquires = Vec::with_capacity(SAMPLES);
         for _ in 0..SAMPLES {
             let started = Instant::now();

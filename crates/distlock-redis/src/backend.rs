@@ -1,4 +1,8 @@
-//! `RedisLock`: the single-node wire protocol.
+//! `RedisLock`: the lock on one Redis server.
+//!
+//! Invariant: the lock key holds the owner value of exactly one acquisition, and
+//! every change to it compares that value first, so a client only ever renews or
+//! deletes its own lock; the fence counter beside it only rises.
 //!
 //! Acquire = one `EVALSHA` of the acquire script (`SET NX PX` + `INCR` of the
 //! fence counter). When the lock is held, the waiter subscribes to the lock's
@@ -7,13 +11,14 @@
 //! the holder's remaining ttl (from the script's reply) runs out, whichever comes
 //! first. Renew and release are compare-owner scripts; release publishes.
 
-use crate::config::{BACKEND, RedisConfig, ReplicaAck};
-use crate::error::NodeError;
+use crate::connection::{ServerAddress, Timeouts};
+use crate::error::CommandError;
 use crate::keys::LockKeys;
-use crate::node::{Attempt, Node, NodeTimeouts, ReleaseOnDrop};
-use crate::subscriber::Signal;
+use crate::protocol::{Attempt, ServerClient, release_on_drop};
+use crate::subscriber::Waiting;
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
+use distlock_core::toolkit::{Inspect, random_owner};
 use distlock_core::{
     AcquireOptions, BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError,
     TokenDurability, Wake,
@@ -21,28 +26,35 @@ use distlock_core::{
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A Redis lock client: [`RedisConfig::connect`] gives one.
+/// The backend name in errors.
+pub(crate) const BACKEND: &str = "redis";
+
+/// A Redis lock client: [`crate::RedisConfig::connect`] gives one.
 pub type RedisLock = BackendLock<RedisBackend>;
 
-/// The longest a waiter sleeps without a message before it looks again, in case
-/// a release message was lost on a connection that failed silently.
-const MAX_NAP: Duration = Duration::from_secs(5);
-/// How often a waiter looks while the subscriber connection is down.
-const POLL_WHEN_DOWN: Duration = Duration::from_millis(200);
+/// How many replicas must acknowledge each acquire and release, and how long to
+/// wait for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaAck {
+    /// Replicas that must acknowledge.
+    pub replicas: u32,
+    /// How long the server waits for them (`WAIT`'s timeout).
+    pub timeout: Duration,
+}
 
 /// The single-node Redis adapter; reach it through [`BackendLock::backend`].
 pub struct RedisBackend {
-    node: Arc<Node>,
+    pub(crate) server: Arc<ServerClient>,
     namespace: String,
     default_ttl: Duration,
-    response_timeout: Duration,
-    replicas: Option<ReplicaAck>,
+    pub(crate) timeout: Duration,
+    pub(crate) replicas: Option<ReplicaAck>,
 }
 
 impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisBackend")
-            .field("endpoint", &self.node.endpoint)
+            .field("endpoint", &self.server.endpoint)
             .field("namespace", &self.namespace)
             .finish_non_exhaustive()
     }
@@ -54,27 +66,6 @@ impl std::fmt::Debug for RedisBackend {
 pub struct RedisHandle {
     keys: LockKeys,
     owner: String,
-}
-
-/// What the single-node adapter guarantees.
-pub(crate) fn capabilities() -> Capabilities {
-    RedisBackend::CAPABILITIES
-}
-
-/// A fresh random owner value: 128 bits, so no other acquisition ever has it.
-pub(crate) fn new_owner() -> String {
-    format!("{:032x}", rand::random::<u128>())
-}
-
-/// How long to sleep before looking again, given the holder's remaining ttl.
-pub(crate) fn nap(pttl: i64, subscribed: bool) -> Duration {
-    let until_expiry = match u64::try_from(pttl) {
-        Ok(ms) => Duration::from_millis(ms.saturating_add(1)),
-        // -1: the key has no expiry (set by hand); -2: gone already.
-        Err(_) if pttl == -1 => MAX_NAP,
-        Err(_) => Duration::ZERO,
-    };
-    until_expiry.min(if subscribed { MAX_NAP } else { POLL_WHEN_DOWN })
 }
 
 enum Step {
@@ -96,21 +87,27 @@ impl RedisBackend {
         ttl_granularity: Duration::from_millis(1),
     };
 
-    pub(crate) async fn connect(config: RedisConfig) -> Result<Self, LockError> {
-        let timeouts = NodeTimeouts {
-            connect: config.connect_timeout,
-            response: config.response_timeout,
-        };
-        let node = Arc::new(Node::new(&config.server, BACKEND, timeouts)?);
-        node.check(config.response_timeout)
+    /// Makes the client and loads the scripts, so that a wrong address, password
+    /// or a server without Lua scripting fails here rather than at the first
+    /// acquire.
+    pub(crate) async fn connect(
+        address: &ServerAddress,
+        namespace: String,
+        default_ttl: Duration,
+        timeouts: Timeouts,
+        replicas: Option<ReplicaAck>,
+    ) -> Result<Self, LockError> {
+        let server = Arc::new(ServerClient::new(address, BACKEND, timeouts)?);
+        server
+            .load_scripts(timeouts.response)
             .await
-            .map_err(|e| e.into_lock_error(BACKEND, &node.endpoint))?;
+            .map_err(|e| e.into_lock_error(BACKEND, &server.endpoint))?;
         Ok(RedisBackend {
-            node,
-            namespace: config.namespace,
-            default_ttl: config.default_ttl,
-            response_timeout: config.response_timeout,
-            replicas: config.replicas,
+            server,
+            namespace,
+            default_ttl,
+            timeout: timeouts.response,
+            replicas,
         })
     }
 
@@ -121,7 +118,7 @@ impl RedisBackend {
 
     /// The server, without credentials.
     pub fn endpoint(&self) -> &str {
-        &self.node.endpoint
+        &self.server.endpoint
     }
 
     /// The key prefix.
@@ -129,21 +126,25 @@ impl RedisBackend {
         &self.namespace
     }
 
-    fn error(&self, e: NodeError) -> LockError {
-        e.into_lock_error(BACKEND, &self.node.endpoint)
+    pub(crate) fn error(&self, e: CommandError) -> LockError {
+        e.into_lock_error(BACKEND, &self.server.endpoint)
     }
 
     /// One try: won (with replicas acknowledged, if configured) or held elsewhere.
     async fn attempt(&self, req: &AcquireRequest<'_>, keys: &LockKeys) -> Result<Step, LockError> {
-        let owner = new_owner();
-        let mut undo =
-            ReleaseOnDrop::new(vec![self.node.clone()], keys, &owner, self.response_timeout);
+        let owner = random_owner();
+        let undo = release_on_drop(
+            std::slice::from_ref(&self.server),
+            keys,
+            &owner,
+            self.timeout,
+        );
         // A wait that already ended still gets its one attempt.
         let race_deadline = req.wait != WaitUntil::NoWait
             && req.wait.instant().is_none_or(|at| at > Instant::now());
         let sent_at = Instant::now();
         let reply = tokio::select! {
-            reply = self.node.acquire(keys, &owner, req.ttl, self.response_timeout) => reply,
+            reply = self.server.acquire(keys, &owner, req.ttl, self.timeout) => reply,
             _ = req.wait.reached(), if race_deadline => return Err(req.not_acquired()),
         };
         let token = match reply {
@@ -176,8 +177,8 @@ impl RedisBackend {
 
     async fn await_replicas(&self, ack: ReplicaAck, consequence: &str) -> Result<(), LockError> {
         let acked = self
-            .node
-            .wait_replicas(ack.replicas, ack.timeout, self.response_timeout)
+            .server
+            .wait_replicas(ack.replicas, ack.timeout, self.timeout)
             .await
             .map_err(|e| self.error(e))?;
         if acked < ack.replicas {
@@ -186,7 +187,7 @@ impl RedisBackend {
                 format!(
                     "only {acked} of {} replicas of {} acknowledged within {:?}; the {consequence}. \
                      Check replication (INFO replication) or lower wait_replicas",
-                    ack.replicas, self.node.endpoint, ack.timeout
+                    ack.replicas, self.server.endpoint, ack.timeout
                 ),
             ));
         }
@@ -203,7 +204,7 @@ impl Backend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        capabilities()
+        Self::CAPABILITIES
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<RedisHandle>, LockError> {
@@ -215,38 +216,31 @@ impl Backend for RedisBackend {
         if req.wait == WaitUntil::NoWait {
             return Err(req.not_acquired());
         }
-        let signal = Arc::new(Signal::default());
-        let mut registration = self.node.subscriber.register(&keys.channel, signal.clone());
         // Subscribed before the next attempt: a release from here on wakes us.
-        tokio::select! {
-            _ = registration.settled((Instant::now() + self.response_timeout).into()) => {}
+        let until = tokio::time::Instant::now() + self.timeout;
+        let mut waiting = tokio::select! {
+            waiting = Waiting::start([&self.server.subscriber], &keys.channel, until) => waiting,
             _ = req.wait.reached() => return Err(req.not_acquired()),
-        }
+        };
         loop {
-            let seen = signal.seen();
-            let pttl = match self.attempt(&req, &keys).await? {
-                Step::Won(acquired) => {
-                    signal.handled(seen);
-                    return Ok(acquired);
-                }
-                Step::Held(pttl) => {
-                    signal.handled(seen);
-                    pttl
-                }
+            let seen = waiting.seen();
+            let step = self.attempt(&req, &keys).await?;
+            waiting.handled(seen);
+            let pttl = match step {
+                Step::Won(acquired) => return Ok(acquired),
+                Step::Held(pttl) => pttl,
             };
-            let nap = nap(pttl, registration.is_ready());
-            tokio::select! {
-                _ = signal.woken() => {}
-                _ = tokio::time::sleep(nap) => {}
-                _ = req.wait.reached() => return Err(req.not_acquired()),
+            let heard = waiting.ready() > 0;
+            if !waiting.nap(pttl, heard, req.wait).await {
+                return Err(req.not_acquired());
             }
         }
     }
 
     async fn renew(&self, handle: &RedisHandle, ttl: Duration) -> Result<Ownership, LockError> {
         let renewed = self
-            .node
-            .renew(&handle.keys, &handle.owner, ttl, self.response_timeout)
+            .server
+            .renew(&handle.keys, &handle.owner, ttl, self.timeout)
             .await
             .map_err(|e| self.error(e))?;
         Ok(if renewed {
@@ -258,8 +252,8 @@ impl Backend for RedisBackend {
 
     async fn release(&self, handle: &RedisHandle) -> Result<Ownership, LockError> {
         let released = self
-            .node
-            .release(&handle.keys, &handle.owner, self.response_timeout)
+            .server
+            .release(&handle.keys, &handle.owner, self.timeout)
             .await
             .map_err(|e| self.error(e))?;
         if !released {
@@ -270,5 +264,9 @@ impl Backend for RedisBackend {
                 .await?;
         }
         Ok(Ownership::Held)
+    }
+
+    fn inspect(&self) -> Option<&dyn Inspect> {
+        Some(self)
     }
 }

@@ -1,23 +1,24 @@
-//! `RedisConfig`: one Redis server, from a struct or a URL.
+//! `RedisConfig`: one Redis server, from a struct or a URL; and the one reader of
+//! `redis://`, `rediss://`, `redlock://` and `redlocks://` URLs.
 
+use crate::backend::{BACKEND, RedisBackend, RedisLock, ReplicaAck};
+use crate::connection::{DEFAULT_PORT, ServerAddress, Timeouts};
 use crate::keys::{DEFAULT_NAMESPACE, validate_namespace};
-use crate::lock::{RedisBackend, RedisLock};
-use crate::server::{Server, check_timeout, parse_duration};
-use distlock_core::{AcquireOptions, BackendLock, LockError};
+use distlock_core::toolkit::{LockUrl, redact};
+use distlock_core::{AcquireOptions, BackendLock, Capabilities, LockError};
 use std::time::Duration;
-
-pub(crate) const BACKEND: &str = "redis";
 
 /// Settings for [`RedisLock`]. Build it with [`RedisConfig::from_url`] or
 /// [`RedisConfig::new`] and the setters, then [`RedisConfig::connect`].
 ///
 /// URL form:
 /// `redis://[user[:password]@]host[:port][/db][?param=value&...]`, or
-/// `rediss://` for TLS (`#insecure` skips certificate checks). Parameters:
-/// `namespace` (default `distlock:`), `ttl` (default ttl, `30s`),
-/// `connect_timeout` (`5s`), `response_timeout` (`5s`), `wait_replicas` and
-/// `wait_timeout` (see [`RedisConfig::wait_for_replicas`]), `protocol`
-/// (`resp2`/`resp3`). Unknown parameters are an error, so typos do not go unseen.
+/// `rediss://` for TLS. Parameters: `namespace` (default `distlock:`), `ttl`
+/// (default ttl, `30s`), `connect_timeout` (`5s`), `timeout` (per reply, `5s`),
+/// `wait_replicas` and `wait_timeout` (see [`RedisConfig::wait_for_replicas`]),
+/// `protocol` (`resp2`/`resp3`) and `insecure=true` (`rediss://` without
+/// certificate checks). Unknown parameters are an error, so typos do not go
+/// unseen.
 ///
 /// `Debug` never shows the password.
 ///
@@ -25,48 +26,184 @@ pub(crate) const BACKEND: &str = "redis";
 /// use distlock_redis::RedisConfig;
 /// use std::time::Duration;
 /// let config = RedisConfig::from_url("redis://:s3cret@localhost:6379/2?namespace=app:&ttl=10s")?
-///     .response_timeout(Duration::from_secs(2));
+///     .timeout(Duration::from_secs(2));
 /// assert_eq!(config.endpoint(), "redis://localhost:6379/2");
 /// assert!(!format!("{config:?}").contains("s3cret"));
 /// # Ok::<(), distlock_core::LockError>(())
 /// ```
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct RedisConfig {
-    pub(crate) server: Server,
-    pub(crate) namespace: String,
-    pub(crate) default_ttl: Duration,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Duration,
-    pub(crate) replicas: Option<ReplicaAck>,
-}
-
-/// How many replicas must acknowledge each acquire and release, and how long to
-/// wait for them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReplicaAck {
-    /// Replicas that must acknowledge.
-    pub replicas: u32,
-    /// How long the server waits for them (`WAIT`'s timeout).
-    pub timeout: Duration,
-}
-
-impl std::fmt::Debug for RedisConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisConfig")
-            .field("server", &self.server)
-            .field("namespace", &self.namespace)
-            .field("default_ttl", &self.default_ttl)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("response_timeout", &self.response_timeout)
-            .field("replicas", &self.replicas)
-            .finish()
-    }
+    pub(crate) server: ServerAddress,
+    common: Common,
+    replicas: Option<ReplicaAck>,
 }
 
 impl Default for RedisConfig {
     fn default() -> Self {
-        Self::new("127.0.0.1", crate::server::DEFAULT_PORT)
+        Self::new("127.0.0.1", DEFAULT_PORT)
     }
+}
+
+/// Which URL schemes a reader accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Schemes {
+    /// `redis://` or `rediss://` (and the `valkey` spellings): one server.
+    Redis,
+    /// `redlock://` or `redlocks://`: several independent servers.
+    Redlock,
+}
+
+/// Reads the servers of a lock URL: scheme, hosts, credentials, the database
+/// number in the path, and the server-level parameters `protocol` and
+/// `insecure`. The caller takes its own parameters, then calls `finish()`.
+pub(crate) fn read_servers(
+    backend: &'static str,
+    text: &str,
+    accepted: Schemes,
+) -> Result<(LockUrl, Vec<ServerAddress>), LockError> {
+    if text.trim_end().ends_with("#insecure") {
+        return Err(LockError::config(
+            backend,
+            format!(
+                "`{}`: write ?insecure=true instead of #insecure",
+                redact(text)
+            ),
+        ));
+    }
+    let mut url = LockUrl::parse(backend, text)?;
+    let (tls, schemes) = match url.scheme() {
+        "redis" | "valkey" => (false, Schemes::Redis),
+        "rediss" | "valkeys" => (true, Schemes::Redis),
+        "redlock" => (false, Schemes::Redlock),
+        "redlocks" => (true, Schemes::Redlock),
+        other => {
+            return Err(url.error(format_args!(
+                "unsupported scheme `{other}://`; use redis:// (rediss:// for TLS) for one server, \
+                 redlock:// (redlocks://) for several independent ones"
+            )));
+        }
+    };
+    if schemes != accepted {
+        return Err(url.error(match accepted {
+            Schemes::Redis => "this is a Redlock URL; connect it with RedlockConfig",
+            Schemes::Redlock => {
+                "write redlock://h1,h2,h3 (redlocks:// for TLS), or give RedlockConfig::from_urls \
+                 one redis:// URL per node"
+            }
+        }));
+    }
+    if url.hosts().is_empty() {
+        return Err(url.error("the URL names no host"));
+    }
+    if accepted == Schemes::Redis && url.hosts().len() > 1 {
+        return Err(url.error(
+            "redis:// takes one server; for a lock over several independent servers write \
+             redlock://h1,h2,h3",
+        ));
+    }
+    let db = match url.path().map(|p| p.trim_matches('/')) {
+        None | Some("") => 0,
+        Some(path) => match path.parse::<u32>() {
+            Ok(db) if i32::try_from(db).is_ok() => i64::from(db),
+            _ => {
+                return Err(url.error(format_args!(
+                    "the path `/{path}` is not a database number; write /0, /1, …"
+                )));
+            }
+        },
+    };
+    let resp3 = matches!(
+        url.choice("protocol", &["resp2", "resp3", "2", "3"])?,
+        Some("resp3" | "3")
+    );
+    let insecure = url.bool("insecure")?.unwrap_or(false);
+    if insecure && !tls {
+        return Err(url.error(
+            "insecure=true skips TLS certificate checks; it needs rediss:// (or redlocks://)",
+        ));
+    }
+    let servers = url
+        .hosts()
+        .iter()
+        .map(|host| ServerAddress {
+            host: host.host.clone(),
+            port: host.port.unwrap_or(DEFAULT_PORT),
+            tls,
+            insecure,
+            username: url.user().map(str::to_owned),
+            password: url.password().map(str::to_owned),
+            db,
+            resp3,
+        })
+        .collect();
+    Ok((url, servers))
+}
+
+/// What both configs share: where keys live, the default ttl and the timeouts.
+#[derive(Debug, Clone)]
+pub(crate) struct Common {
+    pub namespace: String,
+    pub default_ttl: Duration,
+    pub connect_timeout: Duration,
+    pub timeout: Duration,
+}
+
+impl Common {
+    pub fn new(timeout: Duration) -> Self {
+        Common {
+            namespace: DEFAULT_NAMESPACE.into(),
+            default_ttl: AcquireOptions::DEFAULT_TTL,
+            connect_timeout: RedisConfig::DEFAULT_CONNECT_TIMEOUT,
+            timeout,
+        }
+    }
+
+    /// Takes `namespace`, `ttl`, `connect_timeout` and `timeout` from `url`,
+    /// refusing the old spelling `old_timeout`.
+    pub fn read(&mut self, url: &mut LockUrl, old_timeout: &'static str) -> Result<(), LockError> {
+        url.renamed(old_timeout, "timeout")?;
+        if let Some(namespace) = url.string("namespace") {
+            self.namespace = namespace;
+        }
+        self.default_ttl = url.duration("ttl")?.unwrap_or(self.default_ttl);
+        self.connect_timeout = url
+            .duration("connect_timeout")?
+            .unwrap_or(self.connect_timeout);
+        self.timeout = url.duration("timeout")?.unwrap_or(self.timeout);
+        Ok(())
+    }
+
+    /// Checks what builder methods may have set wrong (URLs refuse zero already).
+    pub fn validate(
+        &self,
+        backend: &'static str,
+        capabilities: &Capabilities,
+    ) -> Result<(), LockError> {
+        validate_namespace(backend, &self.namespace)?;
+        check_timeout(backend, "connect_timeout", self.connect_timeout)?;
+        check_timeout(backend, "timeout", self.timeout)?;
+        AcquireOptions::new()
+            .ttl(self.default_ttl)
+            .validate(capabilities)
+            .map_err(|e| LockError::config(backend, format!("default ttl: {e}")))
+    }
+
+    pub fn timeouts(&self) -> Timeouts {
+        Timeouts {
+            connect: self.connect_timeout,
+            response: self.timeout,
+        }
+    }
+}
+
+fn check_timeout(backend: &'static str, name: &str, value: Duration) -> Result<(), LockError> {
+    if value.is_zero() {
+        return Err(LockError::config(
+            backend,
+            format!("{name} is zero; give it a positive duration"),
+        ));
+    }
+    Ok(())
 }
 
 impl RedisConfig {
@@ -74,67 +211,36 @@ impl RedisConfig {
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
     /// The default time to wait for each reply: 5 s. Waiting for a held lock never
     /// blocks on the server, so this does not limit how long `acquire` may wait.
-    pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
     /// A server at `host:port`, database 0, no TLS, no credentials.
     pub fn new(host: &str, port: u16) -> Self {
         RedisConfig {
-            server: Server::new(host, port),
-            namespace: DEFAULT_NAMESPACE.into(),
-            default_ttl: AcquireOptions::DEFAULT_TTL,
-            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
-            response_timeout: Self::DEFAULT_RESPONSE_TIMEOUT,
+            server: ServerAddress::new(host, port),
+            common: Common::new(Self::DEFAULT_TIMEOUT),
             replicas: None,
         }
     }
 
     /// Parses a `redis://` or `rediss://` URL (see the type docs for parameters).
     pub fn from_url(url: &str) -> Result<Self, LockError> {
-        let (server, params) = Server::parse(BACKEND, url)?;
+        let (mut url, mut servers) = read_servers(BACKEND, url, Schemes::Redis)?;
         let mut config = RedisConfig {
-            server,
+            server: servers
+                .pop()
+                .ok_or_else(|| url.error("the URL names no host"))?,
             ..Self::default()
         };
-        let (mut wait_replicas, mut wait_timeout) = (None, None);
-        for (key, value) in params {
-            match key.as_str() {
-                "namespace" => config.namespace = value,
-                "ttl" => config.default_ttl = parse_duration(BACKEND, &key, &value)?,
-                "connect_timeout" => {
-                    config.connect_timeout = parse_duration(BACKEND, &key, &value)?
-                }
-                "response_timeout" => {
-                    config.response_timeout = parse_duration(BACKEND, &key, &value)?
-                }
-                "wait_replicas" => {
-                    wait_replicas = Some(value.parse::<u32>().map_err(|_| {
-                        LockError::config(
-                            BACKEND,
-                            format!("wait_replicas={value} is not a replica count"),
-                        )
-                    })?);
-                }
-                "wait_timeout" => wait_timeout = Some(parse_duration(BACKEND, &key, &value)?),
-                _ => {
-                    return Err(LockError::config(
-                        BACKEND,
-                        format!(
-                            "unknown URL parameter `{key}`; known: namespace, ttl, connect_timeout, \
-                             response_timeout, wait_replicas, wait_timeout, protocol"
-                        ),
-                    ));
-                }
-            }
-        }
+        config.common.read(&mut url, "response_timeout")?;
+        let wait_replicas = url.parse_param::<u32>("wait_replicas", "a replica count")?;
+        let wait_timeout = url.duration("wait_timeout")?;
+        url.finish()?;
         match (wait_replicas, wait_timeout) {
             (Some(n), timeout) => {
                 config = config.wait_for_replicas(n, timeout.unwrap_or(Duration::from_millis(100)));
             }
             (None, Some(_)) => {
-                return Err(LockError::config(
-                    BACKEND,
-                    "wait_timeout without wait_replicas; add wait_replicas=N",
-                ));
+                return Err(url.error("wait_timeout without wait_replicas; add wait_replicas=N"));
             }
             (None, None) => {}
         }
@@ -164,26 +270,26 @@ impl RedisConfig {
     /// Puts every key under this prefix (default `distlock:`). It must not contain
     /// `{` or `}`, which would move the Redis Cluster hash tag.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = namespace.into();
+        self.common.namespace = namespace.into();
         self
     }
 
     /// The ttl of [`crate::RedisBackend::default_options`].
     pub fn default_ttl(mut self, ttl: Duration) -> Self {
-        self.default_ttl = ttl;
+        self.common.default_ttl = ttl;
         self
     }
 
     /// How long to wait for a connection (default 5 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.common.connect_timeout = timeout;
         self
     }
 
     /// How long to wait for each reply (default 5 s; the `redis` crate's own
     /// default of 500 ms is not used).
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.common.timeout = timeout;
         self
     }
 
@@ -203,13 +309,10 @@ impl RedisConfig {
 
     /// The key prefix.
     pub fn get_namespace(&self) -> &str {
-        &self.namespace
+        &self.common.namespace
     }
 
     fn validate(&self) -> Result<(), LockError> {
-        validate_namespace(BACKEND, &self.namespace)?;
-        check_timeout(BACKEND, "connect_timeout", self.connect_timeout)?;
-        check_timeout(BACKEND, "response_timeout", self.response_timeout)?;
         if self.server.host.is_empty() {
             return Err(LockError::config(BACKEND, "the host is empty"));
         }
@@ -222,10 +325,7 @@ impl RedisConfig {
             }
             check_timeout(BACKEND, "wait timeout", ack.timeout)?;
         }
-        AcquireOptions::new()
-            .ttl(self.default_ttl)
-            .validate(&crate::lock::capabilities())
-            .map_err(|e| LockError::config(BACKEND, format!("default ttl: {e}")))
+        self.common.validate(BACKEND, &RedisBackend::CAPABILITIES)
     }
 
     /// Connects, authenticates and loads the lock scripts, so that a wrong
@@ -233,7 +333,15 @@ impl RedisConfig {
     /// clear error rather than at the first acquire.
     pub async fn connect(self) -> Result<RedisLock, LockError> {
         self.validate()?;
-        let backend = RedisBackend::connect(self).await?;
+        let timeouts = self.common.timeouts();
+        let backend = RedisBackend::connect(
+            &self.server,
+            self.common.namespace,
+            self.common.default_ttl,
+            timeouts,
+            self.replicas,
+        )
+        .await?;
         Ok(BackendLock::new(backend))
     }
 }
@@ -242,51 +350,43 @@ impl RedisConfig {
 mod tests {
     use super::*;
 
-    fn reason(r: Result<RedisConfig, LockError>) -> String {
-        match r {
-            Err(LockError::Config { reason, .. }) => reason,
-            other => panic!("expected Config error, got {other:?}"),
-        }
-    }
-
     #[test]
     fn url_parameters_are_applied() {
         let c = RedisConfig::from_url(
-            "redis://h:1/2?namespace=app:&ttl=10s&connect_timeout=1s&response_timeout=250ms&wait_replicas=1&wait_timeout=50ms",
+            "redis://h:1/2?namespace=app:&ttl=10s&connect_timeout=1s&timeout=250ms&wait_replicas=1&wait_timeout=50ms",
         )
         .unwrap();
-        assert_eq!(c.namespace, "app:");
-        assert_eq!(c.default_ttl, Duration::from_secs(10));
-        assert_eq!(c.connect_timeout, Duration::from_secs(1));
-        assert_eq!(c.response_timeout, Duration::from_millis(250));
-        assert_eq!(
-            c.replicas,
-            Some(ReplicaAck {
-                replicas: 1,
-                timeout: Duration::from_millis(50)
-            })
-        );
+        assert_eq!(c.common.namespace, "app:");
+        assert_eq!(c.common.default_ttl, Duration::from_secs(10));
+        assert_eq!(c.common.connect_timeout, Duration::from_secs(1));
+        assert_eq!(c.common.timeout, Duration::from_millis(250));
+        let ack = ReplicaAck {
+            replicas: 1,
+            timeout: Duration::from_millis(50),
+        };
+        assert_eq!(c.replicas, Some(ack));
     }
 
     #[test]
-    fn bad_parameters_are_named() {
-        assert!(reason(RedisConfig::from_url("redis://h?namepsace=x")).contains("namepsace"));
-        assert!(reason(RedisConfig::from_url("redis://h?ttl=soon")).contains("ttl=soon"));
-        assert!(reason(RedisConfig::from_url("redis://h?namespace={x}")).contains("brace"));
-        assert!(
-            reason(RedisConfig::from_url("redis://h?response_timeout=0s"))
-                .contains("response_timeout")
-        );
-        assert!(
-            reason(RedisConfig::from_url("redis://h?wait_timeout=1s")).contains("wait_replicas")
-        );
-        assert!(reason(RedisConfig::from_url("redis://h?wait_replicas=0")).contains("at least 1"));
-        assert!(reason(RedisConfig::from_url("redis://h?ttl=0s")).contains("default ttl"));
+    fn servers_carry_credentials_db_tls_and_protocol() {
+        let text = "rediss://u%40x:p%3Ass@cache.example:7000/3?protocol=resp3&insecure=true";
+        let (_, servers) = read_servers(BACKEND, text, Schemes::Redis).unwrap();
+        let s = &servers[0];
+        assert_eq!((s.host.as_str(), s.port, s.db), ("cache.example", 7000, 3));
+        assert!(s.tls && s.insecure && s.resp3);
+        assert_eq!(s.username.as_deref(), Some("u@x"));
+        assert_eq!(s.password.as_deref(), Some("p:ss"));
+        assert_eq!(s.endpoint(), "rediss://cache.example:7000/3");
+        let c = RedisConfig::from_url("redis://[::1]").unwrap();
+        assert_eq!((c.server.port, c.server.db, c.server.tls), (6379, 0, false));
+        assert_eq!(c.endpoint(), "redis://[::1]:6379/0");
     }
 
     #[test]
     fn debug_hides_the_password() {
         let c = RedisConfig::new("h", 1).credentials(Some("u"), "hunter2");
+        assert!(!format!("{c:?}").contains("hunter2"));
+        let c = RedisConfig::from_url("redis://user:hunter2@h:1/0").unwrap();
         assert!(!format!("{c:?}").contains("hunter2"));
     }
 }

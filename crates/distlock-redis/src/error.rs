@@ -1,13 +1,14 @@
-//! The crate's one internal error, converted into [`LockError`] at the boundary
-//! with the backend name and the (credential-free) endpoint.
+//! The crate's one error type: what went wrong with one command to one server,
+//! converted into [`LockError`] at the boundary with the backend name and the
+//! (credential-free) endpoint.
 
 use distlock_core::LockError;
 use redis::{ErrorKind, ServerErrorKind};
 use std::time::Duration;
 
-/// What went wrong talking to one Redis server.
+/// What went wrong with one command to one Redis server.
 #[derive(Debug)]
-pub(crate) enum NodeError {
+pub(crate) enum CommandError {
     /// No reply within the budget; the connection was replaced.
     Timeout(Duration),
     /// The `redis` crate or the server reported an error.
@@ -16,30 +17,30 @@ pub(crate) enum NodeError {
     Reply(String),
 }
 
-impl From<redis::RedisError> for NodeError {
+impl From<redis::RedisError> for CommandError {
     fn from(e: redis::RedisError) -> Self {
-        NodeError::Redis(e)
+        CommandError::Redis(e)
     }
 }
 
-impl std::fmt::Display for NodeError {
+impl std::fmt::Display for CommandError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            NodeError::Timeout(after) => write!(f, "no reply within {after:?}"),
-            NodeError::Redis(e) => write!(f, "{e}"),
-            NodeError::Reply(what) => write!(f, "unexpected reply: {what}"),
+            CommandError::Timeout(after) => write!(f, "no reply within {after:?}"),
+            CommandError::Redis(e) => write!(f, "{e}"),
+            CommandError::Reply(what) => write!(f, "unexpected reply: {what}"),
         }
     }
 }
 
-impl NodeError {
+impl CommandError {
     /// True when the server may not have seen the request, or its reply was lost:
     /// a write may have happened.
     pub fn outcome_unknown(&self) -> bool {
         match self {
-            NodeError::Timeout(_) => true,
-            NodeError::Redis(e) => e.is_io_error() || e.is_unrecoverable_error(),
-            NodeError::Reply(_) => false,
+            CommandError::Timeout(_) => true,
+            CommandError::Redis(e) => e.is_io_error() || e.is_unrecoverable_error(),
+            CommandError::Reply(_) => false,
         }
     }
 
@@ -48,8 +49,8 @@ impl NodeError {
     /// never comes would shift every later reply onto the wrong request.
     pub fn poisons_connection(&self) -> bool {
         match self {
-            NodeError::Timeout(_) | NodeError::Reply(_) => true,
-            NodeError::Redis(e) => e.is_io_error() || e.is_unrecoverable_error(),
+            CommandError::Timeout(_) | CommandError::Reply(_) => true,
+            CommandError::Redis(e) => e.is_io_error() || e.is_unrecoverable_error(),
         }
     }
 
@@ -61,12 +62,12 @@ impl NodeError {
             source: source.into(),
         };
         let e = match self {
-            NodeError::Timeout(after) => {
+            CommandError::Timeout(after) => {
                 return unavailable(format!(
-                    "no reply within {after:?} (raise the response or node timeout if the server is merely slow)"
+                    "no reply within {after:?} (raise the `timeout` URL parameter if the server is merely slow)"
                 ));
             }
-            NodeError::Reply(what) => {
+            CommandError::Reply(what) => {
                 return LockError::backend(
                     backend,
                     format!(
@@ -74,7 +75,7 @@ impl NodeError {
                     ),
                 );
             }
-            NodeError::Redis(e) => e,
+            CommandError::Redis(e) => e,
         };
         let text = e.to_string();
         let upper = text.to_ascii_uppercase();
@@ -89,6 +90,13 @@ impl NodeError {
                 backend,
                 format!(
                     "authentication to {endpoint} failed ({text}); check the user and password in the URL"
+                ),
+            ),
+            _ if upper.contains("DB INDEX") => LockError::config(
+                backend,
+                format!(
+                    "{endpoint} has no such database ({text}); the database number after the \
+                     host must be below the server's `databases` setting (16 by default: /0 to /15)"
                 ),
             ),
             ErrorKind::InvalidClientConfig => {

@@ -87,7 +87,7 @@ impl LockKeys {
 
 /// A `SCAN MATCH` pattern for the lock keys (not fence counters) of every name that
 /// starts with `prefix`: lock keys end in `}`, fence keys in `}:fence`.
-pub fn lock_key_pattern(namespace: &str, prefix: &str) -> String {
+pub(crate) fn lock_key_pattern(namespace: &str, prefix: &str) -> String {
     let mut pattern = String::new();
     for c in format!("{namespace}{{{}", escape(prefix)).chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {

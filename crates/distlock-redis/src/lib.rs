@@ -1,11 +1,5 @@
-//! Redis adapters for distlock.
-//!
-//! - [`RedisLock`]: one Redis server. Acquire is one round trip (a Lua script
-//!   does `SET key owner NX PX ttl` and `INCR`s a fence counter that never
-//!   expires); renew and release are compare-owner scripts; waiters wake through
-//!   pub/sub on one shared subscriber connection per client.
-//! - [`Redlock`]: N independent servers, a majority with validity, and a fencing
-//!   token kept rising by a fence round (see [`RedlockConfig`]).
+//! Redis adapters for distlock: [`RedisLock`] on one server, [`Redlock`] over N
+//! independent ones.
 //!
 //! ```no_run
 //! use distlock_core::{AcquireOptions, DistributedLock, LockKey};
@@ -13,7 +7,7 @@
 //! use std::time::Duration;
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), distlock_core::LockError> {
-//! let lock = RedisConfig::from_url("redis://127.0.0.1:6379/0?namespace=shop:")?
+//! let lock = RedisConfig::from_url("redis://127.0.0.1:6379/0?namespace=shop:&timeout=2s")?
 //!     .connect()
 //!     .await?;
 //! let key = LockKey::new("inventory/sku-42")?;
@@ -23,6 +17,16 @@
 //! lease.release().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! - [`RedisLock`]: one Redis server. Acquire is one round trip (a Lua script
+//!   does `SET key owner NX PX ttl` and `INCR`s a fence counter that never
+//!   expires); renew and release are compare-owner scripts; waiters wake through
+//!   pub/sub on one shared subscriber connection per client.
+//! - [`Redlock`]: N independent servers, a majority with validity, and a fencing
+//!   token kept rising by a fence round (see [`RedlockConfig`]).
+//! - Both offer [`distlock_core::toolkit::Inspect`] through `lock.inspect()`: the
+//!   holder of a key, residue, an operator's force-unlock, deployment warnings
+//!   (eviction, replicas, persistence) and `PING`.
 //!
 //! # Guarantees and failure modes
 //!
@@ -38,22 +42,28 @@
 //!   its local deadline, before the server can expire the key.
 //! - Keys are `<namespace>{<name>}`, `…:fence` and the channel `…:ch`, all in one
 //!   Redis Cluster slot; see `docs/backends/redis.md` for the exact layout.
+//!
+//! # Modules
+//!
+//! `config` reads URLs and builds clients; `backend` is the lock on one server,
+//! `protocol` its Lua scripts (`scripts/*.lua`) and commands, `connection` the
+//! reconnecting command connection, `subscriber` the shared pub/sub wake-up;
+//! `keys`, `error` and `inspect` as in every adapter; `redlock` the same shape
+//! again over N servers, plus its concurrent rounds and vote tally.
 #![deny(missing_docs)]
 
+mod backend;
 mod config;
+mod connection;
 mod error;
+mod inspect;
 mod keys;
-mod link;
-mod lock;
-mod node;
-pub mod scripts;
-mod server;
+mod protocol;
+mod redlock;
 mod subscriber;
 
-pub use config::{RedisConfig, ReplicaAck};
-pub use keys::{DEFAULT_NAMESPACE, LockKeys, lock_key_pattern};
-pub use lock::{RedisBackend, RedisHandle, RedisLock};
-mod redlock;
-
+pub use backend::{RedisBackend, RedisHandle, RedisLock, ReplicaAck};
+pub use config::RedisConfig;
+pub use keys::{DEFAULT_NAMESPACE, LockKeys};
+pub use redlock::backend::{Redlock, RedlockBackend, RedlockHandle};
 pub use redlock::config::RedlockConfig;
-pub use redlock::lock::{Redlock, RedlockBackend, RedlockHandle};

@@ -1,55 +1,106 @@
-//! One Redis server as the lock protocol sees it: the four scripts, `WAIT`, and
-//! the shared subscriber. `RedisLock` uses one node, `Redlock` N of them.
+//! The wire protocol on one Redis server, shared by `RedisLock` (one server) and
+//! `Redlock` (N of them): the Lua scripts in `scripts/`, `WAIT`, and the
+//! operator's view of a lock.
+//!
+//! Every script takes its keys through `KEYS` (so Redis Cluster can route it) and
+//! is sent with `EVALSHA`; the `redis` crate's [`Script`] reloads it on `NOSCRIPT`
+//! (after a server restart or `SCRIPT FLUSH`).
 
-use crate::error::NodeError;
+use crate::connection::{Connection, ServerAddress, Timeouts};
+use crate::error::CommandError;
 use crate::keys::LockKeys;
-use crate::link::Link;
-use crate::scripts;
-use crate::server::Server;
-use crate::subscriber::{Subscriber, SubscriberTimeouts};
+use crate::subscriber::Subscriber;
 use distlock_core::LockError;
-use std::sync::Arc;
+use distlock_core::toolkit::{CancelGuard, UndoFuture};
+use redis::Script;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
+
+/// `SET NX PX` + `INCR` of the fence counter, or the holder's `PTTL`.
+const ACQUIRE_LUA: &str = include_str!("scripts/acquire.lua");
+/// Compare-owner `PEXPIRE`.
+const RENEW_LUA: &str = include_str!("scripts/renew.lua");
+/// Compare-owner `DEL` + `PUBLISH`.
+const RELEASE_LUA: &str = include_str!("scripts/release.lua");
+/// Raises a fence counter to at least a token (Redlock's fence round).
+const RAISE_FENCE_LUA: &str = include_str!("scripts/raise_fence.lua");
+/// An operator's `DEL` + `PUBLISH`, whoever holds the lock.
+const DELETE_HOLDER_LUA: &str = include_str!("scripts/delete_holder.lua");
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_LUA));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
+static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_FENCE_LUA));
+static DELETE_HOLDER: LazyLock<Script> = LazyLock::new(|| Script::new(DELETE_HOLDER_LUA));
+
+/// The scripts every acquisition needs, with their sources, loaded when a
+/// client connects.
+fn lock_scripts() -> [(&'static str, &'static Script); 4] {
+    [
+        (ACQUIRE_LUA, &ACQUIRE),
+        (RENEW_LUA, &RENEW),
+        (RELEASE_LUA, &RELEASE),
+        (RAISE_FENCE_LUA, &RAISE_FENCE),
+    ]
+}
+
+/// How much longer than its own timeout an acquire may take before the
+/// connection-level timeout gives up on it.
+const UNDO_GRACE: Duration = Duration::from_millis(50);
 
 /// The acquire script's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// Won, with this node's fencing token.
+    /// Won, with this server's fencing token.
     Won(u64),
     /// Held elsewhere; the holder's remaining ttl in ms (-1: no expiry).
     Held(i64),
 }
 
-/// Timeouts for one server.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct NodeTimeouts {
-    pub connect: Duration,
-    pub response: Duration,
+/// What one server records about a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Recorded {
+    /// The holder's owner value, if the lock key exists.
+    pub owner: Option<String>,
+    /// The lock key's remaining ttl in ms (-1: no expiry, -2: no key).
+    pub pttl: i64,
+    /// The fence counter, if it exists.
+    pub fence: Option<u64>,
 }
 
-/// One server: its command connection and its shared subscriber.
-pub(crate) struct Node {
+impl Recorded {
+    /// The remaining ttl, when the key has one.
+    pub fn expires_in(&self) -> Option<Duration> {
+        u64::try_from(self.pttl).ok().map(Duration::from_millis)
+    }
+}
+
+/// One Redis server as the lock protocol sees it: its command connection and
+/// the shared subscriber that wakes this client's waiters.
+pub(crate) struct ServerClient {
     /// The server's address without credentials, for errors and logs.
     pub endpoint: Arc<str>,
-    link: Link,
+    connection: Connection,
     /// Release notifications for this client's waiters.
     pub subscriber: Subscriber,
 }
 
-impl std::fmt::Debug for Node {
+impl std::fmt::Debug for ServerClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node")
+        f.debug_struct("ServerClient")
             .field("endpoint", &self.endpoint)
             .finish_non_exhaustive()
     }
 }
 
 /// A compare-owner script's 1/0 answer.
-fn flag(reply: Result<i64, NodeError>, what: &str) -> Result<bool, NodeError> {
+fn flag(reply: Result<i64, CommandError>, what: &str) -> Result<bool, CommandError> {
     match reply? {
         1 => Ok(true),
         0 => Ok(false),
-        other => Err(NodeError::Reply(format!("{what} script returned {other}"))),
+        other => Err(CommandError::Reply(format!(
+            "{what} script returned {other}"
+        ))),
     }
 }
 
@@ -57,50 +108,40 @@ fn ttl_ms(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
 }
 
-impl Node {
-    /// A node for `server`; connects on first use.
+impl ServerClient {
+    /// A client of `address`; connects on first use.
     pub fn new(
-        server: &Server,
+        address: &ServerAddress,
         backend: &'static str,
-        timeouts: NodeTimeouts,
+        timeouts: Timeouts,
     ) -> Result<Self, LockError> {
-        let endpoint: Arc<str> = server.endpoint().into();
-        // The subscriber reads RESP2 pub/sub frames whatever protocol commands use.
-        let resp2 = Server {
-            resp3: false,
-            ..server.clone()
-        };
-        let subscriber = Subscriber::start(
-            resp2.client(backend)?,
-            endpoint.clone(),
-            SubscriberTimeouts {
-                connect: timeouts.connect,
-                response: timeouts.response,
-            },
-        );
-        Ok(Node {
+        let endpoint: Arc<str> = address.endpoint().into();
+        let subscriber =
+            Subscriber::start(address.client(backend, true)?, endpoint.clone(), timeouts);
+        Ok(ServerClient {
             endpoint,
-            link: Link::new(server.client(backend)?, timeouts.connect),
+            connection: Connection::new(address.client(backend, false)?, timeouts.connect),
             subscriber,
         })
     }
 
-    /// Connects, authenticates and loads every script in one round trip, so that
-    /// a wrong password or a server without scripting is reported at connect time.
-    pub async fn check(&self, budget: Duration) -> Result<(), NodeError> {
+    /// Connects, authenticates and loads the lock scripts in one round trip, so
+    /// that a wrong password or a server without scripting is reported at connect
+    /// time.
+    pub async fn load_scripts(&self, budget: Duration) -> Result<(), CommandError> {
         let mut pipe = redis::pipe();
-        for (source, _) in scripts::all() {
+        for (source, _) in lock_scripts() {
             pipe.cmd("SCRIPT").arg("LOAD").arg(source);
         }
-        self.link
+        self.connection
             .call(budget, |mut conn| {
                 let pipe = pipe.clone();
                 async move {
                     let hashes: Vec<String> = pipe.query_async(&mut conn).await?;
                     let expected: Vec<&str> =
-                        scripts::all().iter().map(|(_, s)| s.get_hash()).collect();
+                        lock_scripts().iter().map(|(_, s)| s.get_hash()).collect();
                     if hashes != expected {
-                        return Err(NodeError::Reply(format!(
+                        return Err(CommandError::Reply(format!(
                             "SCRIPT LOAD gave {hashes:?}, expected {expected:?}"
                         )));
                     }
@@ -117,38 +158,30 @@ impl Node {
         owner: &str,
         ttl: Duration,
         budget: Duration,
-    ) -> Result<Attempt, NodeError> {
+    ) -> Result<Attempt, CommandError> {
         // The inner timeout fires first, so that an unanswered acquire is undone
         // on its own connection: queued behind the acquire, the release cannot
         // overtake it, as it could on a fresh connection.
         let reply: Vec<i64> = self
-            .link
+            .connection
             .call(budget + UNDO_GRACE, |mut conn| {
-                let mut invocation = scripts::ACQUIRE_SCRIPT.key(&keys.lock);
+                let mut invocation = ACQUIRE.key(&keys.lock);
                 invocation.key(&keys.fence).arg(owner).arg(ttl_ms(ttl));
-                let mut undo = UndoOnConnection {
-                    conn: Some(conn.clone()),
-                    keys: keys.clone(),
-                    owner: owner.to_owned(),
-                };
+                let undo = undo_on_connection(conn.clone(), keys, owner);
                 async move {
                     let reply =
                         tokio::time::timeout(budget, invocation.invoke_async(&mut conn)).await;
-                    match reply {
-                        Ok(reply) => {
-                            // Answered: the caller owns the outcome from here.
-                            undo.disarm();
-                            Ok(reply?)
-                        }
-                        Err(_) => Err(NodeError::Timeout(budget)),
-                    }
+                    // Answered: the caller owns the outcome from here.
+                    let reply = reply.map_err(|_| CommandError::Timeout(budget))?;
+                    undo.disarm();
+                    Ok(reply?)
                 }
             })
             .await?;
         match reply[..] {
             [1, token] if token > 0 => Ok(Attempt::Won(token.unsigned_abs())),
             [0, pttl] => Ok(Attempt::Held(pttl)),
-            _ => Err(NodeError::Reply(format!(
+            _ => Err(CommandError::Reply(format!(
                 "acquire script returned {reply:?}"
             ))),
         }
@@ -161,10 +194,10 @@ impl Node {
         owner: &str,
         ttl: Duration,
         budget: Duration,
-    ) -> Result<bool, NodeError> {
+    ) -> Result<bool, CommandError> {
         let reply = self
             .invoke(budget, || {
-                let mut invocation = scripts::RENEW_SCRIPT.key(&keys.lock);
+                let mut invocation = RENEW.key(&keys.lock);
                 invocation.arg(owner).arg(ttl_ms(ttl));
                 invocation
             })
@@ -178,13 +211,9 @@ impl Node {
         keys: &LockKeys,
         owner: &str,
         budget: Duration,
-    ) -> Result<bool, NodeError> {
+    ) -> Result<bool, CommandError> {
         let reply = self
-            .invoke(budget, || {
-                let mut invocation = scripts::RELEASE_SCRIPT.key(&keys.lock);
-                invocation.arg(owner).arg(&keys.channel);
-                invocation
-            })
+            .invoke(budget, || release_invocation(keys, owner))
             .await;
         flag(reply, "release")
     }
@@ -195,35 +224,50 @@ impl Node {
         keys: &LockKeys,
         token: u64,
         budget: Duration,
-    ) -> Result<(), NodeError> {
+    ) -> Result<(), CommandError> {
         let reply = self
             .invoke(budget, || {
-                let mut invocation = scripts::RAISE_FENCE_SCRIPT.key(&keys.fence);
+                let mut invocation = RAISE_FENCE.key(&keys.fence);
                 invocation.arg(token);
                 invocation
             })
             .await;
         match flag(reply, "raise_fence")? {
             true => Ok(()),
-            false => Err(NodeError::Reply("raise_fence script returned 0".into())),
+            false => Err(CommandError::Reply("raise_fence script returned 0".into())),
         }
     }
 
-    /// Sends a script invocation (`EVALSHA`, loading the script on `NOSCRIPT`).
-    async fn invoke<T>(
+    /// Deletes the lock whoever holds it and wakes its waiters, as an operator's
+    /// force-unlock. Returns whether there was a lock key.
+    pub async fn delete_holder(
         &self,
+        keys: &LockKeys,
         budget: Duration,
-        build: impl Fn() -> redis::ScriptInvocation<'static>,
-    ) -> Result<T, NodeError>
-    where
-        T: redis::FromRedisValue + Send + 'static,
-    {
-        self.link
-            .call(budget, |mut conn| {
-                let invocation = build();
-                async move { Ok(invocation.invoke_async(&mut conn).await?) }
+    ) -> Result<bool, CommandError> {
+        let reply = self
+            .invoke(budget, || {
+                let mut invocation = DELETE_HOLDER.key(&keys.lock);
+                invocation.arg(&keys.channel);
+                invocation
             })
-            .await
+            .await;
+        flag(reply, "delete_holder")
+    }
+
+    /// The lock's owner, remaining ttl and fence counter, read atomically.
+    pub async fn recorded(
+        &self,
+        keys: &LockKeys,
+        budget: Duration,
+    ) -> Result<Recorded, CommandError> {
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .get(&keys.lock)
+            .pttl(&keys.lock)
+            .get(&keys.fence);
+        let (owner, pttl, fence) = self.query(budget, Command::Pipeline(pipe)).await?;
+        Ok(Recorded { owner, pttl, fence })
     }
 
     /// `WAIT replicas timeout`: how many replicas acknowledged this connection's
@@ -233,116 +277,114 @@ impl Node {
         replicas: u32,
         timeout: Duration,
         budget: Duration,
-    ) -> Result<u32, NodeError> {
-        let acked: i64 = self
-            .link
-            .call(timeout + budget, |mut conn| async move {
-                Ok(redis::cmd("WAIT")
-                    .arg(replicas)
-                    .arg(ttl_ms(timeout))
-                    .query_async(&mut conn)
-                    .await?)
+    ) -> Result<u32, CommandError> {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(ttl_ms(timeout));
+        let acked: i64 = self.query(timeout + budget, wait.into()).await?;
+        u32::try_from(acked).map_err(|_| CommandError::Reply(format!("WAIT returned {acked}")))
+    }
+
+    /// Sends one command (or an atomic pipeline) and reads its reply.
+    pub async fn query<T>(&self, budget: Duration, command: Command) -> Result<T, CommandError>
+    where
+        T: redis::FromRedisValue + Send + 'static,
+    {
+        self.connection
+            .call(budget, |mut conn| {
+                let command = command.clone();
+                async move {
+                    Ok(match command {
+                        Command::One(cmd) => cmd.query_async(&mut conn).await?,
+                        Command::Pipeline(pipe) => pipe.query_async(&mut conn).await?,
+                    })
+                }
             })
-            .await?;
-        u32::try_from(acked).map_err(|_| NodeError::Reply(format!("WAIT returned {acked}")))
+            .await
+    }
+
+    /// Sends a script invocation (`EVALSHA`, loading the script on `NOSCRIPT`).
+    async fn invoke<T>(
+        &self,
+        budget: Duration,
+        build: impl Fn() -> redis::ScriptInvocation<'static>,
+    ) -> Result<T, CommandError>
+    where
+        T: redis::FromRedisValue + Send + 'static,
+    {
+        self.connection
+            .call(budget, |mut conn| {
+                let invocation = build();
+                async move { Ok(invocation.invoke_async(&mut conn).await?) }
+            })
+            .await
     }
 }
 
-/// How much longer than its own timeout an acquire may take before the
-/// connection-level timeout gives up on it.
-const UNDO_GRACE: Duration = Duration::from_millis(50);
+/// A command or a pipeline, for [`ServerClient::query`].
+#[derive(Clone)]
+pub(crate) enum Command {
+    One(redis::Cmd),
+    Pipeline(redis::Pipeline),
+}
+
+impl From<redis::Cmd> for Command {
+    fn from(cmd: redis::Cmd) -> Self {
+        Command::One(cmd)
+    }
+}
+
+fn release_invocation(keys: &LockKeys, owner: &str) -> redis::ScriptInvocation<'static> {
+    let mut invocation = RELEASE.key(&keys.lock);
+    invocation.arg(owner).arg(&keys.channel);
+    invocation
+}
 
 /// Undoes an acquire request that was cancelled or timed out before its reply,
-/// by queueing the compare-owner release on the same connection.
-struct UndoOnConnection {
-    conn: Option<redis::aio::MultiplexedConnection>,
-    keys: LockKeys,
-    owner: String,
-}
-
-impl UndoOnConnection {
-    fn disarm(&mut self) {
-        self.conn = None;
-    }
-}
-
-impl Drop for UndoOnConnection {
-    fn drop(&mut self) {
-        let Some(mut conn) = self.conn.take() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let mut invocation = scripts::RELEASE_SCRIPT.key(&self.keys.lock);
-        invocation.arg(&self.owner).arg(&self.keys.channel);
-        // Queued now, while still in order behind the acquire; awaited in the
-        // background. The ttl frees the key if this fails too.
-        let queued = async move {
+/// by queueing the compare-owner release on the same connection, behind it.
+fn undo_on_connection(
+    mut conn: redis::aio::MultiplexedConnection,
+    keys: &LockKeys,
+    owner: &str,
+) -> CancelGuard<
+    redis::ScriptInvocation<'static>,
+    impl FnOnce(redis::ScriptInvocation<'static>) -> Option<UndoFuture>,
+> {
+    CancelGuard::new(release_invocation(keys, owner), move |invocation| {
+        Some(Box::pin(async move {
             let undone: redis::RedisResult<i64> = invocation.invoke_async(&mut conn).await;
             if let Err(e) = undone {
                 tracing::debug!(error = %e, "undoing an unanswered acquire failed; the ttl frees the key");
             }
-        };
-        runtime.spawn(queued);
-    }
+        }) as UndoFuture)
+    })
 }
+
+/// The servers an abandoned attempt may hold, its keys and its owner value.
+type Abandoned = (Vec<Arc<ServerClient>>, LockKeys, String);
 
 /// Releases an acquisition whose outcome the caller will never use: a request
 /// whose reply was lost, or that was cancelled mid-flight, may still have taken
-/// the lock on the server. The release compares the owner value, so it can only
+/// the lock on the servers. The release compares the owner value, so it can only
 /// ever delete this attempt's own key.
-pub(crate) struct ReleaseOnDrop {
-    nodes: Vec<Arc<Node>>,
-    keys: LockKeys,
-    owner: String,
+pub(crate) fn release_on_drop(
+    servers: &[Arc<ServerClient>],
+    keys: &LockKeys,
+    owner: &str,
     budget: Duration,
-    armed: bool,
-}
-
-impl ReleaseOnDrop {
-    pub fn new(nodes: Vec<Arc<Node>>, keys: &LockKeys, owner: &str, budget: Duration) -> Self {
-        ReleaseOnDrop {
-            nodes,
-            keys: keys.clone(),
-            owner: owner.to_owned(),
-            budget,
-            armed: true,
-        }
-    }
-
-    /// The outcome is known and handled: nothing to undo.
-    pub fn disarm(&mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for ReleaseOnDrop {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // No runtime to send from: the ttl frees the key.
-            return;
-        };
-        let (keys, owner, budget) = (
-            self.keys.clone(),
-            std::mem::take(&mut self.owner),
-            self.budget,
-        );
-        let nodes = std::mem::take(&mut self.nodes);
-        runtime.spawn(async move {
+) -> CancelGuard<Abandoned, impl FnOnce(Abandoned) -> Option<UndoFuture>> {
+    let abandoned = (servers.to_vec(), keys.clone(), owner.to_owned());
+    CancelGuard::new(abandoned, move |(servers, keys, owner)| {
+        Some(Box::pin(async move {
             let mut releases = tokio::task::JoinSet::new();
-            for node in nodes {
+            for server in servers {
                 let (keys, owner) = (keys.clone(), owner.clone());
                 releases.spawn(async move {
-                    if let Err(e) = node.release(&keys, &owner, budget).await {
-                        tracing::debug!(endpoint = %node.endpoint, error = %e, "undoing an abandoned acquire failed; the ttl frees the key");
+                    if let Err(e) = server.release(&keys, &owner, budget).await {
+                        tracing::debug!(endpoint = %server.endpoint, error = %e, "undoing an abandoned acquire failed; the ttl frees the key");
                     }
                 });
             }
             while releases.join_next().await.is_some() {}
-        });
-    }
+        }) as UndoFuture)
+    })
 }

@@ -13,6 +13,9 @@
 //! - A message wakes one waiter of this client (round robin); a waiter that was
 //!   woken and leaves before acting on it passes the wake on.
 
+use crate::connection::Timeouts;
+use distlock_core::backend::WaitUntil;
+use distlock_core::toolkit::Backoff;
 use futures_core::Stream;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::Pin;
@@ -24,7 +27,7 @@ use tokio::time::Instant;
 
 /// Whether a channel's subscription is in place on the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Readiness {
+enum Readiness {
     /// Being subscribed.
     Pending,
     /// Subscribed: a release will wake the waiters.
@@ -33,9 +36,9 @@ pub(crate) enum Readiness {
     Down,
 }
 
-/// One waiter's wake-up. Shared by its registrations on every server (Redlock).
+/// One waiter's wake-up, shared by its registrations on every server.
 #[derive(Debug, Default)]
-pub(crate) struct Signal {
+struct Signal {
     notify: Notify,
     wakes: AtomicU64,
     handled: AtomicU64,
@@ -45,22 +48,6 @@ impl Signal {
     fn wake(&self) {
         self.wakes.fetch_add(1, Ordering::SeqCst);
         self.notify.notify_one();
-    }
-
-    /// Completes at the next wake, or at once if one came since the last call.
-    pub async fn woken(&self) {
-        self.notify.notified().await;
-    }
-
-    /// Marks the wakes seen so far; take it before an attempt.
-    pub fn seen(&self) -> u64 {
-        self.wakes.load(Ordering::SeqCst)
-    }
-
-    /// The attempt started after `seen` ended definitively (won or held elsewhere),
-    /// so those wakes need not be passed on.
-    pub fn handled(&self, seen: u64) {
-        self.handled.fetch_max(seen, Ordering::SeqCst);
     }
 
     fn unhandled(&self) -> bool {
@@ -111,13 +98,6 @@ impl Registry {
     }
 }
 
-/// Timeouts of the subscriber connection.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SubscriberTimeouts {
-    pub connect: Duration,
-    pub response: Duration,
-}
-
 /// The shared subscriber of one lock client on one server. The connection is made
 /// when the first waiter arrives and kept while the client lives.
 pub(crate) struct Subscriber {
@@ -127,7 +107,7 @@ pub(crate) struct Subscriber {
 
 impl Subscriber {
     /// Starts the subscriber task (it connects lazily and ends with the client).
-    pub fn start(client: redis::Client, endpoint: Arc<str>, timeouts: SubscriberTimeouts) -> Self {
+    pub fn start(client: redis::Client, endpoint: Arc<str>, timeouts: Timeouts) -> Self {
         let registry = Shared::default();
         let (sync, requests) = mpsc::unbounded_channel();
         let task = SubscriberTask {
@@ -139,15 +119,15 @@ impl Subscriber {
             conn: None,
             subscribed: HashSet::new(),
             retry_at: None,
-            backoff: MIN_BACKOFF,
+            reconnect: Backoff::new(MIN_BACKOFF, MAX_BACKOFF),
         };
         tokio::spawn(task.run());
         Subscriber { registry, sync }
     }
 
-    /// Registers `signal` as a waiter on `channel`; it is woken by releases from
-    /// now on, once [`Registration::settled`] says the subscription is in place.
-    pub fn register(&self, channel: &str, signal: Arc<Signal>) -> Registration {
+    /// Registers `signal` as a waiter on `channel`; it is woken by releases once
+    /// the subscription is in place.
+    fn register(&self, channel: &str, signal: Arc<Signal>) -> Registration {
         let mut registry = lock(&self.registry);
         registry.next_id += 1;
         let id = registry.next_id;
@@ -183,7 +163,7 @@ impl Subscriber {
 
 /// A waiter on one channel of one server; leaving (drop) unsubscribes when it was
 /// the last waiter on that channel.
-pub(crate) struct Registration {
+struct Registration {
     registry: Shared,
     sync: mpsc::UnboundedSender<String>,
     channel: String,
@@ -192,17 +172,81 @@ pub(crate) struct Registration {
     readiness: watch::Receiver<Readiness>,
 }
 
-impl Registration {
-    /// Waits until the subscription is in place or known to be down, at most
-    /// until `until`.
-    pub async fn settled(&mut self, until: Instant) {
-        let settled = self.readiness.wait_for(|r| *r != Readiness::Pending);
-        let _ = tokio::time::timeout_at(until, settled).await;
+/// The longest a waiter sleeps without a message before it looks again, in case
+/// a release message was lost on a connection that failed silently.
+const MAX_NAP: Duration = Duration::from_secs(5);
+/// How often a waiter looks while a release would not be heard.
+const POLL_WHEN_DOWN: Duration = Duration::from_millis(200);
+
+/// One waiter on one lock, registered with the subscriber of every server whose
+/// release it must hear (one for `RedisLock`, every node for `Redlock`).
+pub(crate) struct Waiting {
+    signal: Arc<Signal>,
+    registrations: Vec<Registration>,
+    poll: Backoff,
+}
+
+impl Waiting {
+    /// Registers on every subscriber, then waits until each subscription is in
+    /// place or known to be down, at most until `until`: an attempt made after
+    /// this is followed by a wake for any release the subscribed servers see.
+    pub async fn start<'a>(
+        subscribers: impl IntoIterator<Item = &'a Subscriber>,
+        channel: &str,
+        until: Instant,
+    ) -> Waiting {
+        let signal = Arc::new(Signal::default());
+        let mut registrations: Vec<Registration> = subscribers
+            .into_iter()
+            .map(|subscriber| subscriber.register(channel, signal.clone()))
+            .collect();
+        for registration in &mut registrations {
+            let settled = registration
+                .readiness
+                .wait_for(|r| *r != Readiness::Pending);
+            let _ = tokio::time::timeout_at(until, settled).await;
+        }
+        Waiting {
+            signal,
+            registrations,
+            poll: Backoff::new(POLL_WHEN_DOWN, POLL_WHEN_DOWN),
+        }
     }
 
-    /// True while a release on this server will wake the waiter.
-    pub fn is_ready(&self) -> bool {
-        *self.readiness.borrow() == Readiness::Ready
+    /// Marks the wakes seen so far; take it before an attempt.
+    pub fn seen(&self) -> u64 {
+        self.signal.wakes.load(Ordering::SeqCst)
+    }
+
+    /// The attempt started after `seen` ended definitively (won or held
+    /// elsewhere), so those wakes need not be passed on.
+    pub fn handled(&self, seen: u64) {
+        self.signal.handled.fetch_max(seen, Ordering::SeqCst);
+    }
+
+    /// On how many servers a release wakes this waiter now.
+    pub fn ready(&self) -> usize {
+        let ready = |r: &&Registration| *r.readiness.borrow() == Readiness::Ready;
+        self.registrations.iter().filter(ready).count()
+    }
+
+    /// Sleeps until a release wakes the waiter or the holder's remaining ttl
+    /// (`pttl` in ms: -1 no expiry, -2 gone) runs out, at most [`MAX_NAP`] when a
+    /// release would be `heard`, else one poll interval. Returns `false` when
+    /// `wait` ended first.
+    pub async fn nap(&mut self, pttl: i64, heard: bool, wait: WaitUntil) -> bool {
+        let until_expiry = match u64::try_from(pttl) {
+            Ok(ms) => Duration::from_millis(ms.saturating_add(1)),
+            Err(_) if pttl == -1 => MAX_NAP,
+            Err(_) => Duration::ZERO,
+        };
+        let nap = until_expiry.min(MAX_NAP);
+        tokio::select! {
+            _ = self.signal.notify.notified() => true,
+            _ = tokio::time::sleep(nap), if heard => true,
+            more = self.poll.pause(nap, wait), if !heard => more,
+            _ = wait.reached() => false,
+        }
     }
 }
 
@@ -232,14 +276,14 @@ type Connection = (redis::aio::PubSubSink, Pin<Box<redis::aio::PubSubStream>>);
 struct SubscriberTask {
     client: redis::Client,
     endpoint: Arc<str>,
-    timeouts: SubscriberTimeouts,
+    timeouts: Timeouts,
     registry: Shared,
     requests: mpsc::UnboundedReceiver<String>,
     conn: Option<Connection>,
     /// What the server has confirmed on the current connection.
     subscribed: HashSet<String>,
     retry_at: Option<Instant>,
-    backoff: Duration,
+    reconnect: Backoff,
 }
 
 impl SubscriberTask {
@@ -288,7 +332,7 @@ impl SubscriberTask {
         }
         self.subscribed = wanted.into_iter().collect();
         self.conn = Some((sink, Box::pin(stream)));
-        self.backoff = MIN_BACKOFF;
+        self.reconnect.reset();
         let mut registry = lock(&self.registry);
         registry.down = false;
         for (name, channel) in &registry.channels {
@@ -343,8 +387,7 @@ impl SubscriberTask {
         tracing::debug!(endpoint = %self.endpoint, why, "redis subscriber connection down; waiters poll until it is back");
         self.conn = None;
         self.subscribed.clear();
-        self.retry_at = Some(Instant::now() + self.backoff);
-        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        self.retry_at = Some(Instant::now() + self.reconnect.next_delay());
         let mut registry = lock(&self.registry);
         registry.down = true;
         registry.set_all(Readiness::Down);

@@ -13,19 +13,42 @@ use distlock_testkit::servers::RedisOptions;
 use std::time::{Duration, Instant};
 
 #[test]
-fn unparsable_urls_are_config_errors() {
-    for url in [
-        "",
-        "redis//x",
-        "http://h:1",
-        "redis://h:99999",
-        "redis://h/db",
-        "redis://h?bogus=1",
-    ] {
-        assert!(
-            matches!(RedisConfig::from_url(url), Err(LockError::Config { .. })),
-            "{url}"
-        );
+fn bad_urls_are_config_errors_that_say_why_without_the_password() {
+    let cases = [
+        ("", "scheme"),
+        ("redis//x", "scheme"),
+        ("not a url", "scheme"),
+        ("http://:secret@h:1", "scheme"),
+        ("redis://:secret@h:99999", "port"),
+        ("redis:///0", "no host"),
+        ("redis://:secret@h/db", "not a database number"),
+        ("redis://:secret@h/-1", "not a database number"),
+        ("redis://:secret@h?bogus=1", "unknown URL parameter `bogus`"),
+        ("redis://h?namepsace=x", "did you mean `namespace`"),
+        ("redis://h?ttl=soon", "ttl=soon"),
+        ("redis://h?ttl=5000", "5000ms"),
+        ("redis://h?namespace={x}", "brace"),
+        ("redis://h?timeout=0s", "timeout=0s"),
+        ("redis://h?response_timeout=1s", "now called `timeout`"),
+        ("redis://h?wait_timeout=1s", "wait_replicas"),
+        ("redis://h?wait_replicas=0", "at least 1"),
+        ("redis://h?ttl=1ms", "default ttl"),
+        ("redis://:secret@h/0#insecure", "?insecure=true"),
+        ("redis://:secret@h/0?insecure=true", "needs rediss://"),
+        ("redis://:secret@h/0?protocol=9", "resp3"),
+        ("redis://:secret@a,b", "redlock://"),
+        ("redlock://:secret@a,b,c", "RedlockConfig"),
+    ];
+    for (url, why) in cases {
+        match RedisConfig::from_url(url) {
+            Err(LockError::Config { reason, .. }) => {
+                assert!(
+                    reason.contains(why) && !reason.contains("secret"),
+                    "{url}: {reason}"
+                )
+            }
+            other => panic!("{url}: {other:?}"),
+        }
     }
 }
 
@@ -184,4 +207,20 @@ async fn a_replica_acknowledges_acquire_and_release() {
         "WAIT returned before the replica had the lock"
     );
     lease.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_the_server_lacks_is_a_config_error() {
+    let server = server().await;
+    let url = format!("redis://127.0.0.1:{}/99999", server.port());
+    let err = RedisConfig::from_url(&url)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, LockError::Config { .. }) && text.contains("databases"),
+        "{text}"
+    );
 }

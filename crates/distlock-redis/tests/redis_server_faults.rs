@@ -22,7 +22,7 @@ async fn killed_server_fires_lost_by_the_local_deadline_and_acquires_work_after_
     let server = server().await;
     let lock = RedisConfig::from_url(&server.url())
         .unwrap()
-        .response_timeout(Duration::from_millis(300))
+        .timeout(Duration::from_millis(300))
         .connect()
         .await
         .unwrap();

@@ -6,16 +6,17 @@
 //! meets one of those nodes, whose `INCR` then gives more than T; so later tokens
 //! are greater, as long as nodes keep their counters (see the docs).
 
-use super::config::BACKEND;
+use super::BACKEND;
 use super::round::{self, Unheard};
-use super::tally::{Tally, describe};
-use crate::error::NodeError;
+use super::tally::Tally;
+use crate::connection::{ServerAddress, Timeouts};
+use crate::error::CommandError;
 use crate::keys::LockKeys;
-use crate::lock::{nap, new_owner};
-use crate::node::{Attempt, Node, ReleaseOnDrop};
-use crate::subscriber::{Registration, Signal};
+use crate::protocol::{Attempt, ServerClient, release_on_drop};
+use crate::subscriber::Waiting;
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
+use distlock_core::toolkit::{Backoff, Inspect, UndoFuture, random_owner};
 use distlock_core::{
     AcquireOptions, BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError,
     TokenDurability, Wake, clock_drift,
@@ -29,15 +30,15 @@ pub type Redlock = BackendLock<RedlockBackend>;
 
 /// The Redlock adapter; reach it through [`BackendLock::backend`].
 pub struct RedlockBackend {
-    pub(super) nodes: Vec<Arc<Node>>,
+    pub(super) nodes: Vec<Arc<ServerClient>>,
     pub(super) quorum: usize,
     pub(super) namespace: String,
-    pub(super) default_ttl: Duration,
-    pub(super) node_timeout: Duration,
-    pub(super) retry_delay: Duration,
+    default_ttl: Duration,
+    pub(super) timeout: Duration,
+    retry_delay: Duration,
     /// How long nodes may stay too slow for a majority before a waiting acquire
     /// gives up on them (the connect timeout).
-    pub(super) slow_grace: Duration,
+    slow_grace: Duration,
 }
 
 impl std::fmt::Debug for RedlockBackend {
@@ -57,20 +58,9 @@ pub struct RedlockHandle {
     owner: String,
 }
 
-/// What Redlock guarantees.
-pub(crate) fn capabilities() -> Capabilities {
-    RedlockBackend::CAPABILITIES
-}
-
 enum Outcome {
     Won(Acquired<RedlockHandle>),
     Lost { tally: Tally, too_slow: bool },
-}
-
-/// A waiter's subscriptions on every node; any release wakes it.
-struct Waiting {
-    signal: Arc<Signal>,
-    registrations: Vec<Registration>,
 }
 
 impl RedlockBackend {
@@ -85,6 +75,45 @@ impl RedlockBackend {
         min_ttl: Duration::from_millis(50),
         ttl_granularity: Duration::from_millis(1),
     };
+
+    /// Makes a client per node and loads the scripts on all of them at once; a
+    /// majority must answer.
+    pub(crate) async fn connect(
+        addresses: &[ServerAddress],
+        namespace: String,
+        default_ttl: Duration,
+        timeouts: Timeouts,
+        retry_delay: Duration,
+    ) -> Result<Self, LockError> {
+        let mut nodes = Vec::with_capacity(addresses.len());
+        for address in addresses {
+            nodes.push(Arc::new(ServerClient::new(address, BACKEND, timeouts)?));
+        }
+        let backend = RedlockBackend {
+            quorum: nodes.len() / 2 + 1,
+            nodes,
+            namespace,
+            default_ttl,
+            timeout: timeouts.response,
+            retry_delay,
+            slow_grace: timeouts.connect,
+        };
+        let (budget, patience) = (timeouts.response, timeouts.connect + timeouts.response);
+        let answers = round::on_all(
+            &backend.nodes,
+            backend.all_nodes(),
+            patience,
+            move |node| async move { node.load_scripts(budget).await },
+        )
+        .await;
+        for failure in &answers.failed {
+            tracing::warn!(failure = %failure, "redlock node unavailable at connect; its vote counts as lost until it answers");
+        }
+        if answers.ok.len() < backend.quorum {
+            return Err(backend.quorum_unavailable(answers.ok.len(), answers.failed.join("; ")));
+        }
+        Ok(backend)
+    }
 
     /// Acquire options with the configured default ttl.
     pub fn default_options(&self) -> AcquireOptions {
@@ -115,7 +144,7 @@ impl RedlockBackend {
         }
     }
 
-    fn all_nodes(&self) -> Vec<usize> {
+    pub(super) fn all_nodes(&self) -> Vec<usize> {
         (0..self.nodes.len()).collect()
     }
 
@@ -125,8 +154,8 @@ impl RedlockBackend {
         req: &AcquireRequest<'_>,
         keys: &LockKeys,
     ) -> Result<Outcome, LockError> {
-        let owner = new_owner();
-        let mut undo = ReleaseOnDrop::new(self.nodes.clone(), keys, &owner, self.node_timeout);
+        let owner = random_owner();
+        let undo = release_on_drop(&self.nodes, keys, &owner, self.timeout);
         let race_deadline = req.wait != WaitUntil::NoWait
             && req.wait.instant().is_none_or(|at| at > Instant::now());
         let sent_at = Instant::now();
@@ -160,17 +189,11 @@ impl RedlockBackend {
             .into_iter()
             .filter(|i| !held.contains(i))
             .collect();
-        let budget = self.node_timeout;
-        let (k, o) = (keys.clone(), owner.clone());
-        round::all(
-            &self.nodes,
-            targets,
-            (Instant::now() + budget).into(),
-            move |node| {
-                let (keys, owner) = (k.clone(), o.clone());
-                async move { node.release(&keys, &owner, budget).await }
-            },
-        )
+        let (budget, k, o) = (self.timeout, keys.clone(), owner.clone());
+        round::on_all(&self.nodes, targets, budget, move |node| {
+            let (keys, owner) = (k.clone(), o.clone());
+            async move { node.release(&keys, &owner, budget).await }
+        })
         .await;
         undo.disarm();
         Ok(Outcome::Lost { tally, too_slow })
@@ -186,23 +209,22 @@ impl RedlockBackend {
         ttl: Duration,
         sent_at: Instant,
     ) -> Tally {
-        let (n, quorum, budget) = (self.nodes.len(), self.quorum, self.node_timeout);
+        let (n, quorum, budget) = (self.nodes.len(), self.quorum, self.timeout);
         let (k, o) = (keys.clone(), owner.to_owned());
         let unheard: Unheard<Attempt> = Arc::new(
-            move |node: Arc<Node>, result: &Result<Attempt, NodeError>| {
+            move |node: Arc<ServerClient>, result: &Result<Attempt, CommandError>| {
                 let may_hold = matches!(result, Ok(Attempt::Won(_)))
-                    || result.as_ref().is_err_and(NodeError::outcome_unknown);
+                    || result.as_ref().is_err_and(CommandError::outcome_unknown);
                 let (keys, owner) = (k.clone(), o.clone());
                 may_hold.then(|| {
                     Box::pin(async move {
                         let _ = node.release(&keys, &owner, budget).await;
-                    })
-                        as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+                    }) as UndoFuture
                 })
             },
         );
         let (k, o) = (keys.clone(), owner.to_owned());
-        let op = move |node: Arc<Node>| {
+        let op = move |node: Arc<ServerClient>| {
             let (keys, owner) = (k.clone(), o.clone());
             async move { node.acquire(&keys, &owner, ttl, budget).await }
         };
@@ -218,30 +240,20 @@ impl RedlockBackend {
         .await;
         drop(replies);
         let timed_out = (tokio::time::Instant::now() >= deadline).then_some(budget);
-        Tally::of(collected, &self.nodes, BACKEND, timed_out)
+        Tally::of(collected, &self.nodes, timed_out)
     }
 
     /// Raises the fence counters of the nodes won to `token`. Returns how many
     /// nodes are known to have a counter ≥ `token`.
     async fn raise_fences(&self, keys: &LockKeys, won: &[(usize, u64)], token: u64) -> usize {
-        let budget = self.node_timeout;
+        let (budget, k) = (self.timeout, keys.clone());
         let targets = won.iter().map(|(node, _)| *node).collect();
-        let k = keys.clone();
-        let replies = round::all(
-            &self.nodes,
-            targets,
-            (Instant::now() + budget).into(),
-            move |node| {
-                let keys = k.clone();
-                async move { node.raise_fence(&keys, token, budget).await }
-            },
-        )
+        let answers = round::on_all(&self.nodes, targets, budget, move |node| {
+            let keys = k.clone();
+            async move { node.raise_fence(&keys, token, budget).await }
+        })
         .await;
-        let mut at_least: HashSet<usize> = replies
-            .iter()
-            .filter(|r| r.result.is_ok())
-            .map(|r| r.node)
-            .collect();
+        let mut at_least: HashSet<usize> = answers.ok.iter().map(|(node, _)| *node).collect();
         at_least.extend(
             won.iter()
                 .filter(|(_, t)| *t == token)
@@ -250,70 +262,34 @@ impl RedlockBackend {
         at_least.len()
     }
 
-    /// Subscribes the waiter on every node, waiting a little for the
-    /// subscriptions (nodes that are down are polled instead).
-    async fn subscribe(&self, keys: &LockKeys, until: Instant) -> Waiting {
-        let signal = Arc::new(Signal::default());
-        let mut registrations: Vec<Registration> = self
-            .nodes
-            .iter()
-            .map(|node| node.subscriber.register(&keys.channel, signal.clone()))
-            .collect();
-        for registration in &mut registrations {
-            registration.settled(until.into()).await;
-        }
-        Waiting {
-            signal,
-            registrations,
-        }
-    }
-
     /// Runs a compare-owner script on every node and judges ownership by majority.
     async fn on_majority(
         &self,
         handle: &RedlockHandle,
         renew_ttl: Option<Duration>,
     ) -> Result<(Ownership, Instant), LockError> {
-        let budget = self.node_timeout;
+        let budget = self.timeout;
         let sent_at = Instant::now();
         let (k, o) = (handle.keys.clone(), handle.owner.clone());
-        let replies = round::all(
-            &self.nodes,
-            self.all_nodes(),
-            (sent_at + budget).into(),
-            move |node| {
-                let (keys, owner) = (k.clone(), o.clone());
-                async move {
-                    match renew_ttl {
-                        Some(ttl) => node.renew(&keys, &owner, ttl, budget).await,
-                        None => node.release(&keys, &owner, budget).await,
-                    }
+        let answers = round::on_all(&self.nodes, self.all_nodes(), budget, move |node| {
+            let (keys, owner) = (k.clone(), o.clone());
+            async move {
+                match renew_ttl {
+                    Some(ttl) => node.renew(&keys, &owner, ttl, budget).await,
+                    None => node.release(&keys, &owner, budget).await,
                 }
-            },
-        )
+            }
+        })
         .await;
-        let held = replies
-            .iter()
-            .filter(|r| matches!(r.result, Ok(true)))
-            .count();
-        let not_held = replies
-            .iter()
-            .filter(|r| matches!(r.result, Ok(false)))
-            .count();
-        let unknown = self.nodes.len() - held - not_held;
+        let held = answers.ok.iter().filter(|(_, held)| *held).count();
+        let unknown = self.nodes.len() - answers.ok.len();
         if held >= self.quorum {
             return Ok((Ownership::Held, sent_at));
         }
         if held + unknown < self.quorum {
             return Ok((Ownership::NotHeld, sent_at));
         }
-        let mut failed = Vec::new();
-        for reply in replies {
-            if let Err(e) = reply.result {
-                failed.push(describe(&self.nodes, reply.node, BACKEND, e));
-            }
-        }
-        Err(self.quorum_unavailable(held + not_held, failed.join("; ")))
+        Err(self.quorum_unavailable(answers.ok.len(), answers.failed.join("; ")))
     }
 }
 
@@ -326,23 +302,23 @@ impl Backend for RedlockBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        capabilities()
+        Self::CAPABILITIES
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<RedlockHandle>, LockError> {
         let keys = LockKeys::new(&self.namespace, req.key);
         let mut waiting: Option<Waiting> = None;
+        // Contenders woken by one release must not split the vote again.
+        let mut retry = Backoff::new(self.retry_delay, self.retry_delay);
         // Why the last attempt failed, when it was for want of a majority: said
         // instead of a bare timeout if the wait ends.
         let mut last_unavailable: Option<LockError>;
         let mut slow_since: Option<Instant> = None;
         loop {
-            let seen = waiting
-                .as_ref()
-                .map(|w| (w.signal.clone(), w.signal.seen()));
+            let seen = waiting.as_ref().map(Waiting::seen);
             let outcome = self.attempt(&req, &keys).await?;
-            if let Some((signal, seen)) = seen {
-                signal.handled(seen);
+            if let (Some(waiting), Some(seen)) = (&waiting, seen) {
+                waiting.handled(seen);
             }
             let (tally, too_slow) = match outcome {
                 Outcome::Won(acquired) => return Ok(acquired),
@@ -375,28 +351,23 @@ impl Backend for RedlockBackend {
                     false => req.not_acquired(),
                 });
             }
-            let Some(w) = waiting.as_ref() else {
+            let give_up = |why: Option<LockError>| why.unwrap_or_else(|| req.not_acquired());
+            let Some(w) = waiting.as_mut() else {
                 // Subscribed before the next attempt: a release from here on wakes us.
-                let until = Instant::now() + self.node_timeout * 2;
+                let until = tokio::time::Instant::now() + self.timeout * 2;
+                let subscribers = self.nodes.iter().map(|node| &node.subscriber);
                 tokio::select! {
-                    w = self.subscribe(&keys, until) => waiting = Some(w),
-                    _ = req.wait.reached() => return Err(last_unavailable.unwrap_or_else(|| req.not_acquired())),
+                    w = Waiting::start(subscribers, &keys.channel, until) => waiting = Some(w),
+                    _ = req.wait.reached() => return Err(give_up(last_unavailable)),
                 }
                 continue;
             };
-            let ready = w.registrations.iter().filter(|r| r.is_ready()).count();
             // A release is heard if a subscribed node is among the holder's majority.
-            let heard = ready > self.nodes.len() - self.quorum;
-            let jitter = self.retry_delay.mul_f64(rand::random_range(0.0..1.0));
-            tokio::select! {
-                _ = w.signal.woken() => {}
-                _ = tokio::time::sleep(nap(tally.shortest_pttl(), heard)) => {}
-                _ = req.wait.reached() => return Err(last_unavailable.unwrap_or_else(|| req.not_acquired())),
-            }
-            // Contenders woken by one release must not split the vote again.
-            tokio::select! {
-                _ = tokio::time::sleep(jitter) => {}
-                _ = req.wait.reached() => return Err(last_unavailable.unwrap_or_else(|| req.not_acquired())),
+            let heard = w.ready() > n - self.quorum;
+            if !w.nap(tally.shortest_pttl(), heard, req.wait).await
+                || !retry.pause(Duration::MAX, req.wait).await
+            {
+                return Err(give_up(last_unavailable));
             }
         }
     }
@@ -408,7 +379,7 @@ impl Backend for RedlockBackend {
             return Err(LockError::backend(
                 BACKEND,
                 format!(
-                    "the renewal round took {:?}, longer than the ttl {ttl:?} allows; raise the ttl or lower node_timeout",
+                    "the renewal round took {:?}, longer than the ttl {ttl:?} allows; raise the ttl or lower the timeout",
                     sent_at.elapsed()
                 ),
             ));
@@ -418,5 +389,9 @@ impl Backend for RedlockBackend {
 
     async fn release(&self, handle: &RedlockHandle) -> Result<Ownership, LockError> {
         Ok(self.on_majority(handle, None).await?.0)
+    }
+
+    fn inspect(&self) -> Option<&dyn Inspect> {
+        Some(self)
     }
 }

@@ -1,8 +1,8 @@
-//! Counting one acquire round's replies.
+//! Counting one acquire round's votes.
 
-use crate::error::NodeError;
-use crate::node::{Attempt, Node};
-use crate::redlock::round::Reply;
+use super::round::{Reply, describe};
+use crate::error::CommandError;
+use crate::protocol::{Attempt, ServerClient};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,8 +25,7 @@ impl Tally {
     /// ran out of time; after an early decision they are merely unknown.
     pub fn of(
         replies: Vec<Reply<Attempt>>,
-        nodes: &[Arc<Node>],
-        backend: &'static str,
+        nodes: &[Arc<ServerClient>],
         timed_out: Option<Duration>,
     ) -> Self {
         let mut tally = Tally::default();
@@ -39,20 +38,19 @@ impl Tally {
                 Ok(Attempt::Won(token)) => tally.won.push((reply.node, token)),
                 Ok(Attempt::Held(pttl)) => tally.held.push((reply.node, pttl)),
                 Err(e) => {
-                    tally.timeouts += usize::from(matches!(e, NodeError::Timeout(_)));
+                    tally.timeouts += usize::from(matches!(e, CommandError::Timeout(_)));
                     tally
                         .failed
-                        .push((reply.node, describe(nodes, reply.node, backend, e)));
+                        .push((reply.node, describe(nodes, reply.node, e)));
                 }
             }
         }
         if let Some(after) = timed_out {
             for (index, _) in answered.iter().enumerate().filter(|(_, seen)| !**seen) {
                 tally.timeouts += 1;
-                tally.failed.push((
-                    index,
-                    describe(nodes, index, backend, NodeError::Timeout(after)),
-                ));
+                tally
+                    .failed
+                    .push((index, describe(nodes, index, CommandError::Timeout(after))));
             }
         }
         tally
@@ -86,15 +84,4 @@ impl Tally {
         let parts: Vec<&str> = self.failed.iter().map(|(_, why)| why.as_str()).collect();
         parts.join("; ")
     }
-}
-
-/// A node's error as a user reads it: the node's endpoint and what to do.
-pub(crate) fn describe(
-    nodes: &[Arc<Node>],
-    index: usize,
-    backend: &'static str,
-    e: NodeError,
-) -> String {
-    let endpoint = nodes.get(index).map_or("?", |n| &n.endpoint);
-    format!("{endpoint}: {}", e.into_lock_error(backend, endpoint))
 }

@@ -1,0 +1,211 @@
+//! What an operator (and the conformance suite) can ask of a Redis lock: who
+//! holds a key, which lock keys are left under a prefix, a force-unlock, and the
+//! server settings that weaken the lock. The per-server parts are shared with
+//! Redlock, which asks every node.
+
+use crate::backend::RedisBackend;
+use crate::error::CommandError;
+use crate::keys::{LockKeys, lock_key_pattern};
+use crate::protocol::ServerClient;
+use async_trait::async_trait;
+use distlock_core::toolkit::{Holder, Inspect};
+use distlock_core::{FencingToken, LockError, LockKey};
+use std::time::Duration;
+
+/// How a server is used, for the warnings that depend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The only server of a `RedisLock`; `waits` when `wait_replicas` is set.
+    Single { waits: bool },
+    /// One of a Redlock's independent nodes.
+    RedlockNode,
+}
+
+/// The lock keys (fence counters excluded) on `server` for names starting with
+/// `prefix`.
+pub(crate) async fn lock_keys(
+    server: &ServerClient,
+    namespace: &str,
+    prefix: &str,
+    budget: Duration,
+) -> Result<Vec<String>, CommandError> {
+    let pattern = lock_key_pattern(namespace, prefix);
+    let (mut cursor, mut found) = (0_u64, Vec::new());
+    loop {
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000);
+        let (next, keys): (u64, Vec<String>) = server.query(budget, scan.into()).await?;
+        found.extend(keys);
+        if next == 0 {
+            found.sort_unstable();
+            found.dedup();
+            return Ok(found);
+        }
+        cursor = next;
+    }
+}
+
+/// `PING`, the cheapest round trip.
+pub(crate) async fn ping(server: &ServerClient, budget: Duration) -> Result<(), CommandError> {
+    let _: String = server.query(budget, redis::cmd("PING").into()).await?;
+    Ok(())
+}
+
+/// A read for a warning: a server that cannot be reached fails the check, one
+/// that refuses the command (an ACL) becomes a warning itself.
+async fn read<T>(
+    server: &ServerClient,
+    budget: Duration,
+    command: redis::Cmd,
+    what: &str,
+    warnings: &mut Vec<String>,
+) -> Result<Option<T>, CommandError>
+where
+    T: redis::FromRedisValue + Send + 'static,
+{
+    match server.query(budget, command.into()).await {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if e.outcome_unknown() => Err(e),
+        Err(e) => {
+            warnings.push(format!(
+                "{}: cannot read {what} ({e}); check it by hand",
+                server.endpoint
+            ));
+            Ok(None)
+        }
+    }
+}
+
+/// The settings of one server that can silently free a held lock or lower a
+/// token.
+pub(crate) async fn server_pitfalls(
+    server: &ServerClient,
+    budget: Duration,
+    role: Role,
+) -> Result<Vec<String>, CommandError> {
+    let host = &server.endpoint;
+    let mut warnings = Vec::new();
+    let mut config = redis::cmd("CONFIG");
+    config.arg("GET").arg("maxmemory-policy");
+    let policy: Option<Vec<String>> =
+        read(server, budget, config, "maxmemory-policy", &mut warnings).await?;
+    if let Some([_, policy]) = policy.as_deref()
+        && policy != "noeviction"
+    {
+        warnings.push(format!(
+            "{host}: maxmemory-policy is {policy}: under memory pressure Redis may evict lock keys \
+             (they have a ttl) or fence counters, silently freeing held locks or lowering tokens; \
+             set maxmemory-policy noeviction"
+        ));
+    }
+    let mut info = redis::cmd("INFO");
+    info.arg("replication");
+    let replication: String = read(server, budget, info, "INFO replication", &mut warnings)
+        .await?
+        .unwrap_or_default();
+    if info_field(&replication, "role") == Some("slave") {
+        warnings.push(format!(
+            "{host} is a replica: point the lock at the primary; replicas reject or lose lock writes"
+        ));
+    }
+    let replicas: u32 = info_field(&replication, "connected_slaves")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    if replicas > 0 && role == (Role::Single { waits: false }) {
+        warnings.push(format!(
+            "{host} has {replicas} replica(s) and the URL does not set wait_replicas: a failover \
+             can lose held locks and fence counters (replication is asynchronous); add \
+             ?wait_replicas=1 to narrow the window, or use etcd/ZooKeeper when correctness must \
+             survive failover"
+        ));
+    }
+    if role == Role::RedlockNode {
+        let mut info = redis::cmd("INFO");
+        info.arg("persistence");
+        let persistence: Option<String> =
+            read(server, budget, info, "INFO persistence", &mut warnings).await?;
+        if persistence.is_some_and(|p| info_field(&p, "aof_enabled") != Some("1")) {
+            warnings.push(format!(
+                "{host}: append-only persistence is off: a Redlock node restarted within a ttl \
+                 forgets its locks and counters; enable appendonly or delay restarts past the \
+                 longest ttl"
+            ));
+        }
+    }
+    Ok(warnings)
+}
+
+/// `name:value` from an `INFO` reply.
+fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+#[async_trait]
+impl Inspect for RedisBackend {
+    async fn holder(&self, key: &LockKey) -> Result<Option<Holder>, LockError> {
+        let keys = LockKeys::new(self.namespace(), key);
+        let recorded = self
+            .server
+            .recorded(&keys, self.timeout)
+            .await
+            .map_err(|e| self.error(e))?;
+        let expires_in = recorded.expires_in();
+        Ok(recorded.owner.map(|owner| Holder {
+            owner,
+            token: recorded.fence.map(FencingToken::new),
+            expires_in,
+        }))
+    }
+
+    async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        lock_keys(&self.server, self.namespace(), prefix, self.timeout)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {
+        let keys = LockKeys::new(self.namespace(), key);
+        self.server
+            .delete_holder(&keys, self.timeout)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
+        let role = Role::Single {
+            waits: self.replicas.is_some(),
+        };
+        server_pitfalls(&self.server, self.timeout, role)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    fn ping_name(&self) -> Option<&'static str> {
+        Some("PING")
+    }
+
+    async fn ping(&self) -> Result<(), LockError> {
+        ping(&self.server, self.timeout)
+            .await
+            .map_err(|e| self.error(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn info_fields_are_read_by_name() {
+        let info = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\n";
+        assert_eq!(info_field(info, "role"), Some("master"));
+        assert_eq!(info_field(info, "connected_slaves"), Some("2"));
+        assert_eq!(info_field(info, "connected"), None);
+    }
+}

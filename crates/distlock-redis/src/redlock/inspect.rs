@@ -1,0 +1,136 @@
+//! Inspecting a Redlock: every question goes to all nodes at once, and the
+//! answer is what a majority says (a lock is held when a majority holds its key).
+
+use super::backend::RedlockBackend;
+use super::round::{self, Answers};
+use crate::inspect::{Role, lock_keys, ping, server_pitfalls};
+use crate::keys::LockKeys;
+use async_trait::async_trait;
+use distlock_core::toolkit::{Holder, Inspect};
+use distlock_core::{FencingToken, LockError, LockKey};
+use std::collections::BTreeMap;
+
+impl RedlockBackend {
+    /// Fails unless a majority answered: fewer cannot say what the lock is.
+    fn majority<T>(&self, answers: &Answers<T>) -> Result<(), LockError> {
+        if answers.ok.len() < self.quorum {
+            return Err(self.quorum_unavailable(answers.ok.len(), answers.failed.join("; ")));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Inspect for RedlockBackend {
+    async fn holder(&self, key: &LockKey) -> Result<Option<Holder>, LockError> {
+        let (keys, budget) = (LockKeys::new(&self.namespace, key), self.timeout);
+        let answers = round::on_all(&self.nodes, self.all_nodes(), budget, move |node| {
+            let keys = keys.clone();
+            async move { node.recorded(&keys, budget).await }
+        })
+        .await;
+        self.majority(&answers)?;
+        let mut by_owner: BTreeMap<String, Vec<_>> = BTreeMap::new();
+        for (_, recorded) in answers.ok {
+            if let Some(owner) = recorded.owner.clone() {
+                by_owner.entry(owner).or_default().push(recorded);
+            }
+        }
+        let Some((owner, mut nodes)) = by_owner
+            .into_iter()
+            .find(|(_, nodes)| nodes.len() >= self.quorum)
+        else {
+            return Ok(None);
+        };
+        // Held while a majority keeps the key: until the quorum-th longest expiry.
+        nodes.sort_by_key(|r| std::cmp::Reverse(r.expires_in()));
+        Ok(Some(Holder {
+            owner,
+            token: nodes
+                .iter()
+                .filter_map(|r| r.fence)
+                .max()
+                .map(FencingToken::new),
+            expires_in: nodes.get(self.quorum - 1).and_then(|r| r.expires_in()),
+        }))
+    }
+
+    async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let (namespace, prefix, budget) = (self.namespace.clone(), prefix.to_owned(), self.timeout);
+        let answers = round::on_all(&self.nodes, self.all_nodes(), budget * 4, move |node| {
+            let (namespace, prefix) = (namespace.clone(), prefix.clone());
+            async move { lock_keys(&node, &namespace, &prefix, budget).await }
+        })
+        .await;
+        if !answers.failed.is_empty() {
+            // A node that did not answer may hold what is left: say so.
+            return Err(self.quorum_unavailable(answers.ok.len(), answers.failed.join("; ")));
+        }
+        let mut held_on: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+        for (node, keys) in &answers.ok {
+            for key in keys {
+                held_on
+                    .entry(key.clone())
+                    .or_default()
+                    .push(&self.nodes[*node].endpoint);
+            }
+        }
+        Ok(held_on
+            .into_iter()
+            .map(|(key, nodes)| format!("{key} on {}", nodes.join(", ")))
+            .collect())
+    }
+
+    async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {
+        let (keys, budget) = (LockKeys::new(&self.namespace, key), self.timeout);
+        let answers = round::on_all(&self.nodes, self.all_nodes(), budget, move |node| {
+            let keys = keys.clone();
+            async move { node.delete_holder(&keys, budget).await }
+        })
+        .await;
+        self.majority(&answers)?;
+        Ok(answers.ok.iter().any(|(_, deleted)| *deleted))
+    }
+
+    async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
+        let budget = self.timeout;
+        let answers = round::on_all(
+            &self.nodes,
+            self.all_nodes(),
+            budget * 4,
+            move |node| async move { server_pitfalls(&node, budget, Role::RedlockNode).await },
+        )
+        .await;
+        let n = self.nodes.len();
+        let mut warnings = Vec::new();
+        if n < 3 || n.is_multiple_of(2) {
+            warnings.push(format!(
+                "{n} nodes: use an odd number, at least 3 (N nodes tolerate (N-1)/2 failures)"
+            ));
+        }
+        warnings.extend(answers.ok.into_iter().flat_map(|(_, found)| found));
+        warnings.extend(
+            answers
+                .failed
+                .into_iter()
+                .map(|failure| format!("cannot check a node's settings: {failure}")),
+        );
+        Ok(warnings)
+    }
+
+    fn ping_name(&self) -> Option<&'static str> {
+        Some("PING to all nodes")
+    }
+
+    async fn ping(&self) -> Result<(), LockError> {
+        let budget = self.timeout;
+        let answers = round::on_all(
+            &self.nodes,
+            self.all_nodes(),
+            budget,
+            move |node| async move { ping(&node, budget).await },
+        )
+        .await;
+        self.majority(&answers)
+    }
+}

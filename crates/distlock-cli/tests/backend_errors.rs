@@ -100,7 +100,7 @@ fn mysql_bad_urls_and_unreachable_server() {
         &["strategy"],
     );
     fails(
-        &format!("mysql://u:{SECRET}@127.0.0.1:1/db?connect_timeout=2000"),
+        &format!("mysql://u:{SECRET}@127.0.0.1:1/db?connect_timeout=2s"),
         1,
         &["127.0.0.1:1"],
     );

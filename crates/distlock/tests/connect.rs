@@ -144,7 +144,7 @@ async fn unreachable_backends_never_show_the_password() {
         format!("redlock://:{secret}@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3?connect_timeout=2s"),
         format!("etcd://user:{secret}@127.0.0.1:1?connect_timeout=2s"),
         format!("zk://user:{secret}@127.0.0.1:1?connect_timeout=2s"),
-        format!("mysql://user:{secret}@127.0.0.1:1/db?connect_timeout=2000"),
+        format!("mysql://user:{secret}@127.0.0.1:1/db?connect_timeout=2s"),
     ];
     for url in urls {
         let error = match distlock::connect(&url).await {

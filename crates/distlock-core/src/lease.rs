@@ -69,7 +69,7 @@ pub(crate) struct Shared {
     pub backend: &'static str,
     pub ops: Arc<dyn LeaseOps>,
     pub metrics: Arc<Metrics>,
-    pub reentry: Option<Reentry>,
+    pub reentry: Option<Reentry<Shared>>,
     status: watch::Sender<Status>,
     deadline: Mutex<Instant>,
 }
@@ -87,7 +87,7 @@ impl Shared {
         sent_at: Instant,
         ops: Arc<dyn LeaseOps>,
         metrics: Arc<Metrics>,
-        reentry: Option<Reentry>,
+        reentry: Option<Reentry<Shared>>,
     ) -> Self {
         Shared {
             key,
@@ -172,7 +172,7 @@ impl Shared {
     /// acquisition, so the lock itself must be released.
     fn leave(self: &Arc<Self>) -> bool {
         match &self.reentry {
-            Some(reentry) => reentry.registry.leave(&reentry.owner, self),
+            Some(reentry) => reentry.registry.leave(&self.key, &reentry.owner, self),
             None => true,
         }
     }

@@ -74,7 +74,7 @@ pub type DynLock = Arc<dyn DistributedLock>;
 /// tracing and metrics provided by core.
 pub struct BackendLock<B: Backend> {
     backend: Arc<B>,
-    reentrant: Arc<Registry>,
+    reentrant: Arc<Registry<Shared>>,
     metrics: Arc<Metrics>,
 }
 
@@ -108,7 +108,7 @@ impl<B: Backend> BackendLock<B> {
 
     /// Another handle on a lease this client already holds for `owner`, if any.
     fn reenter(&self, key: &LockKey, owner: &Owner) -> Option<Lease> {
-        let shared = self.reentrant.enter(key, owner)?;
+        let shared = self.reentrant.enter(key, owner, Shared::is_held)?;
         Metrics::bump(&self.metrics.reentered);
         Some(Lease::reentered(shared))
     }

@@ -10,18 +10,22 @@
 //! - [`CancelGuard`]: undoes a half-done acquire when its future is dropped.
 //! - [`Inspect`]: who holds a key, residue under a prefix, an operator's
 //!   deletion; used by the CLI and by the conformance suite's fault hooks.
+//! - [`Timeouts`]: `connect_timeout` and `timeout`, the two waits of every
+//!   adapter.
 //! - [`random_owner`]: an owner value no other acquisition shares.
 
 mod backoff;
 mod cancel;
 mod duration;
 mod inspect;
+mod timeouts;
 mod url;
 
 pub use backoff::Backoff;
 pub use cancel::{CancelGuard, UndoFuture};
 pub use duration::parse_duration;
 pub use inspect::{Holder, Inspect};
+pub use timeouts::Timeouts;
 pub use url::{Host, LockUrl, redact};
 
 /// A fresh 128-bit random owner value in hex: what an adapter stores as the

@@ -10,6 +10,8 @@ use std::time::Duration;
 use zookeeper_client::{Acl, AuthId, Permission};
 
 const BACKEND: &str = "zookeeper";
+/// ZooKeeper's client port, for servers listed without one.
+const DEFAULT_PORT: u16 = 2181;
 
 /// Digest credentials (`addauth digest user:password`). The password never appears
 /// in `Debug`, errors or logs.
@@ -116,7 +118,9 @@ pub struct ZkConfig {
     /// The ACL on created nodes; `None` picks [`AclPolicy::Creator`] with
     /// credentials and [`AclPolicy::Open`] without.
     pub acl: Option<AclPolicy>,
-    /// How long establishing a session may take. Default 10 s.
+    /// How long establishing a session may take, retrying while servers do not
+    /// answer or (after the first session) refuse while restarting. Default
+    /// 10 s. A first connect that every server refuses fails at once instead.
     pub connect_timeout: Duration,
     /// How long one request may take before it counts as failed. Default 10 s.
     pub timeout: Duration,
@@ -322,14 +326,16 @@ impl ZkConfig {
     /// What the backend is built from.
     fn settings(self) -> Settings {
         let connect_string = self.connect_string();
+        let servers: Vec<String> = self
+            .endpoints
+            .iter()
+            .filter_map(|endpoint| Host::parse(endpoint).ok())
+            .map(|host| host.address(DEFAULT_PORT))
+            .collect();
         Settings {
             acls: self.acl_policy().acls(),
             endpoint: format!("zk://{connect_string}"),
-            first_server: self
-                .endpoints
-                .first()
-                .and_then(|endpoint| Host::parse(endpoint).ok())
-                .map(|host| host.address(2181)),
+            first_server: servers.first().cloned(),
             sessions: SessionSettings {
                 connect_string,
                 digest: self
@@ -337,6 +343,7 @@ impl ZkConfig {
                     .map(|auth| format!("{}:{}", auth.user, auth.password)),
                 pinned: self.session_timeout,
                 connect_timeout: self.connect_timeout,
+                servers,
             },
             namespace: self.namespace,
             timeout: self.timeout,
@@ -350,8 +357,9 @@ impl ZkConfig {
     /// # Errors
     ///
     /// [`LockError::Config`] for a bad configuration or a chroot that does not
-    /// exist, [`LockError::Unavailable`] when no server answers within
-    /// `connect_timeout`.
+    /// exist; [`LockError::Unavailable`] at once when every server refuses the
+    /// connection (nothing listens there), and when no session is established
+    /// within `connect_timeout` otherwise.
     pub async fn connect(self) -> Result<ZkLock, LockError> {
         self.validate()?;
         Ok(BackendLock::new(ZkBackend::connect(self.settings()).await?))

@@ -23,9 +23,22 @@ pub(crate) enum ZkError {
         path: String,
         timeout: std::time::Duration,
     },
-    /// No session could be established.
+    /// No session could be established, for a reason retrying cannot change.
     #[error("cannot open a session: {0}")]
     Connect(#[source] zk::Error),
+    /// Every server refused the TCP connection: nothing listens there.
+    #[error(
+        "every server refused the connection ({servers}): nothing listens there; check the \
+         host and port, and that ZooKeeper runs"
+    )]
+    Refused { servers: String },
+    /// No session was established within `connect_timeout`.
+    #[error("no session established within connect_timeout ({within:?}){last}")]
+    ConnectTimedOut {
+        within: std::time::Duration,
+        /// `; last attempt: ...`, or empty.
+        last: String,
+    },
     /// The session ended (expired, closed, authentication failed) while the
     /// operation needed it.
     #[error("ZooKeeper session 0x{session:x} ended ({state}) {context}")]

@@ -39,11 +39,19 @@
 //!
 //! # Failure modes
 //!
+//! - *Nothing listens*: when every server refuses the TCP connection, `connect()`
+//!   fails with [`distlock_core::LockError::Unavailable`] at once (a wrong port,
+//!   a server not deployed). A server that accepts but does not answer yet, or
+//!   is slow, and a refusal on any later session of a client that has connected
+//!   before (a server restarting), are waited out until
+//!   [`ZkConfig::connect_timeout`], as Curator does.
 //! - *Session expiry* (network partition, long pause): the server deletes the
 //!   node; `lost()` fires when the client learns it, and by then the lease's local
 //!   deadline has already passed. A waiter whose session expires gets an error.
 //! - *Disconnected, session alive*: renewals fail, and the lease stays held only
-//!   until its local deadline.
+//!   until its local deadline. The client library doubles its pause between
+//!   reconnect attempts without a cap, so it may come back about as long after
+//!   a server returns as the outage lasted: keep ttls well above outages.
 //! - *Lost create reply*: the client finds its node by its uuid after reconnecting
 //!   instead of leaving an orphan that would block the lock.
 //! - *Operator deletes the node*: the next renewal (every ttl/3) reports it and

@@ -31,6 +31,11 @@ fn full_url_parses() {
     assert_eq!(config.connect_string(), "zk1:2181,[::1]:2182,zk3/apps/prod");
     let settings = config.settings();
     assert_eq!(settings.first_server.as_deref(), Some("zk1:2181"));
+    // Probed before the first session; the port defaults to 2181.
+    assert_eq!(
+        settings.sessions.servers,
+        ["zk1:2181", "[::1]:2182", "zk3:2181"]
+    );
     assert_eq!(settings.endpoint, "zk://zk1:2181,[::1]:2182,zk3/apps/prod");
     let bare = ZkConfig::from_url("zookeeper://zk3,zk4/").unwrap();
     assert_eq!(bare.settings().first_server.as_deref(), Some("zk3:2181"));

@@ -4,7 +4,7 @@
 use crate::backend::{Settings, ZkBackend, ZkLock};
 use crate::keys;
 use crate::session::SessionSettings;
-use distlock_core::toolkit::{Host, LockUrl};
+use distlock_core::toolkit::{Host, LockUrl, Timeouts};
 use distlock_core::{BackendLock, LockError};
 use std::time::Duration;
 use zookeeper_client::{Acl, AuthId, Permission};
@@ -81,19 +81,20 @@ impl AclPolicy {
 /// How to reach ZooKeeper and where to put the locks.
 ///
 /// ```
+/// use distlock_core::toolkit::Timeouts;
 /// use distlock_zookeeper::ZkConfig;
 /// use std::time::Duration;
 /// let config = ZkConfig::from_url("zk://app:secret@zk1:2181,zk2:2181/prod?namespace=locks&timeout=5s")?;
 /// assert_eq!(config.endpoints, ["zk1:2181", "zk2:2181"]);
 /// assert_eq!(config.chroot.as_deref(), Some("/prod"));
 /// assert_eq!(config.namespace, "locks");
-/// assert_eq!(config.timeout, Duration::from_secs(5));
+/// assert_eq!(config.timeouts.reply, Duration::from_secs(5));
 /// assert!(!format!("{config:?}").contains("secret"));
 /// let built = ZkConfig::new(["zk1:2181", "zk2:2181"])
 ///     .chroot("/prod")
 ///     .auth("app", "secret")
 ///     .namespace("locks")
-///     .timeout(Duration::from_secs(5));
+///     .timeouts(Timeouts::new(Duration::from_secs(10), Duration::from_secs(5)));
 /// assert_eq!(built, config);
 /// # Ok::<(), distlock_core::LockError>(())
 /// ```
@@ -118,12 +119,12 @@ pub struct ZkConfig {
     /// The ACL on created nodes; `None` picks [`AclPolicy::Creator`] with
     /// credentials and [`AclPolicy::Open`] without.
     pub acl: Option<AclPolicy>,
-    /// How long establishing a session may take, retrying while servers do not
-    /// answer or (after the first session) refuse while restarting. Default
-    /// 10 s. A first connect that every server refuses fails at once instead.
-    pub connect_timeout: Duration,
-    /// How long one request may take before it counts as failed. Default 10 s.
-    pub timeout: Duration,
+    /// `connect`: how long establishing a session may take, retrying while
+    /// servers do not answer or (after the first session) refuse while
+    /// restarting; a first connect that every server refuses fails at once
+    /// instead. `reply`: how long one request may take before it counts as
+    /// failed. Both 10 s by default.
+    pub timeouts: Timeouts,
 }
 
 impl Default for ZkConfig {
@@ -135,8 +136,7 @@ impl Default for ZkConfig {
             session_timeout: None,
             auth: None,
             acl: None,
-            connect_timeout: Duration::from_secs(10),
-            timeout: Duration::from_secs(10),
+            timeouts: Timeouts::new(Duration::from_secs(10), Duration::from_secs(10)),
         }
     }
 }
@@ -188,17 +188,10 @@ impl ZkConfig {
         }
     }
 
-    /// How long establishing a session may take (default 10 s).
-    pub fn connect_timeout(self, connect_timeout: Duration) -> Self {
-        ZkConfig {
-            connect_timeout,
-            ..self
-        }
-    }
-
-    /// How long one request may take before it counts as failed (default 10 s).
-    pub fn timeout(self, timeout: Duration) -> Self {
-        ZkConfig { timeout, ..self }
+    /// How long establishing a session and one request may take (10 s each by
+    /// default).
+    pub fn timeouts(self, timeouts: Timeouts) -> Self {
+        ZkConfig { timeouts, ..self }
     }
 
     /// Parses `zk://[user:password@]host[:port][,host[:port]...][/chroot][?params]`
@@ -234,17 +227,11 @@ impl ZkConfig {
             .map(|path| path.trim_end_matches('/'))
             .filter(|path| !path.is_empty())
             .map(|path| format!("/{path}"));
-        url.renamed("request_timeout", "timeout")?;
         if let Some(namespace) = url.string("namespace") {
             config.namespace = namespace;
         }
         config.session_timeout = url.duration("session_timeout")?;
-        if let Some(timeout) = url.duration("connect_timeout")? {
-            config.connect_timeout = timeout;
-        }
-        if let Some(timeout) = url.duration("timeout")? {
-            config.timeout = timeout;
-        }
+        config.timeouts = config.timeouts.read(&mut url)?;
         config.acl = url.parse_param("acl", "open, creator or creator_only")?;
         url.finish()?;
         config.validate()?;
@@ -285,16 +272,7 @@ impl ZkConfig {
                 "the digest user must be non-empty and must not contain `:`",
             ));
         }
-        for (name, value) in [
-            ("connect_timeout", self.connect_timeout),
-            ("timeout", self.timeout),
-        ] {
-            if value.is_zero() {
-                return Err(bad(format!(
-                    "{name} is zero; give it a positive duration such as 10s"
-                )));
-            }
-        }
+        self.timeouts.validate(BACKEND)?;
         if self
             .session_timeout
             .is_some_and(|t| t.is_zero() || t.as_millis() > i32::MAX as u128)
@@ -342,11 +320,11 @@ impl ZkConfig {
                     .auth
                     .map(|auth| format!("{}:{}", auth.user, auth.password)),
                 pinned: self.session_timeout,
-                connect_timeout: self.connect_timeout,
+                connect_timeout: self.timeouts.connect,
                 servers,
             },
             namespace: self.namespace,
-            timeout: self.timeout,
+            timeout: self.timeouts.reply,
             chroot: self.chroot,
         }
     }

@@ -34,7 +34,7 @@ async fn closed_port_fails_at_once_with_unavailable() {
         format!("zk://bob:hunter2@127.0.0.1:{first},127.0.0.1:{second}/chroot?connect_timeout=10s"),
     ] {
         let config = ZkConfig::from_url(&url).unwrap();
-        assert_eq!(config.connect_timeout, Duration::from_secs(10));
+        assert_eq!(config.timeouts.connect, Duration::from_secs(10));
         let started = Instant::now();
         let outcome = config.connect().await;
         let elapsed = started.elapsed();
@@ -84,7 +84,7 @@ async fn connect_timeout_bounds_the_wait_for_a_server_that_does_not_answer() {
     let server = common::dedicated_server(ZooKeeperOptions::default()).await;
     let url = format!("zk://{}?connect_timeout=1500ms", server.url());
     let config = ZkConfig::from_url(&url).unwrap();
-    assert_eq!(config.connect_timeout, Duration::from_millis(1500));
+    assert_eq!(config.timeouts.connect, Duration::from_millis(1500));
     server.pause().unwrap();
     let started = Instant::now();
     let outcome = config.clone().connect().await;

@@ -20,8 +20,8 @@ fn full_url_parses() {
     assert_eq!(config.chroot.as_deref(), Some("/apps/prod"));
     assert_eq!(config.namespace, "locks/a");
     assert_eq!(config.session_timeout, Some(Duration::from_secs(15)));
-    assert_eq!(config.connect_timeout, Duration::from_secs(2));
-    assert_eq!(config.timeout, Duration::from_secs(3));
+    assert_eq!(config.timeouts.connect, Duration::from_secs(2));
+    assert_eq!(config.timeouts.reply, Duration::from_secs(3));
     assert_eq!(config.acl_policy(), AclPolicy::CreatorOnly);
     let auth = config.auth.as_ref().unwrap();
     assert_eq!(

@@ -5,17 +5,90 @@
 //! Invariant of every strategy: a table belongs to one strategy (its comment
 //! says which), every expiry is compared with `NOW(6)` on the server, and a
 //! name's fence only ever rises.
+//!
+//! Row-lock contention is never an error for the caller: a statement that
+//! InnoDB refused (deadlock victim 1213, lock wait timeout 1205) was rolled back
+//! whole, so it is retried with [`Backoff`] within the caller's wait
+//! ([`retry_until`]); an acquisition that runs out of wait that way ends with
+//! `Timeout` (`Busy` for `Wait::No`), like any other.
 
-use crate::error::{BACKEND, DbError};
+use crate::error::{BACKEND, DbError, code};
 use crate::keys::{TableName, counter_name};
 use crate::pool::{Conn, Pool, Statement};
-use crate::protocol::{HELD_FLAG, Statements, Strategy, TABLE_COMMENT};
+use crate::protocol::{
+    HELD_FLAG, KILL_CONNECTION, SESSION_LISTED, Statements, Strategy, TABLE_COMMENT,
+};
 use distlock_core::LockError;
-use distlock_core::backend::Ownership;
-use distlock_core::toolkit::UndoFuture;
+use distlock_core::backend::{AcquireRequest, Ownership, WaitUntil};
+use distlock_core::toolkit::{Backoff, UndoFuture};
 use sqlx::Row;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The first pause after a statement lost to another transaction.
+const CONTENDED_FIRST: Duration = Duration::from_millis(4);
+/// The longest such pause.
+const CONTENDED_CAP: Duration = Duration::from_millis(250);
+/// How often an undo looks whether a killed session is gone, at most.
+const SESSION_GONE_POLL: Duration = Duration::from_millis(50);
+/// `Wait::No`: how long after the request started a statement that lost to
+/// another transaction is still retried. A deadlock is usually over at once, so
+/// one or two retries fit; past it the answer is `Busy`. A row held by a
+/// transaction for longer answers 1205 only after the 1 s lock wait, so then
+/// the answer is `Busy` after that second.
+pub(crate) const NO_WAIT_RETRY: Duration = Duration::from_millis(250);
+
+/// Until when an acquisition retries statements refused by row-lock contention:
+/// the caller's wait, or for `Wait::No` [`NO_WAIT_RETRY`] after it started.
+pub(crate) fn retry_until(req: &AcquireRequest<'_>) -> WaitUntil {
+    match req.wait {
+        WaitUntil::NoWait => WaitUntil::Deadline(req.started + NO_WAIT_RETRY),
+        wait => wait,
+    }
+}
+
+/// Retries of a statement that InnoDB refused for row-lock contention (it was
+/// rolled back whole, so nothing took effect), with jittered pauses, until
+/// `until`:
+///
+/// ```text
+/// let mut retry = Settle::new(until);
+/// let done = loop {
+///     match conn.execute(statement()).await {
+///         Ok(done) => break done,
+///         Err(e) => retry.again(e).await?,
+///     }
+/// };
+/// ```
+pub(crate) struct Settle {
+    started: Instant,
+    backoff: Backoff,
+    until: WaitUntil,
+}
+
+impl Settle {
+    pub fn new(until: WaitUntil) -> Self {
+        Settle {
+            started: Instant::now(),
+            backoff: Backoff::new(CONTENDED_FIRST, CONTENDED_CAP),
+            until,
+        }
+    }
+
+    /// After the failure `e`: `Ok` once paused when trying again may succeed;
+    /// `e` itself when it is not contention; [`DbError::Contended`] when
+    /// `until` came.
+    pub async fn again(&mut self, e: DbError) -> Result<(), DbError> {
+        if !e.is_contended() {
+            return Err(e);
+        }
+        tracing::debug!(error = %e, "refused for row-lock contention; retrying");
+        match self.backoff.pause(CONTENDED_CAP, self.until).await {
+            true => Ok(()),
+            false => Err(DbError::Contended(self.started.elapsed())),
+        }
+    }
+}
 
 /// The lock table of one client: its strategy, statements and connections.
 #[derive(Debug)]
@@ -27,8 +100,6 @@ pub(crate) struct Table {
     pub pool: Pool,
     /// The server, without credentials, for messages.
     pub endpoint: String,
-    /// When this client last read InnoDB's lock tables (see `inspect`).
-    pub innodb_read: tokio::sync::Mutex<Option<Instant>>,
 }
 
 impl Table {
@@ -92,7 +163,6 @@ impl Table {
             name,
             pool,
             endpoint,
-            innodb_read: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -101,22 +171,55 @@ impl Table {
         e.into_lock_error(&self.endpoint)
     }
 
-    /// Runs a compare-owner `UPDATE`/`DELETE`: one matched row means it was ours.
-    pub async fn compare_owner(&self, statement: Statement) -> Result<Ownership, LockError> {
-        let outcome = async {
-            let mut conn = self.pool.get().await?;
-            conn.execute(statement).await
+    /// Runs the autocommit statement `build()` makes, retried under row-lock
+    /// contention for at most the reply timeout (renew, release and operator
+    /// actions have no wait of their own), and returns the rows it matched.
+    pub async fn run_settled(&self, build: impl Fn() -> Statement) -> Result<u64, LockError> {
+        let mut retry = Settle::new(WaitUntil::Deadline(Instant::now() + self.pool.timeout()));
+        let done = async {
+            loop {
+                let mut conn = self.pool.get().await?;
+                match conn.execute(build()).await {
+                    Ok(done) => return Ok(done),
+                    Err(e) => retry.again(e).await?,
+                }
+            }
         };
-        match outcome.await.map_err(|e| self.error(e))?.rows_affected() {
+        Ok(done
+            .await
+            .map_err(|e: DbError| self.error(e))?
+            .rows_affected())
+    }
+
+    /// Runs a compare-owner `UPDATE`/`DELETE`: one matched row means it was ours.
+    pub async fn compare_owner(
+        &self,
+        build: impl Fn() -> Statement,
+    ) -> Result<Ownership, LockError> {
+        match self.run_settled(build).await? {
             0 => Ok(Ownership::NotHeld),
             _ => Ok(Ownership::Held),
         }
     }
 
-    /// Raises the counter row of `row` on `conn` and returns the new token.
-    pub async fn bump_counter(&self, conn: &mut Conn, row: &[u8]) -> Result<u64, DbError> {
-        let bump = sqlx::query(self.sql.bump_counter.clone()).bind(counter_name(row));
-        match conn.execute(bump).await?.last_insert_id() {
+    /// Raises the counter row of `row` on `conn` and returns the new token,
+    /// retrying under row-lock contention until `until`.
+    pub async fn bump_counter(
+        &self,
+        conn: &mut Conn,
+        row: &[u8],
+        until: WaitUntil,
+    ) -> Result<u64, DbError> {
+        let counter = counter_name(row);
+        let bump = || sqlx::query(self.sql.bump_counter.clone()).bind(counter.clone());
+        let mut retry = Settle::new(until);
+        let done = loop {
+            match conn.execute(bump()).await {
+                Ok(done) => break done,
+                Err(e) => retry.again(e).await?,
+            }
+        };
+        match done.last_insert_id() {
             token if token != 0 && token & HELD_FLAG == 0 => Ok(token),
             other => Err(DbError::Protocol(format!(
                 "the fence counter returned {other}"
@@ -130,19 +233,62 @@ pub(crate) fn micros(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX)
 }
 
-/// The undo of an abandoned acquire (a [`CancelGuard`]'s): `statement` on a
-/// connection of its own, in the background. If it cannot run, the ttl (or, for
-/// a session, the server's `wait_timeout`) frees the lock.
+/// Builds one statement, again for each retry.
+pub(crate) type MakeStatement = Box<dyn Fn() -> Statement + Send + Sync>;
+
+/// What an abandoned acquire leaves to undo (a [`CancelGuard`]'s state).
 ///
 /// [`CancelGuard`]: distlock_core::toolkit::CancelGuard
-pub(crate) fn undo((table, statement): (Arc<Table>, Statement)) -> Option<UndoFuture> {
+pub(crate) struct Undo {
+    pub table: Arc<Table>,
+    /// The connection whose statement was cut off, if one was: the server may
+    /// not even have run it yet, and an undo that overtook it would match
+    /// nothing while the statement then wins the lock for nobody.
+    pub in_flight: Option<u64>,
+    /// The statement that gives back what the attempt may have won.
+    pub make: MakeStatement,
+}
+
+/// Runs an [`Undo`] in the background: first ends the cut-off session
+/// (`KILL`, then until `PROCESSLIST` no longer lists it: a session ends only
+/// after its statement is done, so whatever it won is in place), then the
+/// statement, retried under row-lock contention for up to the reply timeout.
+/// If it cannot run, the ttl (or, for a session, the server's `wait_timeout`)
+/// frees the lock.
+pub(crate) fn undo(state: Undo) -> Option<UndoFuture> {
     Some(Box::pin(async move {
-        let outcome = match table.pool.get().await {
-            Ok(mut conn) => conn.execute(statement).await.map(drop),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = outcome {
+        let table = &state.table;
+        if let Some(id) = state.in_flight
+            && let Err(e) = table.end_session(id).await
+        {
+            tracing::debug!(error = %e, "could not see a cut-off session end; undoing anyway");
+        }
+        if let Err(e) = table.run_settled(state.make).await {
             tracing::debug!(error = %e, "the undo of an abandoned acquire failed; the lock expires instead");
         }
     }))
+}
+
+impl Table {
+    /// Ends session `id` and returns once the server no longer lists it.
+    async fn end_session(&self, id: u64) -> Result<(), DbError> {
+        let mut conn = self.pool.get().await?;
+        match conn.execute(sqlx::query(KILL_CONNECTION).bind(id)).await {
+            Err(e) if e.number() != Some(code::UNKNOWN_THREAD) => return Err(e),
+            _ => {}
+        }
+        let until = WaitUntil::Deadline(Instant::now() + self.pool.timeout());
+        let mut backoff = Backoff::new(CONTENDED_FIRST, SESSION_GONE_POLL);
+        loop {
+            let listed = conn.fetch_one(sqlx::query(SESSION_LISTED).bind(id)).await?;
+            if listed.try_get::<i64, _>(0).map_err(DbError::Sql)? == 0 {
+                return Ok(());
+            }
+            if !backoff.pause(SESSION_GONE_POLL, until).await {
+                return Err(DbError::Protocol(format!(
+                    "session {id} still runs after KILL"
+                )));
+            }
+        }
+    }
 }

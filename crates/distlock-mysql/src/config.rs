@@ -6,7 +6,7 @@ use crate::error::BACKEND;
 use crate::keys::TableName;
 use crate::lock::MySqlLock;
 use crate::pool::Pool;
-use crate::protocol::{HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT, Strategy};
+use crate::protocol::{HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT, ROW_LOCK_WAIT, Strategy};
 use distlock_core::LockError;
 use distlock_core::toolkit::LockUrl;
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
@@ -255,7 +255,8 @@ impl MySqlConfig {
         let pool = Pool::new(
             self.options.clone(),
             self.pool_size,
-            &[],
+            &[ROW_LOCK_WAIT],
+            false,
             self.connect_timeout,
             self.timeout,
         );
@@ -264,6 +265,7 @@ impl MySqlConfig {
             self.options.clone(),
             self.held_connections,
             &[HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT],
+            true,
             self.connect_timeout,
             self.timeout,
         );

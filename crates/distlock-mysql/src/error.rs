@@ -28,8 +28,10 @@ pub(crate) mod code {
     /// Query execution was interrupted (`KILL QUERY`).
     /// MariaDB: the connection was killed.
     pub const CONNECTION_KILLED: u16 = 1927;
-    /// A global privilege (PROCESS, for InnoDB's lock tables) is missing.
+    /// A global privilege is missing.
     pub const PRIVILEGE_NEEDED: u16 = 1227;
+    /// `KILL` of a thread that no longer exists.
+    pub const UNKNOWN_THREAD: u16 = 1094;
     /// `KILL` of a thread the user does not own.
     pub const NOT_THREAD_OWNER: u16 = 1095;
 }
@@ -48,6 +50,15 @@ pub(crate) enum DbError {
     /// The server replied something the adapter cannot use.
     #[error("unexpected reply from the server: {0}")]
     Protocol(String),
+    /// Every try of a statement lost to other transactions on the same rows
+    /// (deadlock victim, lock wait timeout) until its retry budget ended. Each
+    /// refused statement was rolled back, so nothing of it took effect.
+    #[error(
+        "the lock's rows stayed locked by other transactions for {0:?} (deadlock or lock wait \
+         timeout each time; nothing was changed); retry later, or find the long transaction \
+         holding them"
+    )]
+    Contended(Duration),
 }
 
 impl DbError {
@@ -59,6 +70,27 @@ impl DbError {
                 .map(MySqlDatabaseError::number),
             _ => None,
         }
+    }
+
+    /// True when another transaction refused this statement its row locks
+    /// (InnoDB rolled the statement back): trying again is safe and may succeed.
+    pub fn is_contended(&self) -> bool {
+        matches!(
+            self.number(),
+            Some(code::LOCK_WAIT_TIMEOUT | code::DEADLOCK)
+        )
+    }
+
+    /// True when contention refused this statement, or its retries ran out on it.
+    pub fn lost_to_contention(&self) -> bool {
+        self.is_contended() || matches!(self, DbError::Contended(_))
+    }
+
+    /// True when the statement is over on the server: it answered (a result, an
+    /// error packet, a reply the adapter cannot use) or kept refusing. False when
+    /// no answer came (reply timeout, connection lost): it may still run.
+    pub fn answered(&self) -> bool {
+        self.number().is_some() || matches!(self, DbError::Protocol(_) | DbError::Contended(_))
     }
 
     /// True if the connection is still usable afterwards: the server answered
@@ -89,17 +121,17 @@ impl DbError {
             }
             Some(code::PRIVILEGE_NEEDED | code::NOT_THREAD_OWNER) => {
                 return config(format!(
-                    "the user lacks a privilege at {endpoint} ({self}); inspecting for_update locks reads \
-                     InnoDB's lock tables (GRANT PROCESS ON *.*) and ends holders with KILL (the holders' \
-                     own user, or CONNECTION ADMIN)"
+                    "the user lacks a privilege at {endpoint} ({self}); force-unlocking a for_update lock \
+                     ends the holder's session with KILL, which needs the holders' own user (or CONNECTION \
+                     ADMIN / SUPER)"
                 ));
             }
             _ => {}
         }
         match self {
-            DbError::Sql(sqlx::Error::Database(_)) | DbError::Protocol(_) => {
-                LockError::backend(BACKEND, self)
-            }
+            DbError::Sql(sqlx::Error::Database(_))
+            | DbError::Protocol(_)
+            | DbError::Contended(_) => LockError::backend(BACKEND, self),
             DbError::Sql(sqlx::Error::Configuration(e)) => config(format!("{e}")),
             DbError::Sql(sqlx::Error::Tls(e)) => config(format!(
                 "TLS to {endpoint} failed: {e}; check ssl-mode and ssl-ca (TLS needs the crate's `tls` feature)"

@@ -1,5 +1,6 @@
-//! `for_update`: a dedicated connection holds an open transaction with
-//! `SELECT … FOR UPDATE` on the lock's row.
+//! `for_update`: a dedicated connection holds an open transaction with an
+//! exclusive lock on the lock's row, taken by an `UPDATE` that writes the
+//! holder's connection id into `owner` (uncommitted; every holder rolls back).
 //!
 //! Invariants:
 //! - The row lock lives exactly as long as the holder's transaction, so the lock
@@ -9,23 +10,32 @@
 //! - Waiting is server-side, in InnoDB's lock queue, bounded by
 //!   `innodb_lock_wait_timeout` (the wait, in whole seconds, at most one chunk per
 //!   statement so a dead connection is noticed) and cut precisely by the client at
-//!   the deadline; `Wait::No` uses `NOWAIT`.
+//!   the deadline; `Wait::No` uses `SELECT … FOR UPDATE NOWAIT` first.
+//! - A committed row never names an owner: a non-NULL `owner`, seen under READ
+//!   UNCOMMITTED, is the connection id of the transaction holding the row now
+//!   (what a force-unlock kills).
 //! - The token is raised on a separate autocommit connection after the row lock
 //!   is held: a holder that crashes rolls back its transaction, but never its
 //!   token, so the next holder's token is higher.
 //! - A waiter given up on (deadline, cancel) is ended with `KILL CONNECTION`: it
 //!   may have been granted the lock a moment before, and only ending its session
 //!   gives that back.
+//! - A holder connection goes back to the pool only once the server confirmed
+//!   it is alive and outside any transaction (see `pool`): released, or, for an
+//!   abandoned lease, rolled back after its ttl and checked.
 
-use crate::backend::{Table, undo};
+use crate::backend::{MakeStatement, Settle, Table, Undo, retry_until, undo};
 use crate::error::{BACKEND, DbError, code};
 use crate::keys::row_name;
-use crate::pool::{Conn, Pool, Statement};
-use crate::protocol::{COMMIT, HOLDER_TIMEOUTS, KEEPALIVE, KILL_CONNECTION, ROLLBACK};
+use crate::pool::{Conn, Pool};
+use crate::protocol::{
+    END_TRANSACTION, HOLDER_TIMEOUTS, IN_TRANSACTION, KEEPALIVE, KILL_CONNECTION,
+};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, Inspect, UndoFuture};
 use distlock_core::{Capabilities, FencingToken, LockError};
+use sqlx::Row;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,7 +76,9 @@ enum Slot {
 impl Drop for Session {
     fn drop(&mut self) {
         // Dropped without release (an abandoned lease): keep others out for the
-        // ttl, as the other strategies' rows do, then let the connection go.
+        // ttl, as the other strategies' rows do, then end the transaction. With
+        // no runtime the connection is simply closed (it counts as in a
+        // transaction, so the pool never takes it back).
         let Slot::Holding(conn) = std::mem::replace(self.conn.get_mut(), Slot::Ended) else {
             return;
         };
@@ -74,8 +86,29 @@ impl Drop for Session {
             let ttl = self.ttl;
             runtime.spawn(async move {
                 tokio::time::sleep(ttl).await;
-                drop(conn);
+                end_abandoned(conn).await;
             });
+        }
+    }
+}
+
+/// An abandoned holder's transaction, after its ttl: roll back, then check that
+/// no transaction is open, and only then let the pool have the connection. Any
+/// failure (the server already closed the idle session, no such check on
+/// MySQL) closes it instead.
+async fn end_abandoned(mut conn: Conn) {
+    let ended = async {
+        conn.execute(sqlx::query(END_TRANSACTION)).await?;
+        let row = conn.fetch_one(sqlx::query(IN_TRANSACTION)).await?;
+        Ok::<_, DbError>(row.try_get::<i64, _>(0).map_err(DbError::Sql)? == 0)
+    };
+    match ended.await {
+        Ok(true) => conn.transaction_ended(),
+        Ok(false) => {
+            tracing::warn!("an abandoned for_update session is still in a transaction; closing it")
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "an abandoned for_update session could not be ended; closing it")
         }
     }
 }
@@ -83,12 +116,17 @@ impl Drop for Session {
 /// From the moment the locking statement is sent until the lock is handed over,
 /// giving up must also give back a lock the server may have granted meanwhile:
 /// only ending the session does, with `KILL CONNECTION` from another connection.
-type KillGuard =
-    CancelGuard<(Arc<Table>, Statement), fn((Arc<Table>, Statement)) -> Option<UndoFuture>>;
+type KillGuard = CancelGuard<Undo, fn(Undo) -> Option<UndoFuture>>;
 
 fn kill_on_drop(table: &Arc<Table>, connection_id: u64) -> KillGuard {
-    let kill = sqlx::query(KILL_CONNECTION).bind(connection_id);
-    CancelGuard::new((table.clone(), kill), undo)
+    let kill: MakeStatement = Box::new(move || sqlx::query(KILL_CONNECTION).bind(connection_id));
+    let state = Undo {
+        table: table.clone(),
+        // The kill is the whole undo: the session's end gives its lock back.
+        in_flight: None,
+        make: kill,
+    };
+    CancelGuard::new(state, undo)
 }
 
 /// Whole seconds, rounded up, at least 1.
@@ -118,13 +156,27 @@ impl Backend for ForUpdate {
         let row = row_name(req.key);
         let (sent_at, kill) = self.lock_row(&req, &mut conn, &row).await?;
         // The row lock is ours. Raise the counter elsewhere: this transaction's
-        // writes would be rolled back with a crash, and the next holder would reuse
-        // the value.
+        // writes are rolled back, and the next holder would reuse the value.
         let bumped = async {
             let mut other = self.table.pool.get().await?;
-            self.table.bump_counter(&mut other, &row).await
+            self.table
+                .bump_counter(&mut other, &row, retry_until(&req))
+                .await
         };
-        let token = bumped.await.map_err(|e| self.fail(&mut conn, e))?;
+        let bumped = tokio::select! {
+            biased;
+            bumped = bumped => bumped,
+            // `kill` ends the session holding the row.
+            _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
+        };
+        let token = match bumped {
+            Ok(token) => token,
+            Err(e) if e.lost_to_contention() => {
+                conn.discard();
+                return Err(req.not_acquired());
+            }
+            Err(e) => return Err(self.fail(&mut conn, e)),
+        };
         kill.disarm();
         Ok(Acquired {
             handle: Session {
@@ -161,8 +213,9 @@ impl Backend for ForUpdate {
         }
     }
 
-    /// Release commits the transaction, which frees the row lock; the connection
-    /// goes back to the pool.
+    /// Release rolls the transaction back, which frees the row lock (and drops
+    /// the uncommitted tag). Its OK proves the session alive and outside any
+    /// transaction, so the connection goes back to the pool.
     async fn release(&self, session: &Session) -> Result<Ownership, LockError> {
         let mut slot = session.conn.lock().await;
         let mut conn = match std::mem::replace(&mut *slot, Slot::Ended) {
@@ -170,12 +223,9 @@ impl Backend for ForUpdate {
             Slot::Unreachable => return Err(self.unreachable()),
             Slot::Ended => return Ok(Ownership::NotHeld),
         };
-        match conn.execute(sqlx::query(COMMIT)).await {
+        match conn.execute(sqlx::query(END_TRANSACTION)).await {
             Ok(_) => {
-                // The session's wait_timeout is the ttl: past it the server closes
-                // the idle connection, so the pool must not hand it out after that.
-                let idle_limit = Duration::from_secs(whole_seconds(session.ttl));
-                conn.usable_until = Some(Instant::now() + idle_limit.mul_f64(0.8));
+                conn.transaction_ended();
                 Ok(Ownership::Held)
             }
             Err(DbError::TimedOut(_)) => Err(self.unreachable()),
@@ -201,15 +251,10 @@ impl ForUpdate {
     ) -> Result<(Instant, KillGuard), LockError> {
         let no_wait = req.wait == WaitUntil::NoWait;
         let ttl_seconds = whole_seconds(req.ttl);
+        let until = retry_until(req);
         let mut retry = Backoff::new(FIRST_RETRY, MAX_RETRY);
-        // Armed while the transaction may hold (or be granted) the row.
-        let mut kill: Option<KillGuard> = None;
         loop {
             if !no_wait && req.wait.instant().is_some_and(|at| Instant::now() >= at) {
-                if kill.is_some() {
-                    // The transaction may hold the row it just created.
-                    conn.discard();
-                }
                 return Err(req.not_acquired());
             }
             let round = match req.wait.instant() {
@@ -224,55 +269,92 @@ impl ForUpdate {
                     .bind(timeouts.1);
                 conn.execute(set).await.map_err(|e| self.fail(conn, e))?;
                 conn.session = Some(timeouts);
+                // The server now closes the session after this long idle: the pool
+                // must not hand it out past that.
+                conn.idle_limit = Some(Duration::from_secs(timeouts.1));
             }
-            let sql = &self.table.sql;
-            let statement = if no_wait {
-                &sql.for_update_nowait
-            } else {
-                &sql.for_update
-            };
-            let lock = sqlx::query(statement.clone()).bind(row.to_vec());
             let reply_within = Duration::from_secs(timeouts.0) + self.holders.timeout();
             let sent_at = Instant::now();
             // Dropped armed on every early return below: a deadline reached
             // mid-statement, or a failure with the transaction's state unknown.
-            let guard = kill
-                .take()
-                .unwrap_or_else(|| kill_on_drop(&self.table, conn.id()));
+            let guard = kill_on_drop(&self.table, conn.id());
             let outcome = tokio::select! {
                 biased;
-                outcome = conn.fetch_optional_within(lock, reply_within) => outcome,
+                outcome = self.lock_statement(conn, row, no_wait, reply_within) => outcome,
                 // Dropping `conn` mid-statement closes it; `guard` ends the session.
                 _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
             };
-            match outcome {
-                Ok(Some(_)) => return Ok((sent_at, guard)),
-                Ok(None) => {
-                    // No row yet. Inserting it inside this transaction locks the new
-                    // row (READ COMMITTED: the empty SELECT locked nothing); a
-                    // concurrent inserter makes us wait on its lock, like any other
-                    // holder. Then the SELECT again, the new row still ours.
-                    let insert = sqlx::query(sql.for_update_insert_row.clone()).bind(row.to_vec());
-                    match conn.execute(insert).await {
-                        Ok(_) => {
-                            kill = Some(guard);
-                            continue;
-                        }
-                        Err(e) if lock_not_granted(&e) => {}
-                        Err(e) => return Err(self.fail(conn, e)),
-                    }
+            let refused = match outcome {
+                Ok(true) => return Ok((sent_at, guard)),
+                Ok(false) => {
+                    // No row yet: READ COMMITTED locked nothing. Create it, committed
+                    // at once on an autocommit connection, and lock it again.
+                    guard.disarm();
+                    self.insert_row(req, row).await?;
+                    continue;
                 }
-                Err(e) if lock_not_granted(&e) => {}
+                Err(e) if lock_not_granted(&e) => e.number(),
                 Err(e) => return Err(self.fail(conn, e)),
-            }
+            };
             // Refused: only the statement failed. End the transaction so nothing
             // stays locked, then wait another round (or give up).
-            let rollback = conn.execute(sqlx::query(ROLLBACK)).await;
+            let rollback = conn.execute(sqlx::query(END_TRANSACTION)).await;
             rollback.map_err(|e| self.fail(conn, e))?;
+            conn.transaction_ended();
             guard.disarm();
-            if no_wait || !retry.pause(WAIT_CHUNK, req.wait).await {
+            // `Wait::No`: a row held (1205, 3572) is `Busy` at once; a deadlock
+            // victim may try again within `until`.
+            let again = !no_wait || refused == Some(code::DEADLOCK);
+            if !again || !retry.pause(WAIT_CHUNK, until).await {
                 return Err(req.not_acquired());
             }
+        }
+    }
+
+    /// The locking statement: `true` when the row lock is now ours, `false`
+    /// when the row does not exist.
+    async fn lock_statement(
+        &self,
+        conn: &mut Conn,
+        row: &[u8],
+        no_wait: bool,
+        reply_within: Duration,
+    ) -> Result<bool, DbError> {
+        let sql = &self.table.sql;
+        if no_wait {
+            let nowait = sqlx::query(sql.for_update_nowait.clone()).bind(row.to_vec());
+            if conn
+                .fetch_optional_within(nowait, reply_within)
+                .await?
+                .is_none()
+            {
+                return Ok(false);
+            }
+        }
+        // Waits in the row's queue (unless NOWAIT took it already) and tags it.
+        let locked = conn.execute_text(sql.lock_row(row), reply_within).await?;
+        Ok(locked.rows_affected() > 0)
+    }
+
+    /// Creates the missing row of `row`, retrying under contention within the
+    /// request's wait.
+    async fn insert_row(&self, req: &AcquireRequest<'_>, row: &[u8]) -> Result<(), LockError> {
+        let insert =
+            || sqlx::query(self.table.sql.for_update_insert_row.clone()).bind(row.to_vec());
+        let mut retry = Settle::new(retry_until(req));
+        let inserted = async {
+            loop {
+                let mut conn = self.table.pool.get().await?;
+                match conn.execute(insert()).await {
+                    Ok(_) => return Ok::<_, DbError>(()),
+                    Err(e) => retry.again(e).await?,
+                }
+            }
+        };
+        match inserted.await {
+            Ok(_) => Ok(()),
+            Err(e) if e.lost_to_contention() => Err(req.not_acquired()),
+            Err(e) => Err(self.table.error(e)),
         }
     }
 

@@ -3,37 +3,43 @@
 //! trip.
 //!
 //! The polling strategies keep their holder in the row (`owner`,
-//! `expires_at`). A `for_update` holder is a transaction holding the row lock,
-//! which no column shows: a locked row is one that `FOR UPDATE SKIP LOCKED`
-//! skips, its waiters and its holder's session are in InnoDB's lock tables
-//! (which need the PROCESS privilege), and a force-unlock ends that session with
-//! `KILL CONNECTION`.
+//! `expires_at`). A `for_update` holder is a transaction holding the row lock.
+//! Everything about it is read live, never from InnoDB's lock tables
+//! (`INNODB_TRX`, `INNODB_LOCKS`, `INNODB_LOCK_WAITS`: MariaDB serves those from
+//! a snapshot it refreshes only after 100 ms without a reader, so back-to-back
+//! reads repeat a stale picture). A locked row is one that `FOR UPDATE SKIP
+//! LOCKED` skips; its holder's session is the connection id the holder's own
+//! locking `UPDATE` wrote into `owner`, uncommitted and so visible under READ
+//! UNCOMMITTED only (a force-unlock ends it with `KILL CONNECTION`); its waiters
+//! are the sessions that `PROCESSLIST` shows running the locking statement,
+//! whose text names the row in hex.
 
 use crate::backend::Table;
-use crate::error::DbError;
-use crate::keys::{counter_name, display_name, exact_range, prefix_range, row_name};
-use crate::pool::{Conn, Statement};
+use crate::error::{DbError, code};
+use crate::keys::{counter_name, display_name, exact_range, name_in_text, prefix_range, row_name};
+use crate::pool::Statement;
 use crate::protocol::inspect::*;
-use crate::protocol::{FOR_UPDATE, KEEPALIVE, KILL_CONNECTION, ROLLBACK, Strategy, for_table};
+use crate::protocol::{KEEPALIVE, KILL_CONNECTION, Strategy, for_table};
 use async_trait::async_trait;
 use distlock_core::backend::WaitUntil;
 use distlock_core::toolkit::{Backoff, Holder, Inspect};
 use distlock_core::{FencingToken, LockError, LockKey};
 use sqlx::Row;
 use sqlx::mysql::MySqlRow;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// How long a force-unlock's probe queues on the row lock, in seconds.
-const PROBE_WAIT_SECONDS: u64 = 10;
-/// How long a force-unlock looks for the session blocking its probe.
-const FIND_HOLDER: Duration = Duration::from_secs(5);
-/// How often it looks.
-const FIND_HOLDER_EVERY: Duration = Duration::from_millis(20);
-/// InnoDB answers its lock tables from a cache that it refreshes only when
-/// nobody read it for 100 ms: reading more often keeps showing the same stale
-/// snapshot, so reads through one client are spaced by a little more.
-const INNODB_CACHE_IDLE: Duration = Duration::from_millis(120);
+/// How often a force-unlock looks at a row that is locked but names no
+/// session before it reports a foreign transaction, and the pause between.
+const UNTAGGED_LOOKS: usize = 3;
+/// See [`UNTAGGED_LOOKS`].
+const UNTAGGED_PAUSE: Duration = Duration::from_millis(20);
+
+/// A `for_update` lock row a transaction holds, with the session id its holder
+/// wrote (none when the row is locked by a transaction that is not a holder's).
+struct LockedRow {
+    name: Vec<u8>,
+    session: Option<u64>,
+}
 
 #[async_trait]
 impl Inspect for Table {
@@ -42,11 +48,15 @@ impl Inspect for Table {
         let counter = || self.fence(counter_name(&row));
         if self.strategy == Strategy::ForUpdate {
             let (low, high) = exact_range(&row);
-            if self.locked_rows(low, high).await?.is_empty() {
+            let Some(locked) = self.locked_rows(low, high).await?.pop() else {
                 return Ok(None);
-            }
+            };
+            let owner = match locked.session {
+                Some(id) => format!("session {id}"),
+                None => "a transaction that is not a distlock holder".into(),
+            };
             return Ok(Some(Holder {
-                owner: "a session's transaction (for_update stores no owner)".into(),
+                owner,
                 token: counter().await?,
                 expires_in: None,
             }));
@@ -76,7 +86,10 @@ impl Inspect for Table {
             let locked = self.locked_rows(low, high).await?;
             let mut lines: Vec<String> = locked
                 .iter()
-                .map(|name| format!("row `{}` locked by a transaction", display_name(name)))
+                .map(|row| match row.session {
+                    Some(id) => format!("row `{}` locked by session {id}", display_name(&row.name)),
+                    None => format!("row `{}` locked by a transaction", display_name(&row.name)),
+                })
                 .collect();
             lines.extend(self.waiters(prefix).await?);
             return Ok(lines);
@@ -112,12 +125,8 @@ impl Inspect for Table {
             Strategy::VersionCas => CLEAR_OWNER,
             Strategy::UniqueInsert => DELETE_OWNED_ROW,
         };
-        let statement = sqlx::query(self.sql(template)).bind(row);
-        let done = async {
-            let mut conn = self.pool.get().await?;
-            conn.execute(statement).await
-        };
-        Ok(done.await.map_err(|e| self.error(e))?.rows_affected() > 0)
+        let statement = || sqlx::query(self.sql(template)).bind(row.clone());
+        Ok(self.run_settled(statement).await? > 0)
     }
 
     async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
@@ -209,9 +218,9 @@ impl Table {
     }
 
     /// for_update: the lock rows in `[low, high)` that a transaction holds: the
-    /// rows there (a holder's uncommitted new row included) less those a locking
-    /// read can take.
-    async fn locked_rows(&self, low: Vec<u8>, high: Vec<u8>) -> Result<Vec<Vec<u8>>, LockError> {
+    /// rows there less those a locking read can take, each with the session id
+    /// its holder wrote (read uncommitted).
+    async fn locked_rows(&self, low: Vec<u8>, high: Vec<u8>) -> Result<Vec<LockedRow>, LockError> {
         let mut conn = self.pool.get().await.map_err(|e| self.error(e))?;
         let range = |template| {
             sqlx::query(self.sql(template))
@@ -231,97 +240,77 @@ impl Table {
             conn.discard();
         }
         let (all, free) = found.map_err(|e| self.error(e))?;
-        let names = |rows: Vec<MySqlRow>| -> Result<Vec<Vec<u8>>, LockError> {
-            rows.iter()
-                .map(|row| row.try_get(0).map_err(|e| self.error(DbError::Sql(e))))
-                .collect()
-        };
-        let free = names(free)?;
-        Ok(names(all)?
-            .into_iter()
-            .filter(|name| !free.contains(name))
-            .collect())
+        let free: Vec<Vec<u8>> = free
+            .iter()
+            .map(|row| row.try_get(0).map_err(|e| self.error(DbError::Sql(e))))
+            .collect::<Result<_, _>>()?;
+        let mut locked = Vec::new();
+        for row in &all {
+            let (name, owner): (Vec<u8>, Option<Vec<u8>>) =
+                decode(row).map_err(|e| self.error(e))?;
+            if !free.contains(&name) {
+                let session = owner.and_then(|tag| String::from_utf8(tag).ok()?.parse().ok());
+                locked.push(LockedRow { name, session });
+            }
+        }
+        Ok(locked)
     }
 
-    /// for_update: the transactions queued on a row lock under `prefix`.
+    /// for_update: the sessions queued on a row lock under `prefix`, live from
+    /// `PROCESSLIST` (see the module docs).
     async fn waiters(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        let hex: String = prefix.bytes().map(|b| format!("{b:02X}")).collect();
-        let statement = sqlx::query(LOCK_WAITERS)
-            .bind(format!("%`{}`", self.name))
-            .bind(format!("0x{hex}%"));
-        let rows = async {
-            let mut conn = self.pool.get().await?;
-            self.read_innodb(&mut conn, statement).await
-        };
-        let rows = rows.await.map_err(|e| self.error(e))?;
+        let pattern = self.sql.lock_row_pattern(prefix.as_bytes());
+        let rows = self
+            .fetch_all(sqlx::query(QUEUED_SESSIONS).bind(pattern))
+            .await?;
         rows.iter()
             .map(|row| {
-                let (trx, row): (String, String) = decode(row).map_err(|e| self.error(e))?;
-                Ok(format!("transaction {trx} waits for the row lock on {row}"))
+                let (id, text): (u64, String) = decode(row).map_err(|e| self.error(e))?;
+                let name =
+                    name_in_text(&text).map_or_else(|| "?".into(), |name| display_name(&name));
+                Ok(format!("session {id} waits for the row lock on `{name}`"))
             })
             .collect()
     }
 
-    /// Reads InnoDB's lock tables with `statement`, at least
-    /// [`INNODB_CACHE_IDLE`] after this client's previous read ended, so that
-    /// the server refreshed its cache in between.
-    async fn read_innodb(
-        &self,
-        conn: &mut Conn,
-        statement: Statement,
-    ) -> Result<Vec<MySqlRow>, DbError> {
-        let mut last = self.innodb_read.lock().await;
-        if let Some(at) = *last {
-            tokio::time::sleep_until((at + INNODB_CACHE_IDLE).into()).await;
-        }
-        let rows = conn.fetch_all(statement).await;
-        *last = Some(Instant::now());
-        rows
-    }
-
-    /// for_update force-unlock: InnoDB names a lock's holder only to its
-    /// waiters, so a probe queues on the row and the session blocking it is
-    /// killed. `false` when the probe got the row first: nobody held it.
+    /// for_update force-unlock: ends the session whose transaction holds the
+    /// row, found by the id it wrote there. `false` when no transaction holds
+    /// the row, or its holder ended meanwhile.
     async fn kill_holder(&self, row: Vec<u8>) -> Result<bool, LockError> {
-        let err = |e| self.error(e);
-        let mut probe = self.pool.get().await.map_err(err)?;
-        // Its session's lock wait changes, and a given-up probe may still queue.
-        probe.discard();
-        let wait = sqlx::query(PROBE_LOCK_WAIT).bind(PROBE_WAIT_SECONDS);
-        probe.execute(wait).await.map_err(err)?;
-        let me = probe.id();
-        let probed = AtomicBool::new(false);
-        let queue = async {
-            probe.execute(sqlx::query(BEGIN)).await?;
-            let lock = sqlx::query(self.sql(FOR_UPDATE)).bind(row);
-            let limit = Duration::from_secs(PROBE_WAIT_SECONDS) + self.pool.timeout();
-            let outcome = probe.fetch_optional_within(lock, limit).await;
-            probed.store(true, Ordering::SeqCst);
-            outcome?;
-            probe.execute(sqlx::query(ROLLBACK)).await.map(drop)
-        };
-        let kill = async {
-            let mut conn = self.pool.get().await?;
-            let until = WaitUntil::Deadline(Instant::now() + FIND_HOLDER);
-            let mut backoff = Backoff::new(FIND_HOLDER_EVERY, FIND_HOLDER_EVERY);
-            loop {
-                let blocker = sqlx::query(BLOCKING_SESSION).bind(me);
-                if let Some(found) = self.read_innodb(&mut conn, blocker).await?.first() {
-                    let id: u64 = found.try_get(0)?;
-                    conn.execute(sqlx::query(KILL_CONNECTION).bind(id)).await?;
-                    return Ok::<_, DbError>(true);
+        // The two reads of `locked_rows` are not one snapshot: a holder that came
+        // or went between them shows as a locked row without an id. Look again.
+        let mut again = Backoff::new(UNTAGGED_PAUSE, UNTAGGED_PAUSE);
+        let mut looks = 0;
+        let session = loop {
+            let (low, high) = exact_range(&row);
+            let Some(locked) = self.locked_rows(low, high).await?.pop() else {
+                return Ok(false);
+            };
+            looks += 1;
+            match locked.session {
+                Some(session) => break session,
+                None if looks < UNTAGGED_LOOKS => {
+                    again.pause(UNTAGGED_PAUSE, WaitUntil::Forever).await;
                 }
-                if probed.load(Ordering::SeqCst) || !backoff.pause(Duration::MAX, until).await {
-                    return Ok(false);
+                None => {
+                    return Err(self.error(DbError::Protocol(format!(
+                        "row `{}` is locked by a transaction that is not a distlock holder (it wrote no \
+                         session id); find and end it yourself",
+                        display_name(&row)
+                    ))));
                 }
             }
         };
-        let (queued, killed) = tokio::join!(queue, kill);
-        let killed = killed.map_err(err)?;
-        if !killed {
-            queued.map_err(err)?;
+        let killed = async {
+            let mut conn = self.pool.get().await?;
+            conn.execute(sqlx::query(KILL_CONNECTION).bind(session))
+                .await
+        };
+        match killed.await {
+            Ok(_) => Ok(true),
+            Err(e) if e.number() == Some(code::UNKNOWN_THREAD) => Ok(false),
+            Err(e) => Err(self.error(e)),
         }
-        Ok(killed)
     }
 }
 

@@ -70,6 +70,31 @@ pub(crate) fn exact_range(row: &[u8]) -> (Vec<u8>, Vec<u8>) {
     (row.to_vec(), high)
 }
 
+/// `row` as an SQL hex literal, `X'…'` in uppercase hex digits: the only form
+/// in which a name is ever placed into SQL text.
+pub(crate) fn hex_literal(row: &[u8]) -> String {
+    let mut literal = String::with_capacity(3 + 2 * row.len());
+    literal.push_str("X'");
+    for byte in row {
+        literal.push_str(&format!("{byte:02X}"));
+    }
+    literal.push('\'');
+    literal
+}
+
+/// The name in the last hex literal of `text` (as [`hex_literal`] writes it).
+pub(crate) fn name_in_text(text: &str) -> Option<Vec<u8>> {
+    let start = text.rfind("X'")? + 2;
+    let digits = text[start..].split('\'').next()?;
+    if digits.len() % 2 != 0 {
+        return None;
+    }
+    (0..digits.len())
+        .step_by(2)
+        .map(|at| u8::from_str_radix(digits.get(at..at + 2)?, 16).ok())
+        .collect()
+}
+
 /// A row name for messages: its text, with bytes that are not UTF-8 escaped.
 pub(crate) fn display_name(name: &[u8]) -> String {
     name.utf8_chunks()
@@ -154,6 +179,13 @@ mod tests {
         assert!(low.as_slice() <= b"ab".as_slice() && b"ab".as_slice() < high.as_slice());
         assert!(b"ab\x00".as_slice() >= high.as_slice());
         assert_eq!(display_name(b"a/b\xff"), "a/b\\xff");
+        assert_eq!(hex_literal(b"a/\xff"), "X'612FFF'");
+        let text = format!(
+            "UPDATE t SET owner = 1 WHERE name = {}",
+            hex_literal(b"k\x00")
+        );
+        assert_eq!(name_in_text(&text), Some(b"k\x00".to_vec()));
+        assert_eq!(name_in_text("X'6'"), None);
     }
 
     #[test]

@@ -32,15 +32,19 @@
 //! - [`Strategy::UniqueInsert`]: the row exists only while held. `INSERT`
 //!   acquires, an expired row is taken over by one guarded `UPDATE`, `DELETE …
 //!   WHERE owner` releases; tokens come from a counter row never deleted.
-//! - [`Strategy::ForUpdate`]: a dedicated connection holds a transaction with
-//!   `SELECT … FOR UPDATE`; waiting is server-side, the lock dies with the
-//!   connection (the server drops an idle holder after `wait_timeout` = ttl), and
-//!   a keepalive every ttl/3 notices a dead connection and fires `lost()`. Ttls
-//!   are whole seconds.
+//! - [`Strategy::ForUpdate`]: a dedicated connection holds a transaction that
+//!   locks the row (an `UPDATE` tagging it with the session id, rolled back on
+//!   release); waiting is server-side, the lock dies with the connection (the
+//!   server drops an idle holder after `wait_timeout` = ttl), and a keepalive
+//!   every ttl/3 notices a dead connection and fires `lost()`. Ttls are whole
+//!   seconds.
 //!
 //! # Guarantees and failure modes
 //!
 //! - Expiry always compares with `NOW(6)` on the server, never the client clock.
+//! - Row-lock contention (lock wait timeout 1205, deadlock 1213) is never an
+//!   error: the refused statement is retried with backoff within the caller's
+//!   wait, which then ends in the lock, `Timeout`, or `Busy` for `Wait::No`.
 //! - Tokens strictly increase per name across holders, expiry takeovers, crashes
 //!   and server restarts (InnoDB keeps the rows). A deleted row is re-created
 //!   with its fence seeded from the server clock in microseconds, so tokens keep

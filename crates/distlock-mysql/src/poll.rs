@@ -1,12 +1,13 @@
 //! Waiting by polling, for `version_cas` and `unique_insert`: one attempt, then
 //! a jittered exponential backoff capped at 250 ms and bounded by the holder's
-//! remaining ttl, until the lock is won or the wait ends.
+//! remaining ttl, until the lock is won or the wait ends. An attempt refused for
+//! row-lock contention (1205, 1213) is undone and tried again the same way.
 
-use crate::backend::{Table, micros, undo};
+use crate::backend::{MakeStatement, Table, Undo, micros, retry_until, undo};
 use crate::error::DbError;
 use crate::keys::row_name;
 use crate::pool::Conn;
-use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};
+use distlock_core::backend::{AcquireRequest, Acquired, Ownership, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, random_owner};
 use distlock_core::{FencingToken, LockError};
 use sqlx::SqlStr;
@@ -36,14 +37,19 @@ pub(crate) struct RowHandle {
     pub fence: u64,
 }
 
-/// What every attempt of one acquisition binds.
+/// What one attempt binds.
 #[derive(Debug)]
 pub(crate) struct Bid {
     pub row: Vec<u8>,
-    /// Fresh per acquisition, so compare-owner statements never match another's.
+    /// Fresh per attempt: compare-owner statements never match another
+    /// acquisition's row, and the background undo of a failed attempt never
+    /// matches the row a later attempt of the same acquisition won.
     pub owner: String,
     /// The ttl in microseconds.
     pub ttl: u64,
+    /// Until when statements refused for row-lock contention are retried within
+    /// the attempt.
+    pub until: WaitUntil,
 }
 
 /// One contender's attempts on the lock, as the strategy defines them.
@@ -66,38 +72,70 @@ pub(crate) type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Se
 /// an attempt dropped (deadline, cancelled future) or failed midway runs
 /// `release`, a compare-owner statement bound to `(row, owner)`, in the
 /// background. A dropped attempt also closes its connection, which may still
-/// carry the reply.
+/// carry the reply, and its undo waits until the server ended that session (see
+/// [`undo`]): run before the cut-off statement, the release would match nothing.
 pub(crate) async fn acquire_polling(
     table: &Arc<Table>,
     req: &AcquireRequest<'_>,
     release: &SqlStr,
     mut contender: impl Contender,
 ) -> Result<Acquired<RowHandle>, LockError> {
-    let bid = Bid {
-        row: row_name(req.key),
-        owner: random_owner(),
-        ttl: micros(req.ttl),
-    };
     let no_wait = req.wait == WaitUntil::NoWait;
+    let until = retry_until(req);
     let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
+    let row = row_name(req.key);
     loop {
+        let bid = Bid {
+            row: row.clone(),
+            owner: random_owner(),
+            ttl: micros(req.ttl),
+            until,
+        };
         let one_try = async {
             let mut conn = table.pool.get().await?;
-            let statement = sqlx::query(release.clone())
-                .bind(bid.row.clone())
-                .bind(bid.owner.clone());
-            let guard = CancelGuard::new((table.clone(), statement), undo);
-            let attempt = contender.attempt(table, &bid, &mut conn).await?;
+            let (release, row, owner) = (release.clone(), bid.row.clone(), bid.owner.clone());
+            let make: MakeStatement = Box::new(move || {
+                sqlx::query(release.clone())
+                    .bind(row.clone())
+                    .bind(owner.clone())
+            });
+            let state = Undo {
+                table: table.clone(),
+                in_flight: Some(conn.id()),
+                make,
+            };
+            let mut guard = CancelGuard::new(state, undo);
+            let attempt = contender.attempt(table, &bid, &mut conn).await;
+            // Answered: nothing of this attempt still runs on the server (and a
+            // connection that answered an error may be back in the pool, so it
+            // must not be killed).
+            if attempt.as_ref().err().is_none_or(DbError::answered)
+                && let Some(state) = guard.state_mut()
+            {
+                state.in_flight = None;
+            }
+            let attempt = attempt?;
             // Won: the handle owns the row from here on. Held: nothing was won.
             guard.disarm();
-            Ok(attempt)
+            Ok::<_, DbError>(attempt)
         };
         let outcome = tokio::select! {
             biased;
             outcome = one_try => outcome,
             _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
         };
-        match outcome.map_err(|e| table.error(e))? {
+        let outcome = match outcome {
+            // Refused for row-lock contention: rolled back, and anything the
+            // attempt won is being undone. Try again within the wait.
+            Err(e) if e.lost_to_contention() => {
+                if !backoff.pause(MAX_PAUSE, until).await {
+                    return Err(req.not_acquired());
+                }
+                continue;
+            }
+            other => other.map_err(|e| table.error(e))?,
+        };
+        match outcome {
             Attempt::Won { token, sent_at } => {
                 return Ok(Acquired {
                     handle: RowHandle {
@@ -119,4 +157,30 @@ pub(crate) async fn acquire_polling(
             }
         }
     }
+}
+
+/// Renews (with `ttl`) or releases a polled lock by a compare-owner statement,
+/// `sql`, which binds `[ttl µs,] row, owner [, fence]`: one matched row means it
+/// was still ours.
+pub(crate) async fn compare_row(
+    table: &Table,
+    sql: &SqlStr,
+    ttl: Option<Duration>,
+    handle: &RowHandle,
+    with_fence: bool,
+) -> Result<Ownership, LockError> {
+    let statement = || {
+        let mut statement = sqlx::query(sql.clone());
+        if let Some(ttl) = ttl {
+            statement = statement.bind(micros(ttl));
+        }
+        statement = statement
+            .bind(handle.row.clone())
+            .bind(handle.owner.clone());
+        if with_fence {
+            statement = statement.bind(handle.fence);
+        }
+        statement
+    };
+    table.compare_owner(statement).await
 }

@@ -7,6 +7,13 @@
 //! handed out again with a reply still in flight. This pool does exactly that:
 //! idle connections are reused as they are, a connection is only returned when
 //! its last statement completed, and each one knows its thread id.
+//!
+//! A pool of connections with autocommit off (`for_update`'s holders) also never
+//! takes back a connection that may be inside a transaction: from its first
+//! statement on, a checked-out holder connection counts as in a transaction
+//! until the server confirmed the end ([`Conn::transaction_ended`]). Otherwise
+//! it would carry the previous holder's row lock (or a dead session) to the
+//! pool's next user.
 
 use crate::error::DbError;
 use crate::protocol::CONNECTION_ID;
@@ -14,7 +21,7 @@ use sqlx::mysql::{
     MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlQueryResult, MySqlRow,
 };
 use sqlx::query::Query;
-use sqlx::{Connection, MySql, Row};
+use sqlx::{Connection, MySql, Row, SqlStr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -34,6 +41,9 @@ struct PoolInner {
     options: MySqlConnectOptions,
     /// Statements run once on every new connection.
     setup: &'static [&'static str],
+    /// Autocommit is off on these connections: any statement may open a
+    /// transaction, which must be seen ended before the connection is reused.
+    transactional: bool,
     idle: Mutex<Vec<Idle>>,
     permits: Arc<Semaphore>,
     connect_timeout: Duration,
@@ -45,7 +55,7 @@ struct Idle {
     id: u64,
     session: Option<(u64, u64)>,
     since: Instant,
-    usable_until: Option<Instant>,
+    idle_limit: Option<Duration>,
 }
 
 impl Drop for PoolInner {
@@ -72,10 +82,12 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
+    /// `transactional`: the setup turns autocommit off (see the module docs).
     pub fn new(
         options: MySqlConnectOptions,
         size: u32,
         setup: &'static [&'static str],
+        transactional: bool,
         connect_timeout: Duration,
         timeout: Duration,
     ) -> Self {
@@ -85,6 +97,7 @@ impl Pool {
         Pool(Arc::new(PoolInner {
             options,
             setup,
+            transactional,
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(size)),
             connect_timeout,
@@ -111,8 +124,9 @@ impl Pool {
                 conn: Some(idle.conn),
                 id: idle.id,
                 session: idle.session,
-                usable_until: idle.usable_until,
+                idle_limit: idle.idle_limit,
                 reusable: true,
+                in_transaction: false,
                 pool: inner.clone(),
                 _permit: permit,
             });
@@ -126,8 +140,9 @@ impl Pool {
             conn: Some(conn),
             id: 0,
             session: None,
-            usable_until: None,
+            idle_limit: None,
             reusable: false,
+            in_transaction: false,
             pool: inner.clone(),
             _permit: permit,
         };
@@ -143,8 +158,12 @@ impl Pool {
         let now = Instant::now();
         let mut idle = self.0.idle.lock().unwrap_or_else(PoisonError::into_inner);
         while let Some(candidate) = idle.pop() {
-            let stale = now.duration_since(candidate.since) > MAX_IDLE
-                || candidate.usable_until.is_some_and(|until| now >= until);
+            // Well inside the server's own idle timeout, so that it cannot close
+            // the session between this check and the next statement.
+            let limit = candidate
+                .idle_limit
+                .map_or(MAX_IDLE, |limit| limit.mul_f64(0.8).min(MAX_IDLE));
+            let stale = now.duration_since(candidate.since) > limit;
             if !stale {
                 return Some(candidate);
             }
@@ -154,15 +173,20 @@ impl Pool {
 }
 
 /// One checked-out connection. Dropping it returns it to the pool only if its last
-/// statement completed; otherwise the connection is closed.
+/// statement completed and it is not (possibly) inside a transaction; otherwise
+/// the connection is closed, and the server rolls back whatever it held.
 pub(crate) struct Conn {
     conn: Option<MySqlConnection>,
     id: u64,
     /// The holder session timeouts last set on this connection, if any.
     pub session: Option<(u64, u64)>,
-    /// Past this instant the server may have closed the idle connection.
-    pub usable_until: Option<Instant>,
+    /// The session's `wait_timeout`, when it was set below the server's: idle
+    /// for that long, the server closes the connection.
+    pub idle_limit: Option<Duration>,
     reusable: bool,
+    /// A statement ran on this autocommit-off connection since the server last
+    /// confirmed that no transaction is open.
+    in_transaction: bool,
     pool: Arc<PoolInner>,
     _permit: OwnedSemaphorePermit,
 }
@@ -184,6 +208,26 @@ impl Conn {
     /// Never reuse this connection (its session state is unknown).
     pub fn discard(&mut self) {
         self.reusable = false;
+    }
+
+    /// The server just confirmed that this connection is outside any transaction
+    /// (a `ROLLBACK … NO CHAIN NO RELEASE` answered OK, or a check says so,
+    /// and nothing ran since):
+    /// it may go back to the pool.
+    pub fn transaction_ended(&mut self) {
+        self.in_transaction = false;
+    }
+
+    /// Runs a statement sent as text (`COM_QUERY`, not prepared), waiting at
+    /// most `limit`: its text, values included, is what `PROCESSLIST` shows
+    /// while it runs.
+    pub async fn execute_text(
+        &mut self,
+        sql: SqlStr,
+        limit: Duration,
+    ) -> Result<MySqlQueryResult, DbError> {
+        let outcome = timed(limit, sqlx::raw_sql(sql).execute(self.start()?)).await;
+        self.finish(outcome)
     }
 
     /// Runs a statement with the pool's reply deadline.
@@ -222,6 +266,7 @@ impl Conn {
         // the statement's future is dropped, the connection must be closed, not
         // reused.
         self.reusable = false;
+        self.in_transaction |= self.pool.transactional;
         self.conn
             .as_mut()
             .ok_or_else(|| DbError::Protocol("connection already closed".into()))
@@ -241,7 +286,7 @@ impl Drop for Conn {
         let Some(conn) = self.conn.take() else {
             return;
         };
-        if !self.reusable {
+        if !self.reusable || self.in_transaction {
             // Dropping the connection closes its socket; the server then ends the
             // session and rolls back whatever it held.
             return;
@@ -256,7 +301,7 @@ impl Drop for Conn {
             id: self.id,
             session: self.session,
             since: Instant::now(),
-            usable_until: self.usable_until,
+            idle_limit: self.idle_limit,
         });
     }
 }

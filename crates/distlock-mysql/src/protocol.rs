@@ -15,7 +15,7 @@
 //! microsecond on average).
 
 use crate::error::BACKEND;
-use crate::keys::TableName;
+use crate::keys::{TableName, hex_literal};
 use distlock_core::{Capabilities, FencingGuarantee, LockError, TokenDurability, Wake};
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 use std::str::FromStr;
@@ -34,8 +34,9 @@ pub enum Strategy {
     /// a second holder, an expired row is taken over by one guarded `UPDATE`, and
     /// `DELETE … WHERE owner` releases. Tokens come from a counter row.
     UniqueInsert,
-    /// A dedicated connection holds an open transaction with `SELECT … FOR UPDATE`
-    /// on the row: waiting is server-side and the lock dies with the connection.
+    /// A dedicated connection holds an open transaction with an exclusive lock on
+    /// the row (an `UPDATE` that tags it with the session id): waiting is
+    /// server-side and the lock dies with the connection.
     ForUpdate,
 }
 
@@ -151,8 +152,14 @@ pub(crate) const UNIQUE_RELEASE: &str = include_str!("sql/unique_release.sql");
 /// and returns the new value as the insert id (never 0).
 pub(crate) const BUMP_COUNTER: &str = include_str!("sql/bump_counter.sql");
 
+/// Every autocommit connection: a statement waits at most 1 s (the least
+/// MySQL allows) for a row lock another transaction holds, then gets 1205 and
+/// is retried with backoff within the caller's wait, instead of hanging for the
+/// server default (50 s) until the reply timeout closes the connection.
+pub(crate) const ROW_LOCK_WAIT: &str = "SET SESSION innodb_lock_wait_timeout = 1";
+
 /// for_update, once per holder connection: no gap locks (a missing row locks
-/// nothing), and every statement runs in a transaction until COMMIT.
+/// nothing), and every statement runs in a transaction until it ends.
 pub(crate) const HOLDER_ISOLATION: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
 /// See [`HOLDER_ISOLATION`].
 pub(crate) const HOLDER_NO_AUTOCOMMIT: &str = "SET SESSION autocommit = 0";
@@ -160,21 +167,33 @@ pub(crate) const HOLDER_NO_AUTOCOMMIT: &str = "SET SESSION autocommit = 0";
 /// an idle holder's session (and so its lock) without a keepalive. Whole seconds.
 pub(crate) const HOLDER_TIMEOUTS: &str =
     "SET SESSION innodb_lock_wait_timeout = ?, SESSION wait_timeout = ?";
-/// for_update: takes the row lock, waiting server-side.
-pub(crate) const FOR_UPDATE: &str = include_str!("sql/for_update.sql");
-/// for_update with `Wait::No`.
+/// for_update: takes the row lock, waiting server-side, and tags the row with the
+/// holder's connection id in the same statement (see [`Statements::lock_row`]).
+pub(crate) const LOCK_ROW: &str = include_str!("sql/lock_row.sql");
+/// for_update with `Wait::No`: takes the row lock or fails at once (an `UPDATE`
+/// cannot say `NOWAIT`); the tagging [`LOCK_ROW`] follows, on a row then ours.
 pub(crate) const FOR_UPDATE_NOWAIT: &str = include_str!("sql/for_update_nowait.sql");
-/// for_update: creates the row inside the locking transaction (holding it).
+/// for_update: creates a missing lock row, committed at once (autocommit), so
+/// that ending a holder's transaction never takes the row away.
 pub(crate) const FOR_UPDATE_INSERT_ROW: &str = include_str!("sql/for_update_insert_row.sql");
 /// for_update keepalive, and the raw round trip: proves the session (and its
 /// transaction) is alive and resets the server's idle timer.
 pub(crate) const KEEPALIVE: &str = "SELECT 1";
-/// for_update release.
-pub(crate) const COMMIT: &str = "COMMIT";
-/// for_update: ends a failed attempt's transaction.
-pub(crate) const ROLLBACK: &str = "ROLLBACK";
-/// for_update: ends a waiter that was given up on, and any lock it got meanwhile.
+/// for_update release, and the end of a refused attempt: rolls the tag back and
+/// frees the row lock. The explicit clauses make it immune to a server's
+/// `completion_type` (`CHAIN` would open a new transaction, `RELEASE` would
+/// disconnect): its OK means the session is alive and outside any transaction.
+pub(crate) const END_TRANSACTION: &str = "ROLLBACK AND NO CHAIN NO RELEASE";
+/// for_update: after an abandoned holder's rollback, before its connection goes
+/// back to the pool: `0` when no transaction is open (MariaDB; MySQL has no such
+/// variable, so the check fails there and the connection is closed instead).
+pub(crate) const IN_TRANSACTION: &str = "SELECT CAST(@@in_transaction AS SIGNED)";
+/// Ends a session whose statement was cut off: a `for_update` waiter given up
+/// on (and any lock it got meanwhile), or a polling attempt before its undo.
 pub(crate) const KILL_CONNECTION: &str = "KILL CONNECTION ?";
+/// `1` while the server lists session `?` (it ends only after its statement).
+pub(crate) const SESSION_LISTED: &str =
+    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?";
 /// This connection's server thread id, the argument `KILL` needs.
 pub(crate) const CONNECTION_ID: &str = "SELECT CONNECTION_ID()";
 
@@ -191,7 +210,8 @@ pub(crate) struct Statements {
     pub unique_renew: SqlStr,
     pub unique_release: SqlStr,
     pub bump_counter: SqlStr,
-    pub for_update: SqlStr,
+    /// [`LOCK_ROW`] for this table; `{name}` is filled in per row.
+    lock_row: String,
     pub for_update_nowait: SqlStr,
     pub for_update_insert_row: SqlStr,
 }
@@ -210,10 +230,35 @@ impl Statements {
             unique_renew: build(UNIQUE_RENEW),
             unique_release: build(UNIQUE_RELEASE),
             bump_counter: build(BUMP_COUNTER),
-            for_update: build(FOR_UPDATE),
+            lock_row: LOCK_ROW.replace("{table}", table.as_str()),
             for_update_nowait: build(FOR_UPDATE_NOWAIT),
             for_update_insert_row: build(FOR_UPDATE_INSERT_ROW),
         }
+    }
+
+    /// for_update: the locking `UPDATE` of `row`, sent as text with the name as a
+    /// hex literal, so that `PROCESSLIST` shows which row a waiting session is
+    /// queued on (a prepared statement shows only `?`). Hex digits and the
+    /// validated table name are all that is spliced in.
+    pub fn lock_row(&self, row: &[u8]) -> SqlStr {
+        AssertSqlSafe(self.lock_row.replace("{name}", &hex_literal(row))).into_sql_str()
+    }
+
+    /// The `LIKE` pattern (escape character `|`) matching the text of
+    /// [`Statements::lock_row`] for every row whose name starts with `prefix`.
+    pub fn lock_row_pattern(&self, prefix: &[u8]) -> String {
+        let literal = hex_literal(prefix);
+        let open = &literal[..literal.len() - 1];
+        let text = self.lock_row.replace("{name}", open);
+        let mut pattern: String = text
+            .chars()
+            .flat_map(|c| match c {
+                '|' | '%' | '_' => vec!['|', c],
+                c => vec![c],
+            })
+            .collect();
+        pattern.push('%');
+        pattern
     }
 
     /// The `CREATE TABLE` for `table`, marked as owned by `strategy`.
@@ -246,25 +291,23 @@ pub(crate) mod inspect {
     pub const CLEAR_OWNER: &str = include_str!("sql/clear_owner.sql");
     /// unique_insert force-unlock: deletes the lock row (the counter row stays).
     pub const DELETE_OWNED_ROW: &str = include_str!("sql/delete_owned_row.sql");
-    /// for_update: lock rows (not counter rows) in a name range; run under READ
-    /// UNCOMMITTED it also sees rows a holder created in its open transaction.
+    /// for_update: lock rows (not counter rows) in a name range with their
+    /// `owner`; run under READ UNCOMMITTED, `owner` is the connection id a
+    /// holder's open transaction wrote (every holder rolls it back at the end, so
+    /// no committed row has one).
     pub const LOCK_ROWS: &str = include_str!("sql/lock_rows.sql");
     /// for_update: the lock rows no transaction holds; under READ COMMITTED the
     /// probe takes no gap locks and the rows it skips stay untouched.
     pub const LOCK_ROWS_UNLOCKED: &str = include_str!("sql/lock_rows_unlocked.sql");
-    /// for_update: transactions queued on a row lock of a table (`LIKE` on
-    /// InnoDB's `lock_table`), for names whose hex starts as given.
-    pub const LOCK_WAITERS: &str = include_str!("sql/lock_waiters.sql");
-    /// for_update: the session blocking a given waiting session.
-    pub const BLOCKING_SESSION: &str = include_str!("sql/blocking_session.sql");
+    /// for_update: the other sessions now running the locking statement of a
+    /// name range (a `LIKE` over `PROCESSLIST`'s live statement text), that is,
+    /// waiting in the row's lock queue. Without the PROCESS privilege a user sees
+    /// its own sessions only: those of the adapter, connected as that user.
+    pub const QUEUED_SESSIONS: &str = include_str!("sql/queued_sessions.sql");
     /// The next statement (only) runs at this isolation level.
     pub const NEXT_READ_UNCOMMITTED: &str = "SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED";
     /// See [`NEXT_READ_UNCOMMITTED`].
     pub const NEXT_READ_COMMITTED: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
-    /// Opens the transaction of a force-unlock's probe.
-    pub const BEGIN: &str = "START TRANSACTION";
-    /// How long the queueing probe of a force-unlock waits for the row, seconds.
-    pub const PROBE_LOCK_WAIT: &str = "SET SESSION innodb_lock_wait_timeout = ?";
     /// The server's version string.
     pub const VERSION: &str = "SELECT VERSION()";
     /// Whether InnoDB is available (`YES` or `DEFAULT`).

@@ -5,9 +5,9 @@
 //! holder at a time. The token comes from the name's counter row, raised after
 //! the lock is won; the counter row is never deleted, so tokens never repeat.
 
-use crate::backend::{Table, micros};
+use crate::backend::Table;
 use crate::error::{BACKEND, DbError, code};
-use crate::poll::{Attempt, Bid, BoxFuture, Contender, RowHandle, acquire_polling};
+use crate::poll::{Attempt, Bid, BoxFuture, Contender, RowHandle, acquire_polling, compare_row};
 use crate::pool::Conn;
 use crate::protocol::HELD_FLAG;
 use async_trait::async_trait;
@@ -46,18 +46,13 @@ impl Backend for UniqueInsert {
     }
 
     async fn renew(&self, handle: &RowHandle, ttl: Duration) -> Result<Ownership, LockError> {
-        let renew = sqlx::query(self.table.sql.unique_renew.clone())
-            .bind(micros(ttl))
-            .bind(handle.row.clone())
-            .bind(handle.owner.clone());
-        self.table.compare_owner(renew).await
+        let sql = &self.table.sql.unique_renew;
+        compare_row(&self.table, sql, Some(ttl), handle, false).await
     }
 
     async fn release(&self, handle: &RowHandle) -> Result<Ownership, LockError> {
-        let release = sqlx::query(self.table.sql.unique_release.clone())
-            .bind(handle.row.clone())
-            .bind(handle.owner.clone());
-        self.table.compare_owner(release).await
+        let sql = &self.table.sql.unique_release;
+        compare_row(&self.table, sql, None, handle, false).await
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {
@@ -102,7 +97,6 @@ impl Insert {
                 match conn.execute(insert).await {
                     Ok(_) => return won(table, bid, conn, sent_at).await,
                     Err(e) if e.number() == Some(code::DUPLICATE_KEY) => self.row_exists = true,
-                    Err(e) if e.number() == Some(code::DEADLOCK) => return Ok(raced()),
                     Err(e) => return Err(e),
                 }
                 continue;
@@ -111,11 +105,7 @@ impl Insert {
                 .bind(bid.owner.clone())
                 .bind(bid.ttl)
                 .bind(bid.row.clone());
-            let done = match conn.execute(takeover).await {
-                Ok(done) => done,
-                Err(e) if e.number() == Some(code::DEADLOCK) => return Ok(raced()),
-                Err(e) => return Err(e),
-            };
+            let done = conn.execute(takeover).await?;
             match done.last_insert_id() {
                 // Released since we looked: insert it.
                 0 => self.row_exists = false,
@@ -147,13 +137,14 @@ async fn won(
     conn: &mut Conn,
     sent_at: Instant,
 ) -> Result<Attempt, DbError> {
-    let token = table.bump_counter(conn, &bid.row).await?;
+    let token = table.bump_counter(conn, &bid.row, bid.until).await?;
     Ok(Attempt::Won { token, sent_at })
 }
 
-/// Lost a race with other contenders (rows coming and going, or InnoDB picking
-/// this statement as a deadlock victim, which rolled it back): nothing was won,
-/// so the caller backs off and tries again.
+/// Lost a race with other contenders (rows coming and going): nothing was won,
+/// so the caller backs off and tries again. (A deadlock victim, such as one of
+/// several `INSERT`s racing for a just-deleted row, comes back as an error the
+/// poll loop retries the same way.)
 fn raced() -> Attempt {
     Attempt::Held {
         remaining: Duration::ZERO,

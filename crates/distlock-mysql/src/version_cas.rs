@@ -6,9 +6,9 @@
 //! cycle is two statements: the CAS and the release (the row insert runs only
 //! when the CAS found no row).
 
-use crate::backend::{Table, micros};
+use crate::backend::Table;
 use crate::error::{BACKEND, DbError};
-use crate::poll::{Attempt, Bid, BoxFuture, Contender, RowHandle, acquire_polling};
+use crate::poll::{Attempt, Bid, BoxFuture, Contender, RowHandle, acquire_polling, compare_row};
 use crate::pool::Conn;
 use crate::protocol::{HELD_FLAG, Statements};
 use async_trait::async_trait;
@@ -45,20 +45,13 @@ impl Backend for VersionCas {
     }
 
     async fn renew(&self, handle: &RowHandle, ttl: Duration) -> Result<Ownership, LockError> {
-        let renew = sqlx::query(self.table.sql.cas_renew.clone())
-            .bind(micros(ttl))
-            .bind(handle.row.clone())
-            .bind(handle.owner.clone())
-            .bind(handle.fence);
-        self.table.compare_owner(renew).await
+        let sql = &self.table.sql.cas_renew;
+        compare_row(&self.table, sql, Some(ttl), handle, true).await
     }
 
     async fn release(&self, handle: &RowHandle) -> Result<Ownership, LockError> {
-        let release = sqlx::query(self.table.sql.cas_release.clone())
-            .bind(handle.row.clone())
-            .bind(handle.owner.clone())
-            .bind(handle.fence);
-        self.table.compare_owner(release).await
+        let sql = &self.table.sql.cas_release;
+        compare_row(&self.table, sql, None, handle, true).await
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {

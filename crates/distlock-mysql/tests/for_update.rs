@@ -5,9 +5,9 @@
 mod support;
 
 use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, LossReason, Wait};
-use distlock_mysql::Strategy;
+use distlock_mysql::{MySqlConfig, Strategy};
 use std::time::{Duration, Instant};
-use support::{blocking_session, client, eventually, root_value, server};
+use support::{client, eventually, holder_session, queued_sessions, row_locked, server};
 
 /// An operator's `KILL CONNECTION` on the holder's session makes `lost()` fire
 /// (at the next keepalive) and lets the queued waiter in, with a higher token.
@@ -32,7 +32,11 @@ async fn kill_connection_fires_lost_and_hands_over_with_a_higher_token() {
             .wait(Wait::For(Duration::from_secs(20)));
         b.acquire(&waiter_key, &opts).await
     });
-    let holder = blocking_session(&server).await;
+    eventually(Duration::from_secs(10), "the waiter queues", async || {
+        queued_sessions(&server, "locks").await == 1
+    })
+    .await;
+    let holder = holder_session(&server, "locks", "jobs/kill-me").await;
     let killed_at = Instant::now();
     server
         .exec_root(&format!("KILL CONNECTION {holder};"))
@@ -106,14 +110,80 @@ async fn nowait_is_busy_at_once_and_abandoned_waiters_leave_the_queue() {
     let cancelled =
         tokio::time::timeout(Duration::from_millis(500), b.acquire(&key, &forever)).await;
     assert!(cancelled.is_err(), "the waiter got a held lock");
-    let queued = "SELECT COUNT(*) FROM information_schema.INNODB_LOCK_WAITS;";
     eventually(
         Duration::from_secs(3),
         "abandoned waiters are killed",
-        async || root_value(&server, queued).await == "0",
+        async || queued_sessions(&server, "locks").await == 0,
     )
     .await;
     held.release().await.unwrap();
     let next = b.try_acquire(&key, &AcquireOptions::new()).await.unwrap();
     assert!(next.is_some(), "no ghost waiter took the lock");
+}
+
+/// An abandoned lease keeps its row for the ttl; then its connection goes back
+/// to the pool only once the server confirmed the transaction over (else it is
+/// closed). With a single holder connection, the next lease must get a usable
+/// connection that holds nothing else: the abandoned row is free for others.
+/// The server's idle timeout (`wait_timeout` = the ttl) ends the idle session
+/// at about the moment the cleanup runs, so the cleanup finds it alive (rolls
+/// back, checks, returns it) or closed (closes it), whichever won the race.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_abandoned_session_never_hands_an_open_transaction_to_the_pool() {
+    let server = server().await;
+    for (round, ttl) in [Duration::from_secs(1), Duration::from_secs(2)]
+        .into_iter()
+        .enumerate()
+    {
+        let single = MySqlConfig::from_url(&server.url())
+            .unwrap()
+            .strategy(Strategy::ForUpdate)
+            .table("locks")
+            .held_connections(1)
+            .connect()
+            .await
+            .unwrap();
+        let other = client(&server, Strategy::ForUpdate, "locks").await;
+        let (abandoned, next) = (format!("abandoned-{round}"), format!("next-{round}"));
+        let (abandoned, next) = (
+            LockKey::new(abandoned).unwrap(),
+            LockKey::new(next).unwrap(),
+        );
+        let opts = AcquireOptions::new().ttl(ttl);
+        let lease = single.acquire(&abandoned, &opts).await.unwrap();
+        let first_session = holder_session(&server, "locks", abandoned.as_str()).await;
+        lease.abandon();
+        assert!(
+            other
+                .try_acquire(&abandoned, &opts)
+                .await
+                .unwrap()
+                .is_none(),
+            "the abandoned row stays held for its ttl"
+        );
+
+        // Waits for the one holder connection, then must be able to use it.
+        let waiting = opts.clone().wait(Wait::For(Duration::from_secs(10)));
+        let lease = single
+            .acquire(&next, &waiting)
+            .await
+            .unwrap_or_else(|e| panic!("ttl {ttl:?}: the pool's next connection failed: {e}"));
+        let next_session = holder_session(&server, "locks", next.as_str()).await;
+        println!(
+            "ttl {ttl:?}: the next lease {} the abandoned session's connection",
+            if next_session == first_session {
+                "reused"
+            } else {
+                "did not reuse"
+            }
+        );
+        assert!(
+            !row_locked(&server, "locks", abandoned.as_str()).await,
+            "ttl {ttl:?}: the pool's next connection still holds the abandoned row"
+        );
+        let taken = other.try_acquire(&abandoned, &opts).await.unwrap();
+        assert!(taken.is_some(), "ttl {ttl:?}: the abandoned row is free");
+        lease.release().await.unwrap();
+        taken.unwrap().release().await.unwrap();
+    }
 }

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 /// Starts a server of the test's own (a missing binary fails with the install
 /// command, never skips).
 pub async fn server() -> MariaDbServer {
-    // Concurrent `mariadb-install-db` runs collide on temp tables in the shared
-    // /tmp (the launcher passes no --tmpdir yet): start one server at a time.
+    // One install at a time: each is seconds of CPU and disk on a shared machine,
+    // and overlapping them only makes every start slower.
     static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let _one_at_a_time = STARTING.lock().await;
     match MariaDbServer::start().await {
@@ -52,45 +52,38 @@ pub async fn eventually<F: AsyncFnMut() -> bool>(limit: Duration, what: &str, mu
     }
 }
 
-/// The connection id of the session holding a row lock that a waiter is blocked
-/// on, on a server of the test's own.
-///
-/// InnoDB's lock-wait tables are not enough: a `SELECT … FOR UPDATE` on a unique
-/// key reads (and waits for) the row while the optimizer runs, and during that
-/// wait its transaction is listed nowhere. So: wait until a locking read is in
-/// flight, then take the one running transaction that holds row locks.
-pub async fn blocking_session(server: &MariaDbServer) -> u64 {
-    let waiting = "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-         WHERE command = 'Execute' AND info LIKE '%FOR UPDATE%';";
-    let holders = "SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX \
-         WHERE trx_state = 'RUNNING' AND trx_rows_locked > 0;";
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if root_value(server, waiting).await != "0" {
-            let found = server.exec_root(holders).await.expect("root SQL runs");
-            let ids: Vec<u64> = found
-                .lines()
-                .filter_map(|l| l.trim().parse().ok())
-                .collect();
-            if let [id] = ids[..] {
-                return id;
-            }
-        }
-        if Instant::now() >= deadline {
-            let sessions = server
-                .exec_root(
-                    "SELECT id, command, time, state, info FROM information_schema.PROCESSLIST;",
-                )
-                .await
-                .unwrap_or_default();
-            let trx = server
-                .exec_root("SELECT trx_mysql_thread_id, trx_state, trx_rows_locked FROM information_schema.INNODB_TRX;")
-                .await
-                .unwrap_or_default();
-            panic!(
-                "no single lock holder with a waiter\nsessions:\n{sessions}\ntransactions:\n{trx}"
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// How many sessions are running a `for_update` locking statement on `table`
+/// now, that is, are queued on one of its row locks: read live from
+/// `PROCESSLIST`, never from InnoDB's cached lock tables.
+pub async fn queued_sessions(server: &MariaDbServer, table: &str) -> usize {
+    let sql = format!(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+         WHERE INFO LIKE 'UPDATE `{}` SET owner = CONNECTION|_ID() WHERE name = %' ESCAPE '|';",
+        table.replace('_', "|_")
+    );
+    root_value(server, &sql).await.parse().expect("a count")
+}
+
+/// The connection id of the session holding `key`'s row lock in a `for_update`
+/// table: what the holder's locking `UPDATE` wrote into `owner`, uncommitted
+/// (so read uncommitted). Panics when no holder is recorded.
+pub async fn holder_session(server: &MariaDbServer, table: &str, key: &str) -> u64 {
+    let sql = format!(
+        "SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED; \
+         SELECT owner FROM distlock.`{table}` WHERE name = '{key}';"
+    );
+    let owner = root_value(server, &sql).await;
+    owner
+        .parse()
+        .unwrap_or_else(|_| panic!("no holder session recorded for {key}: {owner:?}"))
+}
+
+/// Whether any transaction holds `key`'s row lock in `table`: a locking read
+/// that skips locked rows does not see it.
+pub async fn row_locked(server: &MariaDbServer, table: &str, key: &str) -> bool {
+    let sql = format!(
+        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+         SELECT COUNT(*) FROM distlock.`{table}` WHERE name = '{key}' FOR UPDATE SKIP LOCKED;"
+    );
+    root_value(server, &sql).await == "0"
 }

@@ -1,1 +1,0 @@
-SELECT fence FROM `{table}` WHERE name = ? FOR UPDATE

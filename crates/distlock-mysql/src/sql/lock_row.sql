@@ -1,0 +1,1 @@
+UPDATE `{table}` SET owner = CONNECTION_ID() WHERE name = {name}

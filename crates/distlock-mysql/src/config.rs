@@ -8,7 +8,7 @@ use crate::lock::MySqlLock;
 use crate::pool::Pool;
 use crate::protocol::{HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT, ROW_LOCK_WAIT, Strategy};
 use distlock_core::LockError;
-use distlock_core::toolkit::LockUrl;
+use distlock_core::toolkit::{LockUrl, Timeouts};
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 use std::time::Duration;
 
@@ -23,8 +23,7 @@ pub struct MySqlConfig {
     strategy: Strategy,
     pool_size: u32,
     held_connections: u32,
-    connect_timeout: Duration,
-    timeout: Duration,
+    timeouts: Timeouts,
     create_table: bool,
 }
 
@@ -38,8 +37,7 @@ impl std::fmt::Debug for MySqlConfig {
             .field("strategy", &self.strategy)
             .field("pool_size", &self.pool_size)
             .field("held_connections", &self.held_connections)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("timeout", &self.timeout)
+            .field("timeouts", &self.timeouts)
             .field("create_table", &self.create_table)
             .finish()
     }
@@ -51,10 +49,10 @@ impl MySqlConfig {
     /// `for_update`: locks one client can hold or wait for at once, each on its own
     /// connection: 100.
     pub const DEFAULT_HELD_CONNECTIONS: u32 = 100;
-    /// How long to wait for a connection: 5 s.
-    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-    /// How long to wait for any one statement's reply: 5 s.
-    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// How long to wait for a connection, and for any one statement's reply: 5 s
+    /// each.
+    pub const DEFAULT_TIMEOUTS: Timeouts =
+        Timeouts::new(Duration::from_secs(5), Duration::from_secs(5));
 
     /// Defaults around sqlx connect options (host, credentials, database, TLS).
     pub fn from_options(options: MySqlConnectOptions) -> Self {
@@ -66,8 +64,7 @@ impl MySqlConfig {
             strategy: Strategy::default(),
             pool_size: Self::DEFAULT_POOL_SIZE,
             held_connections: Self::DEFAULT_HELD_CONNECTIONS,
-            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
-            timeout: Self::DEFAULT_TIMEOUT,
+            timeouts: Self::DEFAULT_TIMEOUTS,
             create_table: true,
         }
     }
@@ -113,7 +110,6 @@ impl MySqlConfig {
         if let Some(database) = url.path().filter(|path| !path.is_empty()) {
             options = options.database(database);
         }
-        url.renamed("request_timeout", "timeout")?;
         let ssl_modes = "disabled, preferred, required, verify_ca or verify_identity";
         if let Some(mode) = url.parse_param::<MySqlSslMode>("ssl-mode", ssl_modes)? {
             options = options.ssl_mode(mode);
@@ -144,12 +140,7 @@ impl MySqlConfig {
         if let Some(count) = url.parse_param("held_connections", count)? {
             config.held_connections = count;
         }
-        if let Some(timeout) = url.duration("connect_timeout")? {
-            config.connect_timeout = timeout;
-        }
-        if let Some(timeout) = url.duration("timeout")? {
-            config.timeout = timeout;
-        }
+        config.timeouts = config.timeouts.read(&mut url)?;
         if let Some(create) = url.bool("create_table")? {
             config.create_table = create;
         }
@@ -188,16 +179,10 @@ impl MySqlConfig {
         self
     }
 
-    /// How long to wait for a new connection (default 5 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// How long to wait for a statement's reply before treating the connection as
-    /// dead (default 5 s).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+    /// How long to wait for a new connection, and for a statement's reply before
+    /// treating the connection as dead (default 5 s each).
+    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = timeouts;
         self
     }
 
@@ -237,9 +222,7 @@ impl MySqlConfig {
         if self.pool_size == 0 || self.held_connections == 0 {
             return bad("pool_size and held_connections must be at least 1");
         }
-        if self.connect_timeout.is_zero() || self.timeout.is_zero() {
-            return bad("connect_timeout and timeout must be above zero");
-        }
+        self.timeouts.validate(BACKEND)?;
         if self.options.get_database().is_none_or(str::is_empty) {
             return bad(
                 "no database given; add it to the URL path: mysql://USER:PASSWORD@HOST:3306/DATABASE",
@@ -257,8 +240,7 @@ impl MySqlConfig {
             self.pool_size,
             &[ROW_LOCK_WAIT],
             false,
-            self.connect_timeout,
-            self.timeout,
+            self.timeouts,
         );
         // Only for_update takes connections from it, one per held or waiting lock.
         let holders = Pool::new(
@@ -266,8 +248,7 @@ impl MySqlConfig {
             self.held_connections,
             &[HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT],
             true,
-            self.connect_timeout,
-            self.timeout,
+            self.timeouts,
         );
         let endpoint = self.endpoint();
         let table = Table::open(self.strategy, table, pool, endpoint, self.create_table).await?;
@@ -300,8 +281,8 @@ mod tests {
         assert_eq!(config.table, "locks");
         assert_eq!(config.strategy, Strategy::ForUpdate);
         assert_eq!((config.pool_size, config.held_connections), (3, 7));
-        assert_eq!(config.connect_timeout, Duration::from_millis(250));
-        assert_eq!(config.timeout, Duration::from_millis(1500));
+        assert_eq!(config.timeouts.connect, Duration::from_millis(250));
+        assert_eq!(config.timeouts.reply, Duration::from_millis(1500));
         assert!(!config.create_table);
         assert_eq!(config.options.get_username(), "u");
         assert!(matches!(

@@ -20,6 +20,7 @@ use crate::protocol::CONNECTION_ID;
 use sqlx::mysql::{
     MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlQueryResult, MySqlRow,
 };
+use distlock_core::toolkit::Timeouts;
 use sqlx::query::Query;
 use sqlx::{Connection, MySql, Row, SqlStr};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -88,8 +89,7 @@ impl Pool {
         size: u32,
         setup: &'static [&'static str],
         transactional: bool,
-        connect_timeout: Duration,
-        timeout: Duration,
+        timeouts: Timeouts,
     ) -> Self {
         let size = usize::try_from(size)
             .unwrap_or(usize::MAX)
@@ -100,8 +100,8 @@ impl Pool {
             transactional,
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(size)),
-            connect_timeout,
-            timeout,
+            connect_timeout: timeouts.connect,
+            timeout: timeouts.reply,
         }))
     }
 

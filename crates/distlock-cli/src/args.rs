@@ -31,9 +31,33 @@ impl UrlArg {
     }
 }
 
-/// A lock name, validated as the library does.
-pub fn parse_key(raw: &str) -> Result<LockKey, String> {
-    LockKey::new(raw).map_err(|e| e.to_string())
+/// A lock name, validated as the library does. A custom parser rather than a
+/// plain function, because clap quotes a refused value whole in its message and
+/// a key may be 100 KB long: the library's error names the problem and the length
+/// instead.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyParser;
+
+impl clap::builder::TypedValueParser for KeyParser {
+    type Value = LockKey;
+
+    fn parse_ref(
+        &self,
+        _cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<LockKey, clap::Error> {
+        let refused = |why: String| {
+            clap::Error::raw(
+                clap::error::ErrorKind::InvalidValue,
+                format!("invalid value for '--key': {why}\n"),
+            )
+        };
+        let raw = value
+            .to_str()
+            .ok_or_else(|| refused("the key is not valid UTF-8".into()))?;
+        LockKey::new(raw).map_err(|e| refused(e.to_string()))
+    }
 }
 
 /// A duration written as in lock URLs: `250ms`, `30s`, `5m`, `1h`.

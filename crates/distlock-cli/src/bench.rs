@@ -12,8 +12,10 @@ use crate::plot;
 use crate::progress::Progress;
 use crate::stats::{Samples, Summary};
 use distlock::{AcquireOptions, DynLock, LockError, LockKey, Wait};
+use std::fs::File;
 use std::future::Future;
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::task::JoinSet;
@@ -69,6 +71,8 @@ impl TaskResult {
 
 pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
     let url = args.url.require()?.to_owned();
+    // An unwritable chart path is refused before the benchmark spends its time.
+    let mut chart = args.plot.as_deref().map(open_chart).transpose()?;
     let clients = connect_all(&url, args.clients).await?;
     let backend = clients[0].name();
     let inspect = clients[0].inspect();
@@ -120,7 +124,7 @@ pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
             eprintln!("distlock: {label}: {} errors, first: {error}", phase.errors);
         }
     }
-    if let Some(path) = &args.plot {
+    if let (Some(path), Some(chart)) = (&args.plot, chart.as_mut()) {
         let mut series = Vec::new();
         let points = plot::percentile_points();
         if let (Some(label), Some(raw)) = (raw_label, raw.as_mut()) {
@@ -131,12 +135,14 @@ pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
             uncontended.samples.curve(&points),
         ));
         series.push(("contended hand-off".into(), handoff.samples.curve(&points)));
-        std::fs::write(path, plot::latency_chart(&heading, &series)).map_err(|e| {
-            Failure::new(
-                exit::FAILURE,
-                format!("cannot write the plot to {}: {e}", path.display()),
-            )
-        })?;
+        chart
+            .write_all(plot::latency_chart(&heading, &series).as_bytes())
+            .map_err(|e| {
+                Failure::new(
+                    exit::FAILURE,
+                    format!("cannot write the plot to {}: {e}", path.display()),
+                )
+            })?;
         eprintln!("distlock: latency chart written to {}", path.display());
     }
     if uncontended.summary.ops == 0 || handoff.summary.ops == 0 {
@@ -397,4 +403,21 @@ fn quote(text: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// Creates (or truncates) the chart file up front: a directory, a missing
+/// folder or a read-only place is a usage error before any work starts.
+fn open_chart(path: &Path) -> Result<File, Failure> {
+    if path.is_dir() {
+        return Err(Failure::usage(format!(
+            "--plot {} is a directory; give a file name such as bench.svg",
+            path.display()
+        )));
+    }
+    File::create(path).map_err(|e| {
+        Failure::usage(format!(
+            "--plot {}: cannot create the chart file ({e}); pick a writable path",
+            path.display()
+        ))
+    })
 }

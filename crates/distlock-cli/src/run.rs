@@ -5,7 +5,7 @@
 //! doing the same work right now, and a grandchild left running would be exactly
 //! the paused holder fencing warns about.
 
-use crate::args::{UrlArg, parse_duration, parse_key, parse_positive_duration, show};
+use crate::args::{KeyParser, UrlArg, parse_duration, parse_positive_duration, show};
 use crate::exit::{self, Failure};
 use distlock::{AcquireOptions, DynLock, Lease, LockError, LockKey, Renewal, Wait};
 use nix::sys::signal::{Signal, killpg};
@@ -22,7 +22,7 @@ pub struct RunArgs {
     #[command(flatten)]
     url: UrlArg,
     /// Lock name (1 to 512 bytes, no control characters).
-    #[arg(long, value_parser = parse_key)]
+    #[arg(long, value_parser = KeyParser)]
     key: LockKey,
     /// Lease ttl: how long the lock outlives distlock if it dies; renewed every ttl/3.
     #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]

@@ -54,6 +54,40 @@ fn key_over_512_bytes() {
 }
 
 #[test]
+fn a_huge_key_is_named_by_length_not_echoed() {
+    let key = "k".repeat(120_000);
+    let out = run(&["run", "--url", "memory://", "--key", &key, "--", "true"]);
+    assert_code(&out, 2);
+    let err = stderr(&out);
+    assert!(err.contains("120000 bytes"), "{err}");
+    assert!(
+        err.len() < 1_000,
+        "stderr echoes the key: {} bytes",
+        err.len()
+    );
+}
+
+#[test]
+fn an_unwritable_plot_path_is_refused_before_the_benchmark_runs() {
+    // Run to completion, the benchmark would take its minute and then fail to
+    // write with exit 1; checked up front it is a usage error at once.
+    for path in ["/", "/nonexistent-dir/chart.svg"] {
+        let out = run(&[
+            "bench",
+            "--url",
+            "memory://",
+            "--duration",
+            "60s",
+            "--plot",
+            path,
+        ]);
+        assert_code(&out, 2);
+        let err = stderr(&out);
+        assert!(err.contains("--plot"), "{path}: {err}");
+    }
+}
+
+#[test]
 fn key_with_control_character() {
     refused(
         &["--url", "memory://", "--key", "a\tb"],

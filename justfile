@@ -76,3 +76,11 @@ test-docker:
 # Stop and remove the docker/ servers and their data.
 docker-down:
     for f in docker/*.yml; do docker compose -f "$f" down -v; done
+
+# Build the local Debian-based server images for docker/ (no registry; skips unchanged ones).
+images *ARGS:
+    scripts/build-images {{ARGS}}
+
+# Start each docker/ topology on the local images, check it from the host, remove it.
+test-compose *TOPOLOGIES: images
+    scripts/test-compose {{TOPOLOGIES}}

@@ -10,14 +10,21 @@
 //! after the retry always wakes it; it sleeps until a release message, or until
 //! the holder's remaining ttl (from the script's reply) runs out, whichever comes
 //! first. Renew and release are compare-owner scripts; release publishes.
+//!
+//! A held lease is watched for a server that lost it (a restart, a failover):
+//! the restart check reads the lock key as soon as the client reconnects to a
+//! different server process, and fires `lost()` rather than wait for the
+//! renewal. With a restart guard, the acquire script itself refuses locks on a
+//! server that may have lost some, until the guard has passed.
 
-use crate::connection::{ServerAddress, Timeouts};
+use crate::connection::{RunId, ServerAddress, Timeouts};
 use crate::error::CommandError;
 use crate::keys::LockKeys;
-use crate::protocol::{Attempt, ServerClient, release_on_drop};
+use crate::protocol::{Attempt, ServerClient, loss_signal, release_on_drop};
+use crate::restart::RestartGuard;
 use crate::subscriber::Waiting;
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
+use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
 use distlock_core::toolkit::{Inspect, random_owner};
 use distlock_core::{
     AcquireOptions, BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError,
@@ -49,6 +56,7 @@ pub struct RedisBackend {
     default_ttl: Duration,
     pub(crate) timeout: Duration,
     pub(crate) replicas: Option<ReplicaAck>,
+    pub(crate) guard: Option<RestartGuard>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -60,12 +68,13 @@ impl std::fmt::Debug for RedisBackend {
     }
 }
 
-/// What a Redis client keeps per held lock: the keys and the random owner value
-/// stored in the lock key.
+/// What a Redis client keeps per held lock: the keys, the random owner value
+/// stored in the lock key, and the server process that granted it.
 #[derive(Debug)]
 pub struct RedisHandle {
     keys: LockKeys,
     owner: String,
+    run_id: RunId,
 }
 
 enum Step {
@@ -96,6 +105,7 @@ impl RedisBackend {
         default_ttl: Duration,
         timeouts: Timeouts,
         replicas: Option<ReplicaAck>,
+        restart_guard: Option<Duration>,
     ) -> Result<Self, LockError> {
         let server = Arc::new(ServerClient::new(address, BACKEND, timeouts)?);
         server
@@ -104,6 +114,7 @@ impl RedisBackend {
             .map_err(|e| e.into_lock_error(BACKEND, &server.endpoint))?;
         Ok(RedisBackend {
             server,
+            guard: restart_guard.map(|guard| RestartGuard::new(&namespace, guard)),
             namespace,
             default_ttl,
             timeout: timeouts.response,
@@ -144,11 +155,11 @@ impl RedisBackend {
             && req.wait.instant().is_none_or(|at| at > Instant::now());
         let sent_at = Instant::now();
         let reply = tokio::select! {
-            reply = self.server.acquire(keys, &owner, req.ttl, self.timeout) => reply,
+            reply = self.server.acquire(keys, &owner, req.ttl, self.guard.as_ref(), self.timeout) => reply,
             _ = req.wait.reached(), if race_deadline => return Err(req.not_acquired()),
         };
-        let token = match reply {
-            Ok(Attempt::Won(token)) => token,
+        let (token, run_id) = match reply {
+            Ok(Attempt::Won(token, run_id)) => (token, run_id),
             Ok(Attempt::Held(pttl)) => {
                 undo.disarm();
                 return Ok(Step::Held(pttl));
@@ -169,6 +180,7 @@ impl RedisBackend {
             handle: RedisHandle {
                 keys: keys.clone(),
                 owner,
+                run_id,
             },
             token: FencingToken::new(token),
             sent_at,
@@ -208,6 +220,7 @@ impl Backend for RedisBackend {
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<RedisHandle>, LockError> {
+        RestartGuard::check(self.guard.as_ref(), req.ttl)?;
         let keys = LockKeys::new(&self.namespace, req.key);
         // The uncontended path: one round trip, no subscription.
         if let Step::Won(acquired) = self.attempt(&req, &keys).await? {
@@ -264,6 +277,11 @@ impl Backend for RedisBackend {
                 .await?;
         }
         Ok(Ownership::Held)
+    }
+
+    fn loss_signal(&self, handle: &RedisHandle) -> Option<LossSignal> {
+        let granted = [(&*self.server, handle.run_id.clone())];
+        Some(loss_signal(&granted, &handle.keys, &handle.owner, 1))
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {

@@ -15,6 +15,7 @@ use std::time::Duration;
 /// `redis://[user[:password]@]host[:port][/db][?param=value&...]`, or
 /// `rediss://` for TLS. Parameters: `namespace` (default `distlock:`), `ttl`
 /// (default ttl, `30s`), `connect_timeout` (`5s`), `timeout` (per reply, `5s`),
+/// `restart_guard` (off; see [`RedisConfig::restart_guard`]),
 /// `wait_replicas` and `wait_timeout` (see [`RedisConfig::wait_for_replicas`]),
 /// `protocol` (`resp2`/`resp3`) and `insecure=true` (`rediss://` without
 /// certificate checks). Unknown parameters are an error, so typos do not go
@@ -139,13 +140,15 @@ pub(crate) fn read_servers(
     Ok((url, servers))
 }
 
-/// What both configs share: where keys live, the default ttl and the timeouts.
+/// What both configs share: where keys live, the default ttl, the timeouts and
+/// the restart guard.
 #[derive(Debug, Clone)]
 pub(crate) struct Common {
     pub namespace: String,
     pub default_ttl: Duration,
     pub connect_timeout: Duration,
     pub timeout: Duration,
+    pub restart_guard: Option<Duration>,
 }
 
 impl Common {
@@ -155,11 +158,12 @@ impl Common {
             default_ttl: AcquireOptions::DEFAULT_TTL,
             connect_timeout: RedisConfig::DEFAULT_CONNECT_TIMEOUT,
             timeout,
+            restart_guard: None,
         }
     }
 
-    /// Takes `namespace`, `ttl`, `connect_timeout` and `timeout` from `url`,
-    /// refusing the old spelling `old_timeout`.
+    /// Takes `namespace`, `ttl`, `connect_timeout`, `timeout` and
+    /// `restart_guard` from `url`, refusing the old spelling `old_timeout`.
     pub fn read(&mut self, url: &mut LockUrl, old_timeout: &'static str) -> Result<(), LockError> {
         url.renamed(old_timeout, "timeout")?;
         if let Some(namespace) = url.string("namespace") {
@@ -170,6 +174,7 @@ impl Common {
             .duration("connect_timeout")?
             .unwrap_or(self.connect_timeout);
         self.timeout = url.duration("timeout")?.unwrap_or(self.timeout);
+        self.restart_guard = url.duration("restart_guard")?.or(self.restart_guard);
         Ok(())
     }
 
@@ -182,6 +187,20 @@ impl Common {
         validate_namespace(backend, &self.namespace)?;
         check_timeout(backend, "connect_timeout", self.connect_timeout)?;
         check_timeout(backend, "timeout", self.timeout)?;
+        if let Some(guard) = self.restart_guard {
+            check_timeout(backend, "restart_guard", guard)?;
+            if guard < self.default_ttl {
+                return Err(LockError::config(
+                    backend,
+                    format!(
+                        "restart_guard {guard:?} is shorter than the default ttl {:?}: a lease \
+                         taken before a restart could outlive the guard; set restart_guard to \
+                         at least the longest ttl in use",
+                        self.default_ttl
+                    ),
+                ));
+            }
+        }
         AcquireOptions::new()
             .ttl(self.default_ttl)
             .validate(capabilities)
@@ -293,6 +312,19 @@ impl RedisConfig {
         self
     }
 
+    /// After the server lost its lock state (a restart without persistence, a
+    /// restart or failover to another process), grant no lock in this namespace
+    /// until `guard` has passed, so that no lease granted before can still be
+    /// believed held. The server decides, by its own clock, from a marker key
+    /// the acquire script keeps; set the same guard on every client of the
+    /// namespace, at least the longest ttl in use (longer ttls are refused).
+    /// Off by default: a server that just started refuses guarded acquires until
+    /// it has been up for the guard. See `docs/backends/redis.md`.
+    pub fn restart_guard(mut self, guard: Duration) -> Self {
+        self.common.restart_guard = Some(guard);
+        self
+    }
+
     /// After each acquire and release, waits (`WAIT`) until `replicas` replicas
     /// have the write, at most `timeout`; too few acknowledgements fail the
     /// operation (an acquire is then undone). This narrows, but does not close, the
@@ -340,6 +372,7 @@ impl RedisConfig {
             self.common.default_ttl,
             timeouts,
             self.replicas,
+            self.common.restart_guard,
         )
         .await?;
         Ok(BackendLock::new(backend))
@@ -347,46 +380,4 @@ impl RedisConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn url_parameters_are_applied() {
-        let c = RedisConfig::from_url(
-            "redis://h:1/2?namespace=app:&ttl=10s&connect_timeout=1s&timeout=250ms&wait_replicas=1&wait_timeout=50ms",
-        )
-        .unwrap();
-        assert_eq!(c.common.namespace, "app:");
-        assert_eq!(c.common.default_ttl, Duration::from_secs(10));
-        assert_eq!(c.common.connect_timeout, Duration::from_secs(1));
-        assert_eq!(c.common.timeout, Duration::from_millis(250));
-        let ack = ReplicaAck {
-            replicas: 1,
-            timeout: Duration::from_millis(50),
-        };
-        assert_eq!(c.replicas, Some(ack));
-    }
-
-    #[test]
-    fn servers_carry_credentials_db_tls_and_protocol() {
-        let text = "rediss://u%40x:p%3Ass@cache.example:7000/3?protocol=resp3&insecure=true";
-        let (_, servers) = read_servers(BACKEND, text, Schemes::Redis).unwrap();
-        let s = &servers[0];
-        assert_eq!((s.host.as_str(), s.port, s.db), ("cache.example", 7000, 3));
-        assert!(s.tls && s.insecure && s.resp3);
-        assert_eq!(s.username.as_deref(), Some("u@x"));
-        assert_eq!(s.password.as_deref(), Some("p:ss"));
-        assert_eq!(s.endpoint(), "rediss://cache.example:7000/3");
-        let c = RedisConfig::from_url("redis://[::1]").unwrap();
-        assert_eq!((c.server.port, c.server.db, c.server.tls), (6379, 0, false));
-        assert_eq!(c.endpoint(), "redis://[::1]:6379/0");
-    }
-
-    #[test]
-    fn debug_hides_the_password() {
-        let c = RedisConfig::new("h", 1).credentials(Some("u"), "hunter2");
-        assert!(!format!("{c:?}").contains("hunter2"));
-        let c = RedisConfig::from_url("redis://user:hunter2@h:1/0").unwrap();
-        assert!(!format!("{c:?}").contains("hunter2"));
-    }
-}
+mod tests;

@@ -7,6 +7,11 @@
 //! arrives (the request was lost) every later reply would be matched to the
 //! wrong request. Timeouts are per call, so `WAIT` can be given longer than a
 //! script.
+//!
+//! Each new connection reads the server's `run_id` (`INFO server`): a
+//! connection never outlives the process it reached, so a lease acquired on it
+//! was granted by that process, and a later connection with another `run_id`
+//! means a restarted server or a failover, which the leases must hear about.
 
 use crate::error::CommandError;
 use distlock_core::LockError;
@@ -14,8 +19,9 @@ use distlock_core::toolkit::CancelGuard;
 use redis::aio::MultiplexedConnection;
 use redis::{ConnectionAddr, IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo};
 use std::future::Future;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// The default Redis port.
 pub(crate) const DEFAULT_PORT: u16 = 6379;
@@ -108,6 +114,11 @@ impl ServerAddress {
         let mut login = RedisConnectionInfo::default()
             .set_db(self.db)
             .set_protocol(protocol);
+        if pubsub {
+            // The subscriber only listens: its (re)connects send no command the
+            // round-trip accounting would have to explain.
+            login = login.set_skip_set_lib_name();
+        }
         if let Some(user) = &self.username {
             login = login.set_username(user);
         }
@@ -129,13 +140,27 @@ pub(crate) struct Timeouts {
     pub response: Duration,
 }
 
+/// The server process a connection reached, as `INFO server` names it; `None`
+/// when the server does not say (an ACL without `INFO`).
+pub(crate) type RunId = Option<Arc<str>>;
+
+/// One live connection and the server process it reached.
+#[derive(Clone)]
+pub(crate) struct Link {
+    pub conn: MultiplexedConnection,
+    pub run_id: RunId,
+    generation: u64,
+}
+
 /// One server's command connection.
 pub(crate) struct Connection {
     client: redis::Client,
     connect_timeout: Duration,
-    current: Mutex<Option<(u64, MultiplexedConnection)>>,
+    current: Mutex<Option<Link>>,
     /// Serialises connection attempts, so a burst of calls makes one connection.
     connecting: tokio::sync::Mutex<u64>,
+    /// The `run_id` of the newest connection; notifies when the server changed.
+    run_ids: watch::Sender<RunId>,
 }
 
 impl Connection {
@@ -145,10 +170,16 @@ impl Connection {
             connect_timeout,
             current: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(0),
+            run_ids: watch::Sender::new(None),
         }
     }
 
-    fn cached(&self) -> Option<(u64, MultiplexedConnection)> {
+    /// Follows the `run_id` of the newest connection.
+    pub fn run_ids(&self) -> watch::Receiver<RunId> {
+        self.run_ids.subscribe()
+    }
+
+    fn cached(&self) -> Option<Link> {
         self.current
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -156,41 +187,72 @@ impl Connection {
     }
 
     /// The current connection, or a new one; the flag says it is new.
-    async fn connection(&self) -> Result<(u64, MultiplexedConnection, bool), CommandError> {
-        if let Some((generation, conn)) = self.cached() {
-            return Ok((generation, conn, false));
+    async fn connection(&self) -> Result<(Link, bool), CommandError> {
+        if let Some(link) = self.cached() {
+            return Ok((link, false));
         }
         let mut generation = self.connecting.lock().await;
-        if let Some((generation, conn)) = self.cached() {
-            return Ok((generation, conn, false));
+        if let Some(link) = self.cached() {
+            return Ok((link, false));
         }
         // Our own timeouts apply per call; the crate's would leave poisoned slots.
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(None);
-        let connect = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config);
-        let conn = tokio::time::timeout(self.connect_timeout, connect)
+        let connect = async {
+            let mut conn = self
+                .client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            let run_id = read_run_id(&mut conn).await?;
+            Ok::<_, CommandError>((conn, run_id))
+        };
+        let (conn, run_id) = tokio::time::timeout(self.connect_timeout, connect)
             .await
             .map_err(|_| CommandError::Timeout(self.connect_timeout))??;
         *generation += 1;
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some((*generation, conn.clone()));
-        Ok((*generation, conn, true))
+        let link = Link {
+            conn,
+            run_id,
+            generation: *generation,
+        };
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(link.clone());
+        // Watchers hear of a server that differs from the previous connection's;
+        // the first connection has nothing to differ from.
+        let first = *generation == 1;
+        self.run_ids.send_if_modified(|seen| {
+            let changed = !first && *seen != link.run_id;
+            seen.clone_from(&link.run_id);
+            changed
+        });
+        Ok((link, true))
     }
 
     /// Forgets the connection of `generation` (if it is still the current one), so
     /// that the next call connects afresh.
     fn discard(&self, generation: u64) {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        if current.as_ref().is_some_and(|(g, _)| *g == generation) {
+        if current
+            .as_ref()
+            .is_some_and(|link| link.generation == generation)
+        {
             *current = None;
         }
     }
 
+    /// Runs `request` on the connection, as [`Connection::call_linked`] does.
+    pub async fn call<T, F, Fut>(&self, budget: Duration, request: F) -> Result<T, CommandError>
+    where
+        F: Fn(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = Result<T, CommandError>>,
+    {
+        let (value, _) = self.call_linked(budget, |link| request(link.conn)).await?;
+        Ok(value)
+    }
+
     /// Runs `request` on the connection, connecting first if needed, and gives up
-    /// after `budget` (connecting has its own timeout on top).
+    /// after `budget` (connecting has its own timeout on top). Returns the answer
+    /// with the `run_id` of the server that gave it.
     ///
     /// A connection that died while idle (server restart, the server's idle
     /// `timeout`, a proxy) fails its next request at once; that request is tried
@@ -198,39 +260,44 @@ impl Connection {
     /// repeat even if the first one did reach the server: the acquire script
     /// recognises its own owner value, renew and the fence raise are idempotent,
     /// and a repeated release can only report the lock as not held.
-    pub async fn call<T, F, Fut>(&self, budget: Duration, request: F) -> Result<T, CommandError>
+    pub async fn call_linked<T, F, Fut>(
+        &self,
+        budget: Duration,
+        request: F,
+    ) -> Result<(T, RunId), CommandError>
     where
-        F: Fn(MultiplexedConnection) -> Fut,
+        F: Fn(Link) -> Fut,
         Fut: Future<Output = Result<T, CommandError>>,
     {
-        let (generation, conn, fresh) = self.connection().await?;
-        match self.run(budget, generation, conn, &request).await {
+        let (link, fresh) = self.connection().await?;
+        let run_id = link.run_id.clone();
+        match self.run(budget, link, &request).await {
             Err(CommandError::Redis(e)) if !fresh && e.is_connection_dropped() => {
-                let (generation, conn, _) = self.connection().await?;
-                self.run(budget, generation, conn, &request).await
+                let (link, _) = self.connection().await?;
+                let run_id = link.run_id.clone();
+                Ok((self.run(budget, link, &request).await?, run_id))
             }
-            outcome => outcome,
+            outcome => Ok((outcome?, run_id)),
         }
     }
 
     async fn run<T, F, Fut>(
         &self,
         budget: Duration,
-        generation: u64,
-        conn: MultiplexedConnection,
+        link: Link,
         request: &F,
     ) -> Result<T, CommandError>
     where
-        F: Fn(MultiplexedConnection) -> Fut,
+        F: Fn(Link) -> Fut,
         Fut: Future<Output = Result<T, CommandError>>,
     {
         // A caller that gives up mid-request leaves the same dangling slot as a
         // timeout: the connection is discarded unless the request finished cleanly.
-        let unfinished = CancelGuard::new(generation, |generation| {
+        let unfinished = CancelGuard::new(link.generation, |generation| {
             self.discard(generation);
             None
         });
-        let outcome = match tokio::time::timeout(budget, request(conn)).await {
+        let outcome = match tokio::time::timeout(budget, request(link)).await {
             Ok(outcome) => outcome,
             Err(_) => Err(CommandError::Timeout(budget)),
         };
@@ -241,5 +308,39 @@ impl Connection {
             unfinished.disarm();
         }
         outcome
+    }
+}
+
+/// The `run_id` in `INFO server`. A server that refuses `INFO` (an ACL) is not an
+/// error: with no `run_id` to compare, every lease is checked after a reconnect.
+async fn read_run_id(conn: &mut MultiplexedConnection) -> Result<RunId, CommandError> {
+    let info: redis::RedisResult<String> = redis::cmd("INFO").arg("server").query_async(conn).await;
+    match info {
+        Ok(info) => Ok(info_field(&info, "run_id").map(Arc::from)),
+        Err(e) if e.is_io_error() || e.is_unrecoverable_error() => Err(e.into()),
+        Err(e) => {
+            tracing::debug!(error = %e, "INFO server refused: after a reconnect every lease is checked");
+            Ok(None)
+        }
+    }
+}
+
+/// `name:value` from an `INFO` reply.
+pub(crate) fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::info_field;
+
+    #[test]
+    fn info_fields_are_read_by_name() {
+        let info = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\n";
+        assert_eq!(info_field(info, "role"), Some("master"));
+        assert_eq!(info_field(info, "connected_slaves"), Some("2"));
+        assert_eq!(info_field(info, "connected"), None);
     }
 }

@@ -44,6 +44,11 @@ impl CommandError {
         }
     }
 
+    /// True when an ACL refused the command: trying again will not help.
+    pub fn forbidden(&self) -> bool {
+        matches!(self, CommandError::Redis(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm))
+    }
+
     /// True when the connection should be dropped and made again: after a timeout
     /// the `redis` crate keeps the request's slot in its pipeline, so a reply that
     /// never comes would shift every later reply onto the wrong request.

@@ -4,6 +4,7 @@
 //! Redlock, which asks every node.
 
 use crate::backend::RedisBackend;
+use crate::connection::info_field;
 use crate::error::CommandError;
 use crate::keys::{LockKeys, lock_key_pattern};
 use crate::protocol::ServerClient;
@@ -81,11 +82,12 @@ where
 }
 
 /// The settings of one server that can silently free a held lock or lower a
-/// token.
+/// token; `guarded` says the client has a restart guard.
 pub(crate) async fn server_pitfalls(
     server: &ServerClient,
     budget: Duration,
     role: Role,
+    guarded: bool,
 ) -> Result<Vec<String>, CommandError> {
     let host = &server.endpoint;
     let mut warnings = Vec::new();
@@ -123,27 +125,51 @@ pub(crate) async fn server_pitfalls(
              survive failover"
         ));
     }
-    if role == Role::RedlockNode {
-        let mut info = redis::cmd("INFO");
-        info.arg("persistence");
-        let persistence: Option<String> =
-            read(server, budget, info, "INFO persistence", &mut warnings).await?;
-        if persistence.is_some_and(|p| info_field(&p, "aof_enabled") != Some("1")) {
-            warnings.push(format!(
-                "{host}: append-only persistence is off: a Redlock node restarted within a ttl \
-                 forgets its locks and counters; enable appendonly or delay restarts past the \
-                 longest ttl"
-            ));
-        }
+    if !guarded
+        && let Some(warning) = persistence_pitfall(server, budget, role, &mut warnings).await?
+    {
+        warnings.push(warning);
     }
     Ok(warnings)
 }
 
-/// `name:value` from an `INFO` reply.
-fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
-    info.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-        .map(str::trim)
+/// Without AOF a restart forgets locks that holders still believe they hold, and
+/// the server grants them again at once unless a restart guard stops it.
+async fn persistence_pitfall(
+    server: &ServerClient,
+    budget: Duration,
+    role: Role,
+    warnings: &mut Vec<String>,
+) -> Result<Option<String>, CommandError> {
+    let mut info = redis::cmd("INFO");
+    info.arg("persistence");
+    let persistence: Option<String> =
+        read(server, budget, info, "INFO persistence", warnings).await?;
+    if persistence.is_none_or(|p| info_field(&p, "aof_enabled") == Some("1")) {
+        return Ok(None);
+    }
+    let mut config = redis::cmd("CONFIG");
+    config.arg("GET").arg("save");
+    let save: Option<Vec<String>> = read(server, budget, config, "save", warnings).await?;
+    let snapshots = save.is_some_and(|s| s.get(1).is_some_and(|points| !points.is_empty()));
+    let (what, forgets) = match snapshots {
+        true => (
+            "only RDB snapshots",
+            "every lock taken since the last snapshot",
+        ),
+        false => ("no AOF and no RDB save points", "every lock"),
+    };
+    let rule = match role {
+        Role::RedlockNode => ": Redlock's delayed-restart rule, enforced by the node",
+        Role::Single { .. } => "",
+    };
+    Ok(Some(format!(
+        "{}: append-only persistence is off ({what}): a restart forgets {forgets}, and the \
+         server grants them again at once while their holders still run until they notice; set \
+         restart_guard to at least the longest ttl in use on every client{rule} (or appendonly \
+         yes with appendfsync always)",
+        server.endpoint
+    )))
 }
 
 #[async_trait]
@@ -181,7 +207,7 @@ impl Inspect for RedisBackend {
         let role = Role::Single {
             waits: self.replicas.is_some(),
         };
-        server_pitfalls(&self.server, self.timeout, role)
+        server_pitfalls(&self.server, self.timeout, role, self.guard.is_some())
             .await
             .map_err(|e| self.error(e))
     }
@@ -194,18 +220,5 @@ impl Inspect for RedisBackend {
         ping(&self.server, self.timeout)
             .await
             .map_err(|e| self.error(e))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn info_fields_are_read_by_name() {
-        let info = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\n";
-        assert_eq!(info_field(info, "role"), Some("master"));
-        assert_eq!(info_field(info, "connected_slaves"), Some("2"));
-        assert_eq!(info_field(info, "connected"), None);
     }
 }

@@ -7,11 +7,13 @@
 //! | lock (owner value, PX ttl) | `ns{name}` |
 //! | fence counter (never expires) | `ns{name}:fence` |
 //! | release channel | `ns{name}:ch` |
+//! | restart-guard marker, one per namespace (only with a guard) | `nsrestart-guard` |
 //!
 //! `name` is escaped so that it never contains a brace: `%` → `%25`, `{` → `%7B`,
 //! `}` → `%7D`. Redis Cluster hashes the text between the first `{` and the first
 //! `}` after it, so the hash tag of all three is exactly the escaped name: they
-//! share one slot for every name, and distinct names stay distinct keys.
+//! share one slot for every name, and distinct names stay distinct keys. The
+//! marker has no brace, so no lock's keys can collide with it.
 
 use distlock_core::{LockError, LockKey};
 
@@ -83,6 +85,12 @@ impl LockKeys {
             lock,
         }
     }
+}
+
+/// The restart-guard marker of `namespace`: a hash `{run_id, until}` that never
+/// expires (see the acquire script).
+pub(crate) fn guard_marker(namespace: &str) -> String {
+    format!("{namespace}restart-guard")
 }
 
 /// A `SCAN MATCH` pattern for the lock keys (not fence counters) of every name that

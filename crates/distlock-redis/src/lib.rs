@@ -40,14 +40,23 @@
 //!   ZooKeeper when correctness must survive failover.
 //! - A server that cannot be reached makes renewals fail; the lease is lost at
 //!   its local deadline, before the server can expire the key.
+//! - A server that restarts and forgets the lock (no persistence) or is replaced
+//!   by a failover is noticed as soon as the client reconnects to it (its
+//!   `run_id` changed): every lease it granted is checked at once and fires
+//!   `lost()` if its key is gone. Without persistence the restarted server
+//!   grants the lock again at once; [`RedisConfig::restart_guard`] makes it
+//!   refuse until no lease from before can still be believed held, and
+//!   `Inspect::pitfalls` warns when persistence is off without a guard.
 //! - Keys are `<namespace>{<name>}`, `…:fence` and the channel `…:ch`, all in one
-//!   Redis Cluster slot; see `docs/backends/redis.md` for the exact layout.
+//!   Redis Cluster slot (plus `<namespace>restart-guard` with a guard); see
+//!   `docs/backends/redis.md` for the exact layout.
 //!
 //! # Modules
 //!
 //! `config` reads URLs and builds clients; `backend` is the lock on one server,
 //! `protocol` its Lua scripts (`scripts/*.lua`) and commands, `connection` the
-//! reconnecting command connection, `subscriber` the shared pub/sub wake-up;
+//! reconnecting command connection, `subscriber` the shared pub/sub wake-up,
+//! `restart` the restart check of held leases and the restart guard;
 //! `keys`, `error` and `inspect` as in every adapter; `redlock` the same shape
 //! again over N servers, plus its concurrent rounds and vote tally.
 #![deny(missing_docs)]
@@ -60,6 +69,7 @@ mod inspect;
 mod keys;
 mod protocol;
 mod redlock;
+mod restart;
 mod subscriber;
 
 pub use backend::{RedisBackend, RedisHandle, RedisLock, ReplicaAck};

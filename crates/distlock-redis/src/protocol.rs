@@ -6,17 +6,24 @@
 //! is sent with `EVALSHA`; the `redis` crate's [`Script`] reloads it on `NOSCRIPT`
 //! (after a server restart or `SCRIPT FLUSH`).
 
-use crate::connection::{Connection, ServerAddress, Timeouts};
+use crate::connection::{Connection, RunId, ServerAddress, Timeouts};
 use crate::error::CommandError;
 use crate::keys::LockKeys;
-use crate::subscriber::Subscriber;
+use crate::restart::{self, LossSender, RestartGuard, Restarts, Watch};
+use crate::subscriber::{Hold, Subscriber};
 use distlock_core::LockError;
-use distlock_core::toolkit::{CancelGuard, UndoFuture};
+use distlock_core::backend::LossSignal;
 use redis::Script;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
+use tokio::sync::mpsc;
+use undo::{UNDO_GRACE, release_invocation, undo_on_connection};
 
-/// `SET NX PX` + `INCR` of the fence counter, or the holder's `PTTL`.
+mod undo;
+pub(crate) use undo::release_on_drop;
+
+/// `SET NX PX` + `INCR` of the fence counter, or the holder's `PTTL`; with a
+/// restart guard, first the guard's marker.
 const ACQUIRE_LUA: &str = include_str!("scripts/acquire.lua");
 /// Compare-owner `PEXPIRE`.
 const RENEW_LUA: &str = include_str!("scripts/renew.lua");
@@ -44,16 +51,13 @@ fn lock_scripts() -> [(&'static str, &'static Script); 4] {
     ]
 }
 
-/// How much longer than its own timeout an acquire may take before the
-/// connection-level timeout gives up on it.
-const UNDO_GRACE: Duration = Duration::from_millis(50);
-
 /// The acquire script's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// Won, with this server's fencing token.
-    Won(u64),
-    /// Held elsewhere; the holder's remaining ttl in ms (-1: no expiry).
+    /// Won, with this server's fencing token, on the server with this `run_id`.
+    Won(u64, RunId),
+    /// Held elsewhere, or refused by the restart guard: how long in ms until it
+    /// may be free (-1: the holder's key has no expiry).
     Held(i64),
 }
 
@@ -75,14 +79,22 @@ impl Recorded {
     }
 }
 
-/// One Redis server as the lock protocol sees it: its command connection and
-/// the shared subscriber that wakes this client's waiters.
+/// One Redis server as the lock protocol sees it: its command connection, the
+/// shared subscriber that wakes this client's waiters, and the restart check of
+/// the leases held on it.
 pub(crate) struct ServerClient {
     /// The server's address without credentials, for errors and logs.
     pub endpoint: Arc<str>,
-    connection: Connection,
+    connection: Arc<Connection>,
     /// Release notifications for this client's waiters.
     pub subscriber: Subscriber,
+    restarts: Restarts,
+}
+
+/// A lease watched for a server that lost it; dropping it stops watching.
+pub(crate) struct LeaseWatch {
+    _watch: Watch,
+    _hold: Hold,
 }
 
 impl std::fmt::Debug for ServerClient {
@@ -91,6 +103,25 @@ impl std::fmt::Debug for ServerClient {
             .field("endpoint", &self.endpoint)
             .finish_non_exhaustive()
     }
+}
+
+/// `lost()` of a lease granted by `granted` (each server with the `run_id` that
+/// granted it): it fires as soon as fewer than `needed` of them still hold it.
+pub(crate) fn loss_signal(
+    granted: &[(&ServerClient, RunId)],
+    keys: &LockKeys,
+    owner: &str,
+    needed: usize,
+) -> LossSignal {
+    let (report, lost) = mpsc::unbounded_channel();
+    let watches: Vec<LeaseWatch> = granted
+        .iter()
+        .enumerate()
+        .map(|(tag, (server, run_id))| {
+            server.watch_lease(keys, owner, run_id.clone(), (report.clone(), tag))
+        })
+        .collect();
+    restart::loss_signal(watches, lost, needed)
 }
 
 /// A compare-owner script's 1/0 answer.
@@ -118,11 +149,38 @@ impl ServerClient {
         let endpoint: Arc<str> = address.endpoint().into();
         let subscriber =
             Subscriber::start(address.client(backend, true)?, endpoint.clone(), timeouts);
+        let connection = Arc::new(Connection::new(
+            address.client(backend, false)?,
+            timeouts.connect,
+        ));
+        let restarts = Restarts::start(
+            connection.clone(),
+            subscriber.connects(),
+            endpoint.clone(),
+            timeouts.response,
+        );
         Ok(ServerClient {
             endpoint,
-            connection: Connection::new(address.client(backend, false)?, timeouts.connect),
+            connection,
             subscriber,
+            restarts,
         })
+    }
+
+    /// Watches a lease acquired on the server with `run_id`: if the server loses
+    /// it (a restart, a failover), `report` is told at once.
+    fn watch_lease(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        run_id: RunId,
+        report: LossSender,
+    ) -> LeaseWatch {
+        LeaseWatch {
+            _watch: self.restarts.watch(&keys.lock, owner, run_id, report),
+            // The subscriber connection sees a dead server first.
+            _hold: self.subscriber.hold(),
+        }
     }
 
     /// Connects, authenticates and loads the lock scripts in one round trip, so
@@ -151,22 +209,31 @@ impl ServerClient {
             .await
     }
 
-    /// Runs the acquire script: `SET NX PX` and a fresh token, or the holder's PTTL.
+    /// Runs the acquire script: `SET NX PX` and a fresh token, or the holder's
+    /// PTTL, or (with a guard) how long the guard still refuses.
     pub async fn acquire(
         &self,
         keys: &LockKeys,
         owner: &str,
         ttl: Duration,
+        guard: Option<&RestartGuard>,
         budget: Duration,
     ) -> Result<Attempt, CommandError> {
         // The inner timeout fires first, so that an unanswered acquire is undone
         // on its own connection: queued behind the acquire, the release cannot
         // overtake it, as it could on a fresh connection.
-        let reply: Vec<i64> = self
+        let (reply, run_id): (Vec<i64>, RunId) = self
             .connection
-            .call(budget + UNDO_GRACE, |mut conn| {
+            .call_linked(budget + UNDO_GRACE, |link| {
+                let mut conn = link.conn;
                 let mut invocation = ACQUIRE.key(&keys.lock);
                 invocation.key(&keys.fence).arg(owner).arg(ttl_ms(ttl));
+                if let Some(guard) = guard {
+                    // The connection's run_id: a marker written by another server
+                    // process means this one may not have the locks it granted.
+                    let run_id = link.run_id.as_deref().unwrap_or("");
+                    invocation.key(&guard.marker).arg(guard.ms).arg(run_id);
+                }
                 let undo = undo_on_connection(conn.clone(), keys, owner);
                 async move {
                     let reply =
@@ -179,8 +246,12 @@ impl ServerClient {
             })
             .await?;
         match reply[..] {
-            [1, token] if token > 0 => Ok(Attempt::Won(token.unsigned_abs())),
+            [1, token] if token > 0 => Ok(Attempt::Won(token.unsigned_abs(), run_id)),
             [0, pttl] => Ok(Attempt::Held(pttl)),
+            [2, left] if left > 0 => {
+                tracing::debug!(endpoint = %self.endpoint, left_ms = left, "the restart guard refused an acquire");
+                Ok(Attempt::Held(left))
+            }
             _ => Err(CommandError::Reply(format!(
                 "acquire script returned {reply:?}"
             ))),
@@ -331,60 +402,4 @@ impl From<redis::Cmd> for Command {
     fn from(cmd: redis::Cmd) -> Self {
         Command::One(cmd)
     }
-}
-
-fn release_invocation(keys: &LockKeys, owner: &str) -> redis::ScriptInvocation<'static> {
-    let mut invocation = RELEASE.key(&keys.lock);
-    invocation.arg(owner).arg(&keys.channel);
-    invocation
-}
-
-/// Undoes an acquire request that was cancelled or timed out before its reply,
-/// by queueing the compare-owner release on the same connection, behind it.
-fn undo_on_connection(
-    mut conn: redis::aio::MultiplexedConnection,
-    keys: &LockKeys,
-    owner: &str,
-) -> CancelGuard<
-    redis::ScriptInvocation<'static>,
-    impl FnOnce(redis::ScriptInvocation<'static>) -> Option<UndoFuture>,
-> {
-    CancelGuard::new(release_invocation(keys, owner), move |invocation| {
-        Some(Box::pin(async move {
-            let undone: redis::RedisResult<i64> = invocation.invoke_async(&mut conn).await;
-            if let Err(e) = undone {
-                tracing::debug!(error = %e, "undoing an unanswered acquire failed; the ttl frees the key");
-            }
-        }) as UndoFuture)
-    })
-}
-
-/// The servers an abandoned attempt may hold, its keys and its owner value.
-type Abandoned = (Vec<Arc<ServerClient>>, LockKeys, String);
-
-/// Releases an acquisition whose outcome the caller will never use: a request
-/// whose reply was lost, or that was cancelled mid-flight, may still have taken
-/// the lock on the servers. The release compares the owner value, so it can only
-/// ever delete this attempt's own key.
-pub(crate) fn release_on_drop(
-    servers: &[Arc<ServerClient>],
-    keys: &LockKeys,
-    owner: &str,
-    budget: Duration,
-) -> CancelGuard<Abandoned, impl FnOnce(Abandoned) -> Option<UndoFuture>> {
-    let abandoned = (servers.to_vec(), keys.clone(), owner.to_owned());
-    CancelGuard::new(abandoned, move |(servers, keys, owner)| {
-        Some(Box::pin(async move {
-            let mut releases = tokio::task::JoinSet::new();
-            for server in servers {
-                let (keys, owner) = (keys.clone(), owner.clone());
-                releases.spawn(async move {
-                    if let Err(e) = server.release(&keys, &owner, budget).await {
-                        tracing::debug!(endpoint = %server.endpoint, error = %e, "undoing an abandoned acquire failed; the ttl frees the key");
-                    }
-                });
-            }
-            while releases.join_next().await.is_some() {}
-        }) as UndoFuture)
-    })
 }

@@ -10,20 +10,26 @@
 //!   (or known to be down), so a release after the attempt always wakes it.
 //! - A disconnect wakes every waiter, and so does the reconnect after it:
 //!   messages may have been lost in between.
+//! - While a lease is held the connection is kept up even with no waiter: it
+//!   always reads, so it sees a dead server at once, and each connection made is
+//!   counted for the restart check of the held leases (the first one too: the
+//!   server may have restarted before it).
 //! - A message wakes one waiter of this client (round robin); a waiter that was
 //!   woken and leaves before acting on it passes the wake on.
 
 use crate::connection::Timeouts;
-use distlock_core::backend::WaitUntil;
 use distlock_core::toolkit::Backoff;
 use futures_core::Stream;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
+
+mod waiting;
+pub(crate) use waiting::Waiting;
 
 /// Whether a channel's subscription is in place on the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,10 +105,28 @@ impl Registry {
 }
 
 /// The shared subscriber of one lock client on one server. The connection is made
-/// when the first waiter arrives and kept while the client lives.
+/// when the first waiter arrives or a lease is held, and kept while the client
+/// lives.
 pub(crate) struct Subscriber {
     registry: Shared,
     sync: mpsc::UnboundedSender<String>,
+    holds: watch::Sender<usize>,
+    /// Whether the task has a connection: a hold needs to wake it only if not.
+    up: Arc<AtomicBool>,
+    connects: watch::Receiver<u64>,
+}
+
+/// Keeps the subscriber connected while a lease is held.
+pub(crate) struct Hold(watch::Sender<usize>);
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        // The connection stays when the last hold ends: nothing to tell the task.
+        self.0.send_if_modified(|holds| {
+            *holds -= 1;
+            false
+        });
+    }
 }
 
 impl Subscriber {
@@ -110,7 +134,13 @@ impl Subscriber {
     pub fn start(client: redis::Client, endpoint: Arc<str>, timeouts: Timeouts) -> Self {
         let registry = Shared::default();
         let (sync, requests) = mpsc::unbounded_channel();
+        let holds = watch::Sender::new(0);
+        let up = Arc::new(AtomicBool::new(false));
+        let (connected, connects) = watch::channel(0);
         let task = SubscriberTask {
+            holds: holds.subscribe(),
+            up: up.clone(),
+            connected,
             client,
             endpoint,
             timeouts,
@@ -122,7 +152,31 @@ impl Subscriber {
             reconnect: Backoff::new(MIN_BACKOFF, MAX_BACKOFF),
         };
         tokio::spawn(task.run());
-        Subscriber { registry, sync }
+        Subscriber {
+            registry,
+            sync,
+            holds,
+            up,
+            connects,
+        }
+    }
+
+    /// Keeps the connection up until the returned guard is dropped.
+    pub fn hold(&self) -> Hold {
+        // The task reads the count whenever it may connect; it must be woken only
+        // when it sits idle without a connection. Checked under the count's lock,
+        // after which a task going down reads the new count when it retries.
+        self.holds.send_if_modified(|holds| {
+            *holds += 1;
+            *holds == 1 && !self.up.load(Ordering::SeqCst)
+        });
+        Hold(self.holds.clone())
+    }
+
+    /// Counts the connections made: each may reach a server that restarted or
+    /// replaced the one a lease was acquired on.
+    pub fn connects(&self) -> watch::Receiver<u64> {
+        self.connects.clone()
     }
 
     /// Registers `signal` as a waiter on `channel`; it is woken by releases once
@@ -172,84 +226,6 @@ struct Registration {
     readiness: watch::Receiver<Readiness>,
 }
 
-/// The longest a waiter sleeps without a message before it looks again, in case
-/// a release message was lost on a connection that failed silently.
-const MAX_NAP: Duration = Duration::from_secs(5);
-/// How often a waiter looks while a release would not be heard.
-const POLL_WHEN_DOWN: Duration = Duration::from_millis(200);
-
-/// One waiter on one lock, registered with the subscriber of every server whose
-/// release it must hear (one for `RedisLock`, every node for `Redlock`).
-pub(crate) struct Waiting {
-    signal: Arc<Signal>,
-    registrations: Vec<Registration>,
-    poll: Backoff,
-}
-
-impl Waiting {
-    /// Registers on every subscriber, then waits until each subscription is in
-    /// place or known to be down, at most until `until`: an attempt made after
-    /// this is followed by a wake for any release the subscribed servers see.
-    pub async fn start<'a>(
-        subscribers: impl IntoIterator<Item = &'a Subscriber>,
-        channel: &str,
-        until: Instant,
-    ) -> Waiting {
-        let signal = Arc::new(Signal::default());
-        let mut registrations: Vec<Registration> = subscribers
-            .into_iter()
-            .map(|subscriber| subscriber.register(channel, signal.clone()))
-            .collect();
-        for registration in &mut registrations {
-            let settled = registration
-                .readiness
-                .wait_for(|r| *r != Readiness::Pending);
-            let _ = tokio::time::timeout_at(until, settled).await;
-        }
-        Waiting {
-            signal,
-            registrations,
-            poll: Backoff::new(POLL_WHEN_DOWN, POLL_WHEN_DOWN),
-        }
-    }
-
-    /// Marks the wakes seen so far; take it before an attempt.
-    pub fn seen(&self) -> u64 {
-        self.signal.wakes.load(Ordering::SeqCst)
-    }
-
-    /// The attempt started after `seen` ended definitively (won or held
-    /// elsewhere), so those wakes need not be passed on.
-    pub fn handled(&self, seen: u64) {
-        self.signal.handled.fetch_max(seen, Ordering::SeqCst);
-    }
-
-    /// On how many servers a release wakes this waiter now.
-    pub fn ready(&self) -> usize {
-        let ready = |r: &&Registration| *r.readiness.borrow() == Readiness::Ready;
-        self.registrations.iter().filter(ready).count()
-    }
-
-    /// Sleeps until a release wakes the waiter or the holder's remaining ttl
-    /// (`pttl` in ms: -1 no expiry, -2 gone) runs out, at most [`MAX_NAP`] when a
-    /// release would be `heard`, else one poll interval. Returns `false` when
-    /// `wait` ended first.
-    pub async fn nap(&mut self, pttl: i64, heard: bool, wait: WaitUntil) -> bool {
-        let until_expiry = match u64::try_from(pttl) {
-            Ok(ms) => Duration::from_millis(ms.saturating_add(1)),
-            Err(_) if pttl == -1 => MAX_NAP,
-            Err(_) => Duration::ZERO,
-        };
-        let nap = until_expiry.min(MAX_NAP);
-        tokio::select! {
-            _ = self.signal.notify.notified() => true,
-            _ = tokio::time::sleep(nap), if heard => true,
-            more = self.poll.pause(nap, wait), if !heard => more,
-            _ = wait.reached() => false,
-        }
-    }
-}
-
 impl Drop for Registration {
     fn drop(&mut self) {
         let mut registry = lock(&self.registry);
@@ -268,8 +244,10 @@ impl Drop for Registration {
     }
 }
 
-const MIN_BACKOFF: Duration = Duration::from_millis(50);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// Reconnect pacing. The cap bounds how long after a restarted server answers
+/// again its held leases are checked; a refused connect costs next to nothing.
+const MIN_BACKOFF: Duration = Duration::from_millis(10);
+const MAX_BACKOFF: Duration = Duration::from_millis(100);
 
 type Connection = (redis::aio::PubSubSink, Pin<Box<redis::aio::PubSubStream>>);
 
@@ -279,6 +257,9 @@ struct SubscriberTask {
     timeouts: Timeouts,
     registry: Shared,
     requests: mpsc::UnboundedReceiver<String>,
+    holds: watch::Receiver<usize>,
+    up: Arc<AtomicBool>,
+    connected: watch::Sender<u64>,
     conn: Option<Connection>,
     /// What the server has confirmed on the current connection.
     subscribed: HashSet<String>,
@@ -289,10 +270,9 @@ struct SubscriberTask {
 impl SubscriberTask {
     async fn run(mut self) {
         loop {
-            if self.conn.is_none()
-                && self.retry_at.is_none()
-                && !lock(&self.registry).channels.is_empty()
-            {
+            let wanted =
+                *self.holds.borrow_and_update() > 0 || !lock(&self.registry).channels.is_empty();
+            if self.conn.is_none() && self.retry_at.is_none() && wanted {
                 self.connect().await;
             }
             let retry_at = self.retry_at;
@@ -310,6 +290,8 @@ impl SubscriberTask {
                     None => self.disconnected("the subscriber connection closed"),
                 },
                 _ = sleep_until_some(retry_at) => self.retry_at = None,
+                // A lease is held while there is no connection: make one.
+                changed = self.holds.changed() => if changed.is_err() { return },
             }
         }
     }
@@ -333,6 +315,8 @@ impl SubscriberTask {
         self.subscribed = wanted.into_iter().collect();
         self.conn = Some((sink, Box::pin(stream)));
         self.reconnect.reset();
+        self.up.store(true, Ordering::SeqCst);
+        self.connected.send_modify(|n| *n += 1);
         let mut registry = lock(&self.registry);
         registry.down = false;
         for (name, channel) in &registry.channels {
@@ -386,6 +370,7 @@ impl SubscriberTask {
     fn disconnected(&mut self, why: &str) {
         tracing::debug!(endpoint = %self.endpoint, why, "redis subscriber connection down; waiters poll until it is back");
         self.conn = None;
+        self.up.store(false, Ordering::SeqCst);
         self.subscribed.clear();
         self.retry_at = Some(Instant::now() + self.reconnect.next_delay());
         let mut registry = lock(&self.registry);

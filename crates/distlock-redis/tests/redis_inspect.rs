@@ -120,9 +120,57 @@ async fn redlock_inspect_finds_and_force_unlocks_the_holder_on_every_node() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_pitfalls_name_eviction_and_replicas_without_wait() {
+async fn redis_pitfalls_name_persistence_without_a_guard() {
     let server = server().await;
     let lock = redis_client(&server).await;
+    // The launcher's server persists nothing.
+    let warnings = inspect(&lock).pitfalls().await.unwrap();
+    assert!(
+        warnings.len() == 1
+            && warnings[0].contains("no AOF and no RDB save points")
+            && warnings[0].contains("restart_guard"),
+        "{warnings:?}"
+    );
+    let guarded: DynLock = Arc::new(
+        RedisConfig::from_url(&format!("{}?restart_guard=30s", server.url()))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        inspect(&guarded).pitfalls().await.unwrap(),
+        Vec::<String>::new()
+    );
+    let mut conn = admin(&server).await;
+    let _: String = raw(&mut conn, &["CONFIG", "SET", "save", "3600 1"]).await;
+    let warnings = inspect(&lock).pitfalls().await.unwrap();
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("only RDB snapshots"),
+        "{warnings:?}"
+    );
+    let _: String = raw(&mut conn, &["CONFIG", "SET", "appendonly", "yes"]).await;
+    assert_eq!(
+        inspect(&lock).pitfalls().await.unwrap(),
+        Vec::<String>::new()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_pitfalls_name_eviction_and_replicas_without_wait() {
+    let server = server().await;
+    let url = format!("{}?restart_guard=30s", server.url());
+    let client = || async {
+        let lock: DynLock = Arc::new(
+            RedisConfig::from_url(&url)
+                .unwrap()
+                .connect()
+                .await
+                .unwrap(),
+        );
+        lock
+    };
+    let lock = client().await;
     assert_eq!(
         inspect(&lock).pitfalls().await.unwrap(),
         Vec::<String>::new()

@@ -22,14 +22,24 @@ async fn an_uncontended_cycle_costs_exactly_two_commands() {
         .unwrap();
     let key = LockKey::new("cycle").unwrap();
     let opts = AcquireOptions::new().ttl(Duration::from_secs(30));
-    // Warm-up: connection set-up and the fence counter's first seeding.
-    lock.acquire(&key, &opts)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    // Warm-up: connection set-up, the fence counter's first seeding, and the
+    // subscriber connection a held lease keeps up, whose first connection is
+    // followed by one restart check (a PING) while the lease is held.
     let mut conn = admin(&server).await;
+    // The launcher's readiness probe was a PING too.
+    let pings = command_calls(&mut conn).await.get("ping").copied();
+    let lease = lock.acquire(&key, &opts).await.unwrap();
+    let checked = pings.unwrap_or(0) + 1;
+    eventually(
+        Duration::from_secs(5),
+        "the restart check after the subscriber connected",
+        || {
+            let mut conn = conn.clone();
+            async move { command_calls(&mut conn).await.get("ping") == Some(&checked) }
+        },
+    )
+    .await;
+    lease.release().await.unwrap();
     let before = command_calls(&mut conn).await;
     for _ in 0..CYCLES {
         lock.acquire(&key, &opts)

@@ -5,18 +5,23 @@
 //! nodes have a fence counter ≥ T. Any later winner holds a majority too, which
 //! meets one of those nodes, whose `INCR` then gives more than T; so later tokens
 //! are greater, as long as nodes keep their counters (see the docs).
+//!
+//! Restarts: a lease is watched on every node that granted it, and `lost()`
+//! fires as soon as fewer than a majority of them still hold it. With a restart
+//! guard, each node refuses locks after it lost its state, which is the
+//! delayed-restart rule enforced by the node itself.
 
 use super::BACKEND;
-use super::round::{self, Unheard};
+use super::round;
 use super::tally::Tally;
-use crate::connection::{ServerAddress, Timeouts};
-use crate::error::CommandError;
+use crate::connection::{RunId, ServerAddress, Timeouts};
 use crate::keys::LockKeys;
-use crate::protocol::{Attempt, ServerClient, release_on_drop};
+use crate::protocol::{ServerClient, loss_signal, release_on_drop};
+use crate::restart::RestartGuard;
 use crate::subscriber::Waiting;
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
-use distlock_core::toolkit::{Backoff, Inspect, UndoFuture, random_owner};
+use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
+use distlock_core::toolkit::{Backoff, Inspect, random_owner};
 use distlock_core::{
     AcquireOptions, BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError,
     TokenDurability, Wake, clock_drift,
@@ -24,6 +29,8 @@ use distlock_core::{
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod votes;
 
 /// A Redlock client: [`crate::RedlockConfig::connect`] gives one.
 pub type Redlock = BackendLock<RedlockBackend>;
@@ -39,6 +46,7 @@ pub struct RedlockBackend {
     /// How long nodes may stay too slow for a majority before a waiting acquire
     /// gives up on them (the connect timeout).
     slow_grace: Duration,
+    pub(super) guard: Option<RestartGuard>,
 }
 
 impl std::fmt::Debug for RedlockBackend {
@@ -56,6 +64,8 @@ impl std::fmt::Debug for RedlockBackend {
 pub struct RedlockHandle {
     keys: LockKeys,
     owner: String,
+    /// The nodes that granted it, with their server processes.
+    won: Vec<(usize, RunId)>,
 }
 
 enum Outcome {
@@ -84,11 +94,13 @@ impl RedlockBackend {
         default_ttl: Duration,
         timeouts: Timeouts,
         retry_delay: Duration,
+        restart_guard: Option<Duration>,
     ) -> Result<Self, LockError> {
         let mut nodes = Vec::with_capacity(addresses.len());
         for address in addresses {
             nodes.push(Arc::new(ServerClient::new(address, BACKEND, timeouts)?));
         }
+        let guard = restart_guard.map(|guard| RestartGuard::new(&namespace, guard));
         let backend = RedlockBackend {
             quorum: nodes.len() / 2 + 1,
             nodes,
@@ -97,6 +109,7 @@ impl RedlockBackend {
             timeout: timeouts.response,
             retry_delay,
             slow_grace: timeouts.connect,
+            guard,
         };
         let (budget, patience) = (timeouts.response, timeouts.connect + timeouts.response);
         let answers = round::on_all(
@@ -175,6 +188,11 @@ impl RedlockBackend {
                 handle: RedlockHandle {
                     keys: keys.clone(),
                     owner,
+                    won: tally
+                        .won
+                        .iter()
+                        .map(|(node, _, r)| (*node, r.clone()))
+                        .collect(),
                 },
                 token: FencingToken::new(token),
                 sent_at,
@@ -198,99 +216,6 @@ impl RedlockBackend {
         undo.disarm();
         Ok(Outcome::Lost { tally, too_slow })
     }
-
-    /// Sends the acquire script to every node at once and counts the replies,
-    /// stopping early once a majority can no longer be won. Replies that arrive
-    /// after that give their lock back by themselves.
-    async fn acquire_round(
-        &self,
-        keys: &LockKeys,
-        owner: &str,
-        ttl: Duration,
-        sent_at: Instant,
-    ) -> Tally {
-        let (n, quorum, budget) = (self.nodes.len(), self.quorum, self.timeout);
-        let (k, o) = (keys.clone(), owner.to_owned());
-        let unheard: Unheard<Attempt> = Arc::new(
-            move |node: Arc<ServerClient>, result: &Result<Attempt, CommandError>| {
-                let may_hold = matches!(result, Ok(Attempt::Won(_)))
-                    || result.as_ref().is_err_and(CommandError::outcome_unknown);
-                let (keys, owner) = (k.clone(), o.clone());
-                may_hold.then(|| {
-                    Box::pin(async move {
-                        let _ = node.release(&keys, &owner, budget).await;
-                    }) as UndoFuture
-                })
-            },
-        );
-        let (k, o) = (keys.clone(), owner.to_owned());
-        let op = move |node: Arc<ServerClient>| {
-            let (keys, owner) = (k.clone(), o.clone());
-            async move { node.acquire(&keys, &owner, ttl, budget).await }
-        };
-        let mut replies = round::start(&self.nodes, 0..n, op, Some(unheard));
-        let deadline = (sent_at + budget).into();
-        let collected = round::collect(&mut replies, n, deadline, |so_far| {
-            let lost = so_far
-                .iter()
-                .filter(|r| !matches!(r.result, Ok(Attempt::Won(_))))
-                .count();
-            lost > n - quorum
-        })
-        .await;
-        drop(replies);
-        let timed_out = (tokio::time::Instant::now() >= deadline).then_some(budget);
-        Tally::of(collected, &self.nodes, timed_out)
-    }
-
-    /// Raises the fence counters of the nodes won to `token`. Returns how many
-    /// nodes are known to have a counter ≥ `token`.
-    async fn raise_fences(&self, keys: &LockKeys, won: &[(usize, u64)], token: u64) -> usize {
-        let (budget, k) = (self.timeout, keys.clone());
-        let targets = won.iter().map(|(node, _)| *node).collect();
-        let answers = round::on_all(&self.nodes, targets, budget, move |node| {
-            let keys = k.clone();
-            async move { node.raise_fence(&keys, token, budget).await }
-        })
-        .await;
-        let mut at_least: HashSet<usize> = answers.ok.iter().map(|(node, _)| *node).collect();
-        at_least.extend(
-            won.iter()
-                .filter(|(_, t)| *t == token)
-                .map(|(node, _)| *node),
-        );
-        at_least.len()
-    }
-
-    /// Runs a compare-owner script on every node and judges ownership by majority.
-    async fn on_majority(
-        &self,
-        handle: &RedlockHandle,
-        renew_ttl: Option<Duration>,
-    ) -> Result<(Ownership, Instant), LockError> {
-        let budget = self.timeout;
-        let sent_at = Instant::now();
-        let (k, o) = (handle.keys.clone(), handle.owner.clone());
-        let answers = round::on_all(&self.nodes, self.all_nodes(), budget, move |node| {
-            let (keys, owner) = (k.clone(), o.clone());
-            async move {
-                match renew_ttl {
-                    Some(ttl) => node.renew(&keys, &owner, ttl, budget).await,
-                    None => node.release(&keys, &owner, budget).await,
-                }
-            }
-        })
-        .await;
-        let held = answers.ok.iter().filter(|(_, held)| *held).count();
-        let unknown = self.nodes.len() - answers.ok.len();
-        if held >= self.quorum {
-            return Ok((Ownership::Held, sent_at));
-        }
-        if held + unknown < self.quorum {
-            return Ok((Ownership::NotHeld, sent_at));
-        }
-        Err(self.quorum_unavailable(answers.ok.len(), answers.failed.join("; ")))
-    }
 }
 
 #[async_trait]
@@ -306,6 +231,7 @@ impl Backend for RedlockBackend {
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<RedlockHandle>, LockError> {
+        RestartGuard::check(self.guard.as_ref(), req.ttl)?;
         let keys = LockKeys::new(&self.namespace, req.key);
         let mut waiting: Option<Waiting> = None;
         // Contenders woken by one release must not split the vote again.
@@ -389,6 +315,20 @@ impl Backend for RedlockBackend {
 
     async fn release(&self, handle: &RedlockHandle) -> Result<Ownership, LockError> {
         Ok(self.on_majority(handle, None).await?.0)
+    }
+
+    fn loss_signal(&self, handle: &RedlockHandle) -> Option<LossSignal> {
+        let granted: Vec<_> = handle
+            .won
+            .iter()
+            .filter_map(|(node, run_id)| Some((&**self.nodes.get(*node)?, run_id.clone())))
+            .collect();
+        Some(loss_signal(
+            &granted,
+            &handle.keys,
+            &handle.owner,
+            self.quorum,
+        ))
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {

@@ -15,7 +15,9 @@ use std::time::Duration;
 /// (`redlocks://` for TLS), with the same credentials and database on every node.
 /// Parameters: `namespace`, `ttl` (default ttl), `connect_timeout` (`5s`),
 /// `timeout` (per-node reply timeout, `250ms`), `retry_delay` (largest random
-/// delay before a retry, `20ms`), `protocol` and `insecure` as for `redis://`.
+/// delay before a retry, `20ms`), `restart_guard` (off; see
+/// [`RedlockConfig::restart_guard`]), `protocol` and `insecure` as for
+/// `redis://`.
 ///
 /// Use an odd number of nodes, at least 3: N nodes tolerate ⌊(N−1)/2⌋ failures,
 /// so an even N buys no extra tolerance, and fewer than 3 tolerate none. Both are
@@ -119,6 +121,16 @@ impl RedlockConfig {
         self
     }
 
+    /// Makes every node refuse locks after it lost its state (a restart without
+    /// persistence, a restart or failover to another process) until `guard` has
+    /// passed: Redlock's delayed-restart rule, enforced by each node rather than
+    /// by operators. Set it to at least the longest ttl in use, on every client;
+    /// see [`crate::RedisConfig::restart_guard`] for how it works. Off by default.
+    pub fn restart_guard(mut self, guard: Duration) -> Self {
+        self.common.restart_guard = Some(guard);
+        self
+    }
+
     /// The largest random delay before a retry (default 20 ms), so that
     /// contenders that split the vote do not collide again.
     pub fn retry_delay(mut self, delay: Duration) -> Self {
@@ -181,6 +193,7 @@ impl RedlockConfig {
             self.common.default_ttl,
             timeouts,
             self.retry_delay,
+            self.common.restart_guard,
         )
         .await?;
         Ok(BackendLock::new(backend))
@@ -200,7 +213,7 @@ mod tests {
 
     #[test]
     fn parses_nodes_credentials_and_parameters() {
-        let c = RedlockConfig::from_url("redlocks://u:p%40ss@a:1,b:2,[::1]:3/4?namespace=x:&timeout=50ms&retry_delay=5ms&ttl=3s").unwrap();
+        let c = RedlockConfig::from_url("redlocks://u:p%40ss@a:1,b:2,[::1]:3/4?namespace=x:&timeout=50ms&retry_delay=5ms&ttl=3s&restart_guard=3s").unwrap();
         assert_eq!(
             c.endpoints(),
             vec!["rediss://a:1/4", "rediss://b:2/4", "rediss://[::1]:3/4"]
@@ -214,6 +227,7 @@ mod tests {
         assert_eq!(c.common.timeout, Duration::from_millis(50));
         assert_eq!(c.retry_delay, Duration::from_millis(5));
         assert_eq!(c.common.default_ttl, Duration::from_secs(3));
+        assert_eq!(c.common.restart_guard, Some(Duration::from_secs(3)));
     }
 
     #[test]

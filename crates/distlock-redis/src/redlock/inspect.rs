@@ -93,14 +93,17 @@ impl Inspect for RedlockBackend {
     }
 
     async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
-        let budget = self.timeout;
-        let answers = round::on_all(
-            &self.nodes,
-            self.all_nodes(),
-            budget * 4,
-            move |node| async move { server_pitfalls(&node, budget, Role::RedlockNode).await },
-        )
-        .await;
+        let (budget, guarded) = (self.timeout, self.guard.is_some());
+        let answers =
+            round::on_all(
+                &self.nodes,
+                self.all_nodes(),
+                budget * 4,
+                move |node| async move {
+                    server_pitfalls(&node, budget, Role::RedlockNode, guarded).await
+                },
+            )
+            .await;
         let n = self.nodes.len();
         let mut warnings = Vec::new();
         if n < 3 || n.is_multiple_of(2) {

@@ -1,6 +1,7 @@
 //! Counting one acquire round's votes.
 
 use super::round::{Reply, describe};
+use crate::connection::RunId;
 use crate::error::CommandError;
 use crate::protocol::{Attempt, ServerClient};
 use std::sync::Arc;
@@ -9,8 +10,8 @@ use std::time::Duration;
 /// What one acquire round found.
 #[derive(Debug, Default)]
 pub(crate) struct Tally {
-    /// Nodes won, with their tokens.
-    pub won: Vec<(usize, u64)>,
+    /// Nodes won, with their tokens and the server process that granted them.
+    pub won: Vec<(usize, u64, RunId)>,
     /// Nodes held elsewhere, with the holder's remaining ttl.
     pub held: Vec<(usize, i64)>,
     /// Nodes that failed, and why (naming the node).
@@ -35,7 +36,7 @@ impl Tally {
                 *seen = true;
             }
             match reply.result {
-                Ok(Attempt::Won(token)) => tally.won.push((reply.node, token)),
+                Ok(Attempt::Won(token, run_id)) => tally.won.push((reply.node, token, run_id)),
                 Ok(Attempt::Held(pttl)) => tally.held.push((reply.node, pttl)),
                 Err(e) => {
                     tally.timeouts += usize::from(matches!(e, CommandError::Timeout(_)));
@@ -58,7 +59,7 @@ impl Tally {
 
     /// The highest token among the nodes won.
     pub fn max_token(&self) -> Option<u64> {
-        self.won.iter().map(|(_, token)| *token).max()
+        self.won.iter().map(|(_, token, _)| *token).max()
     }
 
     /// Nodes not known to have failed.

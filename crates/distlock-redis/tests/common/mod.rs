@@ -1,11 +1,14 @@
-//! Shared by the adapter tests: real servers from the testkit and a raw admin
-//! connection to read what the server itself counts.
+//! Shared by the adapter tests: real servers from the testkit, a raw admin
+//! connection to read what the server itself counts, and the steps of the
+//! restart tests.
 // Test helpers: a failed set-up fails the test that called it.
 #![allow(dead_code, clippy::expect_used)]
 
+use distlock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockKey, LossReason, Wait};
 use distlock_testkit::servers::{RedisOptions, RedisServer};
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
 
 /// Starts `count` servers. The launcher's future is not `Send`, so it runs on a
 /// blocking thread of the current runtime.
@@ -91,4 +94,95 @@ where
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// How soon after a server is back a holder must know it lost its lease: far
+/// below the renewal interval of the long ttls the restart tests use.
+pub const DETECTION_BOUND: Duration = Duration::from_secs(2);
+/// The longest two holders may both believe they hold a lock after a restart
+/// without a guard (until the first one notices).
+pub const MAX_OVERLAP: Duration = Duration::from_millis(500);
+
+/// Kills `server` (a crash: no clean shutdown) and starts it again on the same
+/// port; without persistence it comes back empty. Returns when the kill was
+/// sent and when the server answers again.
+pub async fn crash_and_restart(server: &RedisServer) -> (Instant, Instant) {
+    let killed_at = Instant::now();
+    server.kill();
+    server.restart().await.expect("restart on the same port");
+    (killed_at, Instant::now())
+}
+
+/// Spawns a task that records when `lease` is lost and why.
+pub fn watch_loss(lease: &Lease) -> JoinHandle<(LossReason, Instant)> {
+    let lost = lease.lost();
+    tokio::spawn(async move { (lost.await, Instant::now()) })
+}
+
+/// `a` relative to `b`, signed, for printing.
+pub fn after(a: Instant, b: Instant) -> String {
+    match a.checked_duration_since(b) {
+        Some(d) => format!("+{d:?}"),
+        None => format!("-{:?}", b - a),
+    }
+}
+
+/// Asserts that `lock` is refused `key` at once (`Busy`), then waits up to
+/// `wait` for it. Returns when it asked, the lease and when it got it.
+pub async fn refused_then_granted(
+    lock: &dyn DistributedLock,
+    key: &LockKey,
+    ttl: Duration,
+    wait: Duration,
+) -> (Instant, Lease, Instant) {
+    let asked_at = Instant::now();
+    let opts = AcquireOptions::new().ttl(ttl);
+    let refused = lock.acquire(key, &opts.clone().wait(Wait::No)).await;
+    assert!(
+        matches!(refused, Err(LockError::Busy { .. })),
+        "{refused:?}"
+    );
+    let lease = lock
+        .acquire(key, &opts.wait(Wait::For(wait)))
+        .await
+        .expect("granted after waiting");
+    (asked_at, lease, Instant::now())
+}
+
+/// Asserts that the holder watched by `a_lost` lost its lease as revoked,
+/// within `bound` of `back_at` (the server answering again) and before `b_at`
+/// (someone else got the lock). Returns when it was lost.
+pub async fn lost_in_time(
+    a_lost: JoinHandle<(LossReason, Instant)>,
+    back_at: Instant,
+    b_at: Instant,
+    bound: Duration,
+) -> Instant {
+    let (reason, a_lost_at) = a_lost.await.expect("loss watcher");
+    assert_eq!(reason, LossReason::Revoked);
+    assert!(
+        a_lost_at <= back_at + bound,
+        "the holder noticed only {} after the server was back",
+        after(a_lost_at, back_at)
+    );
+    assert!(a_lost_at < b_at, "B got in before A knew it had lost");
+    a_lost_at
+}
+
+/// Waits (at most [`DETECTION_BOUND`]) for the holder watched by `a_lost` to
+/// lose its lease as revoked, and asserts that it overlapped the second holder,
+/// who got the lock at `b_at`, by less than [`MAX_OVERLAP`]. Returns when the
+/// first holder knew, and the overlap.
+pub async fn overlap_with(
+    a_lost: JoinHandle<(LossReason, Instant)>,
+    b_at: Instant,
+) -> (Instant, Duration) {
+    let (reason, a_lost_at) = tokio::time::timeout(DETECTION_BOUND, a_lost)
+        .await
+        .expect("the first holder notices within the detection bound")
+        .expect("loss watcher");
+    assert_eq!(reason, LossReason::Revoked);
+    let overlap = a_lost_at.saturating_duration_since(b_at);
+    assert!(overlap < MAX_OVERLAP, "both held the lock for {overlap:?}");
+    (a_lost_at, overlap)
 }

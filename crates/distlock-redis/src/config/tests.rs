@@ -1,0 +1,68 @@
+//! `RedisConfig` and the shared URL reader, on URLs alone (no server).
+
+use super::*;
+
+#[test]
+fn url_parameters_are_applied() {
+    let c = RedisConfig::from_url(
+        "redis://h:1/2?namespace=app:&ttl=10s&connect_timeout=1s&timeout=250ms&wait_replicas=1&wait_timeout=50ms",
+    )
+    .unwrap();
+    assert_eq!(c.common.namespace, "app:");
+    assert_eq!(c.common.default_ttl, Duration::from_secs(10));
+    assert_eq!(c.common.connect_timeout, Duration::from_secs(1));
+    assert_eq!(c.common.timeout, Duration::from_millis(250));
+    let ack = ReplicaAck {
+        replicas: 1,
+        timeout: Duration::from_millis(50),
+    };
+    assert_eq!(c.replicas, Some(ack));
+    assert_eq!(c.common.restart_guard, None, "the guard is off by default");
+}
+
+#[test]
+fn the_restart_guard_is_read_and_must_cover_the_default_ttl() {
+    let c = RedisConfig::from_url("redis://h/0?restart_guard=45s").unwrap();
+    assert_eq!(c.common.restart_guard, Some(Duration::from_secs(45)));
+    let c = RedisConfig::from_url("redis://h/0?restart_guard=5s&ttl=5s").unwrap();
+    assert_eq!(c.common.restart_guard, Some(Duration::from_secs(5)));
+    for (url, why) in [
+        (
+            "redis://h/0?restart_guard=5s",
+            "shorter than the default ttl",
+        ),
+        ("redis://h/0?restart_guard=0s", "more than zero"),
+        ("redis://h/0?restart_guard=30", "30s"),
+    ] {
+        let err = RedisConfig::from_url(url).unwrap_err().to_string();
+        assert!(err.contains(why), "{url}: {err}");
+    }
+    let err = RedisConfig::new("h", 1)
+        .restart_guard(Duration::from_secs(1))
+        .validate()
+        .unwrap_err();
+    assert!(err.to_string().contains("restart_guard"), "{err}");
+}
+
+#[test]
+fn servers_carry_credentials_db_tls_and_protocol() {
+    let text = "rediss://u%40x:p%3Ass@cache.example:7000/3?protocol=resp3&insecure=true";
+    let (_, servers) = read_servers(BACKEND, text, Schemes::Redis).unwrap();
+    let s = &servers[0];
+    assert_eq!((s.host.as_str(), s.port, s.db), ("cache.example", 7000, 3));
+    assert!(s.tls && s.insecure && s.resp3);
+    assert_eq!(s.username.as_deref(), Some("u@x"));
+    assert_eq!(s.password.as_deref(), Some("p:ss"));
+    assert_eq!(s.endpoint(), "rediss://cache.example:7000/3");
+    let c = RedisConfig::from_url("redis://[::1]").unwrap();
+    assert_eq!((c.server.port, c.server.db, c.server.tls), (6379, 0, false));
+    assert_eq!(c.endpoint(), "redis://[::1]:6379/0");
+}
+
+#[test]
+fn debug_hides_the_password() {
+    let c = RedisConfig::new("h", 1).credentials(Some("u"), "hunter2");
+    assert!(!format!("{c:?}").contains("hunter2"));
+    let c = RedisConfig::from_url("redis://user:hunter2@h:1/0").unwrap();
+    assert!(!format!("{c:?}").contains("hunter2"));
+}

@@ -1,0 +1,69 @@
+//! Undoing acquires whose outcome nobody will use: a request cancelled in
+//! flight, or whose reply was lost, may still have taken the lock. Every undo is
+//! the compare-owner release, so it can only ever delete that attempt's own key.
+
+use super::{RELEASE, ServerClient};
+use crate::keys::LockKeys;
+use distlock_core::toolkit::{CancelGuard, UndoFuture};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How much longer than its own timeout an acquire may take before the
+/// connection-level timeout gives up on it.
+pub(super) const UNDO_GRACE: Duration = Duration::from_millis(50);
+
+pub(super) fn release_invocation(keys: &LockKeys, owner: &str) -> redis::ScriptInvocation<'static> {
+    let mut invocation = RELEASE.key(&keys.lock);
+    invocation.arg(owner).arg(&keys.channel);
+    invocation
+}
+
+/// Undoes an acquire request that was cancelled or timed out before its reply,
+/// by queueing the compare-owner release on the same connection, behind it.
+pub(super) fn undo_on_connection(
+    mut conn: redis::aio::MultiplexedConnection,
+    keys: &LockKeys,
+    owner: &str,
+) -> CancelGuard<
+    redis::ScriptInvocation<'static>,
+    impl FnOnce(redis::ScriptInvocation<'static>) -> Option<UndoFuture>,
+> {
+    CancelGuard::new(release_invocation(keys, owner), move |invocation| {
+        Some(Box::pin(async move {
+            let undone: redis::RedisResult<i64> = invocation.invoke_async(&mut conn).await;
+            if let Err(e) = undone {
+                tracing::debug!(error = %e, "undoing an unanswered acquire failed; the ttl frees the key");
+            }
+        }) as UndoFuture)
+    })
+}
+
+/// The servers an abandoned attempt may hold, its keys and its owner value.
+type Abandoned = (Vec<Arc<ServerClient>>, LockKeys, String);
+
+/// Releases an acquisition whose outcome the caller will never use: a request
+/// whose reply was lost, or that was cancelled mid-flight, may still have taken
+/// the lock on the servers. The release compares the owner value, so it can only
+/// ever delete this attempt's own key.
+pub(crate) fn release_on_drop(
+    servers: &[Arc<ServerClient>],
+    keys: &LockKeys,
+    owner: &str,
+    budget: Duration,
+) -> CancelGuard<Abandoned, impl FnOnce(Abandoned) -> Option<UndoFuture>> {
+    let abandoned = (servers.to_vec(), keys.clone(), owner.to_owned());
+    CancelGuard::new(abandoned, move |(servers, keys, owner)| {
+        Some(Box::pin(async move {
+            let mut releases = tokio::task::JoinSet::new();
+            for server in servers {
+                let (keys, owner) = (keys.clone(), owner.clone());
+                releases.spawn(async move {
+                    if let Err(e) = server.release(&keys, &owner, budget).await {
+                        tracing::debug!(endpoint = %server.endpoint, error = %e, "undoing an abandoned acquire failed; the ttl frees the key");
+                    }
+                });
+            }
+            while releases.join_next().await.is_some() {}
+        }) as UndoFuture)
+    })
+}

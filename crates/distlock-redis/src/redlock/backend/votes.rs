@@ -1,0 +1,119 @@
+//! The protocol's rounds on all nodes at once: the acquire vote, the fence
+//! raise, and the compare-owner renew or release judged by majority.
+
+use super::{RedlockBackend, RedlockHandle};
+use crate::connection::RunId;
+use crate::error::CommandError;
+use crate::keys::LockKeys;
+use crate::protocol::{Attempt, ServerClient};
+use crate::redlock::round::{self, Unheard};
+use crate::redlock::tally::Tally;
+use distlock_core::LockError;
+use distlock_core::backend::Ownership;
+use distlock_core::toolkit::UndoFuture;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+impl RedlockBackend {
+    /// Sends the acquire script to every node at once and counts the replies,
+    /// stopping early once a majority can no longer be won. Replies that arrive
+    /// after that give their lock back by themselves.
+    pub(super) async fn acquire_round(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        ttl: Duration,
+        sent_at: Instant,
+    ) -> Tally {
+        let (n, quorum, budget) = (self.nodes.len(), self.quorum, self.timeout);
+        let (k, o) = (keys.clone(), owner.to_owned());
+        let unheard: Unheard<Attempt> = Arc::new(
+            move |node: Arc<ServerClient>, result: &Result<Attempt, CommandError>| {
+                let may_hold = matches!(result, Ok(Attempt::Won(..)))
+                    || result.as_ref().is_err_and(CommandError::outcome_unknown);
+                let (keys, owner) = (k.clone(), o.clone());
+                may_hold.then(|| {
+                    Box::pin(async move {
+                        let _ = node.release(&keys, &owner, budget).await;
+                    }) as UndoFuture
+                })
+            },
+        );
+        let (k, o, g) = (keys.clone(), owner.to_owned(), self.guard.clone());
+        let op = move |node: Arc<ServerClient>| {
+            let (keys, owner, guard) = (k.clone(), o.clone(), g.clone());
+            async move {
+                node.acquire(&keys, &owner, ttl, guard.as_ref(), budget)
+                    .await
+            }
+        };
+        let mut replies = round::start(&self.nodes, 0..n, op, Some(unheard));
+        let deadline = (sent_at + budget).into();
+        let collected = round::collect(&mut replies, n, deadline, |so_far| {
+            let lost = so_far
+                .iter()
+                .filter(|r| !matches!(r.result, Ok(Attempt::Won(..))))
+                .count();
+            lost > n - quorum
+        })
+        .await;
+        drop(replies);
+        let timed_out = (tokio::time::Instant::now() >= deadline).then_some(budget);
+        Tally::of(collected, &self.nodes, timed_out)
+    }
+
+    /// Raises the fence counters of the nodes won to `token`. Returns how many
+    /// nodes are known to have a counter ≥ `token`.
+    pub(super) async fn raise_fences(
+        &self,
+        keys: &LockKeys,
+        won: &[(usize, u64, RunId)],
+        token: u64,
+    ) -> usize {
+        let (budget, k) = (self.timeout, keys.clone());
+        let targets = won.iter().map(|(node, _, _)| *node).collect();
+        let answers = round::on_all(&self.nodes, targets, budget, move |node| {
+            let keys = k.clone();
+            async move { node.raise_fence(&keys, token, budget).await }
+        })
+        .await;
+        let mut at_least: HashSet<usize> = answers.ok.iter().map(|(node, _)| *node).collect();
+        at_least.extend(
+            won.iter()
+                .filter(|(_, t, _)| *t == token)
+                .map(|(node, _, _)| *node),
+        );
+        at_least.len()
+    }
+
+    /// Runs a compare-owner script on every node and judges ownership by majority.
+    pub(super) async fn on_majority(
+        &self,
+        handle: &RedlockHandle,
+        renew_ttl: Option<Duration>,
+    ) -> Result<(Ownership, Instant), LockError> {
+        let budget = self.timeout;
+        let sent_at = Instant::now();
+        let (k, o) = (handle.keys.clone(), handle.owner.clone());
+        let answers = round::on_all(&self.nodes, self.all_nodes(), budget, move |node| {
+            let (keys, owner) = (k.clone(), o.clone());
+            async move {
+                match renew_ttl {
+                    Some(ttl) => node.renew(&keys, &owner, ttl, budget).await,
+                    None => node.release(&keys, &owner, budget).await,
+                }
+            }
+        })
+        .await;
+        let held = answers.ok.iter().filter(|(_, held)| *held).count();
+        let unknown = self.nodes.len() - answers.ok.len();
+        if held >= self.quorum {
+            return Ok((Ownership::Held, sent_at));
+        }
+        if held + unknown < self.quorum {
+            return Ok((Ownership::NotHeld, sent_at));
+        }
+        Err(self.quorum_unavailable(answers.ok.len(), answers.failed.join("; ")))
+    }
+}

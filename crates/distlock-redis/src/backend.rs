@@ -17,7 +17,7 @@
 //! renewal. With a restart guard, the acquire script itself refuses locks on a
 //! server that may have lost some, until the guard has passed.
 
-use crate::connection::{RunId, ServerAddress, Timeouts};
+use crate::connection::{RunId, ServerAddress};
 use crate::error::CommandError;
 use crate::keys::LockKeys;
 use crate::protocol::{Attempt, ServerClient, loss_signal, release_on_drop};
@@ -25,6 +25,7 @@ use crate::restart::RestartGuard;
 use crate::subscriber::Waiting;
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
+use distlock_core::toolkit::Timeouts;
 use distlock_core::toolkit::{Inspect, random_owner};
 use distlock_core::{
     AcquireOptions, BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError,
@@ -109,7 +110,7 @@ impl RedisBackend {
     ) -> Result<Self, LockError> {
         let server = Arc::new(ServerClient::new(address, BACKEND, timeouts)?);
         server
-            .load_scripts(timeouts.response)
+            .load_scripts(timeouts.reply)
             .await
             .map_err(|e| e.into_lock_error(BACKEND, &server.endpoint))?;
         Ok(RedisBackend {
@@ -117,7 +118,7 @@ impl RedisBackend {
             guard: restart_guard.map(|guard| RestartGuard::new(&namespace, guard)),
             namespace,
             default_ttl,
-            timeout: timeouts.response,
+            timeout: timeouts.reply,
             replicas,
         })
     }

@@ -2,9 +2,9 @@
 //! `redis://`, `rediss://`, `redlock://` and `redlocks://` URLs.
 
 use crate::backend::{BACKEND, RedisBackend, RedisLock, ReplicaAck};
-use crate::connection::{DEFAULT_PORT, ServerAddress, Timeouts};
+use crate::connection::{DEFAULT_PORT, ServerAddress};
 use crate::keys::{DEFAULT_NAMESPACE, validate_namespace};
-use distlock_core::toolkit::{LockUrl, redact};
+use distlock_core::toolkit::{LockUrl, Timeouts, redact};
 use distlock_core::{AcquireOptions, BackendLock, Capabilities, LockError};
 use std::time::Duration;
 
@@ -24,10 +24,11 @@ use std::time::Duration;
 /// `Debug` never shows the password.
 ///
 /// ```
+/// use distlock_core::toolkit::Timeouts;
 /// use distlock_redis::RedisConfig;
 /// use std::time::Duration;
 /// let config = RedisConfig::from_url("redis://:s3cret@localhost:6379/2?namespace=app:&ttl=10s")?
-///     .timeout(Duration::from_secs(2));
+///     .timeouts(Timeouts::new(Duration::from_secs(5), Duration::from_secs(2)));
 /// assert_eq!(config.endpoint(), "redis://localhost:6379/2");
 /// assert!(!format!("{config:?}").contains("s3cret"));
 /// # Ok::<(), distlock_core::LockError>(())
@@ -146,8 +147,7 @@ pub(crate) fn read_servers(
 pub(crate) struct Common {
     pub namespace: String,
     pub default_ttl: Duration,
-    pub connect_timeout: Duration,
-    pub timeout: Duration,
+    pub timeouts: Timeouts,
     pub restart_guard: Option<Duration>,
 }
 
@@ -156,24 +156,19 @@ impl Common {
         Common {
             namespace: DEFAULT_NAMESPACE.into(),
             default_ttl: AcquireOptions::DEFAULT_TTL,
-            connect_timeout: RedisConfig::DEFAULT_CONNECT_TIMEOUT,
-            timeout,
+            timeouts: Timeouts::new(RedisConfig::DEFAULT_CONNECT_TIMEOUT, timeout),
             restart_guard: None,
         }
     }
 
     /// Takes `namespace`, `ttl`, `connect_timeout`, `timeout` and
-    /// `restart_guard` from `url`, refusing the old spelling `old_timeout`.
-    pub fn read(&mut self, url: &mut LockUrl, old_timeout: &'static str) -> Result<(), LockError> {
-        url.renamed(old_timeout, "timeout")?;
+    /// `restart_guard` from `url` (old timeout spellings are refused).
+    pub fn read(&mut self, url: &mut LockUrl) -> Result<(), LockError> {
         if let Some(namespace) = url.string("namespace") {
             self.namespace = namespace;
         }
         self.default_ttl = url.duration("ttl")?.unwrap_or(self.default_ttl);
-        self.connect_timeout = url
-            .duration("connect_timeout")?
-            .unwrap_or(self.connect_timeout);
-        self.timeout = url.duration("timeout")?.unwrap_or(self.timeout);
+        self.timeouts = self.timeouts.read(url)?;
         self.restart_guard = url.duration("restart_guard")?.or(self.restart_guard);
         Ok(())
     }
@@ -185,8 +180,7 @@ impl Common {
         capabilities: &Capabilities,
     ) -> Result<(), LockError> {
         validate_namespace(backend, &self.namespace)?;
-        check_timeout(backend, "connect_timeout", self.connect_timeout)?;
-        check_timeout(backend, "timeout", self.timeout)?;
+        self.timeouts.validate(backend)?;
         if let Some(guard) = self.restart_guard {
             check_timeout(backend, "restart_guard", guard)?;
             if guard < self.default_ttl {
@@ -205,13 +199,6 @@ impl Common {
             .ttl(self.default_ttl)
             .validate(capabilities)
             .map_err(|e| LockError::config(backend, format!("default ttl: {e}")))
-    }
-
-    pub fn timeouts(&self) -> Timeouts {
-        Timeouts {
-            connect: self.connect_timeout,
-            response: self.timeout,
-        }
     }
 }
 
@@ -250,7 +237,7 @@ impl RedisConfig {
                 .ok_or_else(|| url.error("the URL names no host"))?,
             ..Self::default()
         };
-        config.common.read(&mut url, "response_timeout")?;
+        config.common.read(&mut url)?;
         let wait_replicas = url.parse_param::<u32>("wait_replicas", "a replica count")?;
         let wait_timeout = url.duration("wait_timeout")?;
         url.finish()?;
@@ -299,16 +286,10 @@ impl RedisConfig {
         self
     }
 
-    /// How long to wait for a connection (default 5 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.common.connect_timeout = timeout;
-        self
-    }
-
-    /// How long to wait for each reply (default 5 s; the `redis` crate's own
-    /// default of 500 ms is not used).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.common.timeout = timeout;
+    /// How long to wait for a connection, and for each reply (default 5 s each;
+    /// the `redis` crate's own reply default of 500 ms is not used).
+    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.common.timeouts = timeouts;
         self
     }
 
@@ -365,7 +346,7 @@ impl RedisConfig {
     /// clear error rather than at the first acquire.
     pub async fn connect(self) -> Result<RedisLock, LockError> {
         self.validate()?;
-        let timeouts = self.common.timeouts();
+        let timeouts = self.common.timeouts;
         let backend = RedisBackend::connect(
             &self.server,
             self.common.namespace,

@@ -133,13 +133,6 @@ impl ServerAddress {
     }
 }
 
-/// How long to wait for a connection, and for each reply.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timeouts {
-    pub connect: Duration,
-    pub response: Duration,
-}
-
 /// The server process a connection reached, as `INFO server` names it; `None`
 /// when the server does not say (an ACL without `INFO`).
 pub(crate) type RunId = Option<Arc<str>>;

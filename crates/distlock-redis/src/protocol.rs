@@ -6,13 +6,14 @@
 //! is sent with `EVALSHA`; the `redis` crate's [`Script`] reloads it on `NOSCRIPT`
 //! (after a server restart or `SCRIPT FLUSH`).
 
-use crate::connection::{Connection, RunId, ServerAddress, Timeouts};
+use crate::connection::{Connection, RunId, ServerAddress};
 use crate::error::CommandError;
 use crate::keys::LockKeys;
 use crate::restart::{self, LossSender, RestartGuard, Restarts, Watch};
 use crate::subscriber::{Hold, Subscriber};
 use distlock_core::LockError;
 use distlock_core::backend::LossSignal;
+use distlock_core::toolkit::Timeouts;
 use redis::Script;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -157,7 +158,7 @@ impl ServerClient {
             connection.clone(),
             subscriber.connects(),
             endpoint.clone(),
-            timeouts.response,
+            timeouts.reply,
         );
         Ok(ServerClient {
             endpoint,

@@ -17,8 +17,8 @@
 //! - A message wakes one waiter of this client (round robin); a waiter that was
 //!   woken and leaves before acting on it passes the wake on.
 
-use crate::connection::Timeouts;
 use distlock_core::toolkit::Backoff;
+use distlock_core::toolkit::Timeouts;
 use futures_core::Stream;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::Pin;
@@ -306,7 +306,7 @@ impl SubscriberTask {
         };
         let wanted: Vec<String> = lock(&self.registry).channels.keys().cloned().collect();
         if !wanted.is_empty() {
-            match tokio::time::timeout(self.timeouts.response, sink.subscribe(&wanted)).await {
+            match tokio::time::timeout(self.timeouts.reply, sink.subscribe(&wanted)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return self.disconnected(&e.to_string()),
                 Err(_) => return self.disconnected("SUBSCRIBE timed out"),
@@ -342,9 +342,9 @@ impl SubscriberTask {
         let wanted = lock(&self.registry).channels.contains_key(&channel);
         let have = self.subscribed.contains(&channel);
         let outcome = if wanted && !have {
-            tokio::time::timeout(self.timeouts.response, sink.subscribe(&channel)).await
+            tokio::time::timeout(self.timeouts.reply, sink.subscribe(&channel)).await
         } else if !wanted && have {
-            tokio::time::timeout(self.timeouts.response, sink.unsubscribe(&channel)).await
+            tokio::time::timeout(self.timeouts.reply, sink.unsubscribe(&channel)).await
         } else {
             Ok(Ok(()))
         };

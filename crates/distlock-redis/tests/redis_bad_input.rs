@@ -7,6 +7,7 @@
 mod common;
 
 use common::{admin, raw, server, servers};
+use distlock_core::toolkit::Timeouts;
 use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, Wait};
 use distlock_redis::{LockKeys, RedisConfig};
 use distlock_testkit::servers::RedisOptions;
@@ -73,7 +74,10 @@ async fn an_unreachable_server_is_unavailable_within_the_connect_timeout() {
     let started = Instant::now();
     let err = RedisConfig::from_url(&format!("redis://{addr}"))
         .unwrap()
-        .connect_timeout(Duration::from_millis(300))
+        .timeouts(Timeouts::new(
+            Duration::from_millis(300),
+            Duration::from_secs(5),
+        ))
         .connect()
         .await
         .unwrap_err();

@@ -7,6 +7,7 @@
 mod common;
 
 use common::{admin, raw, server};
+use distlock_core::toolkit::Timeouts;
 use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, LossReason, Wait};
 use distlock_redis::{LockKeys, RedisConfig};
 use std::time::{Duration, Instant};
@@ -22,7 +23,10 @@ async fn killed_server_fires_lost_by_the_local_deadline_and_acquires_work_after_
     let server = server().await;
     let lock = RedisConfig::from_url(&server.url())
         .unwrap()
-        .timeout(Duration::from_millis(300))
+        .timeouts(Timeouts::new(
+            Duration::from_secs(5),
+            Duration::from_millis(300),
+        ))
         .connect()
         .await
         .unwrap();

@@ -10,8 +10,8 @@ fn url_parameters_are_applied() {
     .unwrap();
     assert_eq!(c.common.namespace, "app:");
     assert_eq!(c.common.default_ttl, Duration::from_secs(10));
-    assert_eq!(c.common.connect_timeout, Duration::from_secs(1));
-    assert_eq!(c.common.timeout, Duration::from_millis(250));
+    assert_eq!(c.common.timeouts.connect, Duration::from_secs(1));
+    assert_eq!(c.common.timeouts.reply, Duration::from_millis(250));
     let ack = ReplicaAck {
         replicas: 1,
         timeout: Duration::from_millis(50),

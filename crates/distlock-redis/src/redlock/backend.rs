@@ -14,13 +14,14 @@
 use super::BACKEND;
 use super::round;
 use super::tally::Tally;
-use crate::connection::{RunId, ServerAddress, Timeouts};
+use crate::connection::{RunId, ServerAddress};
 use crate::keys::LockKeys;
 use crate::protocol::{ServerClient, loss_signal, release_on_drop};
 use crate::restart::RestartGuard;
 use crate::subscriber::Waiting;
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
+use distlock_core::toolkit::Timeouts;
 use distlock_core::toolkit::{Backoff, Inspect, random_owner};
 use distlock_core::{
     AcquireOptions, BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError,
@@ -106,12 +107,12 @@ impl RedlockBackend {
             nodes,
             namespace,
             default_ttl,
-            timeout: timeouts.response,
+            timeout: timeouts.reply,
             retry_delay,
             slow_grace: timeouts.connect,
             guard,
         };
-        let (budget, patience) = (timeouts.response, timeouts.connect + timeouts.response);
+        let (budget, patience) = (timeouts.reply, timeouts.connect + timeouts.reply);
         let answers = round::on_all(
             &backend.nodes,
             backend.all_nodes(),

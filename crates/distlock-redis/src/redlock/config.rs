@@ -4,6 +4,7 @@ use super::BACKEND;
 use super::backend::{Redlock, RedlockBackend};
 use crate::config::{Common, RedisConfig, Schemes, read_servers};
 use crate::connection::ServerAddress;
+use distlock_core::toolkit::Timeouts;
 use distlock_core::{BackendLock, LockError};
 use std::time::Duration;
 
@@ -20,8 +21,10 @@ use std::time::Duration;
 /// `redis://`.
 ///
 /// Use an odd number of nodes, at least 3: N nodes tolerate ⌊(N−1)/2⌋ failures,
-/// so an even N buys no extra tolerance, and fewer than 3 tolerate none. Both are
-/// accepted with a warning in the log.
+/// so an even N buys no extra tolerance (accepted, with a warning from `distlock
+/// check`), and fewer than 3 tolerate none: 1 or 2 nodes are refused unless you
+/// say so with `allow_few_nodes=true` ([`RedlockConfig::allow_few_nodes`]), for
+/// example in a test.
 ///
 /// ```
 /// use distlock_redis::RedlockConfig;
@@ -35,6 +38,7 @@ pub struct RedlockConfig {
     nodes: Vec<ServerAddress>,
     common: Common,
     retry_delay: Duration,
+    allow_few_nodes: bool,
 }
 
 impl RedlockConfig {
@@ -50,6 +54,7 @@ impl RedlockConfig {
             nodes: nodes.into_iter().map(|c| c.server).collect(),
             common: Common::new(Self::DEFAULT_TIMEOUT),
             retry_delay: Self::DEFAULT_RETRY_DELAY,
+            allow_few_nodes: false,
         }
     }
 
@@ -78,7 +83,7 @@ impl RedlockConfig {
             nodes,
             ..Self::new([])
         };
-        config.validate()?;
+        config.validate_nodes()?;
         Ok(config)
     }
 
@@ -89,11 +94,18 @@ impl RedlockConfig {
             nodes,
             ..Self::new([])
         };
-        config.common.read(&mut url, "node_timeout")?;
+        config.common.read(&mut url)?;
         config.retry_delay = url.duration("retry_delay")?.unwrap_or(config.retry_delay);
+        config.allow_few_nodes = url.bool("allow_few_nodes")?.unwrap_or(false);
         url.finish()?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// Accepts 1 or 2 nodes, which tolerate no failure (refused by default).
+    pub fn allow_few_nodes(mut self, allow: bool) -> Self {
+        self.allow_few_nodes = allow;
+        self
     }
 
     /// Puts every key under this prefix (default `distlock:`), on every node.
@@ -108,16 +120,11 @@ impl RedlockConfig {
         self
     }
 
-    /// How long to wait for the first connection to each node (default 5 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.common.connect_timeout = timeout;
-        self
-    }
-
-    /// How long one round waits for each node's reply (default 250 ms). Keep it
-    /// well under the ttl: every round spends up to this much of the validity.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.common.timeout = timeout;
+    /// How long to wait for the first connection to each node (default 5 s), and
+    /// how long one round waits for each node's reply (default 250 ms; keep it
+    /// well under the ttl: every round spends up to this much of the validity).
+    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.common.timeouts = timeouts;
         self
     }
 
@@ -143,7 +150,9 @@ impl RedlockConfig {
         self.nodes.iter().map(ServerAddress::endpoint).collect()
     }
 
-    fn validate(&self) -> Result<(), LockError> {
+    /// Every check but the node count, which `connect` makes, so that
+    /// [`RedlockConfig::allow_few_nodes`] can follow `from_urls`.
+    fn validate_nodes(&self) -> Result<(), LockError> {
         if self.nodes.is_empty() {
             return Err(LockError::config(
                 BACKEND,
@@ -173,6 +182,22 @@ impl RedlockConfig {
         self.common.validate(BACKEND, &RedlockBackend::CAPABILITIES)
     }
 
+    fn validate(&self) -> Result<(), LockError> {
+        self.validate_nodes()?;
+        if self.nodes.len() < 3 && !self.allow_few_nodes {
+            return Err(LockError::config(
+                BACKEND,
+                format!(
+                    "{} node(s) tolerate no failure, so Redlock adds nothing over one Redis; \
+                     list at least 3 independent servers, use redis:// for one, or add \
+                     allow_few_nodes=true if this is on purpose (a test)",
+                    self.nodes.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Connects to every node at once. Succeeds when a majority answers (a
     /// minority that is down, or rejects the password, is retried at each
     /// acquire and logged); fails with [`LockError::QuorumUnavailable`] naming
@@ -186,7 +211,7 @@ impl RedlockConfig {
                 "redlock with {n} nodes: use an odd number, at least 3 (N nodes tolerate (N-1)/2 failures)"
             );
         }
-        let timeouts = self.common.timeouts();
+        let timeouts = self.common.timeouts;
         let backend = RedlockBackend::connect(
             &self.nodes,
             self.common.namespace,
@@ -211,6 +236,23 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn fewer_than_three_nodes_need_an_explicit_yes() {
+        let r = reason(RedlockConfig::from_url("redlock://h1,h2"));
+        assert!(
+            r.contains("2 node(s)") && r.contains("allow_few_nodes=true"),
+            "{r}"
+        );
+        RedlockConfig::from_url("redlock://h1?allow_few_nodes=true").unwrap();
+        // from_urls leaves the count to connect, so the builder can allow it.
+        let two = RedlockConfig::from_urls(["redis://127.0.0.1:1", "redis://127.0.0.1:2"]).unwrap();
+        let refused = match two.connect().await {
+            Err(LockError::Config { reason, .. }) => reason,
+            other => panic!("expected Config error, got {other:?}"),
+        };
+        assert!(refused.contains("allow_few_nodes"), "{refused}");
+    }
+
     #[test]
     fn parses_nodes_credentials_and_parameters() {
         let c = RedlockConfig::from_url("redlocks://u:p%40ss@a:1,b:2,[::1]:3/4?namespace=x:&timeout=50ms&retry_delay=5ms&ttl=3s&restart_guard=3s").unwrap();
@@ -224,7 +266,7 @@ mod tests {
             )
         );
         assert_eq!(c.common.namespace, "x:");
-        assert_eq!(c.common.timeout, Duration::from_millis(50));
+        assert_eq!(c.common.timeouts.reply, Duration::from_millis(50));
         assert_eq!(c.retry_delay, Duration::from_millis(5));
         assert_eq!(c.common.default_ttl, Duration::from_secs(3));
         assert_eq!(c.common.restart_guard, Some(Duration::from_secs(3)));

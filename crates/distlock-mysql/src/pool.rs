@@ -17,10 +17,10 @@
 
 use crate::error::DbError;
 use crate::protocol::CONNECTION_ID;
+use distlock_core::toolkit::Timeouts;
 use sqlx::mysql::{
     MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlQueryResult, MySqlRow,
 };
-use distlock_core::toolkit::Timeouts;
 use sqlx::query::Query;
 use sqlx::{Connection, MySql, Row, SqlStr};
 use std::sync::{Arc, Mutex, PoisonError};

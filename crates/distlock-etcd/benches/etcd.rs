@@ -9,6 +9,13 @@
 //! - `handoff`: from the holder's release call to the queued waiter's acquire
 //!   returning (the release, then the watch event that wakes the waiter, then its
 //!   one-transaction re-check).
+//!
+//! Then it runs clients contending on one key for a few seconds each, 2 and 8 of
+//! them, each taking the lock and releasing it again at once, and prints the
+//! hand-offs per second and the hand-off latency (from a holder's release call to
+//! another client holding), for `EtcdLock` (with the watches its clients created)
+//! and, on the same server, for etcd's own server-side Lock API
+//! (`LockClient::lock`/`unlock` with a lease per client).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use criterion::Criterion;
@@ -16,15 +23,18 @@ use distlock_core::toolkit::Inspect;
 use distlock_core::{AcquireOptions, DistributedLock, LockKey, Wait};
 use distlock_etcd::{EtcdConfig, EtcdLock};
 use distlock_testkit::servers::EtcdServer;
-use std::sync::Arc;
+use etcd_client::LockOptions;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 
 const SAMPLES: usize = 1000;
 const NAMESPACE: &str = "bench/";
+/// How long each contention run lasts.
+const CONTENTION: Duration = Duration::from_secs(3);
 
 struct Env {
-    _server: EtcdServer,
+    server: EtcdServer,
     holder: Arc<EtcdLock>,
     waiter: Arc<EtcdLock>,
 }
@@ -42,7 +52,7 @@ async fn start() -> Env {
     };
     let (holder, waiter) = (connect().await, connect().await);
     Env {
-        _server: server,
+        server,
         holder,
         waiter,
     }
@@ -154,6 +164,132 @@ fn percentiles(rt: &Runtime, env: &Env) {
     });
 }
 
+/// One contender: an `EtcdLock` client, or an etcd client using etcd's own Lock API
+/// with a lease of its own.
+enum Contender {
+    Ours(EtcdLock),
+    Native(Box<etcd_client::LockClient>, i64),
+}
+
+impl Contender {
+    async fn connect(server: &EtcdServer, native: bool) -> Self {
+        if !native {
+            let lock = EtcdConfig::new([server.addr().to_string()])
+                .namespace(NAMESPACE)
+                .connect()
+                .await;
+            return Contender::Ours(lock.expect("connect"));
+        }
+        let client = etcd_client::Client::connect([format!("http://{}", server.addr())], None)
+            .await
+            .expect("connect");
+        // Long enough for one run without keep-alives.
+        let lease = client.lease_client().grant(60, None).await.expect("grant");
+        Contender::Native(Box::new(client.lock_client()), lease.id())
+    }
+
+    /// Takes the lock on `name`, calls `held`, and releases it.
+    async fn turn(&mut self, name: &LockKey, held: impl FnOnce()) {
+        match self {
+            Contender::Ours(lock) => {
+                let lease = lock.acquire(name, &opts()).await.expect("acquire");
+                held();
+                lease.release().await.expect("release");
+            }
+            Contender::Native(client, lease) => {
+                let options = LockOptions::new().with_lease(*lease);
+                let name = format!("{NAMESPACE}native/{name}");
+                let locked = client.lock(name, Some(options)).await.expect("lock");
+                held();
+                client.unlock(locked.key()).await.expect("unlock");
+            }
+        }
+    }
+}
+
+/// What one contention run measured.
+struct Run {
+    /// Hand-offs per second.
+    rate: f64,
+    /// Each hand-off's latency, from the holder's release call to another client
+    /// holding (taking back one's own released lock is not a hand-off).
+    samples: Vec<Duration>,
+    /// Watches the `EtcdLock` clients created, warm-up included.
+    created: u64,
+}
+
+/// `clients` contenders on one key for [`CONTENTION`].
+async fn contention(server: &EtcdServer, clients: usize, native: bool) -> Run {
+    let mut contenders = Vec::new();
+    for _ in 0..clients {
+        contenders.push(Contender::connect(server, native).await);
+    }
+    let name = LockKey::new(format!("contended-{clients}")).unwrap();
+    let last: Arc<Mutex<Option<(Instant, usize)>>> = Arc::default();
+    let handoffs: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let end = Instant::now() + CONTENTION;
+    let mut tasks = Vec::new();
+    for (me, mut contender) in contenders.into_iter().enumerate() {
+        let (name, last, handoffs) = (name.clone(), last.clone(), handoffs.clone());
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < end {
+                contender
+                    .turn(&name, || {
+                        let got = Instant::now();
+                        let mut last = last.lock().unwrap();
+                        let from = last.take().filter(|(_, from)| *from != me);
+                        if let Some((at, _)) = from.filter(|_| got < end) {
+                            handoffs.lock().unwrap().push(got - at);
+                        }
+                        // Taken just before the release call.
+                        *last = Some((Instant::now(), me));
+                    })
+                    .await;
+            }
+            contender
+        }));
+    }
+    let mut created = 0;
+    for task in tasks {
+        if let Contender::Ours(lock) = task.await.expect("contender") {
+            created += lock.backend().stats().watches_created;
+        }
+    }
+    let samples = std::mem::take(&mut *handoffs.lock().unwrap());
+    let rate = samples.len() as f64 / CONTENTION.as_secs_f64();
+    Run {
+        rate,
+        samples,
+        created,
+    }
+}
+
+fn contended(rt: &Runtime, env: &Env) {
+    rt.block_on(async {
+        println!("\ncontention on one key, {CONTENTION:?} per run, same server");
+        for clients in [2, 8] {
+            for (label, native) in [("EtcdLock", false), ("etcd Lock API", true)] {
+                let mut run = contention(&env.server, clients, native).await;
+                if run.samples.is_empty() {
+                    println!("{label:<14} {clients} clients: no hand-off");
+                    continue;
+                }
+                let created = if native {
+                    String::new()
+                } else {
+                    format!("  {} watches created", run.created)
+                };
+                println!(
+                    "{label:<14} {clients} clients: {:>6.0} hand-offs/s  p50 {:>9.1?}  p99 {:>9.1?}{created}",
+                    run.rate,
+                    p(&mut run.samples, 0.5),
+                    p(&mut run.samples, 0.99)
+                );
+            }
+        }
+    });
+}
+
 fn main() {
     let rt = Runtime::new().expect("runtime");
     let env = rt.block_on(start());
@@ -161,4 +297,5 @@ fn main() {
     benches(&mut criterion, &rt, &env);
     criterion.final_summary();
     percentiles(&rt, &env);
+    contended(&rt, &env);
 }

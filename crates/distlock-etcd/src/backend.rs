@@ -13,7 +13,7 @@ use crate::lease::{LeaseEnd, Leases, SessionLease, Slot, whole_seconds};
 use crate::protocol::{delete_if_created_at, still_created_at};
 use crate::queue::QueueEntry;
 use crate::rpc::Rpc;
-use crate::watch::{KeyDeletion, Notice, Watches};
+use crate::watch::{KeyDeletion, OnCreate, Wake, Watches};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
 use distlock_core::toolkit::Inspect;
@@ -49,6 +49,10 @@ pub struct EtcdStats {
     pub leases_granted: u64,
     /// Deletions delivered by the watch stream (waiters' predecessors and held keys).
     pub watch_events: u64,
+    /// Watches created. A watch outlives its waiter or held lock for a while and
+    /// serves the next one on the same key, so a client contending in a loop
+    /// creates almost none.
+    pub watches_created: u64,
     /// Times a queued waiter was woken by its predecessor's deletion.
     pub waiter_wakeups: u64,
 }
@@ -144,6 +148,7 @@ impl EtcdBackend {
         EtcdStats {
             leases_granted: self.leases.granted(),
             watch_events: self.watches.delivered(),
+            watches_created: self.watches.created(),
             waiter_wakeups: self.wakeups.load(Ordering::Relaxed),
         }
     }
@@ -165,6 +170,10 @@ impl EtcdBackend {
     ) -> Result<Acquired<EtcdHandle>, Failure> {
         let lease = slot.lease().clone();
         let key = contender_key(queue, lease.id(), slot.number());
+        // The held key's loss watch, asked for before the key is put, so it usually
+        // starts before the key is first read as ours and needs no read of its own.
+        // Kept through the wait; the loss signal then takes the same watch over.
+        let _held = self.watches.deletion(&key);
         let mut entry = QueueEntry::new(self.rpc.clone(), self.kv.clone(), key, slot);
         let sent_at = Instant::now();
         // Step 1: put our key, read the holder and our predecessor.
@@ -180,9 +189,11 @@ impl EtcdBackend {
         }
         let mut predecessor = first.predecessor.map(|key| (key, first.header));
         loop {
-            // Step 2: wait for the predecessor's deletion, then re-read.
-            if let Some((key, seen_at)) = predecessor.take() {
-                let waited = self.wait_for_deletion(&key, seen_at + 1, &lease, req).await;
+            // Step 2: watch the predecessor from the current revision, and re-read
+            // the queue when it is deleted, or as soon as etcd has created the
+            // watch (the predecessor may be gone already).
+            if let Some((key, seen)) = predecessor.take() {
+                let waited = self.wait_for_deletion(&key, seen, &lease, req).await;
                 if waited.is_err() && req.wait.instant().is_some_and(|end| Instant::now() >= end) {
                     // The wait is over: delete our key before returning, so a process
                     // that exits right after a timeout leaves no queue entry behind.
@@ -195,16 +206,12 @@ impl EtcdBackend {
             let check = entry.recheck(queue, first.revision).await?;
             if !check.mine {
                 entry.mark_gone();
-                return Err(self
-                    .rpc
-                    .endpoints
-                    .lease_gone(&format!(
-                        "the queued key {} disappeared",
-                        printable(entry.key())
-                    ))
-                    .into());
+                let gone = format!("the queued key {} disappeared", printable(entry.key()));
+                return Err(self.rpc.endpoints.lease_gone(&gone).into());
             }
             match check.predecessor {
+                // The same key again: the read saw it still there, created before
+                // ours, so only a deletion after the read matters.
                 Some(key) => predecessor = Some((key, check.header)),
                 None => {
                     return self
@@ -215,24 +222,25 @@ impl EtcdBackend {
         }
     }
 
-    /// Waits until `key` is deleted (from revision `from` on), the lease ends, or the
-    /// caller's wait is over.
+    /// Waits until `key`, read present at revision `seen`, may be gone (deleted,
+    /// or watched only since later), the lease ends, or the caller's wait is over.
+    /// An earlier round's watch of the same key is handed back by the stream task.
     async fn wait_for_deletion(
         &self,
         key: &[u8],
-        from: i64,
+        seen: i64,
         lease: &SessionLease,
         req: &AcquireRequest<'_>,
     ) -> Result<(), Failure> {
-        let mut deletion = self.watches.deletion(key, from);
+        let mut deletion = self.watches.deletion(key);
         tokio::select! {
-            notice = deletion.next() => match notice {
-                Notice::Deleted => {
+            wake = deletion.wake(seen, OnCreate::Reread) => match wake {
+                Ok(Wake::Deleted) => {
                     self.wakeups.fetch_add(1, Ordering::Relaxed);
                     Ok(())
                 }
-                Notice::Resync => Ok(()),
-                Notice::Failed(reason) => Err(LockError::backend(BACKEND, reason).into()),
+                Ok(Wake::Reread) => Ok(()),
+                Err(reason) => Err(LockError::backend(BACKEND, reason).into()),
             },
             end = lease.end() => Err(self.lease_error(end).into()),
             _ = req.wait.reached() => Err(req.not_acquired().into()),
@@ -364,17 +372,16 @@ impl Backend for EtcdBackend {
 
     fn loss_signal(&self, handle: &EtcdHandle) -> Option<LossSignal> {
         let lease = handle.slot.lease().clone();
-        let from = handle.confirmed_at + 1;
-        // Subscribed now rather than on first poll, so the watch is in place (and
-        // the shared stream up) however soon the lock is released.
-        let first = self.watches.deletion(&handle.key, from);
+        // The watch the acquire opened, which its end left to the next subscriber
+        // of the key. Subscribed now rather than on first poll, so it is in place
+        // however soon the lock is released.
+        let first = self.watches.deletion(&handle.key);
         let deletion = KeyDeletion {
             rpc: self.rpc.clone(),
             kv: self.kv.clone(),
-            watches: self.watches.clone(),
             key: handle.key.clone(),
             revision: handle.revision,
-            from,
+            seen: handle.confirmed_at,
             releasing: handle.releasing.clone(),
             clean: handle.slot.clean_flag(),
         };

@@ -27,13 +27,15 @@
 //! ([`queue_prefix`]). A contender puts `queue + <lease id hex>`, attached to its
 //! client's lease, and reads the oldest key of the queue in the same transaction
 //! (one RPC). The key with the lowest create revision holds the lock. A waiter
-//! watches only the key just before its own, from the transaction's revision, so a
-//! release wakes exactly one waiter and no event is missed; after waking it re-reads
-//! its own key and checks its lease before it claims the lock. The fencing token is
-//! the key's create revision. An uncontended acquire and release cost two RPCs
-//! (the transaction and a compare-and-delete); the lease is granted once per client
-//! and ttl and kept alive every ttl/3 on one stream, and all watches share one
-//! stream.
+//! watches only the key just before its own, so a release wakes exactly one waiter.
+//! It watches from the current revision (etcd serves a watch from a passed
+//! revision on a sweep, up to 100 ms late) and re-reads the queue once etcd has
+//! created the watch, so no deletion is missed; after waking it re-reads the queue
+//! and its own key and checks its lease before it claims the lock. The fencing
+//! token is the key's create revision. An uncontended acquire and release cost two
+//! RPCs (the transaction and a compare-and-delete); the lease is granted once per
+//! client and ttl and kept alive every ttl/3 on one stream, and all watches share
+//! one stream.
 //!
 //! Apart from escaping `/` and `%` in names ([`escape_name`]), this is the layout of
 //! etcd's Go `concurrency.Mutex` and of `etcdctl lock NAME`: under the same

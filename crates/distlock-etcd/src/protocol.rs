@@ -3,15 +3,17 @@
 //!
 //! 1. [`enqueue`]: put our key if absent, attached to the lease, and read the
 //!    queue's oldest key (the holder) and the key just before ours.
-//! 2. The waiter watches its predecessor's deletion (`watch.rs`), then
-//!    [`recheck`]s: the key before ours now, and our own key (a lease can die
-//!    while queued).
+//! 2. The waiter watches its predecessor's deletion from the current revision
+//!    (`watch.rs`) and [`recheck`]s once etcd has created the watch (the
+//!    predecessor may have gone meanwhile) and again after the deletion: the key
+//!    before ours now, and our own key (a lease can die while queued).
 //! 3. Renewal checks the key with [`still_created_at`]; release and every undo
 //!    [`delete_if_created_at`], so a late or retried delete never removes a newer
 //!    key of the same name.
 //!
-//! [`read_created`], [`oldest`] and [`keys_under`] serve the held-key watch after
-//! a compaction and the operator's inspection.
+//! [`read_created`] serves the held key's loss watch when that watch started
+//! after the key was last read; [`oldest`] and [`keys_under`] serve the
+//! operator's inspection.
 
 use crate::error::{Failure, protocol};
 use crate::keys::prefix_end;

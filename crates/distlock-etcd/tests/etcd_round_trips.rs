@@ -116,3 +116,55 @@ async fn each_release_wakes_exactly_one_of_64_waiters() {
         "keys left in the queue"
     );
 }
+
+/// The `KV` RPCs etcd has finished so far.
+async fn kv_calls(etcd: &distlock_testkit::servers::EtcdServer) -> BTreeMap<String, u64> {
+    grpc_calls(&metrics(etcd.addr()).await, "grpc_server_handled_total")
+        .into_iter()
+        .filter(|(method, _)| method.starts_with("etcdserverpb.KV/"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_reads_once_more_only_when_it_creates_its_watch() {
+    let etcd = server().await;
+    let (holder, waiter) = (
+        Arc::new(connect(&[etcd.addr()], "rt/").await),
+        Arc::new(connect(&[etcd.addr()], "rt/").await),
+    );
+    let key = unique("handoff");
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(30))
+        .wait(Wait::For(Duration::from_secs(30)));
+    // Warm-up on another key: the lease grants, and the keep-alive and watch streams.
+    let warm = unique("warm");
+    cycles(holder.as_ref(), &warm, &opts, 1).await.unwrap();
+    cycles(waiter.as_ref(), &warm, &opts, 1).await.unwrap();
+    let txns = |n: u64| BTreeMap::from([("etcdserverpb.KV/Txn".to_owned(), n)]);
+    let mut created = Vec::new();
+    for round in 0..2 {
+        let before = kv_calls(&etcd).await;
+        let held = holder.acquire(&key, &opts).await.unwrap();
+        let queued = {
+            let (waiter, key, opts) = (waiter.clone(), key.clone(), opts.clone());
+            tokio::spawn(async move { waiter.acquire(&key, &opts).await.unwrap() })
+        };
+        // The first time, the waiter creates the watch of the holder's key and
+        // reads the queue once etcd has created it: three transactions so far
+        // (the holder's, the waiter's enqueue, that read). The second time it gets
+        // the same watch back, running since before the waiter's enqueue: no read.
+        // (Counted from etcd's metrics: a read here would count too.)
+        let so_far = if round == 0 { 3 } else { 2 };
+        let grown = || async { delta(&before, &kv_calls(&etcd).await) == txns(so_far) };
+        eventually(Duration::from_secs(10), "waiter queued", grown).await;
+        held.release().await.unwrap();
+        queued.await.unwrap().release().await.unwrap();
+        // Then the release, the waiter's re-check after the wake-up, its release.
+        let grew = delta(&before, &kv_calls(&etcd).await);
+        assert_eq!(grew, txns(so_far + 3), "round {round}");
+        created.push(
+            holder.backend().stats().watches_created + waiter.backend().stats().watches_created,
+        );
+    }
+    assert_eq!(created[0], created[1], "the second round created watches");
+}

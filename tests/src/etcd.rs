@@ -7,6 +7,7 @@
 //! with them tokens, persist).
 
 use async_trait::async_trait;
+use distlock_core::toolkit::Timeouts;
 use distlock_core::{BoxError, Capabilities, DynLock};
 use distlock_etcd::{EtcdBackend, EtcdConfig};
 use distlock_testkit::harness::{FaultyClient, Harness, Hooks};
@@ -131,7 +132,10 @@ impl Harness for EtcdHarness {
         let proxy = Arc::new(FaultProxy::start(self.addr).await?);
         let lock = EtcdConfig::new([proxy.addr().to_string()])
             .namespace(NAMESPACE)
-            .timeout(Duration::from_secs(2))
+            .timeouts(Timeouts::new(
+                Duration::from_secs(5),
+                Duration::from_secs(2),
+            ))
             .connect()
             .await?;
         Ok(FaultyClient {

@@ -3,7 +3,7 @@
 use crate::backend::{EtcdBackend, EtcdLock};
 use crate::error::{BACKEND, Endpoints};
 use crate::rpc::Rpc;
-use distlock_core::toolkit::{Host, LockUrl};
+use distlock_core::toolkit::{Host, LockUrl, Timeouts};
 use distlock_core::{BackendLock, LockError};
 use etcd_client::{Client, ConnectOptions};
 use std::time::Duration;
@@ -20,12 +20,13 @@ const TLS_PARAMS: [&str; 4] = ["ca", "cert", "key", "domain"];
 /// How to reach etcd and where to keep the locks.
 ///
 /// ```
+/// use distlock_core::toolkit::Timeouts;
 /// use distlock_etcd::EtcdConfig;
 /// use std::time::Duration;
 /// let config = EtcdConfig::new(["10.0.0.1:2379", "10.0.0.2:2379"])
 ///     .namespace("billing/locks/")
 ///     .auth("locker", "s3cret")
-///     .timeout(Duration::from_secs(2));
+///     .timeouts(Timeouts::new(Duration::from_secs(5), Duration::from_secs(2)));
 /// assert!(!format!("{config:?}").contains("s3cret"));
 /// let same = EtcdConfig::from_url("etcd://locker:s3cret@10.0.0.1:2379,10.0.0.2:2379/billing/locks?timeout=2s")?;
 /// assert_eq!(format!("{config:?}"), format!("{same:?}"));
@@ -36,8 +37,7 @@ pub struct EtcdConfig {
     endpoints: Vec<String>,
     namespace: String,
     user: Option<(String, String)>,
-    connect_timeout: Duration,
-    timeout: Duration,
+    timeouts: Timeouts,
     #[cfg(feature = "tls")]
     tls: Option<crate::tls::EtcdTls>,
 }
@@ -49,8 +49,7 @@ impl std::fmt::Debug for EtcdConfig {
             .field("namespace", &self.namespace)
             .field("user", &self.user.as_ref().map(|(user, _)| user))
             .field("password", &self.user.as_ref().map(|_| "<redacted>"))
-            .field("connect_timeout", &self.connect_timeout)
-            .field("timeout", &self.timeout);
+            .field("timeouts", &self.timeouts);
         #[cfg(feature = "tls")]
         s.field("tls", &self.tls);
         s.finish()
@@ -79,8 +78,7 @@ impl EtcdConfig {
             endpoints: endpoints.into_iter().map(Into::into).collect(),
             namespace: DEFAULT_NAMESPACE.to_owned(),
             user: None,
-            connect_timeout: DEFAULT_TIMEOUT,
-            timeout: DEFAULT_TIMEOUT,
+            timeouts: Timeouts::new(DEFAULT_TIMEOUT, DEFAULT_TIMEOUT),
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -100,16 +98,11 @@ impl EtcdConfig {
         self
     }
 
-    /// Longest wait for a connection to an endpoint.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Longest wait for any one reply; a request that could not reach a member is
-    /// retried within it.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+    /// Longest wait for a connection to an endpoint, and for any one reply (a
+    /// request that could not reach a member is retried within it). 5 s each by
+    /// default.
+    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = timeouts;
         self
     }
 
@@ -156,13 +149,7 @@ impl EtcdConfig {
             (Some(_), None) => return Err(url.error("a user needs a password (user:password@)")),
             (None, Some(_)) => return Err(url.error("the user name is empty")),
         };
-        url.renamed("request_timeout", "timeout")?;
-        if let Some(timeout) = url.duration("connect_timeout")? {
-            config.connect_timeout = timeout;
-        }
-        if let Some(timeout) = url.duration("timeout")? {
-            config.timeout = timeout;
-        }
+        config.timeouts = config.timeouts.read(&mut url)?;
         let tls_params: Vec<(&'static str, String)> = TLS_PARAMS
             .into_iter()
             .filter_map(|name| url.string(name).map(|value| (name, value)))
@@ -206,14 +193,7 @@ impl EtcdConfig {
         if let Some(tls) = &self.tls {
             tls.validate()?;
         }
-        for (name, timeout) in [
-            ("connect_timeout", self.connect_timeout),
-            ("timeout", self.timeout),
-        ] {
-            if timeout.is_zero() {
-                return Err(config_error(format!("{name} is zero; use a few seconds")));
-            }
-        }
+        self.timeouts.validate(BACKEND)?;
         if self.user.as_ref().is_some_and(|(user, _)| user.is_empty()) {
             return Err(config_error("the user name is empty"));
         }
@@ -239,11 +219,11 @@ impl EtcdConfig {
             .collect();
         let rpc = Rpc {
             endpoints: Endpoints::new(&addresses),
-            timeout: self.timeout,
+            timeout: self.timeouts.reply,
         };
         let mut options = ConnectOptions::new()
-            .with_connect_timeout(self.connect_timeout)
-            .with_keep_alive(PING_INTERVAL, self.timeout)
+            .with_connect_timeout(self.timeouts.connect)
+            .with_keep_alive(PING_INTERVAL, self.timeouts.reply)
             .with_keep_alive_while_idle(false)
             // A member cut off from the leader fails requests and ends watches at
             // once, instead of serving a watch that will never fire.
@@ -257,7 +237,7 @@ impl EtcdConfig {
         if let Some(tls) = &self.tls {
             options = options.with_tls(tls.client_options());
         }
-        let budget = self.connect_timeout + self.timeout;
+        let budget = self.timeouts.connect + self.timeouts.reply;
         let client = match tokio::time::timeout(budget, Client::connect(&urls, Some(options))).await
         {
             Ok(Ok(client)) => client,
@@ -297,8 +277,8 @@ mod tests {
         assert_eq!(config.endpoints, ["h1:2379", "h2", "[::1]:2380"]);
         assert_eq!(config.user, Some(("u@x".into(), "p:w".into())));
         assert_eq!(config.namespace, "team/a/locks/");
-        assert_eq!(config.timeout, Duration::from_secs(2));
-        assert_eq!(config.connect_timeout, Duration::from_millis(250));
+        assert_eq!(config.timeouts.reply, Duration::from_secs(2));
+        assert_eq!(config.timeouts.connect, Duration::from_millis(250));
         assert_eq!(
             config.validate().unwrap(),
             ["h1:2379", "h2:2379", "[::1]:2380"]

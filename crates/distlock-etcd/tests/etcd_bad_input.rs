@@ -5,6 +5,7 @@ mod common;
 
 use common::{connect, server, unique};
 use distlock_core::backend::{AcquireRequest, Backend, WaitUntil};
+use distlock_core::toolkit::Timeouts;
 use distlock_core::{AcquireOptions, DistributedLock, LockError, Wait};
 use distlock_etcd::EtcdConfig;
 use std::time::{Duration, Instant};
@@ -83,8 +84,10 @@ async fn an_unreachable_endpoint_is_unavailable_within_the_timeouts() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let started = Instant::now();
     let error = EtcdConfig::new([silent.local_addr().unwrap().to_string()])
-        .connect_timeout(Duration::from_millis(300))
-        .timeout(Duration::from_millis(300))
+        .timeouts(Timeouts::new(
+            Duration::from_millis(300),
+            Duration::from_millis(300),
+        ))
         .connect()
         .await
         .unwrap_err();
@@ -100,7 +103,10 @@ async fn an_unreachable_endpoint_is_unavailable_within_the_timeouts() {
 async fn a_dead_server_gives_errors_within_the_timeouts_not_hangs() {
     let etcd = server().await;
     let lock = EtcdConfig::new([etcd.addr().to_string()])
-        .timeout(Duration::from_millis(500))
+        .timeouts(Timeouts::new(
+            Duration::from_secs(5),
+            Duration::from_millis(500),
+        ))
         .connect()
         .await
         .unwrap();

@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
 use distlock_core::LockKey;
+use distlock_core::toolkit::Timeouts;
 use distlock_etcd::{EtcdConfig, EtcdLock, queue_prefix};
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::servers::{EtcdCluster, EtcdServer};
@@ -46,7 +47,7 @@ pub async fn connect(addrs: &[SocketAddr], namespace: &str) -> EtcdLock {
 pub async fn through(proxy: &FaultProxy, namespace: &str, timeout: Duration) -> EtcdLock {
     EtcdConfig::new([proxy.addr().to_string()])
         .namespace(namespace)
-        .timeout(timeout)
+        .timeouts(Timeouts::new(Duration::from_secs(5), timeout))
         .connect()
         .await
         .unwrap()

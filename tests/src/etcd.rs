@@ -13,7 +13,7 @@ use distlock_etcd::{EtcdBackend, EtcdConfig};
 use distlock_testkit::harness::{FaultyClient, Harness, Hooks};
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::runner::BackendSpec;
-use distlock_testkit::servers::{EtcdServer, external_url};
+use distlock_testkit::servers::{EtcdServer, Launched, external_url};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -138,10 +138,7 @@ impl Harness for EtcdHarness {
             ))
             .connect()
             .await?;
-        Ok(FaultyClient {
-            lock: Arc::new(lock),
-            faults: proxy,
-        })
+        Ok(FaultyClient::new(Arc::new(lock), proxy))
     }
 
     async fn inspector(&self) -> Result<DynLock, BoxError> {
@@ -152,18 +149,7 @@ impl Harness for EtcdHarness {
         Ok(Arc::new(Self::launch().await?))
     }
 
-    async fn restart_server(&self) -> Result<(), BoxError> {
-        let server = self
-            .server
-            .as_ref()
-            .ok_or("cannot restart an external server")?;
-        Ok(server.restart().await?)
-    }
-
-    fn server_logs(&self) -> String {
-        match &self.server {
-            Some(server) => server.log_tail(40),
-            None => "(external server)".into(),
-        }
+    fn launched(&self) -> Option<&dyn Launched> {
+        self.server.as_ref().map(|server| server as &dyn Launched)
     }
 }

@@ -14,7 +14,7 @@ use distlock_mysql::{MySqlConfig, MySqlConnectOptions, Strategy};
 use distlock_testkit::harness::{FaultyClient, Harness, Hooks};
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::runner::BackendSpec;
-use distlock_testkit::servers::{MariaDbServer, external_url};
+use distlock_testkit::servers::{Launched, MariaDbServer, external_url};
 use std::str::FromStr;
 use std::sync::Arc;
 use tokio::sync::OnceCell;
@@ -175,10 +175,7 @@ impl Harness for MySqlHarness {
             .strategy(self.strategy)
             .connect()
             .await?;
-        Ok(FaultyClient {
-            lock: Arc::new(lock),
-            faults: proxy,
-        })
+        Ok(FaultyClient::new(Arc::new(lock), proxy))
     }
 
     async fn inspector(&self) -> Result<DynLock, BoxError> {
@@ -190,14 +187,10 @@ impl Harness for MySqlHarness {
         Ok(Arc::new(Self::on(self.strategy, server).await?))
     }
 
-    async fn restart_server(&self) -> Result<(), BoxError> {
-        Ok(self.server.launched()?.restart().await?)
-    }
-
-    fn server_logs(&self) -> String {
+    fn launched(&self) -> Option<&dyn Launched> {
         match &*self.server {
-            Server::Launched(server) => server.log_tail(40),
-            Server::External(_) => String::new(),
+            Server::Launched(server) => Some(&**server),
+            Server::External(_) => None,
         }
     }
 }

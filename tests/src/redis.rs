@@ -13,7 +13,7 @@ use distlock_redis::{RedisBackend, RedisConfig};
 use distlock_testkit::harness::{FaultyClient, Harness, Hooks};
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::runner::BackendSpec;
-use distlock_testkit::servers::{RedisServer, external_url};
+use distlock_testkit::servers::{Launched, RedisServer, external_url};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -134,10 +134,10 @@ impl Harness for RedisHarness {
 
     async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {
         let proxy = Arc::new(FaultProxy::start(server_addr(&self.url).await?).await?);
-        Ok(FaultyClient {
-            lock: Self::connect(&via(&self.url, proxy.addr())?).await?,
-            faults: proxy,
-        })
+        Ok(FaultyClient::new(
+            Self::connect(&via(&self.url, proxy.addr())?).await?,
+            proxy,
+        ))
     }
 
     async fn inspector(&self) -> Result<DynLock, BoxError> {
@@ -148,18 +148,7 @@ impl Harness for RedisHarness {
         Ok(Arc::new(Self::launch().await?))
     }
 
-    async fn restart_server(&self) -> Result<(), BoxError> {
-        let server = self
-            .server
-            .as_ref()
-            .ok_or("cannot restart an external server")?;
-        Ok(server.restart().await?)
-    }
-
-    fn server_logs(&self) -> String {
-        match &self.server {
-            Some(server) => server.log_tail(40),
-            None => "(external server)".into(),
-        }
+    fn launched(&self) -> Option<&dyn Launched> {
+        self.server.as_ref().map(|server| server as &dyn Launched)
     }
 }

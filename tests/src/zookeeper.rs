@@ -10,7 +10,7 @@ use distlock_core::{BoxError, Capabilities, DynLock};
 use distlock_testkit::harness::{FaultyClient, Harness, Hooks};
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::runner::BackendSpec;
-use distlock_testkit::servers::{ZooKeeperOptions, ZooKeeperServer, external_url};
+use distlock_testkit::servers::{Launched, ZooKeeperOptions, ZooKeeperServer, external_url};
 use distlock_zookeeper::{ZkBackend, ZkConfig};
 use std::sync::Arc;
 
@@ -134,10 +134,7 @@ impl Harness for ZkHarness {
             endpoints: vec![proxy.addr().to_string()],
             ..self.config.clone()
         };
-        Ok(FaultyClient {
-            lock: self.connect(config).await?,
-            faults: proxy,
-        })
+        Ok(FaultyClient::new(self.connect(config).await?, proxy))
     }
 
     async fn inspector(&self) -> Result<DynLock, BoxError> {
@@ -148,17 +145,10 @@ impl Harness for ZkHarness {
         Ok(Arc::new(Self::launch().await?))
     }
 
-    async fn restart_server(&self) -> Result<(), BoxError> {
+    fn launched(&self) -> Option<&dyn Launched> {
         match &self.server {
-            Server::Launched(server) => Ok(server.restart().await?),
-            Server::External => Err("cannot restart an external server".into()),
-        }
-    }
-
-    fn server_logs(&self) -> String {
-        match &self.server {
-            Server::Launched(server) => server.log_tail(40),
-            Server::External => format!("(external server {})", self.config.endpoints.join(",")),
+            Server::Launched(server) => Some(&**server),
+            Server::External => None,
         }
     }
 }

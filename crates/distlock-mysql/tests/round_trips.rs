@@ -5,7 +5,7 @@
 
 mod support;
 
-use distlock_core::{AcquireOptions, DistributedLock, LockKey, Renewal};
+use distlock_core::{AcquireOptions, LockKey, Renewal};
 use distlock_mysql::Strategy;
 use distlock_testkit::servers::MariaDbServer;
 use sqlx::{Connection, MySqlConnection, Row};
@@ -29,24 +29,14 @@ async fn statements_per_cycle(server: &MariaDbServer, strategy: Strategy) -> f64
     let key = LockKey::new("steady").unwrap();
     // Manual renewal: a renewal landing inside the window would be counted.
     let opts = AcquireOptions::new().renewal(Renewal::Manual);
-    for _ in 0..3 {
-        lock.acquire(&key, &opts)
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
-    }
+    distlock_testkit::cycles(&lock, &key, &opts, 3)
+        .await
+        .unwrap();
     let mut probe = MySqlConnection::connect(&server.url()).await.unwrap();
     let before = questions(&mut probe).await;
-    for _ in 0..CYCLES {
-        lock.acquire(&key, &opts)
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
-    }
+    distlock_testkit::cycles(&lock, &key, &opts, CYCLES as usize)
+        .await
+        .unwrap();
     let after = questions(&mut probe).await;
     // The second SHOW counts itself.
     (after - before - 1) as f64 / CYCLES as f64

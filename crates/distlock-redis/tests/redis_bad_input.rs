@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{admin, raw, server, servers};
+use common::{admin, client, raw, server, servers};
 use distlock_core::toolkit::Timeouts;
 use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, Wait};
 use distlock_redis::{LockKeys, RedisConfig};
@@ -111,11 +111,7 @@ async fn a_wrong_password_is_a_config_error_that_hides_the_password() {
         "{text}"
     );
     // And the right one works.
-    RedisConfig::from_url(&server.url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    client(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

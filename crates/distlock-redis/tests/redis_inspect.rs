@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{admin, raw, server, servers};
+use common::{admin, client, raw, server, servers};
 use distlock_core::toolkit::Inspect;
 use distlock_core::{AcquireOptions, DynLock, LockError, LockKey, LossReason};
 use distlock_redis::{DEFAULT_NAMESPACE, LockKeys, RedisConfig, RedlockConfig};
@@ -78,13 +78,7 @@ async fn holder_residue_and_force_unlock(nodes: &[RedisServer], lock: DynLock, w
 }
 
 async fn redis_client(server: &RedisServer) -> DynLock {
-    Arc::new(
-        RedisConfig::from_url(&server.url())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap(),
-    )
+    Arc::new(client(server).await)
 }
 
 async fn redlock_client(nodes: &[RedisServer]) -> DynLock {

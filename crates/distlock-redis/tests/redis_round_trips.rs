@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{admin, command_calls, delta, eventually, raw, server};
+use common::{admin, client, command_calls, delta, eventually, raw, server};
 use distlock_core::{AcquireOptions, DistributedLock, LockKey, Wait};
 use distlock_redis::RedisConfig;
 use std::collections::HashMap;
@@ -15,11 +15,7 @@ use std::time::Duration;
 async fn an_uncontended_cycle_costs_exactly_two_commands() {
     const CYCLES: u64 = 50;
     let server = server().await;
-    let lock = RedisConfig::from_url(&server.url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let lock = client(&server).await;
     let key = LockKey::new("cycle").unwrap();
     let opts = AcquireOptions::new().ttl(Duration::from_secs(30));
     // Warm-up: connection set-up, the fence counter's first seeding, and the
@@ -41,14 +37,9 @@ async fn an_uncontended_cycle_costs_exactly_two_commands() {
     .await;
     lease.release().await.unwrap();
     let before = command_calls(&mut conn).await;
-    for _ in 0..CYCLES {
-        lock.acquire(&key, &opts)
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
-    }
+    distlock_testkit::cycles(&lock, &key, &opts, CYCLES as usize)
+        .await
+        .unwrap();
     let after = command_calls(&mut conn).await;
     // Client commands: one EVALSHA per acquire and per release, nothing else.
     // The rest are the commands the scripts run inside the server.
@@ -85,18 +76,8 @@ async fn channels(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_share_one_subscriber_connection_and_the_last_to_leave_unsubscribes() {
     let server = server().await;
-    let holder = RedisConfig::from_url(&server.url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let waiters = std::sync::Arc::new(
-        RedisConfig::from_url(&server.url())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap(),
-    );
+    let holder = client(&server).await;
+    let waiters = std::sync::Arc::new(client(&server).await);
     let long = AcquireOptions::new()
         .ttl(Duration::from_secs(30))
         .wait(Wait::Forever);
@@ -146,16 +127,8 @@ async fn waiters_share_one_subscriber_connection_and_the_last_to_leave_unsubscri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_off_to_a_waiter_by_push_not_by_polling() {
     let server = server().await;
-    let a = RedisConfig::from_url(&server.url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let b = RedisConfig::from_url(&server.url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let a = client(&server).await;
+    let b = client(&server).await;
     let key = LockKey::new("handoff").unwrap();
     let long = AcquireOptions::new()
         .ttl(Duration::from_secs(30))

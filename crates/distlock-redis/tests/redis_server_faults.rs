@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{admin, raw, server};
+use common::{admin, client, raw, server};
 use distlock_core::toolkit::Timeouts;
 use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, LossReason, Wait};
 use distlock_redis::{LockKeys, RedisConfig};
@@ -68,11 +68,7 @@ async fn killed_server_fires_lost_by_the_local_deadline_and_acquires_work_after_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_that_empties_redis_keeps_tokens_rising() {
     let server = server().await;
-    let lock = RedisConfig::from_url(&server.url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let lock = client(&server).await;
     let key = LockKey::new("tokens").unwrap();
     let mut highest = 0;
     for _ in 0..5 {
@@ -100,11 +96,7 @@ async fn a_restart_that_empties_redis_keeps_tokens_rising() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_del_fires_lost() {
     let server = server().await;
-    let lock = RedisConfig::from_url(&server.url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let lock = client(&server).await;
     let key = LockKey::new("deleted").unwrap();
     let ttl = Duration::from_millis(600);
     let lease = lock.acquire(&key, &opts(600)).await.unwrap();

@@ -127,21 +127,16 @@ async fn a_node_paused_mid_acquire_does_not_break_exclusion() {
         .acquire(&key, &opts(ttl, Wait::No))
         .await
         .expect("four of five answer");
-    assert!(
-        b.try_acquire(&key, &opts(ttl, Wait::No))
-            .await
-            .unwrap()
-            .is_none(),
-        "second holder"
-    );
+    let held_elsewhere = |what: &'static str| {
+        let (b, key) = (&b, &key);
+        async move {
+            let second = b.try_acquire(key, &opts(ttl, Wait::No)).await.unwrap();
+            assert!(second.is_none(), "{what}");
+        }
+    };
+    held_elsewhere("second holder").await;
     nodes[2].resume().unwrap();
-    assert!(
-        b.try_acquire(&key, &opts(ttl, Wait::No))
-            .await
-            .unwrap()
-            .is_none(),
-        "second holder after resume"
-    );
+    held_elsewhere("second holder after resume").await;
     let first = lease.token();
     lease.release().await.unwrap();
     let next = b

@@ -2,6 +2,7 @@
 //! hooks it can offer.
 
 use crate::fault::FaultControl;
+use crate::servers::Launched;
 use async_trait::async_trait;
 use distlock_core::toolkit::Inspect;
 use distlock_core::{BoxError, Capabilities, DynLock, LockKey};
@@ -27,6 +28,13 @@ pub struct FaultyClient {
     pub lock: DynLock,
     /// Controls the client's traffic.
     pub faults: Arc<dyn FaultControl>,
+}
+
+impl FaultyClient {
+    /// A client and the control over its traffic.
+    pub fn new(lock: DynLock, faults: Arc<dyn FaultControl>) -> Self {
+        FaultyClient { lock, faults }
+    }
 }
 
 impl std::fmt::Debug for FaultyClient {
@@ -71,15 +79,25 @@ pub trait Harness: Send + Sync {
         Err("this harness cannot start dedicated servers".into())
     }
 
+    /// The server this harness launched, if it launched one (an external server
+    /// given by URL cannot be restarted, and its log is not ours to read).
+    fn launched(&self) -> Option<&dyn Launched> {
+        None
+    }
+
     /// Restarts the server cleanly, keeping what the deployment persists. Only on
     /// a [`Harness::dedicated`] harness.
     async fn restart_server(&self) -> Result<(), BoxError> {
-        Err("this harness cannot restart its server".into())
+        let server = self
+            .launched()
+            .ok_or("this harness cannot restart an external server")?;
+        Ok(server.restart().await?)
     }
 
     /// The tail of the server logs, printed when a case fails.
     fn server_logs(&self) -> String {
-        String::new()
+        self.launched()
+            .map_or_else(String::new, |server| server.log_tail(40))
     }
 }
 

@@ -68,10 +68,7 @@ async fn one_refusing_server_of_two_does_not_fail_the_connect() {
     let lock = ZkConfig::from_url(&url).unwrap().connect().await.unwrap();
     let key = LockKey::new("k").unwrap();
     let opts = AcquireOptions::new().wait(Wait::No);
-    lock.acquire(&key, &opts)
-        .await
-        .unwrap()
-        .release()
+    distlock_testkit::cycles(&lock, &key, &opts, 1)
         .await
         .unwrap();
 }

@@ -31,6 +31,15 @@ pub async fn server() -> RedisServer {
 }
 
 /// A raw connection to `server`.
+/// A lock client of `server` with the default settings.
+pub async fn client(server: &RedisServer) -> distlock_redis::RedisLock {
+    distlock_redis::RedisConfig::from_url(&server.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
 pub async fn admin(server: &RedisServer) -> redis::aio::MultiplexedConnection {
     redis::Client::open(server.url())
         .expect("url")

@@ -20,6 +20,35 @@ pub use zookeeper::{ZooKeeperOptions, ZooKeeperServer};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// A server the testkit launched, as a harness sees it: restart it, read its
+/// log. [`crate::Harness::launched`] hands one out, and the harness's restart and
+/// log hooks come from it.
+#[async_trait::async_trait]
+pub trait Launched: Send + Sync {
+    /// Stops the server cleanly and starts it again on the same port and data.
+    async fn restart(&self) -> Result<(), ServerError>;
+
+    /// The last `lines` lines of its log.
+    fn log_tail(&self, lines: usize) -> String;
+}
+
+macro_rules! launched {
+    ($($server:ty),*) => {$(
+        #[async_trait::async_trait]
+        impl Launched for $server {
+            async fn restart(&self) -> Result<(), ServerError> {
+                <$server>::restart(self).await
+            }
+
+            fn log_tail(&self, lines: usize) -> String {
+                ServerProcess::log_tail(self, lines)
+            }
+        }
+    )*};
+}
+
+launched!(RedisServer, EtcdServer, ZooKeeperServer, MariaDbServer);
+
 /// The command that installs every backend the suite launches.
 pub const INSTALL_COMMAND: &str = "sudo scripts/install-backends";
 

@@ -84,3 +84,7 @@ images *ARGS:
 # Start each docker/ topology on the local images, check it from the host, remove it.
 test-compose *TOPOLOGIES: images
     scripts/test-compose {{TOPOLOGIES}}
+
+# Fuzz the parsers (keys, durations, every scheme's URL, the CLI's arguments): 1M executions per target, or `just fuzz --ci`.
+fuzz *ARGS:
+    scripts/fuzz {{ARGS}}

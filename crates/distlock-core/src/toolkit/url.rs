@@ -460,7 +460,7 @@ impl fmt::Debug for LockUrl {
 ///     redact("redis://app:s3cret@cache:6379/0?password=x&db=1"),
 ///     "redis://app:***@cache:6379/0?password=***&db=1",
 /// );
-/// assert_eq!(redact("redlock://:a@h1,:b@h2"), "redlock://:***@h1,:***@h2");
+/// assert_eq!(redact("redlock://:a@h1,:b@h2"), "redlock://:***@h2");
 /// ```
 pub fn redact(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -471,29 +471,10 @@ pub fn redact(text: &str) -> String {
         }
         None => text,
     };
-    let (authority, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
-    // Hide everything before the last `@` of each host; a password may itself
-    // contain `@` or `,` when the user did not escape it.
-    let hosts: Vec<String> = match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) if !userinfo.contains(',') => {
-            let user = userinfo.split_once(':').map(|(user, _)| user);
-            vec![match user {
-                Some(user) => format!("{user}:{MASK}@{hosts}"),
-                None => format!("{userinfo}@{hosts}"),
-            }]
-        }
-        _ => authority
-            .split(',')
-            .map(|host| match host.rsplit_once('@') {
-                Some((userinfo, hostport)) => match userinfo.split_once(':') {
-                    Some((user, _)) => format!("{user}:{MASK}@{hostport}"),
-                    None => host.to_owned(),
-                },
-                None => host.to_owned(),
-            })
-            .collect(),
-    };
-    out.push_str(&hosts.join(","));
+    // The authority ends where `LockUrl::parse` ends it, at the first `/` or `?`:
+    // a `#` before that may be part of an unescaped password.
+    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    out.push_str(&redact_authority(authority));
     let (path, query) = tail.split_at(tail.find('?').unwrap_or(tail.len()));
     out.push_str(path);
     if let Some(query) = query.strip_prefix('?') {
@@ -501,7 +482,10 @@ pub fn redact(text: &str) -> String {
         let pairs: Vec<String> = query
             .split('&')
             .map(|pair| match pair.split_once('=') {
-                Some((name, value)) if is_secret_param(name) && !value.is_empty() => {
+                Some((name, value))
+                    if is_secret_param(&decode(name).unwrap_or_else(|_| name.to_owned()))
+                        && !value.is_empty() =>
+                {
                     format!("{name}={MASK}")
                 }
                 _ => pair.to_owned(),
@@ -510,6 +494,19 @@ pub fn redact(text: &str) -> String {
         out.push_str(&pairs.join("&"));
     }
     out
+}
+
+/// `authority` with everything from the first `:` to the last `@` masked. A
+/// `,` or `@` before that `@` may be inside one unescaped password, so
+/// credentials that look like one per host (`:a@h1,:b@h2`) are masked as one.
+fn redact_authority(authority: &str) -> String {
+    match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:{MASK}@{hosts}"),
+            None => authority.to_owned(),
+        },
+        None => authority.to_owned(),
+    }
 }
 
 fn is_secret_param(name: &str) -> bool {
@@ -537,6 +534,8 @@ fn decode(text: &str) -> Result<String, String> {
         if bytes[i] == b'%' {
             let byte = text
                 .get(i + 1..i + 3)
+                // `from_str_radix` alone would take a sign: `%+F`.
+                .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
                 .ok_or_else(|| "has a bad %-escape (write %XX with two hex digits)".to_owned())?;
             out.push(byte);

@@ -3,9 +3,9 @@
 //! subcommand does before connecting.
 
 use crate::args::UrlArg;
+use crate::commands::Cli;
 use crate::secret::{check_span, secret_spans};
 use crate::targets::result_texts;
-use crate::commands::Cli;
 use clap::{CommandFactory, FromArgMatches};
 use std::ffi::OsString;
 use std::ops::Range;

@@ -5,6 +5,7 @@ use distlock_testkit::runner::BackendSpec;
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod fences;
 pub mod memory;
 #[cfg(feature = "mysql")]
 pub mod mysql;

@@ -12,6 +12,11 @@ use tokio::time::Instant;
 pub struct CheckArgs {
     #[command(flatten)]
     url: UrlArg,
+    /// Also check a fenced store (memory://NAME, redis://…, mysql://…): a write
+    /// with a lock token is admitted, an older token refused, and the store's
+    /// settings that can forget admitted tokens are warned about.
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
     /// Give up on any one check after this long.
     #[arg(long, default_value = "30s", value_parser = crate::args::parse_positive_duration)]
     timeout: Duration,
@@ -87,14 +92,39 @@ pub async fn check(args: CheckArgs) -> Result<u8, Failure> {
             }
         }
     }
-    println!("check: {passed} of {} passed", passed + failed);
-    let pitfalls = match bench.inspect() {
+    let mut pitfalls = match bench.inspect() {
         Ok(inspect) => inspect
             .pitfalls()
             .await
             .unwrap_or_else(|e| vec![format!("cannot look for deployment pitfalls: {e}")]),
         Err(why) => vec![format!("deployment pitfalls not checked: {why}")],
     };
+    if let Some(store_url) = &args.store {
+        let store = distlock::connect_fence(store_url).await?;
+        let started = Instant::now();
+        let check = tokio::time::timeout(args.timeout, fenced_writes(&bench, &*store));
+        let outcome = check
+            .await
+            .unwrap_or_else(|_| Err(format!("did not finish within {}", show(args.timeout))));
+        let (name, took) = ("fenced store refuses stale", show(started.elapsed()));
+        match outcome {
+            Ok(detail) => {
+                passed += 1;
+                println!("  PASS  {name:<30} {took:>8}  {detail}");
+            }
+            Err(detail) => {
+                failed += 1;
+                println!("  FAIL  {name:<30} {took:>8}  {detail}");
+            }
+        }
+        pitfalls.extend(
+            store
+                .pitfalls()
+                .await
+                .unwrap_or_else(|e| vec![format!("cannot look for the store's pitfalls: {e}")]),
+        );
+    }
+    println!("check: {passed} of {} passed", passed + failed);
     for warning in pitfalls {
         println!("warning: {warning}");
     }
@@ -127,6 +157,44 @@ impl Step {
             Step::Expiry => expiry(bench).await,
             Step::LostOnDeletion => lost_on_deletion(bench).await,
         }
+    }
+}
+
+/// Two holders in turn write to one resource of the store with their tokens;
+/// the first one's late write must be refused and change nothing.
+async fn fenced_writes(bench: &Bench, store: &dyn distlock::Fence) -> Outcome {
+    let key = bench.key("fenced")?;
+    let resource = format!("{}/fenced", bench.prefix);
+    let opts = AcquireOptions::new().wait(Wait::For(Duration::from_secs(10)));
+    let first = bench.a.acquire(&key, &opts).await.map_err(text)?;
+    let old = first.token();
+    first.release().await.map_err(text)?;
+    let second = bench.b.acquire(&key, &opts).await.map_err(text)?;
+    let new = second.token();
+    second.release().await.map_err(text)?;
+    let set = |value: &str| distlock::FencedWrite::set(value);
+    store
+        .write(&resource, new, set("new"))
+        .await
+        .map_err(text)?;
+    match store.write(&resource, old, set("old")).await {
+        Err(LockError::StaleToken { .. }) => {}
+        other => {
+            return Err(format!(
+                "the older token {old} gave {other:?}, not a refusal"
+            ));
+        }
+    }
+    let value = store.read(&resource).await.map_err(text)?;
+    store
+        .write(&resource, new, distlock::FencedWrite::Delete)
+        .await
+        .map_err(text)?;
+    match value.as_deref() {
+        Some("new") => Ok(format!(
+            "token {old} refused after {new}; the token record stays"
+        )),
+        other => Err(format!("the value is {other:?} after the refused write")),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The command line's shape: the subcommands and their help. Kept apart from
 //! `main.rs` so the fuzz targets parse arguments with exactly this parser.
 
-use crate::{bench, check, demo, run};
+use crate::{bench, check, demo, fence, run};
 use clap::{Parser, Subcommand};
 
 /// Distributed locks with fencing tokens, from the command line.
@@ -37,6 +37,18 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Measure lock latency and throughput next to the backend's raw round trip.
     Bench(bench::BenchArgs),
+    /// One fenced write, refused by the store if a newer lock holder wrote first.
+    ///
+    /// Meant for a child of `distlock run`, whose token it reads from
+    /// $DISTLOCK_FENCING_TOKEN. The store is the URL's: memory://NAME, redis://…
+    /// or mysql://… (with --sql, a statement run in the transaction that admits the
+    /// token).
+    ///
+    /// Exit status: 0 written (--add prints the new value); 77 stale token (a
+    /// higher token was admitted: the writer lost its lock); 65 --add would drop
+    /// below --floor, nothing written; 2 bad usage, resource, value or URL; 1 the
+    /// store cannot be reached or failed.
+    Fence(fence::FenceArgs),
     /// The flash-sale story: oversold without a lock, exact with one, and a paused
     /// holder's late write refused by a fencing token.
     Demo(demo::DemoArgs),

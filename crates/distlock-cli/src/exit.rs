@@ -9,10 +9,16 @@ pub const OK: u8 = 0;
 pub const FAILURE: u8 = 1;
 /// Bad usage, key, ttl, URL or configuration (clap uses 2 for usage errors too).
 pub const USAGE: u8 = 2;
+/// EX_DATAERR: `distlock fence --add … --floor …` wrote nothing because the
+/// result would have dropped below the floor (sold out, not stale).
+pub const BELOW_FLOOR: u8 = 65;
 /// EX_UNAVAILABLE: the lock was lost while the command ran.
 pub const LOST: u8 = 69;
 /// EX_TEMPFAIL: the lock was not acquired (busy, or the wait timed out).
 pub const NOT_ACQUIRED: u8 = 75;
+/// EX_NOPERM: the fenced store refused the write because a higher fencing token
+/// was admitted before: the writer lost its lock and must stop.
+pub const STALE_TOKEN: u8 = 77;
 /// The command exists but could not be executed (as in POSIX shells).
 pub const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found (as in POSIX shells).
@@ -44,8 +50,10 @@ impl From<LockError> for Failure {
             LockError::Busy { .. } | LockError::Timeout { .. } => NOT_ACQUIRED,
             LockError::InvalidKey { .. }
             | LockError::InvalidOptions { .. }
+            | LockError::InvalidWrite { .. }
             | LockError::Config { .. } => USAGE,
             LockError::Lost { .. } => LOST,
+            LockError::StaleToken { .. } => STALE_TOKEN,
             _ => FAILURE,
         };
         Failure::new(code, describe(&error))

@@ -7,6 +7,7 @@ mod check;
 mod commands;
 mod demo;
 mod exit;
+mod fence;
 mod plot;
 mod progress;
 mod run;
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
             Command::Check(args) => check::check(args).await,
             Command::Bench(args) => bench::bench(args).await,
             Command::Demo(args) => demo::demo(args).await,
+            Command::Fence(args) => fence::fence(args).await,
         }
     });
     // Release-on-drop and renewal tasks get no further say once we exit.

@@ -87,6 +87,13 @@ pub enum LockError {
         /// What is wrong and how to fix it.
         reason: String,
     },
+    /// A fenced write was refused before reaching the store (oversized value, bad
+    /// script, resource the store cannot place); nothing was written.
+    #[error("invalid fenced write: {reason}")]
+    InvalidWrite {
+        /// What is wrong and how to fix it.
+        reason: String,
+    },
     /// The backend configuration (URL, struct) is not valid.
     #[error("invalid {backend} configuration: {reason}")]
     Config {

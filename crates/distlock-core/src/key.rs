@@ -27,30 +27,38 @@ impl LockKey {
     /// Validates `name` as a key.
     pub fn new(name: impl AsRef<str>) -> Result<Self, LockError> {
         let name = name.as_ref();
-        let invalid = |reason: String| Err(LockError::InvalidKey { reason });
-        if name.is_empty() {
-            return invalid("the key is empty; give the lock a name of 1 to 512 bytes".into());
+        match name_problem(name, "key") {
+            Some(reason) => Err(LockError::InvalidKey { reason }),
+            None => Ok(LockKey(Arc::from(name))),
         }
-        if name.len() > Self::MAX_LEN {
-            return invalid(format!(
-                "the key is {} bytes long, the limit is {} bytes; shorten it or hash the long part",
-                name.len(),
-                Self::MAX_LEN
-            ));
-        }
-        if let Some((at, c)) = name.char_indices().find(|(_, c)| c.is_control()) {
-            return invalid(format!(
-                "the key has control character {:?} at byte {at}; NUL and control characters are not allowed",
-                c
-            ));
-        }
-        Ok(LockKey(Arc::from(name)))
     }
 
     /// The name as given.
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// What is wrong with `name` as a lock key or fenced resource (`noun`), or `None`:
+/// 1 to [`LockKey::MAX_LEN`] bytes without NUL or control characters.
+pub(crate) fn name_problem(name: &str, noun: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some(format!(
+            "the {noun} is empty; give it a name of 1 to {} bytes",
+            LockKey::MAX_LEN
+        ));
+    }
+    if name.len() > LockKey::MAX_LEN {
+        return Some(format!(
+            "the {noun} is {} bytes long, the limit is {} bytes; shorten it or hash the long part",
+            name.len(),
+            LockKey::MAX_LEN
+        ));
+    }
+    let (at, c) = name.char_indices().find(|(_, c)| c.is_control())?;
+    Some(format!(
+        "the {noun} has control character {c:?} at byte {at}; NUL and control characters are not allowed"
+    ))
 }
 
 impl std::fmt::Debug for LockKey {

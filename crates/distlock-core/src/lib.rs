@@ -5,7 +5,8 @@
 //!   `Arc<dyn DistributedLock>`.
 //! - [`Lease`] is the held lock: its [`FencingToken`], its local deadline, its
 //!   [`Lease::lost`] signal, release and release on drop.
-//! - [`Fence`] is the check the protected resource runs on tokens.
+//! - [`Fence`] is the protected store's side: a write applied only with a
+//!   token at least as high as any it admitted before, in one atomic step.
 //! - [`backend::Backend`] is what an adapter implements; [`BackendLock`] turns it
 //!   into a `DistributedLock` with renewal, loss, reentrancy and metrics.
 //! - [`memory`] is an in-process backend for tests and demos.
@@ -13,7 +14,7 @@
 //!   guard and the [`toolkit::Inspect`] trait.
 //!
 //! ```
-//! use distlock_core::{AcquireOptions, DistributedLock, LockKey, MemoryFence, Fence};
+//! use distlock_core::{AcquireOptions, DistributedLock, Fence, FencedWrite, LockKey, MemoryFence};
 //! use distlock_core::memory::MemoryStore;
 //! use std::time::Duration;
 //! # #[tokio::main(flavor = "current_thread")]
@@ -23,9 +24,11 @@
 //! let key = LockKey::new("inventory/sku-42")?;
 //! let opts = AcquireOptions::new().ttl(Duration::from_secs(10));
 //! let lease = lock.acquire(&key, &opts).await?;
-//! // Do the work while the lease is held, and fence every write with its token.
+//! // Do the work while the lease is held, and fence every write with its token:
+//! // the store applies it only if no newer holder has written since.
+//! let write = FencedWrite::add_with_floor(-1, 0);
 //! lease
-//!     .guard(fence.check_and_record("inventory/sku-42", lease.token()))
+//!     .guard(fence.write("inventory/sku-42", lease.token(), write))
 //!     .await??;
 //! lease.release().await?;
 //! # Ok(()) }
@@ -35,7 +38,7 @@
 pub mod backend;
 mod capabilities;
 mod error;
-mod fence;
+pub mod fence;
 mod key;
 mod lease;
 mod lock;
@@ -48,7 +51,7 @@ pub mod toolkit;
 
 pub use capabilities::{Capabilities, FencingGuarantee, TokenDurability, Wake};
 pub use error::{BoxError, LockError, LossReason};
-pub use fence::{Fence, MemoryFence};
+pub use fence::{Fence, FencedWrite, MemoryFence, WriteOutcome};
 pub use key::LockKey;
 pub use lease::{Lease, Lost, clock_drift};
 pub use lock::{BackendLock, DistributedLock, DynLock};

@@ -199,6 +199,17 @@ impl MySqlConfig {
         self.strategy
     }
 
+    /// The sqlx connect options (server, credentials, database, TLS, UTC session),
+    /// for other clients of the same server, such as a fenced store.
+    pub fn connect_options(&self) -> MySqlConnectOptions {
+        self.options.clone()
+    }
+
+    /// The connect and reply timeouts.
+    pub fn get_timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
     /// The server address, without credentials, for messages.
     pub fn endpoint(&self) -> String {
         match self.options.get_socket() {

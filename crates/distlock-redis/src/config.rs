@@ -3,6 +3,7 @@
 
 use crate::backend::{BACKEND, RedisBackend, RedisLock, ReplicaAck};
 use crate::connection::{DEFAULT_PORT, ServerAddress};
+use crate::fence::RedisFence;
 use crate::keys::{DEFAULT_NAMESPACE, validate_namespace};
 use distlock_core::toolkit::{LockUrl, Timeouts, redact};
 use distlock_core::{AcquireOptions, BackendLock, Capabilities, LockError};
@@ -357,6 +358,16 @@ impl RedisConfig {
         )
         .await?;
         Ok(BackendLock::new(backend))
+    }
+
+    /// Connects a [`RedisFence`] to the same server: fenced writes to keys on it,
+    /// with their token records under the namespace. Credentials, database,
+    /// TLS, protocol and timeouts apply as for the lock; `ttl`, `restart_guard`
+    /// and `wait_replicas` are lock settings the fence does not use. Loads the
+    /// fence scripts, so a wrong address or password fails here.
+    pub async fn connect_fence(self) -> Result<RedisFence, LockError> {
+        self.validate()?;
+        RedisFence::connect(&self.server, self.common.namespace, self.common.timeouts).await
     }
 }
 

@@ -8,12 +8,19 @@
 //! | fence counter (never expires) | `ns{name}:fence` |
 //! | release channel | `ns{name}:ch` |
 //! | restart-guard marker, one per namespace (only with a guard) | `nsrestart-guard` |
+//! | fence record of a `RedisFence` resource `r` without a hash tag | `nsfence:{r}` |
+//! | fence record of a resource `r` with hash tag `t` | `nsfence:{t}:r` |
 //!
 //! `name` is escaped so that it never contains a brace: `%` → `%25`, `{` → `%7B`,
 //! `}` → `%7D`. Redis Cluster hashes the text between the first `{` and the first
 //! `}` after it, so the hash tag of all three is exactly the escaped name: they
 //! share one slot for every name, and distinct names stay distinct keys. The
 //! marker has no brace, so no lock's keys can collide with it.
+//!
+//! A fenced resource is the application's own key, used verbatim, so it cannot
+//! be escaped; its fence record is placed in its slot instead (see
+//! [`fence_record`]). Lock keys start `ns{`, fence records `nsfence:`, so the two
+//! never collide.
 
 use distlock_core::{LockError, LockKey};
 
@@ -91,6 +98,53 @@ impl LockKeys {
 /// expires (see the acquire script).
 pub(crate) fn guard_marker(namespace: &str) -> String {
     format!("{namespace}restart-guard")
+}
+
+/// The hash tag Redis Cluster hashes instead of the whole key: the text between
+/// the first `{` and the first `}` after it, if that text is not empty.
+pub(crate) fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let rest = &key[open + 1..];
+    let close = rest.find('}')?;
+    (close > 0).then(|| &rest[..close])
+}
+
+/// The key holding the highest token a `RedisFence` admitted for `resource`:
+/// in the same Redis Cluster slot as `resource`, so one script can use both,
+/// and distinct for distinct resources.
+///
+/// With a hash tag `t`, the record is `<ns>fence:{t}:<resource>`; without one,
+/// the whole resource is hashed, so it becomes the tag: `<ns>fence:{<resource>}`.
+/// The namespace has no brace, so the record's first `{` is the one written
+/// here, and its first `}` after it closes `t` (which has none) or the resource
+/// (which then must have none): the record hashes exactly what the resource
+/// hashes. Injective: the text up to that `}` gives the tag or the resource, and
+/// only tagged records go on after it.
+///
+/// A resource without a hash tag that contains `}` (`a}b`, `x{}y`) cannot be
+/// made a tag, and is refused with [`LockError::InvalidKey`], as is a resource
+/// that is itself a fence record of this namespace.
+pub(crate) fn fence_record(namespace: &str, resource: &str) -> Result<String, LockError> {
+    let records = format!("{namespace}fence:");
+    if resource.starts_with(&records) {
+        return Err(LockError::InvalidKey {
+            reason: format!(
+                "the fenced resource `{resource}` starts with `{records}`, where this fence keeps \
+                 its token records; fence another key or configure another namespace"
+            ),
+        });
+    }
+    match hash_tag(resource) {
+        Some(tag) => Ok(format!("{records}{{{tag}}}:{resource}")),
+        None if resource.contains('}') => Err(LockError::InvalidKey {
+            reason: format!(
+                "the fenced resource `{resource}` contains `}}` but has no Redis Cluster hash \
+                 tag, so its fence record cannot be put in its hash slot; rename the key with \
+                 a hash tag (a non-empty `{{…}}` before any other `}}`), e.g. `{{stock}}:{resource}`"
+            ),
+        }),
+        None => Ok(format!("{records}{{{resource}}}")),
+    }
 }
 
 /// A `SCAN MATCH` pattern for the lock keys (not fence counters) of every name that
@@ -191,6 +245,55 @@ mod tests {
         assert_eq!(keys.fence, "distlock:{orders/42}:fence");
         assert_eq!(keys.channel, "distlock:{orders/42}:ch");
         assert_eq!(escape("{x}"), "%7Bx%7D");
+    }
+
+    #[test]
+    fn a_fence_record_shares_its_resource_slot_and_is_distinct_per_resource() {
+        let resources = [
+            "stock",
+            "{stock}:sku-1",
+            "{stock}:sku-2",
+            "a{b}c",
+            "{{a}b",
+            "foo{{bar}}zap",
+            "{",
+            "x{",
+            "{stock}",
+            "}{x}",
+            "fence-x",
+            "ключ/🔒",
+        ];
+        let mut records = std::collections::HashSet::new();
+        for ns in ["distlock:", "", "app/fences:"] {
+            for resource in resources {
+                let record = fence_record(ns, resource).unwrap();
+                assert_eq!(slot(&record), slot(resource), "{ns}: {resource} → {record}");
+                assert!(records.insert(record), "{ns}: {resource} shares a record");
+            }
+        }
+        assert_eq!(fence_record("d:", "stock").unwrap(), "d:fence:{stock}");
+        assert_eq!(
+            fence_record("d:", "{u1}:cart").unwrap(),
+            "d:fence:{u1}:{u1}:cart"
+        );
+        // `{stock}` (tag `stock`) and `stock` (no tag) hash alike but stay apart.
+        assert_eq!(
+            fence_record("d:", "{stock}").unwrap(),
+            "d:fence:{stock}:{stock}"
+        );
+    }
+
+    #[test]
+    fn resources_whose_record_cannot_share_their_slot_are_refused() {
+        for resource in ["a}b", "{}", "foo{}{bar}", "a}b{c", "d:fence:x"] {
+            match fence_record("d:", resource) {
+                Err(LockError::InvalidKey { reason }) => {
+                    assert!(reason.contains(resource), "{reason}");
+                }
+                other => panic!("{resource}: {other:?}"),
+            }
+        }
+        assert!(fence_record("other:", "d:fence:x").is_ok());
     }
 
     #[test]

@@ -27,6 +27,11 @@
 //! - Both offer [`distlock_core::toolkit::Inspect`] through `lock.inspect()`: the
 //!   holder of a key, residue, an operator's force-unlock, deployment warnings
 //!   (eviction, replicas, persistence) and `PING`.
+//! - [`RedisFence`]: the resource side of fencing on Redis ([`distlock_core::Fence`]):
+//!   each fenced write (set, delete, add with a floor, hash field, or a user
+//!   [`FenceScript`]) is one Lua script that checks the writer's token against
+//!   the highest one admitted for the key, records it, and writes, in one round
+//!   trip. Built by [`RedisConfig::connect_fence`] from the same URL.
 //!
 //! # Guarantees and failure modes
 //!
@@ -57,6 +62,7 @@
 //! `protocol` its Lua scripts (`scripts/*.lua`) and commands, `connection` the
 //! reconnecting command connection, `subscriber` the shared pub/sub wake-up,
 //! `restart` the restart check of held leases and the restart guard;
+//! `fence` the fenced writes and their scripts (`scripts/fence_*.lua`);
 //! `keys`, `error` and `inspect` as in every adapter; `redlock` the same shape
 //! again over N servers, plus its concurrent rounds and vote tally.
 #![deny(missing_docs)]
@@ -65,6 +71,7 @@ mod backend;
 mod config;
 mod connection;
 mod error;
+mod fence;
 mod inspect;
 mod keys;
 mod protocol;
@@ -74,6 +81,7 @@ mod subscriber;
 
 pub use backend::{RedisBackend, RedisHandle, RedisLock, ReplicaAck};
 pub use config::RedisConfig;
+pub use fence::{FenceScript, RedisFence};
 pub use keys::{DEFAULT_NAMESPACE, LockKeys};
 pub use redlock::backend::{Redlock, RedlockBackend, RedlockHandle};
 pub use redlock::config::RedlockConfig;

@@ -9,6 +9,8 @@
 //! - [`proxy`]: a TCP fault proxy (delay, blackhole, reset, close).
 //! - [`holder`]: runs a lock holder as a child process to pause or kill it.
 //! - [`history`]: checks mutual exclusion and token order of a recorded run.
+//! - [`fences`]: the fence conformance cases, `<store>::<case>`, for every
+//!   fenced store.
 //!
 //! A third-party adapter runs the same suite by implementing [`Harness`] and
 //! passing a [`runner::BackendSpec`] to [`runner::trials`] in a
@@ -17,6 +19,7 @@
 
 pub mod cases;
 pub mod fault;
+pub mod fences;
 pub mod harness;
 pub mod history;
 pub mod holder;

@@ -46,14 +46,18 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 pub async fn connect(url: &str) -> Result<DynLock, LockError> {
     let kind = BackendKind::from_url(url)?;
     let url = url.trim();
-    // A URL that does not parse has no secrets to find; the adapter refuses it
-    // with the same parser, whose errors never quote a password.
-    let secrets = LockUrl::parse(kind.name(), url)
-        .map(|url| secrets_of(&url))
-        .unwrap_or_default();
     connect_kind(kind, url)
         .await
-        .map_err(|e| scrub(e, &secrets))
+        .map_err(|e| scrub(e, &url_secrets(kind, url)))
+}
+
+/// The passwords and tokens in `url`, to scrub from errors. A URL that does not
+/// parse has none to find: the adapter refuses it with the same parser, whose
+/// errors never quote a password.
+pub(crate) fn url_secrets(kind: BackendKind, url: &str) -> Vec<String> {
+    LockUrl::parse(kind.name(), url)
+        .map(|url| secrets_of(&url))
+        .unwrap_or_default()
 }
 
 async fn connect_kind(kind: BackendKind, url: &str) -> Result<DynLock, LockError> {
@@ -96,7 +100,7 @@ async fn connect_kind(kind: BackendKind, url: &str) -> Result<DynLock, LockError
 /// The store name of a `memory://NAME` URL. Only letters, digits and `-_.` are
 /// taken, so a typo (a path, a password) is an error rather than a silently
 /// separate store.
-fn memory_name(url: &str) -> Result<String, LockError> {
+pub(crate) fn memory_name(url: &str) -> Result<String, LockError> {
     let url = LockUrl::parse("memory", url).map_err(|_| memory_url_error())?;
     let name = match url.hosts() {
         [] => "",

@@ -2,7 +2,7 @@
 //! ZooKeeper and MySQL, plus an in-process backend for tests and demos.
 //!
 //! ```
-//! use distlock::{AcquireOptions, LockKey, MemoryFence, Fence};
+//! use distlock::{AcquireOptions, Fence, FencedWrite, LockKey, MemoryFence};
 //! use std::time::Duration;
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), distlock::LockError> {
@@ -13,10 +13,11 @@
 //!
 //! let key = LockKey::new("inventory/sku-42")?;
 //! let lease = lock.acquire(&key, &AcquireOptions::new().ttl(Duration::from_secs(10))).await?;
-//! // Hand the token to every write: the resource refuses writers older than
-//! // the newest it has seen (see `Fence`).
+//! // Hand the token to every write: the store refuses writers older than the
+//! // newest it has admitted, in the same atomic step as the write (see `Fence`).
 //! let fence = MemoryFence::new();
-//! lease.guard(fence.check_and_record("sku-42", lease.token())).await??;
+//! let write = FencedWrite::add_with_floor(-1, 0);
+//! lease.guard(fence.write("sku-42", lease.token(), write)).await??;
 //! lease.release().await?;
 //! # Ok(()) }
 //! ```
@@ -89,11 +90,13 @@
 mod connect;
 mod kind;
 mod redact;
+mod store;
 
 pub use connect::{connect, memory_store};
 pub use distlock_core::*;
 pub use kind::BackendKind;
 pub use redact::redact_url;
+pub use store::{connect_fence, memory_fence};
 
 /// The Redis adapters, `RedisLock` (feature `redis`) and `Redlock` (feature
 /// `redlock`): configs, layout helpers and Lua scripts.
@@ -111,3 +114,8 @@ pub use distlock_zookeeper as zookeeper;
 /// The MySQL / MariaDB adapter (feature `mysql`).
 #[cfg(feature = "mysql")]
 pub use distlock_mysql as mysql;
+
+/// `SqlFence`, fencing tokens checked inside your own sqlx transaction, and
+/// `SqlStore`, a fenced value table (feature `mysql`).
+#[cfg(feature = "mysql")]
+pub use distlock_sql as sql;

@@ -3,7 +3,7 @@
 use super::{CaseError, CaseResult, Scope, ensure, within};
 use crate::harness::Harness;
 use crate::history::History;
-use distlock_core::{Fence, LockError, MemoryFence, Renewal, Wait};
+use distlock_core::{Fence, FencedWrite, LockError, MemoryFence, Renewal, Wait};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
@@ -100,14 +100,21 @@ pub async fn fence_rejects_stale_holder(h: &dyn Harness) -> CaseResult {
     let resource = key.as_str();
     // Manual renewal: the paused process cannot renew.
     let paused = a.acquire(&key, &s.short().renewal(Renewal::Manual)).await?;
-    fence.check_and_record(resource, paused.token()).await?;
+    fence
+        .write(resource, paused.token(), FencedWrite::set("paused"))
+        .await?;
     let fresh = b.acquire(&key, &s.long()).await?;
     ensure!(
         !paused.is_held(),
         "the paused lease still believes it holds the lock"
     );
-    fence.check_and_record(resource, fresh.token()).await?;
-    match fence.check_and_record(resource, paused.token()).await {
+    fence
+        .write(resource, fresh.token(), FencedWrite::set("fresh"))
+        .await?;
+    match fence
+        .write(resource, paused.token(), FencedWrite::set("late"))
+        .await
+    {
         Err(LockError::StaleToken { token, highest, .. }) => {
             ensure!(
                 token == paused.token() && highest == fresh.token(),
@@ -120,6 +127,11 @@ pub async fn fence_rejects_stale_holder(h: &dyn Harness) -> CaseResult {
             )));
         }
     }
+    let value = fence.read(resource).await?;
+    ensure!(
+        value.as_deref() == Some("fresh"),
+        "the stale write changed the value to {value:?}"
+    );
     fresh.release().await?;
     Ok(())
 }

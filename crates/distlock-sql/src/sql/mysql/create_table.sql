@@ -1,0 +1,5 @@
+CREATE TABLE IF NOT EXISTS `{table}` (
+    resource VARBINARY(512) NOT NULL,
+    highest BIGINT UNSIGNED NOT NULL,
+    PRIMARY KEY (resource)
+) ENGINE=InnoDB

@@ -1,0 +1,1 @@
+SELECT CAST(`{fence}` AS UNSIGNED) FROM `{table}` WHERE `{key}` = ? LOCK IN SHARE MODE

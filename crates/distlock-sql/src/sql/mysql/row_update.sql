@@ -1,0 +1,1 @@
+UPDATE `{table}` SET {assignments}`{fence}` = ? WHERE `{key}` = ? AND `{fence}` <= ?

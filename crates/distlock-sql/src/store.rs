@@ -1,0 +1,376 @@
+//! [`SqlStore`]: a fenced value table, the [`Fence`] trait on MySQL for data
+//! that has no table of its own, and one fenced statement for data that does.
+
+use crate::dialect::{MYSQL, render};
+use crate::error::{BACKEND, endpoint, is_contention, map_error_at};
+use crate::fence::SqlFence;
+use crate::ident::Ident;
+use async_trait::async_trait;
+use distlock_core::fence::{invalid_write, validate_resource};
+use distlock_core::toolkit::Timeouts;
+use distlock_core::{Fence, FencedWrite, FencingToken, LockError, WriteOutcome};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
+use sqlx::pool::PoolConnection;
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection, MySql, Row};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Whole transactions run again after a deadlock or lock wait timeout, at most
+/// this many times in all.
+const ATTEMPTS: usize = 5;
+
+/// A fenced key-value table on MySQL or MariaDB: every [`Fence::write`] is one
+/// transaction that admits the token with [`SqlFence::admit`] and then writes
+/// the value, so it commits only if the token was admitted.
+/// [`SqlStore::execute`] runs one statement of your own the same way.
+///
+/// Values live in `distlock_fenced_values` (resource `VARBINARY(512)` primary
+/// key, value `MEDIUMBLOB`, `expires_at TIMESTAMP(6)` judged by the database
+/// clock), tokens in [`SqlFence`]'s `distlock_fences`; both are created if
+/// missing. Hash writes are refused: use Redis, or your own table with
+/// [`SqlFence`].
+///
+/// ```no_run
+/// use distlock_core::{Fence, FencedWrite, FencingToken};
+/// use distlock_core::toolkit::Timeouts;
+/// use std::time::Duration;
+/// # async fn run() -> Result<(), distlock_core::LockError> {
+/// let options = "mysql://app:secret@127.0.0.1/app".parse().map_err(|_| {
+///     distlock_core::LockError::config("mysql", "bad URL")
+/// })?;
+/// let timeouts = Timeouts::new(Duration::from_secs(5), Duration::from_secs(5));
+/// let store = distlock_sql::SqlStore::connect(options, timeouts).await?;
+/// store.write("stock/sku-42", FencingToken::new(7), FencedWrite::add_with_floor(-1, 0)).await?;
+/// store.execute("stock/sku-42", FencingToken::new(7), "UPDATE orders SET state = 'paid' WHERE id = 9").await?;
+/// # Ok(()) }
+/// ```
+pub struct SqlStore {
+    pool: MySqlPool,
+    fence: SqlFence,
+    timeouts: Timeouts,
+    endpoint: String,
+    sql: Statements,
+}
+
+impl std::fmt::Debug for SqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore")
+            .field("endpoint", &self.endpoint)
+            .field("fences", &self.fence.table())
+            .field("values", &SqlStore::VALUES_TABLE)
+            .field("timeouts", &self.timeouts)
+            .finish()
+    }
+}
+
+/// What one fenced transaction does after admitting the token.
+enum Work<'a> {
+    Write(&'a FencedWrite),
+    Statement(&'a str),
+}
+
+/// What it did.
+enum Done {
+    Write(WriteOutcome),
+    Rows(u64),
+}
+
+/// The store's statements, rendered for its value table.
+struct Statements {
+    set: Arc<str>,
+    keep_expiry: Arc<str>,
+    delete: Arc<str>,
+    read: Arc<str>,
+}
+
+impl SqlStore {
+    /// The value table.
+    pub const VALUES_TABLE: &'static str = "distlock_fenced_values";
+
+    /// Connects a pool to the server in `options`, waiting at most
+    /// `timeouts.connect`, and creates both tables if missing. Every later call
+    /// waits at most `timeouts.reply` for the server.
+    pub async fn connect(
+        options: MySqlConnectOptions,
+        timeouts: Timeouts,
+    ) -> Result<Self, LockError> {
+        timeouts.validate(BACKEND)?;
+        let endpoint = endpoint(&options);
+        let pool = MySqlPoolOptions::new()
+            .max_connections(10)
+            .acquire_timeout(timeouts.connect)
+            .connect_with(options.disable_statement_logging());
+        let pool = within(timeouts.connect, &endpoint, async {
+            pool.await.map_err(|e| map_error_at(e, &endpoint))
+        })
+        .await?;
+        let values = Ident::known(Self::VALUES_TABLE);
+        let statement = |template| render(template, &[("values", &values)]);
+        let store = SqlStore {
+            fence: SqlFence::new(),
+            sql: Statements {
+                set: statement(MYSQL.value_set),
+                keep_expiry: statement(MYSQL.value_keep_expiry),
+                delete: statement(MYSQL.value_delete),
+                read: statement(MYSQL.value_read),
+            },
+            pool,
+            timeouts,
+            endpoint,
+        };
+        let create_values = sqlx::query(AssertSqlSafe(statement(MYSQL.create_values)));
+        within(store.budget(), &store.endpoint, async {
+            let mut conn = store.conn().await?;
+            store.fence.create_table(&mut conn).await?;
+            create_values
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store.error(e))
+        })
+        .await?;
+        Ok(store)
+    }
+
+    /// Runs `statement` in the transaction that admits `token` for `resource`:
+    /// it commits only if the token is admitted, and a stale token
+    /// ([`LockError::StaleToken`]) rolls it back. Returns the rows it matched.
+    /// DDL commits on its own in MySQL, whatever the transaction: fence only DML.
+    pub async fn execute(
+        &self,
+        resource: &str,
+        token: FencingToken,
+        statement: &str,
+    ) -> Result<u64, LockError> {
+        validate_resource(resource)?;
+        if statement.len() > FencedWrite::MAX_PAYLOAD {
+            return Err(invalid_write(format!(
+                "the statement is {} bytes, the limit is {} bytes",
+                statement.len(),
+                FencedWrite::MAX_PAYLOAD
+            )));
+        }
+        match self
+            .transaction(resource, token, Work::Statement(statement))
+            .await?
+        {
+            Done::Rows(rows) => Ok(rows),
+            Done::Write(_) => Err(LockError::backend(BACKEND, "a statement ran as a write")),
+        }
+    }
+
+    /// Runs `work` after admitting `token` in one transaction, committing only
+    /// if both succeed; the whole transaction runs again after a deadlock or
+    /// lock wait timeout.
+    async fn transaction(
+        &self,
+        resource: &str,
+        token: FencingToken,
+        work: Work<'_>,
+    ) -> Result<Done, LockError> {
+        let mut attempt = 1;
+        loop {
+            let once = self.transaction_once(resource, token, &work);
+            match within(self.budget(), &self.endpoint, once).await {
+                Err(e) if is_contention(&e) && attempt < ATTEMPTS => attempt += 1,
+                other => return other,
+            }
+        }
+    }
+
+    async fn transaction_once(
+        &self,
+        resource: &str,
+        token: FencingToken,
+        work: &Work<'_>,
+    ) -> Result<Done, LockError> {
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin().await.map_err(|e| self.error(e))?;
+        self.fence.admit(&mut tx, resource, token).await?;
+        let done = match work {
+            Work::Write(write) => Done::Write(self.apply(&mut tx, resource, write).await?),
+            Work::Statement(statement) => {
+                let done = sqlx::raw_sql(AssertSqlSafe(statement.to_string()))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| self.error(e))?;
+                Done::Rows(done.rows_affected())
+            }
+        };
+        tx.commit().await.map_err(|e| self.error(e))?;
+        Ok(done)
+    }
+
+    /// How long one call may take: a connection, then the reply.
+    fn budget(&self) -> Duration {
+        self.timeouts.connect + self.timeouts.reply
+    }
+
+    async fn conn(&self) -> Result<PoolConnection<MySql>, LockError> {
+        self.pool.acquire().await.map_err(|e| self.error(e))
+    }
+
+    fn error(&self, error: sqlx::Error) -> LockError {
+        map_error_at(error, &self.endpoint)
+    }
+
+    async fn read_value(
+        &self,
+        conn: &mut MySqlConnection,
+        resource: &str,
+    ) -> Result<Option<String>, LockError> {
+        let value: Option<Vec<u8>> = sqlx::query_scalar(AssertSqlSafe(self.sql.read.clone()))
+            .bind(resource.as_bytes())
+            .fetch_optional(conn)
+            .await
+            .map_err(|e| self.error(e))?;
+        value
+            .map(|bytes| {
+                String::from_utf8(bytes).map_err(|_| {
+                    LockError::backend(BACKEND, format!("the value of `{resource}` is not UTF-8"))
+                })
+            })
+            .transpose()
+    }
+
+    /// Applies `write` inside the admitting transaction. The fence row's lock
+    /// serialises every writer of `resource`, so the plain read below (whose
+    /// snapshot starts after that lock was granted) sees the latest commit, and
+    /// takes no gap lock that two first writers could deadlock on.
+    async fn apply(
+        &self,
+        tx: &mut MySqlConnection,
+        resource: &str,
+        write: &FencedWrite,
+    ) -> Result<WriteOutcome, LockError> {
+        let statement = |sql: &Arc<str>| sqlx::query(AssertSqlSafe(sql.clone()));
+        let query = match write {
+            FencedWrite::Set { value, expire } => {
+                let micros = expire.map(|e| u64::try_from(e.as_micros()).unwrap_or(u64::MAX));
+                statement(&self.sql.set)
+                    .bind(resource.as_bytes())
+                    .bind(value.as_bytes())
+                    .bind(micros)
+                    .bind(micros)
+            }
+            FencedWrite::Delete => statement(&self.sql.delete).bind(resource.as_bytes()),
+            FencedWrite::Add { delta, floor } => {
+                let current = match self.read_value(tx, resource).await? {
+                    None => 0,
+                    Some(text) => text.parse::<i64>().map_err(|_| {
+                        invalid_write(format!(
+                            "`{resource}` holds {text:?}, not an integer; set or delete it first"
+                        ))
+                    })?,
+                };
+                let next = current.checked_add(*delta).ok_or_else(|| {
+                    invalid_write(format!(
+                        "adding {delta} to {current} in `{resource}` overflows a 64-bit integer"
+                    ))
+                })?;
+                if floor.is_some_and(|floor| next < floor) {
+                    return Ok(WriteOutcome::BelowFloor { current });
+                }
+                statement(&self.sql.keep_expiry)
+                    .bind(resource.as_bytes())
+                    .bind(next.to_string().into_bytes())
+                    .execute(tx)
+                    .await
+                    .map_err(|e| self.error(e))?;
+                return Ok(WriteOutcome::Counter(next));
+            }
+            FencedWrite::HashSet { .. } => {
+                return Err(invalid_write(
+                    "a SQL store holds plain values, not hashes; keep hashes in Redis, or fence \
+                     your own table with SqlFence"
+                        .into(),
+                ));
+            }
+            _ => return Err(invalid_write("this store does not know that write".into())),
+        };
+        query.execute(tx).await.map_err(|e| self.error(e))?;
+        Ok(WriteOutcome::Written)
+    }
+}
+
+#[async_trait]
+impl Fence for SqlStore {
+    async fn write(
+        &self,
+        resource: &str,
+        token: FencingToken,
+        write: FencedWrite,
+    ) -> Result<WriteOutcome, LockError> {
+        validate_resource(resource)?;
+        write.validate()?;
+        match self
+            .transaction(resource, token, Work::Write(&write))
+            .await?
+        {
+            Done::Write(outcome) => Ok(outcome),
+            Done::Rows(_) => Err(LockError::backend(BACKEND, "a write ran as a statement")),
+        }
+    }
+
+    async fn read(&self, resource: &str) -> Result<Option<String>, LockError> {
+        validate_resource(resource)?;
+        within(self.budget(), &self.endpoint, async {
+            self.read_value(&mut *self.conn().await?, resource).await
+        })
+        .await
+    }
+
+    async fn highest(&self, resource: &str) -> Result<Option<FencingToken>, LockError> {
+        validate_resource(resource)?;
+        within(self.budget(), &self.endpoint, async {
+            self.fence.highest(&mut *self.conn().await?, resource).await
+        })
+        .await
+    }
+
+    async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
+        let row = within(self.budget(), &self.endpoint, async {
+            sqlx::query(MYSQL.durability)
+                .fetch_one(&mut *self.conn().await?)
+                .await
+                .map_err(|e| self.error(e))
+        })
+        .await?;
+        let setting = |index| row.try_get::<i64, _>(index).map_err(|e| self.error(e));
+        let (flush, read_only) = (setting(0)?, setting(1)?);
+        let mut warnings = Vec::new();
+        if flush != 1 {
+            warnings.push(format!(
+                "{}: innodb_flush_log_at_trx_commit is {flush}: a server crash can lose the last \
+                 second of commits, fence records included, and then admit a stale holder's \
+                 write; set it to 1 where fenced data lives",
+                self.endpoint
+            ));
+        }
+        if read_only != 0 {
+            warnings.push(format!(
+                "{} is read-only (a replica?): fenced writes must go to the primary",
+                self.endpoint
+            ));
+        }
+        Ok(warnings)
+    }
+}
+
+/// `work`, or [`LockError::Unavailable`] if the server has not answered
+/// within `budget`.
+async fn within<T>(
+    budget: Duration,
+    endpoint: &str,
+    work: impl Future<Output = Result<T, LockError>>,
+) -> Result<T, LockError> {
+    tokio::time::timeout(budget, work)
+        .await
+        .unwrap_or_else(|_| {
+            Err(LockError::Unavailable {
+                backend: BACKEND,
+                endpoint: endpoint.to_owned(),
+                source: format!("no answer within {budget:?}").into(),
+            })
+        })
+}

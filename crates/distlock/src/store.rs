@@ -1,0 +1,84 @@
+//! `connect_fence(url)`: the fenced store named by a URL, for applications
+//! (and `distlock fence`) that keep the protected data in Redis, MySQL or
+//! process memory.
+
+use crate::connect::{memory_name, url_secrets};
+use crate::kind::BackendKind;
+use crate::redact::scrub;
+use distlock_core::{Fence, LockError, MemoryFence};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+/// Connects to the fenced store named by `url`'s scheme: writes through it are
+/// admitted only with a fencing token at least as high as any it admitted
+/// before, in the same atomic step as the write.
+///
+/// | scheme | store | feature |
+/// |---|---|---|
+/// | `memory://NAME` | a [`MemoryFence`] shared by every `connect_fence` of `NAME` in this process | always on |
+/// | `redis://`, `rediss://` | `RedisFence`: one Lua script per write | `redis` |
+/// | `mysql://`, `mariadb://` | `SqlStore`: a fenced value table, one transaction per write | `mysql` |
+///
+/// The lock backends that are not data stores (Redlock, etcd, ZooKeeper) are
+/// refused with [`LockError::Config`]: fence the write where the data lives.
+/// For SQL data in your own tables, use `distlock::sql::SqlFence` inside your
+/// transaction instead. No error shows a password from the URL.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), distlock::LockError> {
+/// use distlock::{FencedWrite, FencingToken, WriteOutcome};
+/// let stock = distlock::connect_fence("memory://shop").await?;
+/// stock.write("sku-42", FencingToken::new(3), FencedWrite::set("10")).await?;
+/// let sold = stock.write("sku-42", FencingToken::new(3), FencedWrite::add_with_floor(-1, 0)).await?;
+/// assert_eq!(sold, WriteOutcome::Counter(9));
+/// # Ok(()) }
+/// ```
+pub async fn connect_fence(url: &str) -> Result<Arc<dyn Fence>, LockError> {
+    let kind = BackendKind::from_url(url)?;
+    let url = url.trim();
+    connect_store(kind, url)
+        .await
+        .map_err(|e| scrub(e, &url_secrets(kind, url)))
+}
+
+async fn connect_store(kind: BackendKind, url: &str) -> Result<Arc<dyn Fence>, LockError> {
+    match kind {
+        BackendKind::Memory => Ok(memory_fence(&memory_name(url)?)),
+        #[cfg(feature = "redis")]
+        BackendKind::Redis => Ok(Arc::new(
+            distlock_redis::RedisConfig::from_url(url)?
+                .connect_fence()
+                .await?,
+        )),
+        #[cfg(feature = "mysql")]
+        BackendKind::MySql => {
+            let config = distlock_mysql::MySqlConfig::from_url(url)?;
+            let options = config.connect_options();
+            Ok(Arc::new(
+                distlock_sql::SqlStore::connect(options, config.get_timeouts()).await?,
+            ))
+        }
+        enabled if enabled.enabled() => Err(LockError::config(
+            enabled.name(),
+            format!(
+                "{} is a lock backend, not a store for fenced data; fence the write where \
+                 the data lives: memory://NAME, redis://HOST or mysql://USER@HOST/DB",
+                enabled.name()
+            ),
+        )),
+        disabled => Err(disabled.disabled(url.split_once("://").map_or("", |(s, _)| s))),
+    }
+}
+
+/// The process-wide store behind `connect_fence("memory://NAME")`.
+pub fn memory_fence(name: &str) -> Arc<MemoryFence> {
+    static STORES: OnceLock<Mutex<HashMap<String, Arc<MemoryFence>>>> = OnceLock::new();
+    STORES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .entry(name.to_owned())
+        .or_default()
+        .clone()
+}

@@ -24,6 +24,10 @@ demo *ARGS:
 test-memory:
     cargo test -p distlock-tests --all-features --test conformance -- memory::
 
+# Fenced writes: every fence case on every store (memory, Redis, MySQL), and the paused holder under every lock backend.
+test-fences:
+    cargo test -p distlock-tests --all-features --test fences
+
 # Redis (one node): conformance cases plus the adapter's own tests against launched servers.
 test-redis:
     cargo test -p distlock-tests --features redis --test conformance -- redis::

@@ -72,25 +72,9 @@ pub async fn check(args: CheckArgs) -> Result<u8, Failure> {
         distlock::redact_url(&url),
         bench.prefix
     );
-    let mut failed = 0;
-    let mut passed = 0;
+    let mut tally = Tally::default();
     for (name, step) in STEPS {
-        let started = Instant::now();
-        let outcome = match tokio::time::timeout(args.timeout, step.run(&bench)).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(format!("did not finish within {}", show(args.timeout))),
-        };
-        let took = show(started.elapsed());
-        match outcome {
-            Ok(detail) => {
-                passed += 1;
-                println!("  PASS  {name:<30} {took:>8}  {detail}");
-            }
-            Err(detail) => {
-                failed += 1;
-                println!("  FAIL  {name:<30} {took:>8}  {detail}");
-            }
-        }
+        tally.run(name, args.timeout, step.run(&bench)).await;
     }
     let mut pitfalls = match bench.inspect() {
         Ok(inspect) => inspect
@@ -101,22 +85,10 @@ pub async fn check(args: CheckArgs) -> Result<u8, Failure> {
     };
     if let Some(store_url) = &args.store {
         let store = distlock::connect_fence(store_url).await?;
-        let started = Instant::now();
-        let check = tokio::time::timeout(args.timeout, fenced_writes(&bench, &*store));
-        let outcome = check
-            .await
-            .unwrap_or_else(|_| Err(format!("did not finish within {}", show(args.timeout))));
-        let (name, took) = ("fenced store refuses stale", show(started.elapsed()));
-        match outcome {
-            Ok(detail) => {
-                passed += 1;
-                println!("  PASS  {name:<30} {took:>8}  {detail}");
-            }
-            Err(detail) => {
-                failed += 1;
-                println!("  FAIL  {name:<30} {took:>8}  {detail}");
-            }
-        }
+        let check = fenced_writes(&bench, &*store);
+        tally
+            .run("fenced store refuses stale", args.timeout, check)
+            .await;
         pitfalls.extend(
             store
                 .pitfalls()
@@ -124,11 +96,40 @@ pub async fn check(args: CheckArgs) -> Result<u8, Failure> {
                 .unwrap_or_else(|e| vec![format!("cannot look for the store's pitfalls: {e}")]),
         );
     }
+    let Tally { passed, failed } = tally;
     println!("check: {passed} of {} passed", passed + failed);
     for warning in pitfalls {
         println!("warning: {warning}");
     }
     Ok(if failed == 0 { exit::OK } else { exit::FAILURE })
+}
+
+/// The checks run so far.
+#[derive(Default)]
+struct Tally {
+    passed: usize,
+    failed: usize,
+}
+
+impl Tally {
+    /// Runs one check for at most `limit` and prints its PASS or FAIL line.
+    async fn run(&mut self, name: &str, limit: Duration, check: impl Future<Output = Outcome>) {
+        let started = Instant::now();
+        let outcome = tokio::time::timeout(limit, check)
+            .await
+            .unwrap_or_else(|_| Err(format!("did not finish within {}", show(limit))));
+        let took = show(started.elapsed());
+        match outcome {
+            Ok(detail) => {
+                self.passed += 1;
+                println!("  PASS  {name:<30} {took:>8}  {detail}");
+            }
+            Err(detail) => {
+                self.failed += 1;
+                println!("  FAIL  {name:<30} {took:>8}  {detail}");
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -156,3 +156,42 @@ fn a_lock_only_scheme_is_not_a_store() {
     let out = fence("zk://127.0.0.1:1", "r", 1, &["--set", "v"]);
     assert_code(&out, 2);
 }
+
+/// `distlock check --store` proves the store refuses a stale write, and warns
+/// that a Redis without append-only persistence forgets fence records.
+#[cfg(feature = "redis")]
+#[test]
+fn check_store_on_redis_refuses_stale_and_warns_about_persistence() {
+    let out = run(&[
+        "check",
+        "--url",
+        "memory://check-store",
+        "--store",
+        &servers::redis_url(),
+    ]);
+    assert_code(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("PASS  fenced store refuses stale"), "{text}");
+    assert!(
+        text.contains("append-only persistence is off: a restart forgets every fence record"),
+        "{text}"
+    );
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn check_store_on_mysql_refuses_stale() {
+    let out = run(&[
+        "check",
+        "--url",
+        "memory://check-store",
+        "--store",
+        &servers::mysql_url(),
+    ]);
+    assert_code(&out, 0);
+    assert!(
+        stdout(&out).contains("PASS  fenced store refuses stale"),
+        "{}",
+        stdout(&out)
+    );
+}

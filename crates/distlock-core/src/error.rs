@@ -87,8 +87,10 @@ pub enum LockError {
         /// What is wrong and how to fix it.
         reason: String,
     },
-    /// A fenced write was refused before reaching the store (oversized value, bad
-    /// script, resource the store cannot place); nothing was written.
+    /// A fenced write was refused for what it carries (an oversized value or
+    /// script, a zero expiry) or because it does not fit the stored value
+    /// (adding to a non-integer, an overflow, a hash field on a string). Its
+    /// token was not recorded.
     #[error("invalid fenced write: {reason}")]
     InvalidWrite {
         /// What is wrong and how to fix it.

@@ -2,6 +2,7 @@
 //! byte ranges that select a prefix, and the validated table name.
 
 use crate::error::BACKEND;
+use distlock_core::toolkit::sql_identifier_problem;
 use distlock_core::{LockError, LockKey};
 use sha2::{Digest, Sha256};
 
@@ -105,8 +106,8 @@ pub(crate) fn display_name(name: &[u8]) -> String {
         .collect()
 }
 
-/// A table name checked to be a plain identifier: an ASCII letter or `_`, then up
-/// to 63 letters, digits or `_`. It is the only text ever placed into SQL, so
+/// A table name checked to be a plain identifier (the toolkit's
+/// [`sql_identifier_problem`]). It is the only text ever placed into SQL, so
 /// nothing else may pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableName(String);
@@ -117,26 +118,10 @@ impl TableName {
 
     /// Validates `name`; anything but a plain identifier is a `Config` error.
     pub fn new(name: &str) -> Result<Self, LockError> {
-        let mut chars = name.chars();
-        let first_ok = chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-        let rest_ok = name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if first_ok && rest_ok && name.len() <= 64 {
-            return Ok(TableName(name.to_owned()));
+        match sql_identifier_problem(name, "table name", Self::DEFAULT) {
+            None => Ok(TableName(name.to_owned())),
+            Some(reason) => Err(LockError::config(BACKEND, reason)),
         }
-        let shown: String = name
-            .chars()
-            .take(80)
-            .flat_map(char::escape_default)
-            .collect();
-        Err(LockError::config(
-            BACKEND,
-            format!(
-                "table name `{shown}` is not a plain identifier; use 1 to 64 ASCII letters, digits and \
-                 underscores, not starting with a digit (for example `distlock_locks`)"
-            ),
-        ))
     }
 
     /// The name as validated.

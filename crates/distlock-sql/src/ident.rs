@@ -3,11 +3,10 @@
 
 use crate::error::BACKEND;
 use distlock_core::LockError;
+use distlock_core::toolkit::sql_identifier_problem;
 
-/// The longest identifier MySQL and MariaDB accept.
-const MAX_LEN: usize = 64;
-
-/// A table or column name that passed [`Ident::new`]: 1 to 64 ASCII letters,
+/// A table or column name that passed [`Ident::new`] (the toolkit's
+/// [`sql_identifier_problem`]): 1 to 64 ASCII letters,
 /// digits, `_` or `$`, not starting with a digit. It is always quoted when
 /// spliced, so reserved words work too.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,28 +16,10 @@ impl Ident {
     /// Validates `name`, naming `what` (for example "table name") in the
     /// [`LockError::Config`] that refuses it.
     pub fn new(name: &str, what: &str) -> Result<Self, LockError> {
-        let first_ok = name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$');
-        let rest_ok = name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
-        if first_ok && rest_ok && name.len() <= MAX_LEN {
-            return Ok(Ident(name.to_owned()));
+        match sql_identifier_problem(name, what, "distlock_fences") {
+            None => Ok(Ident(name.to_owned())),
+            Some(reason) => Err(LockError::config(BACKEND, reason)),
         }
-        let shown: String = name
-            .chars()
-            .take(80)
-            .flat_map(char::escape_default)
-            .collect();
-        Err(LockError::config(
-            BACKEND,
-            format!(
-                "{what} `{shown}` is not a plain identifier; use 1 to {MAX_LEN} ASCII letters, \
-                 digits, `_` or `$`, not starting with a digit (for example `distlock_fences`)"
-            ),
-        ))
     }
 
     /// A name this crate knows to be valid (its constants, checked in tests).

@@ -6,7 +6,7 @@ use crate::error::{BACKEND, endpoint, is_contention, map_error_at};
 use crate::fence::SqlFence;
 use crate::ident::Ident;
 use async_trait::async_trait;
-use distlock_core::fence::{invalid_write, validate_resource};
+use distlock_core::fence::{add_outcome, invalid_write, validate_resource};
 use distlock_core::toolkit::Timeouts;
 use distlock_core::{Fence, FencedWrite, FencingToken, LockError, WriteOutcome};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
@@ -263,21 +263,16 @@ impl SqlStore {
                         ))
                     })?,
                 };
-                let next = current.checked_add(*delta).ok_or_else(|| {
-                    invalid_write(format!(
-                        "adding {delta} to {current} in `{resource}` overflows a 64-bit integer"
-                    ))
-                })?;
-                if floor.is_some_and(|floor| next < floor) {
-                    return Ok(WriteOutcome::BelowFloor { current });
+                let outcome = add_outcome(resource, current, *delta, *floor)?;
+                if let WriteOutcome::Counter(next) = outcome {
+                    statement(&self.sql.keep_expiry)
+                        .bind(resource.as_bytes())
+                        .bind(next.to_string().into_bytes())
+                        .execute(tx)
+                        .await
+                        .map_err(|e| self.error(e))?;
                 }
-                statement(&self.sql.keep_expiry)
-                    .bind(resource.as_bytes())
-                    .bind(next.to_string().into_bytes())
-                    .execute(tx)
-                    .await
-                    .map_err(|e| self.error(e))?;
-                return Ok(WriteOutcome::Counter(next));
+                return Ok(outcome);
             }
             FencedWrite::HashSet { .. } => {
                 return Err(invalid_write(

@@ -82,3 +82,41 @@ pub fn memory_fence(name: &str) -> Arc<MemoryFence> {
         .or_default()
         .clone()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use distlock_core::{FencedWrite, FencingToken};
+
+    #[tokio::test]
+    async fn memory_stores_of_one_name_are_shared_and_others_are_not() {
+        let a = connect_fence("memory://fence-shared").await.unwrap();
+        let b = connect_fence("memory://fence-shared").await.unwrap();
+        let other = connect_fence("memory://fence-other").await.unwrap();
+        a.write("r", FencingToken::new(5), FencedWrite::set("a"))
+            .await
+            .unwrap();
+        assert!(matches!(
+            b.write("r", FencingToken::new(4), FencedWrite::set("b"))
+                .await,
+            Err(LockError::StaleToken { .. })
+        ));
+        assert_eq!(other.highest("r").await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn lock_only_schemes_are_refused_without_their_secrets() {
+        for url in [
+            "zk://u:topsecret@h:1/x",
+            "etcd://u:topsecret@h:1/x",
+            "redlock://:topsecret@a,b,c",
+        ] {
+            let Err(err) = connect_fence(url).await else {
+                panic!("{url} gave a fence");
+            };
+            let text = format!("{err} {err:?}");
+            assert!(matches!(err, LockError::Config { .. }), "{url}: {text}");
+            assert!(!text.contains("topsecret"), "{url}: {text}");
+        }
+    }
+}

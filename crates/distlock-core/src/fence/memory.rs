@@ -1,6 +1,6 @@
 //! A fence whose store is process memory.
 
-use super::{FencedWrite, WriteOutcome, invalid_write, stale, validate_resource};
+use super::{FencedWrite, WriteOutcome, add_outcome, invalid_write, stale, validate_resource};
 use crate::{Fence, FencingToken, LockError};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
@@ -139,19 +139,14 @@ impl Resource {
             },
             Some(Value::Hash(_)) => return Err(wrong_type(resource, "an integer")),
         };
-        let next = current.checked_add(delta).ok_or_else(|| {
-            invalid_write(format!(
-                "adding {delta} to {current} in `{resource}` overflows a 64-bit integer"
-            ))
-        })?;
-        if floor.is_some_and(|floor| next < floor) {
-            return Ok(WriteOutcome::BelowFloor { current });
+        let outcome = add_outcome(resource, current, delta, floor)?;
+        if let WriteOutcome::Counter(next) = outcome {
+            self.value = Some(Value::Text {
+                text: next.to_string(),
+                expires,
+            });
         }
-        self.value = Some(Value::Text {
-            text: next.to_string(),
-            expires,
-        });
-        Ok(WriteOutcome::Counter(next))
+        Ok(outcome)
     }
 }
 

@@ -35,7 +35,9 @@ pub trait Fence: Send + Sync + std::fmt::Debug {
     /// admitted for `resource`, and records `token` as the highest, in one
     /// atomic step. A lower token is refused with [`LockError::StaleToken`] and
     /// nothing changes. A store that cannot be reached gives
-    /// [`LockError::Unavailable`] and nothing is written.
+    /// [`LockError::Unavailable`]; when the request may have reached it before
+    /// the connection failed or the reply timed out, the write may have been
+    /// applied (the error says so): read the resource before trying again.
     async fn write(
         &self,
         resource: &str,
@@ -189,6 +191,26 @@ pub fn validate_resource(resource: &str) -> Result<(), LockError> {
         Some(reason) => Err(LockError::InvalidKey { reason }),
         None => Ok(()),
     }
+}
+
+/// The outcome of [`FencedWrite::Add`] on `current`, for a store that does the
+/// arithmetic itself: [`WriteOutcome::Counter`] with the value to write,
+/// [`WriteOutcome::BelowFloor`] (write nothing), or an overflow refused.
+pub fn add_outcome(
+    resource: &str,
+    current: i64,
+    delta: i64,
+    floor: Option<i64>,
+) -> Result<WriteOutcome, LockError> {
+    let next = current.checked_add(delta).ok_or_else(|| {
+        invalid_write(format!(
+            "adding {delta} to {current} in `{resource}` overflows a 64-bit integer"
+        ))
+    })?;
+    Ok(match floor {
+        Some(floor) if next < floor => WriteOutcome::BelowFloor { current },
+        _ => WriteOutcome::Counter(next),
+    })
 }
 
 /// A [`LockError::InvalidWrite`].

@@ -12,12 +12,15 @@
 //!   deletion; used by the CLI and by the conformance suite's fault hooks.
 //! - [`Timeouts`]: `connect_timeout` and `timeout`, the two waits of every
 //!   adapter.
+//! - [`sql_identifier_problem`]: table and column names checked before any SQL
+//!   adapter splices them into a statement.
 //! - [`random_owner`]: an owner value no other acquisition shares.
 
 mod backoff;
 mod cancel;
 mod duration;
 mod inspect;
+mod sql;
 mod timeouts;
 mod url;
 
@@ -25,6 +28,7 @@ pub use backoff::Backoff;
 pub use cancel::{CancelGuard, UndoFuture};
 pub use duration::parse_duration;
 pub use inspect::{Holder, Inspect};
+pub use sql::{SQL_IDENTIFIER_MAX, sql_identifier_problem};
 pub use timeouts::Timeouts;
 pub use url::{Host, LockUrl, redact};
 

@@ -53,6 +53,7 @@
 //!   written. Delete one by hand only when no holder of an older token can
 //!   still write to its resource.
 
+mod pitfalls;
 mod reply;
 mod script;
 mod writes;
@@ -334,5 +335,9 @@ impl Fence for RedisFence {
                 ),
             )
         })
+    }
+
+    async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
+        self.record_pitfalls().await.map_err(|e| self.error(e))
     }
 }

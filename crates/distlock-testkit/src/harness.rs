@@ -66,7 +66,7 @@ pub trait Harness: Send + Sync {
         Err("this harness has no fault injection".into())
     }
 
-    /// A client whose [`DistributedLock::inspect`] the fault hooks use: deleting
+    /// A client whose [`distlock_core::DistributedLock::inspect`] the fault hooks use: deleting
     /// a holder behind its back and counting residue go through the adapter's
     /// own [`Inspect`] implementation, as `distlock check` does. Harnesses keep
     /// one and hand out clones.

@@ -44,7 +44,7 @@
 //!   a server not deployed). A server that accepts but does not answer yet, or
 //!   is slow, and a refusal on any later session of a client that has connected
 //!   before (a server restarting), are waited out until
-//!   [`ZkConfig::connect_timeout`], as Curator does.
+//!   the connect timeout ([`ZkConfig::timeouts`]), as Curator does.
 //! - *Session expiry* (network partition, long pause): the server deletes the
 //!   node; `lost()` fires when the client learns it, and by then the lease's local
 //!   deadline has already passed. A waiter whose session expires gets an error.

@@ -20,7 +20,7 @@ pub struct RedisOptions {
     /// Require this password (`requirepass`) from every client.
     pub password: Option<String>,
     /// Persist every write before answering (`appendonly yes`, `appendfsync always`),
-    /// so data survives [`RedisServer::restart`] and even [`RedisServer::kill`].
+    /// so data survives [`RedisServer::restart`] and even a SIGKILL of the server.
     pub aof: bool,
 }
 

@@ -28,6 +28,15 @@ test-memory:
 test-fences:
     cargo test -p distlock-tests --all-features --test fences
 
+# The history checker under faults: every backend (or those FILTER names, e.g. `redis::`) for SECS
+# seconds with random server, proxy and holder faults; prints each history file and the table.
+chaos SECS="60" *FILTER:
+    DISTLOCK_CHAOS_SECS={{SECS}} cargo test -p distlock-tests --all-features --test chaos -- {{FILTER}}
+
+# Re-check a history file written by a chaos run (target/tmp/chaos/*.history); exit 1 on a violation.
+chaos-check FILE:
+    cargo test -p distlock-tests --all-features --test chaos -- --check "$(realpath {{FILE}})"
+
 # Redis (one node): conformance cases plus the adapter's own tests against launched servers.
 test-redis:
     cargo test -p distlock-tests --features redis --test conformance -- redis::
@@ -41,7 +50,7 @@ test-redlock:
 # ZooKeeper (launched standalone, tickTime 200 ms): conformance cases plus the adapter's own tests.
 test-zookeeper:
     cargo test -p distlock-tests --features zookeeper --test conformance -- zookeeper::
-    cargo test -p distlock-zookeeper
+    cargo test -p distlock-zookeeper --all-features
 
 # etcd: conformance cases plus the adapter's own tests (etcdctl interop, 3-member leader kill, faults, costs).
 test-etcd:
@@ -54,9 +63,18 @@ test-mysql:
     cargo test -p distlock-tests --features mysql --test conformance -- mysql
     cargo test -p distlock-mysql --all-features
 
+# TLS on every backend, with certificates made at test time: each adapter's TLS tests, the facade's, the CLI's.
+test-tls:
+    cargo test --all-features -p distlock-redis --test redis_tls -p distlock-etcd --test etcd_tls -p distlock-mysql --test tls -p distlock-zookeeper --test tls -p distlock --test tls -p distlock-cli --test tls
+
 # Benchmarks (criterion); they report, they do not assert.
 bench:
     cargo bench --workspace --all-features
+
+# distlock next to etcd's Lock API, rslock and zookeeper-client's lock recipe on the same launched servers,
+# one markdown table (`--cell 3s`, `--only etcd,zookeeper`); `just bench-peers --write docs/performance.md` regenerates the page's table.
+bench-peers *ARGS:
+    cargo run -q --release -p distlock-peers -- {{ARGS}}
 
 # API docs for the workspace; a broken link or a doc warning fails it.
 docs:
@@ -92,3 +110,7 @@ test-compose *TOPOLOGIES: images
 # Fuzz the parsers (keys, durations, every scheme's URL, the CLI's arguments): 1M executions per target, or `just fuzz --ci`.
 fuzz *ARGS:
     scripts/fuzz {{ARGS}}
+
+# Find flaky cases: each backend's conformance cases alone N times (default 5), then the full target N times; `just soak 1 memory`.
+soak *ARGS:
+    scripts/soak {{ARGS}}

@@ -6,6 +6,7 @@ use crate::args::UrlArg;
 use crate::commands::Cli;
 use crate::secret::{check_span, secret_spans};
 use crate::targets::result_texts;
+use crate::usage;
 use clap::{CommandFactory, FromArgMatches};
 use std::ffi::OsString;
 use std::ops::Range;
@@ -21,11 +22,13 @@ fn argv(input: &[u8]) -> impl Iterator<Item = OsString> + '_ {
 }
 
 /// What the CLI shows for these arguments before it would connect: clap's
-/// error, or the URL check's failure.
+/// error as main.rs prints it (through the CLI's own `usage::shown`, styles
+/// removed), or the URL check's failure.
 pub fn shown(input: &[u8]) -> Vec<String> {
-    let matches = match Cli::command().try_get_matches_from(argv(input)) {
+    let args: Vec<OsString> = argv(input).collect();
+    let matches = match Cli::command().try_get_matches_from(&args) {
         Ok(matches) => matches,
-        Err(error) => return vec![error.to_string(), format!("{error:?}")],
+        Err(error) => return vec![usage::shown(&error, &args).to_string()],
     };
     if let Err(error) = Cli::from_arg_matches(&matches) {
         panic!("matches that clap accepted do not build the arguments: {error}");
@@ -45,39 +48,20 @@ pub fn shown(input: &[u8]) -> Vec<String> {
     }
 }
 
-/// The secrets of every `--url URL` and `--url=URL` argument, as byte ranges
-/// of the whole input.
+/// The secrets of every argument that looks like a URL, as byte ranges of
+/// the whole input: not only the `--url` value, because clap quotes whole an
+/// argument it did not take (a URL whose `--url` was forgotten, one starting
+/// with `-`, `--url=URL` after `--`), and the CLI must redact that too.
 fn url_secret_spans(text: &str) -> Vec<Range<usize>> {
-    let mut args = Vec::new();
+    let mut spans = Vec::new();
     let mut offset = 0;
     for arg in text.split('\n') {
-        args.push((offset, arg));
+        spans.extend(
+            secret_spans(arg)
+                .into_iter()
+                .map(|s| s.start + offset..s.end + offset),
+        );
         offset += arg.len() + 1;
-    }
-    let mut spans = Vec::new();
-    // After a bare `--` nothing is an option, so nothing is the URL.
-    let options = args
-        .iter()
-        .position(|(_, arg)| *arg == "--")
-        .unwrap_or(args.len());
-    for (i, (offset, arg)) in args[..options].iter().enumerate() {
-        let url = match arg.strip_prefix("--url=") {
-            Some(url) => Some((offset + 6, url)),
-            // clap takes the next argument as the value unless it starts with
-            // `-`; then it is no URL, and clap may quote it as an unknown flag.
-            None if *arg == "--url" => args
-                .get(i + 1)
-                .copied()
-                .filter(|(_, v)| !v.starts_with('-')),
-            None => None,
-        };
-        if let Some((at, url)) = url {
-            spans.extend(
-                secret_spans(url)
-                    .into_iter()
-                    .map(|s| s.start + at..s.end + at),
-            );
-        }
     }
     spans
 }

@@ -11,8 +11,11 @@ pub mod targets;
 #[allow(dead_code, unused_imports)]
 #[path = "../../crates/distlock-cli/src/args.rs"]
 mod args;
+// A `#[path]` file is read as a `mod.rs`: its `mod counter;` would be looked
+// for beside it, in the CLI's src/, not in src/bench/. `cli-bench/` holds
+// symlinks to bench.rs and to each file of src/bench/, side by side.
 #[allow(dead_code, unused_imports)]
-#[path = "../../crates/distlock-cli/src/bench.rs"]
+#[path = "../cli-bench/bench.rs"]
 mod bench;
 #[allow(dead_code, unused_imports)]
 #[path = "../../crates/distlock-cli/src/check.rs"]
@@ -27,6 +30,9 @@ mod demo;
 #[path = "../../crates/distlock-cli/src/exit.rs"]
 mod exit;
 #[allow(dead_code, unused_imports)]
+#[path = "../../crates/distlock-cli/src/fence.rs"]
+mod fence;
+#[allow(dead_code, unused_imports)]
 #[path = "../../crates/distlock-cli/src/plot.rs"]
 mod plot;
 #[allow(dead_code, unused_imports)]
@@ -38,3 +44,9 @@ mod run;
 #[allow(dead_code, unused_imports)]
 #[path = "../../crates/distlock-cli/src/stats.rs"]
 mod stats;
+#[allow(dead_code, unused_imports)]
+#[path = "../../crates/distlock-cli/src/status.rs"]
+mod status;
+#[allow(dead_code, unused_imports)]
+#[path = "../../crates/distlock-cli/src/usage.rs"]
+mod usage;

@@ -88,7 +88,8 @@ impl EtcdHarness {
         }
     }
 
-    async fn launch() -> Result<Self, BoxError> {
+    /// A harness on a server of its own.
+    pub async fn launch() -> Result<Self, BoxError> {
         let server = launch_server().await?;
         let config = EtcdConfig::new([server.addr().to_string()]).namespace(NAMESPACE);
         let addr = server.addr();
@@ -151,5 +152,9 @@ impl Harness for EtcdHarness {
 
     fn launched(&self) -> Option<&dyn Launched> {
         self.server.as_ref().map(|server| server as &dyn Launched)
+    }
+
+    fn lock_url(&self) -> Option<String> {
+        Some(format!("etcd://{}/{NAMESPACE}", self.addr))
     }
 }

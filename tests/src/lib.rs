@@ -3,6 +3,7 @@
 
 use distlock_testkit::runner::BackendSpec;
 
+pub mod chaos;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod fences;

@@ -127,6 +127,12 @@ impl MySqlHarness {
         Self::on(strategy, server).await
     }
 
+    /// A harness of `strategy` on a server of its own.
+    pub async fn launch(strategy: Strategy) -> Result<Self, BoxError> {
+        let server = Arc::new(Server::Launched(Box::new(launch_server().await?)));
+        Self::on(strategy, server).await
+    }
+
     async fn on(strategy: Strategy, server: Arc<Server>) -> Result<Self, BoxError> {
         // Connecting creates the table before cases run in parallel.
         let inspector = Arc::new(config(strategy, &server)?.connect().await?);
@@ -183,8 +189,7 @@ impl Harness for MySqlHarness {
     }
 
     async fn dedicated(&self) -> Result<Arc<dyn Harness>, BoxError> {
-        let server = Arc::new(Server::Launched(Box::new(launch_server().await?)));
-        Ok(Arc::new(Self::on(self.strategy, server).await?))
+        Ok(Arc::new(Self::launch(self.strategy).await?))
     }
 
     fn launched(&self) -> Option<&dyn Launched> {
@@ -192,5 +197,14 @@ impl Harness for MySqlHarness {
             Server::Launched(server) => Some(&**server),
             Server::External(_) => None,
         }
+    }
+
+    fn lock_url(&self) -> Option<String> {
+        let strategy = self.strategy.as_str();
+        Some(format!(
+            "{}?strategy={strategy}&table={}",
+            self.server.url(),
+            table(self.strategy)
+        ))
     }
 }

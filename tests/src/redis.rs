@@ -13,7 +13,7 @@ use distlock_redis::{RedisBackend, RedisConfig};
 use distlock_testkit::harness::{FaultyClient, Harness, Hooks};
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::runner::BackendSpec;
-use distlock_testkit::servers::{Launched, RedisServer, external_url};
+use distlock_testkit::servers::{Launched, RedisOptions, RedisServer, external_url};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -89,9 +89,21 @@ impl RedisHarness {
         }
     }
 
-    async fn launch() -> Result<Self, BoxError> {
+    /// A harness on a server of its own.
+    pub async fn launch() -> Result<Self, BoxError> {
         let server = launch_servers(1).await?.pop().ok_or("no server started")?;
         let url = server.url();
+        Self::with(Some(server), url).await
+    }
+
+    /// A harness on a server of its own started with `options`, whose clients
+    /// (and [`Harness::lock_url`]) all carry `params`, such as
+    /// `restart_guard=1s&ttl=1s`.
+    pub async fn launch_with(options: RedisOptions, params: &str) -> Result<Self, BoxError> {
+        let runtime = tokio::runtime::Handle::current();
+        let start = move || runtime.block_on(RedisServer::start_with(options));
+        let server = tokio::task::spawn_blocking(start).await??;
+        let url = format!("{}?{params}", server.url());
         Self::with(Some(server), url).await
     }
 
@@ -150,5 +162,10 @@ impl Harness for RedisHarness {
 
     fn launched(&self) -> Option<&dyn Launched> {
         self.server.as_ref().map(|server| server as &dyn Launched)
+    }
+
+    fn lock_url(&self) -> Option<String> {
+        let joint = if self.url.contains('?') { '&' } else { '?' };
+        Some(format!("{}{joint}namespace={NAMESPACE}", self.url))
     }
 }

@@ -14,7 +14,7 @@ use distlock_testkit::fault::{Fault, FaultControl};
 use distlock_testkit::harness::{FaultyClient, Harness, Hooks};
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::runner::BackendSpec;
-use distlock_testkit::servers::{RedisServer, external_url};
+use distlock_testkit::servers::{Launched, RedisServer, external_url};
 use std::sync::Arc;
 
 /// How many nodes the suite runs Redlock on.
@@ -61,7 +61,8 @@ impl RedlockHarness {
         }
     }
 
-    async fn launch() -> Result<Self, BoxError> {
+    /// A harness on nodes of its own.
+    pub async fn launch() -> Result<Self, BoxError> {
         let servers = launch_servers(NODES).await?;
         let urls = servers.iter().map(RedisServer::url).collect();
         Self::with(servers, urls).await
@@ -133,6 +134,16 @@ impl Harness for RedlockHarness {
             server.restart().await?;
         }
         Ok(())
+    }
+
+    fn launched_all(&self) -> Vec<&dyn Launched> {
+        self.servers.iter().map(|s| s as &dyn Launched).collect()
+    }
+
+    fn lock_url(&self) -> Option<String> {
+        // Launched nodes only: external ones may need credentials per node.
+        let hosts: Vec<String> = self.servers.iter().map(|s| s.addr().to_string()).collect();
+        (!hosts.is_empty()).then(|| format!("redlock://{}?namespace={NAMESPACE}", hosts.join(",")))
     }
 
     fn server_logs(&self) -> String {

@@ -77,7 +77,8 @@ impl ZkHarness {
         }
     }
 
-    async fn launch() -> Result<Self, BoxError> {
+    /// A harness on a server of its own.
+    pub async fn launch() -> Result<Self, BoxError> {
         let server = launch_server().await?;
         let config = ZkConfig::new([server.url()]);
         Self::with_server(Server::Launched(Box::new(server)), config).await
@@ -148,6 +149,15 @@ impl Harness for ZkHarness {
     fn launched(&self) -> Option<&dyn Launched> {
         match &self.server {
             Server::Launched(server) => Some(&**server),
+            Server::External => None,
+        }
+    }
+
+    fn lock_url(&self) -> Option<String> {
+        match &self.server {
+            Server::Launched(server) => {
+                Some(format!("zk://{}?namespace={NAMESPACE}", server.addr()))
+            }
             Server::External => None,
         }
     }

@@ -1,17 +1,28 @@
-//! `distlock bench`: latency and throughput of lock cycles, beside the backend's
-//! raw round trip measured in the same run, on the same number of connections.
+//! `distlock bench`: latency and throughput of lock cycles, beside the
+//! backend's protocol floor measured in the same run, on the same number of
+//! connections, with the requests the server itself counted for each line.
 //!
-//! Phases (of `--duration`): 10% raw round trips, 45% uncontended cycles (each
-//! client on a key of its own), 45% contended hand-off (all clients on `--keys`
-//! keys). Hand-off latency is the time from a holder starting its release to
-//! another client having the lock: release, wake-up and acquire together.
+//! Phases (of `--duration`): 10% protocol floor (the write sequence the
+//! backend's protocol needs for one cycle, sent raw: `Inspect::floor_cycle`,
+//! each client on a key of its own), 10% read round trip (`Inspect::ping`, a
+//! second reference), 40% uncontended cycles (each client on a key of its own),
+//! 40% contended hand-off (all clients on `--keys` keys). Hand-off latency is
+//! the time from a holder starting its release to another client having the
+//! lock: release, wake-up and acquire together. Around each phase the server's
+//! request counter (`Inspect::server_requests`) is read, so each line also says
+//! how many requests one operation cost the server.
 
-use crate::args::{UrlArg, no_inspect, parse_positive_duration, run_prefix, show};
+mod counter;
+mod report;
+
+use crate::args::{UrlArg, no_inspect, parse_positive_duration, run_prefix};
 use crate::exit::{self, Failure};
 use crate::plot;
 use crate::progress::Progress;
 use crate::stats::{Samples, Summary};
+use counter::Counter;
 use distlock::{AcquireOptions, DynLock, LockError, LockKey, Wait};
+use report::Report;
 use std::fs::File;
 use std::future::Future;
 use std::io::Write;
@@ -77,66 +88,58 @@ pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
     let backend = clients[0].name();
     let inspect = clients[0].inspect();
     if inspect.is_none() {
-        eprintln!("distlock: no raw round trip: {}", no_inspect(&clients[0]));
+        eprintln!("distlock: no protocol floor: {}", no_inspect(&clients[0]));
     }
-    let raw_name = inspect.and_then(|inspect| inspect.ping_name());
-    // Without a network (memory://) there is no raw round trip to time.
-    let (raw_time, phase_time) = match raw_name {
-        Some(_) => (args.duration / 10, args.duration * 9 / 20),
-        None => (Duration::ZERO, args.duration / 2),
-    };
+    let floor_name = inspect.and_then(|inspect| inspect.floor_name());
+    let read_name = inspect.and_then(|inspect| inspect.ping_name());
+    // Without a network (memory://) there is no reference to time.
+    let references = u32::from(floor_name.is_some()) + u32::from(read_name.is_some());
+    let reference_time = args.duration / 10;
+    let phase_time = (args.duration - reference_time * references) / 2;
+    // The ttl the cycles below acquire with, so the floor uses the same lease.
+    let ttl = AcquireOptions::DEFAULT_TTL;
+    let counter = Counter::start(inspect).await;
+    let counter = counter.as_ref();
     let mut progress = Progress::new(args.duration);
-    let mut raw = None;
-    if raw_name.is_some() {
-        progress.phase("raw round trip", raw_time);
-        raw = Some(raw_phase(&clients, raw_time, &progress).await);
+    let mut report = Report::new(backend, &url, args.clients, args.keys, args.duration);
+    if let Some(name) = floor_name {
+        progress.phase("protocol floor", reference_time);
+        let phase = floor_phase(&clients, ttl, reference_time, &progress)?;
+        report.floor(name, Counter::around(counter, phase).await);
+    }
+    if let Some(name) = read_name {
+        progress.phase("read round trip", reference_time);
+        let phase = read_phase(&clients, reference_time, &progress);
+        report.read(name, Counter::around(counter, phase).await);
     }
     progress.phase("uncontended", phase_time);
-    let mut uncontended = uncontended_phase(&clients, phase_time, &progress).await?;
+    let phase = uncontended_phase(&clients, phase_time, &progress)?;
+    report.uncontended(Counter::around(counter, phase).await);
     progress.phase("hand-off", phase_time);
-    let mut handoff = handoff_phase(&clients, args.keys, phase_time, &progress).await?;
+    let phase = handoff_phase(&clients, args.keys, phase_time, &progress)?;
+    report.handoff(Counter::around(counter, phase).await);
     progress.finish();
 
-    let raw_p50 = raw.as_ref().and_then(|r| r.summary.p50);
-    let heading = format!(
-        "distlock bench: {backend} at {}, {} clients, {} hand-off key{}, {}",
-        distlock::redact_url(&url),
-        args.clients,
-        args.keys,
-        if args.keys == 1 { "" } else { "s" },
-        show(args.duration)
-    );
-    let raw_label = raw_name.map(|n| format!("raw round trip ({n})"));
-    let mut rows: Vec<(String, &Phase)> = Vec::new();
-    if let (Some(label), Some(raw)) = (&raw_label, &raw) {
-        rows.push((label.clone(), raw));
+    match args.json {
+        true => println!("{}", report.json()),
+        false => print!("{}", report.table()),
     }
-    rows.push(("uncontended cycle".into(), &uncontended));
-    rows.push(("contended hand-off".into(), &handoff));
-    if args.json {
-        println!("{}", json(backend, &url, &args, &rows, raw_p50));
-    } else {
-        println!("{heading}");
-        print_table(&rows, raw_p50);
-    }
-    for (label, phase) in &rows {
-        if let Some(error) = &phase.first_error {
-            eprintln!("distlock: {label}: {} errors, first: {error}", phase.errors);
+    for (label, line) in report.lines() {
+        if let Some(error) = &line.phase.first_error {
+            eprintln!(
+                "distlock: {label}: {} errors, first: {error}",
+                line.phase.errors
+            );
         }
     }
     if let (Some(path), Some(chart)) = (&args.plot, chart.as_mut()) {
-        let mut series = Vec::new();
         let points = plot::percentile_points();
-        if let (Some(label), Some(raw)) = (raw_label, raw.as_mut()) {
-            series.push((label, raw.samples.curve(&points)));
-        }
-        series.push((
-            "uncontended cycle".into(),
-            uncontended.samples.curve(&points),
-        ));
-        series.push(("contended hand-off".into(), handoff.samples.curve(&points)));
+        let series: Vec<_> = report
+            .lines_mut()
+            .map(|(label, line)| (label, line.phase.samples.curve(&points)))
+            .collect();
         chart
-            .write_all(plot::latency_chart(&heading, &series).as_bytes())
+            .write_all(plot::latency_chart(&report.heading(), &series).as_bytes())
             .map_err(|e| {
                 Failure::new(
                     exit::FAILURE,
@@ -145,7 +148,7 @@ pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
             })?;
         eprintln!("distlock: latency chart written to {}", path.display());
     }
-    if uncontended.summary.ops == 0 || handoff.summary.ops == 0 {
+    if !report.cycles_completed() {
         return Err(Failure::new(
             exit::FAILURE,
             "no lock cycle completed; see the errors above",
@@ -234,8 +237,35 @@ fn keys(what: &str, count: usize) -> Result<Vec<LockKey>, LockError> {
         .collect()
 }
 
-/// Each client's own connection, timing the backend's cheapest native request.
-async fn raw_phase(clients: &[DynLock], length: Duration, progress: &Progress) -> Phase {
+/// Each client's protocol floor on a key of its own, as fast as it goes.
+fn floor_phase<'a>(
+    clients: &'a [DynLock],
+    ttl: Duration,
+    length: Duration,
+    progress: &'a Progress,
+) -> Result<impl Future<Output = Phase> + 'a, LockError> {
+    let keys = keys("floor", clients.len())?;
+    Ok(phase(clients.len(), length, progress, move |i, end| {
+        let (lock, key) = (clients[i].clone(), keys[i].clone());
+        async move {
+            match lock.inspect() {
+                Some(inspect) => repeat_until(end, || inspect.floor_cycle(&key, ttl)).await,
+                None => {
+                    let mut result = TaskResult::default();
+                    result.error(no_inspect(&lock));
+                    result
+                }
+            }
+        }
+    }))
+}
+
+/// Each client's own connection, timing the backend's cheapest read.
+fn read_phase<'a>(
+    clients: &'a [DynLock],
+    length: Duration,
+    progress: &'a Progress,
+) -> impl Future<Output = Phase> + 'a {
     phase(clients.len(), length, progress, |i, end| {
         let lock = clients[i].clone();
         async move {
@@ -249,17 +279,16 @@ async fn raw_phase(clients: &[DynLock], length: Duration, progress: &Progress) -
             }
         }
     })
-    .await
 }
 
-async fn uncontended_phase(
-    clients: &[DynLock],
+fn uncontended_phase<'a>(
+    clients: &'a [DynLock],
     length: Duration,
-    progress: &Progress,
-) -> Result<Phase, LockError> {
+    progress: &'a Progress,
+) -> Result<impl Future<Output = Phase> + 'a, LockError> {
     let keys = keys("own", clients.len())?;
     let opts = AcquireOptions::new().wait(Wait::For(Duration::from_secs(5)));
-    let phase = phase(clients.len(), length, progress, |i, end| {
+    let phase = phase(clients.len(), length, progress, move |i, end| {
         let (lock, key, opts) = (clients[i].clone(), keys[i].clone(), opts.clone());
         async move {
             repeat_until(end, || async {
@@ -269,19 +298,19 @@ async fn uncontended_phase(
             .await
         }
     });
-    Ok(phase.await)
+    Ok(phase)
 }
 
-async fn handoff_phase(
-    clients: &[DynLock],
+fn handoff_phase<'a>(
+    clients: &'a [DynLock],
     keys: u32,
     length: Duration,
-    progress: &Progress,
-) -> Result<Phase, LockError> {
+    progress: &'a Progress,
+) -> Result<impl Future<Output = Phase> + 'a, LockError> {
     let shared = self::keys("shared", keys as usize)?;
     // Per key: when its last holder started releasing, and which client it was.
     let released: Arc<Vec<LastRelease>> = Arc::new((0..keys).map(|_| Mutex::new(None)).collect());
-    let phase = phase(clients.len(), length, progress, |i, end| {
+    let phase = phase(clients.len(), length, progress, move |i, end| {
         let lock = clients[i].clone();
         let slot = i % shared.len();
         let key = shared[slot].clone();
@@ -321,88 +350,7 @@ async fn handoff_phase(
             result
         }
     });
-    Ok(phase.await)
-}
-
-fn print_table(rows: &[(String, &Phase)], raw_p50: Option<Duration>) {
-    println!(
-        "{:<36} {:>9} {:>10} {:>9} {:>9} {:>9} {:>10}",
-        "", "ops", "ops/s", "p50", "p90", "p99", "p50 / raw"
-    );
-    let cell = |d: Option<Duration>| d.map_or_else(|| "-".to_owned(), show);
-    for (label, phase) in rows {
-        let s = &phase.summary;
-        println!(
-            "{label:<36} {:>9} {:>10.0} {:>9} {:>9} {:>9} {:>10}",
-            s.ops,
-            s.per_second,
-            cell(s.p50),
-            cell(s.p90),
-            cell(s.p99),
-            ratio(s.p50, raw_p50).map_or_else(|| "-".to_owned(), |r| format!("{r:.1}x")),
-        );
-    }
-}
-
-fn ratio(value: Option<Duration>, raw: Option<Duration>) -> Option<f64> {
-    let (value, raw) = (value?, raw?);
-    (!raw.is_zero()).then(|| value.as_secs_f64() / raw.as_secs_f64())
-}
-
-fn json(
-    backend: &str,
-    url: &str,
-    args: &BenchArgs,
-    rows: &[(String, &Phase)],
-    raw_p50: Option<Duration>,
-) -> String {
-    let micros = |d: Option<Duration>| {
-        d.map_or_else(
-            || "null".to_owned(),
-            |d| format!("{:.1}", d.as_secs_f64() * 1e6),
-        )
-    };
-    let phases: Vec<String> = rows
-        .iter()
-        .map(|(label, phase)| {
-            let s = &phase.summary;
-            format!(
-                r#"{{"phase":{},"ops":{},"ops_per_sec":{:.1},"p50_us":{},"p90_us":{},"p99_us":{},"p50_ratio_to_raw":{},"errors":{}}}"#,
-                quote(label),
-                s.ops,
-                s.per_second,
-                micros(s.p50),
-                micros(s.p90),
-                micros(s.p99),
-                ratio(s.p50, raw_p50).map_or_else(|| "null".to_owned(), |r| format!("{r:.2}")),
-                phase.errors,
-            )
-        })
-        .collect();
-    format!(
-        r#"{{"backend":{},"url":{},"clients":{},"keys":{},"duration_secs":{:.3},"phases":[{}]}}"#,
-        quote(backend),
-        quote(&distlock::redact_url(url)),
-        args.clients,
-        args.keys,
-        args.duration.as_secs_f64(),
-        phases.join(",")
-    )
-}
-
-/// A JSON string literal.
-fn quote(text: &str) -> String {
-    let mut out = String::from("\"");
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    Ok(phase)
 }
 
 /// Creates (or truncates) the chart file up front: a directory, a missing

@@ -1,7 +1,7 @@
 //! The command line's shape: the subcommands and their help. Kept apart from
 //! `main.rs` so the fuzz targets parse arguments with exactly this parser.
 
-use crate::{bench, check, demo, fence, run};
+use crate::{bench, check, demo, fence, run, status};
 use clap::{Parser, Subcommand};
 
 /// Distributed locks with fencing tokens, from the command line.
@@ -35,7 +35,8 @@ pub enum Command {
     /// check, then warnings about known deployment pitfalls. Exits 1 if a check
     /// fails. Keys are created under `distlock-check/` and cleaned up.
     Check(check::CheckArgs),
-    /// Measure lock latency and throughput next to the backend's raw round trip.
+    /// Measure lock latency and throughput next to the protocol's own write
+    /// sequence sent raw, with the requests the server counted for each.
     Bench(bench::BenchArgs),
     /// One fenced write, refused by the store if a newer lock holder wrote first.
     ///
@@ -52,4 +53,21 @@ pub enum Command {
     /// The flash-sale story: oversold without a lock, exact with one, and a paused
     /// holder's late write refused by a fencing token.
     Demo(demo::DemoArgs),
+    /// Who holds a lock: held or free, the holder's owner id, fencing token and
+    /// the ttl the server has left for it.
+    ///
+    /// Exit status: 0 whether the key is held or free; 1 if the backend cannot be
+    /// reached; 2 for bad usage, key or URL.
+    Status(status::StatusArgs),
+    /// Force-unlock: delete a lock's holder on the server, as an operator. DANGEROUS.
+    ///
+    /// The holder is not told. It keeps running until its lease notices the loss
+    /// (a push signal, or its next renewal), and meanwhile the next holder also
+    /// runs: only fencing tokens checked by the protected resource keep the old
+    /// holder's writes out. Use it for a holder known to be dead, or whose writes
+    /// are fenced. Refused without --force.
+    ///
+    /// Exit status: 0 deleted, or nothing was held; 2 without --force, or bad
+    /// usage, key or URL; 1 if the backend cannot be reached.
+    Unlock(status::UnlockArgs),
 }

@@ -12,17 +12,22 @@ mod plot;
 mod progress;
 mod run;
 mod stats;
+mod status;
+mod usage;
 
 use clap::Parser;
 use commands::{Cli, Command};
 use exit::Failure;
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        // Help and version exit 0, usage errors 2.
-        Err(e) => e.exit(),
+        // Help and version exit 0, usage errors 2; clap's message may quote a
+        // URL that missed its --url, so it is printed redacted.
+        Err(e) => return usage::report(&e, &args),
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -38,6 +43,8 @@ fn main() -> ExitCode {
             Command::Bench(args) => bench::bench(args).await,
             Command::Demo(args) => demo::demo(args).await,
             Command::Fence(args) => fence::fence(args).await,
+            Command::Status(args) => status::status(args).await,
+            Command::Unlock(args) => status::unlock(args).await,
         }
     });
     // Release-on-drop and renewal tasks get no further say once we exit.

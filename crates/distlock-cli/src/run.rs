@@ -24,10 +24,11 @@ pub struct RunArgs {
     /// Lock name (1 to 512 bytes, no control characters).
     #[arg(long, value_parser = KeyParser)]
     key: LockKey,
-    /// Lease ttl: how long the lock outlives distlock if it dies; renewed every ttl/3.
-    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
-    ttl: Duration,
-    /// Wait at most this long for the lock (default: wait until acquired).
+    /// Lease ttl: how long the lock outlives distlock if it dies; renewed every
+    /// ttl/3 (default: the URL's `ttl`, else 30s).
+    #[arg(long, value_parser = parse_positive_duration)]
+    ttl: Option<Duration>,
+    /// Wait at most this long for the lock (default: the URL's `wait`, else until acquired).
     #[arg(long, value_parser = parse_duration, conflicts_with = "no_wait")]
     wait: Option<Duration>,
     /// Give up at once if the lock is held elsewhere (exit 75).
@@ -80,18 +81,6 @@ impl Signals {
 
 pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     let url = args.url.require()?.to_owned();
-    let wait = match (args.no_wait, args.wait) {
-        (true, _) => Wait::No,
-        (false, Some(wait)) => Wait::For(wait),
-        (false, None) => Wait::Forever,
-    };
-    let mut opts = AcquireOptions::new()
-        .ttl(args.ttl)
-        .wait(wait)
-        .renewal(Renewal::Auto);
-    if let Some(max_hold) = args.max_hold {
-        opts = opts.max_hold(max_hold);
-    }
     // Listen before connecting: a Ctrl-C while waiting must cancel the wait
     // cleanly (acquire is cancel-safe), not kill us with a queue entry behind.
     let mut signals = Signals::install()?;
@@ -99,11 +88,34 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         lock = distlock::connect(&url) => lock?,
         sig = signals.next() => return Ok(128 + sig as u8),
     };
+    let opts = options(&args, lock.default_options());
     let baseline = alive_tasks();
     let outcome = hold_and_run(&lock, &args, &opts, &mut signals).await;
     drop(lock);
     settle(baseline).await;
     outcome
+}
+
+/// The URL's acquire defaults with the flags given on top. The command runs for
+/// as long as it likes, so the lease always renews itself (a URL's
+/// `renewal=manual` becomes automatic; an interval is kept).
+fn options(args: &RunArgs, defaults: AcquireOptions) -> AcquireOptions {
+    let mut opts = defaults;
+    if let Some(ttl) = args.ttl {
+        opts = opts.ttl(ttl);
+    }
+    match (args.no_wait, args.wait) {
+        (true, _) => opts = opts.wait(Wait::No),
+        (false, Some(wait)) => opts = opts.wait(Wait::For(wait)),
+        (false, None) => {}
+    }
+    if opts.get_renewal() == Renewal::Manual {
+        opts = opts.renewal(Renewal::Auto);
+    }
+    if let Some(max_hold) = args.max_hold {
+        opts = opts.max_hold(max_hold);
+    }
+    opts
 }
 
 async fn hold_and_run(

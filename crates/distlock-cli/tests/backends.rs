@@ -145,6 +145,28 @@ pub fn check_passes(url: &str) {
     assert!(!text.contains("FAIL"), "{text}");
 }
 
+/// The requests the server counts for one protocol floor (acquire + release
+/// as the protocol's own requests), by scheme: the launched Redlock has 3 nodes.
+fn floor_requests(url: &str) -> f64 {
+    match url.split("://").next().unwrap_or_default() {
+        "redis" | "etcd" | "mysql" => 2.0,
+        "zk" => 3.0,
+        "redlock" => 6.0,
+        other => panic!("no floor count for {other}"),
+    }
+}
+
+/// `"field":value` of the phase `phase` in the bench's JSON, as a number.
+fn phase_number(json: &str, phase: &str, field: &str) -> f64 {
+    let start = json.find(&format!("\"phase\":\"{phase}\"")).unwrap();
+    let object = json[start..].split('}').next().unwrap();
+    let (_, rest) = object.split_once(&format!("\"{field}\":")).unwrap();
+    let value = rest.split(',').next().unwrap();
+    value
+        .parse()
+        .unwrap_or_else(|_| panic!("{phase}: {field} {value:?}: {json}"))
+}
+
 pub fn bench_reports_every_phase(url: &str) {
     let dir = tempfile::tempdir().unwrap();
     let plot = dir.path().join("bench.svg");
@@ -162,18 +184,47 @@ pub fn bench_reports_every_phase(url: &str) {
     ]);
     assert_code(&out, 0);
     let json = stdout(&out);
-    for phase in ["raw round trip", "uncontended cycle", "contended hand-off"] {
-        assert!(
-            json.contains(&format!("\"phase\":\"{phase}")),
-            "{phase} missing: {json}"
-        );
+    let phases = [
+        "protocol floor",
+        "read round trip",
+        "uncontended cycle",
+        "contended hand-off",
+    ];
+    for phase in phases {
+        assert!(phase_number(&json, phase, "ops") > 0.0, "{phase}: {json}");
     }
     assert!(
-        !json.contains("\"ops\":0,"),
-        "a phase completed nothing: {json}"
+        json.contains("\"floor\":\""),
+        "the floor is not named: {json}"
+    );
+    // Counted by the server: each line costs at least what the protocol needs
+    // (a little less at most, for the counter's own reads taken off), and other
+    // tests on the same server add a little, never a multiple.
+    let floor = floor_requests(url);
+    let reads = if url.starts_with("redlock") { 3.0 } else { 1.0 };
+    let per_op = |phase| phase_number(&json, phase, "server_requests_per_op");
+    for (phase, expected) in [("protocol floor", floor), ("read round trip", reads)] {
+        let counted = per_op(phase);
+        let about = expected - 0.25..2.0 * expected + 1.0;
+        assert!(
+            about.contains(&counted),
+            "{phase}: {counted} per op: {json}"
+        );
+    }
+    for phase in ["uncontended cycle", "contended hand-off"] {
+        let counted = per_op(phase);
+        assert!(
+            counted >= floor - 0.25,
+            "{phase}: {counted} < {floor}: {json}"
+        );
+    }
+    assert_eq!(
+        phase_number(&json, "protocol floor", "p50_ratio_to_floor"),
+        1.0,
+        "{json}"
     );
     let svg = std::fs::read_to_string(&plot).unwrap();
-    assert_eq!(svg.matches("<polyline").count(), 3, "{svg}");
+    assert_eq!(svg.matches("<polyline").count(), phases.len(), "{svg}");
 }
 
 /// The demo on a real backend: on a data store (Redis, MySQL) the stock lives
@@ -294,4 +345,52 @@ fn redis_command(addr: std::net::SocketAddr, command: &str) -> String {
         .read_line(&mut reply)
         .unwrap();
     reply
+}
+
+/// A database index the server does not have is a configuration error: exit 2
+/// with a short reason, not 1 as for an unreachable server.
+#[cfg(feature = "redis")]
+#[test]
+fn redis_database_index_out_of_range_exits_2() {
+    let url = format!("{}/99999", servers::redis_url().trim_end_matches('/'));
+    let out = output(&mut run_on(&url, &fresh_key("db"), &["--", "true"]));
+    assert_code(&out, 2);
+    let err = stderr(&out);
+    assert!(err.contains("no such database"), "{err}");
+    assert!(err.lines().count() == 1 && err.len() < 400, "{err}");
+}
+
+/// A ttl in the URL is `distlock run`'s default ttl when `--ttl` is not given:
+/// the server holds the lock for at most that long, not the built-in 30 s.
+#[cfg(feature = "redis")]
+#[test]
+fn redis_url_ttl_is_the_default_of_run() {
+    let url = format!("{}?ttl=7s", servers::redis_url());
+    let key = fresh_key("url-ttl");
+    let mut holder = Running::start(&mut run_on(
+        &url,
+        &key,
+        &["--", "sh", "-c", "echo holding; sleep 60"],
+    ));
+    holder.wait_line("holding", Duration::from_secs(30));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let remaining = runtime.block_on(async {
+        let operator = distlock::connect(&url).await.unwrap();
+        assert_eq!(operator.default_options().get_ttl(), Duration::from_secs(7));
+        let inspect = operator.inspect().expect("the redis client offers Inspect");
+        let key = distlock::LockKey::new(&key).unwrap();
+        let holder = inspect
+            .holder(&key)
+            .await
+            .unwrap()
+            .expect("the run holds the key");
+        holder.expires_in.expect("a redis lock has a ttl")
+    });
+    assert!(
+        remaining <= Duration::from_secs(7) && remaining > Duration::ZERO,
+        "the held key expires in {remaining:?}, not within the URL's 7 s"
+    );
+    holder.signal("TERM");
+    let (status, err) = holder.wait(Duration::from_secs(30));
+    assert!(status.code().is_some(), "{err}");
 }

@@ -199,3 +199,41 @@ fn help_and_version_exit_zero() {
     assert_code(&run(&["run", "--help"]), 0);
     assert_code(&run(&["--version"]), 0);
 }
+
+/// A URL that missed its `--url` is quoted by clap's "unexpected argument"
+/// message: forgotten `--url`, a value starting with `-` (so clap takes it for
+/// a flag), `--url=…` after `--`. Exit 2, and the password is never shown, in
+/// plain or in coloured output.
+#[test]
+fn a_url_clap_did_not_take_never_shows_its_password() {
+    const SECRET: &str = "longpassword";
+    for args in [
+        &["check", "redis://:longpassword@cache:6379"][..],
+        &["check", "--url", "--redis://u:longpassword@cache/"],
+        &["check", "--url", "-redis://u:longpassword@cache/"],
+        &["--", "--url=etcd://u:longpassword@h/e"],
+        &["check", "--", "--url=zk://u:longpassword@h"],
+    ] {
+        for colour in [None, Some("1")] {
+            let mut cmd = support::distlock();
+            cmd.args(args);
+            // anstream's override of its terminal check, as for clap itself;
+            // the caller's colour settings must not decide the case.
+            cmd.env_remove("NO_COLOR").env_remove("CLICOLOR_FORCE");
+            if let Some(force) = colour {
+                cmd.env("CLICOLOR_FORCE", force);
+            }
+            let out = support::output(&mut cmd);
+            assert_code(&out, 2);
+            let (err, shown) = (stderr(&out), support::stdout(&out));
+            assert!(err.contains("error:"), "{args:?}: {err}");
+            assert!(
+                !err.contains(SECRET) && !shown.contains(SECRET),
+                "{args:?} shows the password:\n{err}{shown}"
+            );
+            // clap's colouring decision is kept: styles only when forced (stderr
+            // is a pipe here).
+            assert_eq!(err.contains('\x1b'), colour.is_some(), "{args:?}: {err:?}");
+        }
+    }
+}

@@ -1,5 +1,6 @@
 //! The lease lifecycle, written once for every adapter: the local deadline, the
-//! renewal watchdog, the lost signal, release and release on drop. Reentrant
+//! lost signal, release and release on drop (the renewal watchdog is in
+//! `renewal.rs`). Reentrant
 //! handles share one lease; their bookkeeping is in `reentry.rs`.
 //!
 //! Invariant: a lease believes it holds the lock only before
@@ -10,6 +11,7 @@
 use crate::backend::{Backend, LossSignal, Ownership};
 use crate::metrics::Metrics;
 use crate::reentry::Reentry;
+use crate::telemetry::Hold;
 use crate::toolkit::{CancelGuard, UndoFuture};
 use crate::{FencingToken, LockError, LockKey, LossReason, Owner};
 use async_trait::async_trait;
@@ -19,7 +21,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-use tokio::time::sleep_until;
 
 /// The safety margin subtracted from every validity: ttl/100 + 2 ms.
 pub fn clock_drift(ttl: Duration) -> Duration {
@@ -27,7 +28,7 @@ pub fn clock_drift(ttl: Duration) -> Duration {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Status {
+pub(crate) enum Status {
     Held,
     Releasing,
     Released,
@@ -70,7 +71,9 @@ pub(crate) struct Shared {
     pub ops: Arc<dyn LeaseOps>,
     pub metrics: Arc<Metrics>,
     pub reentry: Option<Reentry<Shared>>,
-    status: watch::Sender<Status>,
+    /// The held-lease gauge and hold timer, ended as the status leaves `Held`.
+    hold: Hold,
+    pub(crate) status: watch::Sender<Status>,
     deadline: Mutex<Instant>,
 }
 
@@ -94,6 +97,7 @@ impl Shared {
             token,
             ttl,
             backend: ops.backend_name(),
+            hold: metrics.hold_started(),
             ops,
             metrics,
             reentry,
@@ -102,12 +106,12 @@ impl Shared {
         }
     }
 
-    fn deadline(&self) -> Instant {
+    pub(crate) fn deadline(&self) -> Instant {
         *lock(&self.deadline)
     }
 
     /// Moves the deadline forward after a renewal sent at `sent_at` succeeded.
-    fn extend(&self, sent_at: Instant) {
+    pub(crate) fn extend(&self, sent_at: Instant) {
         let candidate = sent_at + self.ttl - clock_drift(self.ttl);
         let mut deadline = lock(&self.deadline);
         if candidate > *deadline {
@@ -135,17 +139,25 @@ impl Shared {
                 false
             }
         });
+        // Every way out of `Held` passes here exactly once: the hold ends now.
+        if from == Status::Held && found == Status::Held {
+            self.metrics.hold_ended(&self.hold);
+        }
         found
     }
 
     /// Held → Lost. Returns false when the lease had already ended.
-    fn mark_lost(&self, reason: LossReason) -> bool {
+    pub(crate) fn mark_lost(&self, reason: LossReason) -> bool {
         let lost = self.transition(Status::Held, Status::Lost(reason)) == Status::Held;
         if lost {
-            Metrics::bump(&self.metrics.lost);
-            tracing::warn!(backend = self.backend, key = %self.key, token = %self.token, %reason, "lease lost");
+            self.report_lost(reason);
         }
         lost
+    }
+
+    fn report_lost(&self, reason: LossReason) {
+        self.metrics.lost(reason);
+        tracing::warn!(backend = self.backend, key = %self.key, token = %self.token, %reason, "lease lost");
     }
 
     fn lost_error(&self, reason: LossReason) -> LockError {
@@ -183,116 +195,32 @@ impl Shared {
         match outcome {
             Ok(Ownership::Held) => {
                 self.status.send_replace(Status::Released);
-                Metrics::bump(&self.metrics.released);
+                self.metrics.released();
                 Ok(())
             }
             Ok(Ownership::NotHeld) => {
-                self.status.send_replace(Status::Lost(LossReason::Revoked));
-                Metrics::bump(&self.metrics.lost);
-                Err(self.lost_error(LossReason::Revoked))
+                // The lock was gone while this lease still believed it held it.
+                let reason = LossReason::Revoked;
+                self.status.send_replace(Status::Lost(reason));
+                self.report_lost(reason);
+                Err(self.lost_error(reason))
             }
-            Err(e) => {
+            Err(error) => {
                 // The ttl frees the lock if the release never arrived.
                 self.status.send_replace(Status::Released);
-                Err(e)
+                tracing::warn!(backend = self.backend, key = %self.key, token = %self.token, %error, "release failed; the ttl frees the lock");
+                Err(error)
             }
         }
     }
 
     /// Best-effort release after loss, so a lock we may still hold on the server
     /// (partition, max hold) is freed as soon as the server hears from us.
-    async fn release_after_loss(&self) {
+    pub(crate) async fn release_after_loss(&self) {
         if let Err(e) = tokio::time::timeout(self.ttl, self.ops.release()).await {
             tracing::debug!(backend = self.backend, key = %self.key, error = %e, "release after loss timed out");
         }
     }
-}
-
-/// Keeps the lease alive and watches for its end. One task per lease; it exits
-/// when the lease is released, dropped or lost.
-pub(crate) async fn watchdog(
-    shared: Arc<Shared>,
-    renew_every: Option<Duration>,
-    max_hold_at: Option<Instant>,
-    loss: Option<LossSignal>,
-) {
-    let mut status = shared.status.subscribe();
-    let mut loss = loss.unwrap_or_else(|| Box::pin(std::future::pending()));
-    let mut next_renewal = renew_every.map(|every| Instant::now() + jittered(every));
-    let retry_delay = (shared.ttl / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
-    loop {
-        let deadline = shared.deadline();
-        let event = tokio::select! {
-            _ = status.wait_for(|s| *s != Status::Held) => return,
-            reason = &mut loss => Event::Lost(reason),
-            _ = sleep_until(deadline.into()) => Event::Deadline,
-            _ = sleep_until_some(max_hold_at) => Event::Lost(LossReason::MaxHoldReached),
-            _ = sleep_until_some(next_renewal) => Event::Renew,
-        };
-        match event {
-            Event::Lost(reason) => {
-                if shared.mark_lost(reason) && reason == LossReason::MaxHoldReached {
-                    shared.release_after_loss().await;
-                }
-                return;
-            }
-            // A manual renew may have moved the deadline while we slept.
-            Event::Deadline if Instant::now() < shared.deadline() => {}
-            Event::Deadline => {
-                if shared.mark_lost(LossReason::Expired) {
-                    shared.release_after_loss().await;
-                }
-                return;
-            }
-            Event::Renew => {
-                let sent_at = Instant::now();
-                let outcome = tokio::select! {
-                    _ = status.wait_for(|s| *s != Status::Held) => return,
-                    reason = &mut loss => {
-                        shared.mark_lost(reason);
-                        return;
-                    }
-                    // Give up on this attempt at the deadline; the loop then sees it.
-                    _ = sleep_until(deadline.into()) => None,
-                    outcome = shared.ops.renew(shared.ttl) => Some(outcome),
-                };
-                next_renewal = match outcome {
-                    Some(Ok(Ownership::Held)) => {
-                        shared.extend(sent_at);
-                        Metrics::bump(&shared.metrics.renewals);
-                        renew_every.map(|every| sent_at + jittered(every))
-                    }
-                    Some(Ok(Ownership::NotHeld)) => {
-                        shared.mark_lost(LossReason::Revoked);
-                        return;
-                    }
-                    Some(Err(e)) => {
-                        Metrics::bump(&shared.metrics.renewal_failures);
-                        tracing::debug!(backend = shared.backend, key = %shared.key, error = %e, "renewal failed; retrying until the deadline");
-                        Some(Instant::now() + jittered(retry_delay))
-                    }
-                    None => Some(Instant::now()),
-                };
-            }
-        }
-    }
-}
-
-enum Event {
-    Lost(LossReason),
-    Deadline,
-    Renew,
-}
-
-async fn sleep_until_some(at: Option<Instant>) {
-    match at {
-        Some(at) => sleep_until(at.into()).await,
-        None => std::future::pending().await,
-    }
-}
-
-fn jittered(d: Duration) -> Duration {
-    d.mul_f64(rand::random_range(0.9..1.1))
 }
 
 /// A held lock. Keep it while you work; check [`Lease::is_held`] or run the work
@@ -325,7 +253,12 @@ impl Lease {
         loss: Option<LossSignal>,
     ) -> Lease {
         let max_hold_at = max_hold.and_then(|d| Instant::now().checked_add(d));
-        tokio::spawn(watchdog(shared.clone(), renew_every, max_hold_at, loss));
+        tokio::spawn(crate::renewal::watchdog(
+            shared.clone(),
+            renew_every,
+            max_hold_at,
+            loss,
+        ));
         Lease {
             shared,
             finished: false,
@@ -388,6 +321,11 @@ impl Lease {
         }))
     }
 
+    /// `Ok` while held; the `Lost` error with its reason otherwise.
+    pub(crate) fn check_held(&self) -> Result<(), LockError> {
+        self.shared.check_held()
+    }
+
     /// Runs `work` until it finishes or the lease is lost, whichever comes first.
     /// On loss `work` is dropped and `Err(LockError::Lost)` returned.
     pub async fn guard<F: Future>(&self, work: F) -> Result<F::Output, LockError> {
@@ -409,7 +347,7 @@ impl Lease {
             Ownership::Held => {
                 shared.check_held()?;
                 shared.extend(sent_at);
-                Metrics::bump(&shared.metrics.renewals);
+                shared.metrics.renewed();
                 Ok(())
             }
             Ownership::NotHeld => {
@@ -479,10 +417,9 @@ impl Drop for Lease {
         let shared = self.shared.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
+                // A failure is logged by `finish_release`; nobody awaits it here.
                 runtime.spawn(async move {
-                    if let Err(e) = shared.finish_release().await {
-                        tracing::debug!(backend = shared.backend, key = %shared.key, error = %e, "release on drop failed; the ttl frees the lock");
-                    }
+                    let _ = shared.finish_release().await;
                 });
             }
             Err(_) => {

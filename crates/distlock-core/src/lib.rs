@@ -5,6 +5,9 @@
 //!   `Arc<dyn DistributedLock>`.
 //! - [`Lease`] is the held lock: its [`FencingToken`], its local deadline, its
 //!   [`Lease::lost`] signal, release and release on drop.
+//! - [`DistributedLockExt`] adds [`DistributedLockExt::with_lock`] (work run
+//!   under a lock) and [`DistributedLockExt::acquire_all`] (several keys, all or
+//!   nothing, in a deadlock-free order) to every lock, `DynLock` included.
 //! - [`Fence`] is the protected store's side: a write applied only with a
 //!   token at least as high as any it admitted before, in one atomic step.
 //! - [`backend::Backend`] is what an adapter implements; [`BackendLock`] turns it
@@ -38,23 +41,34 @@
 pub mod backend;
 mod capabilities;
 mod error;
+mod ext;
 pub mod fence;
 mod key;
 mod lease;
 mod lock;
 pub mod memory;
 mod metrics;
+mod multi;
 mod options;
 mod reentry;
+mod renewal;
+mod telemetry;
 mod token;
 pub mod toolkit;
 
 pub use capabilities::{Capabilities, FencingGuarantee, TokenDurability, Wake};
 pub use error::{BoxError, LockError, LossReason};
+pub use ext::DistributedLockExt;
 pub use fence::{Fence, FencedWrite, MemoryFence, WriteOutcome};
 pub use key::LockKey;
 pub use lease::{Lease, Lost, clock_drift};
 pub use lock::{BackendLock, DistributedLock, DynLock};
 pub use metrics::MetricsSnapshot;
+pub use multi::{AnyLost, MultiLease};
 pub use options::{AcquireOptions, Owner, Renewal, Wait};
 pub use token::FencingToken;
+
+/// The attribute [`DistributedLock`], [`Fence`] and [`backend::Backend`] are
+/// written with: implement them with `#[distlock_core::async_trait]` (or
+/// `#[distlock::async_trait]`) and no dependency of your own.
+pub use async_trait::async_trait;

@@ -4,12 +4,12 @@ use crate::backend::{AcquireRequest, Backend, WaitUntil};
 use crate::lease::{Bound, Lease, LeaseOps, Shared, clock_drift};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::reentry::{Reentry, Registry};
+use crate::telemetry::Attempt;
 use crate::toolkit::Inspect;
 use crate::{AcquireOptions, Capabilities, LockError, LockKey, Owner, Wait};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Instant;
-use tracing::Instrument;
 
 /// A distributed lock client. Every adapter implements it, so applications can
 /// hold an `Arc<dyn DistributedLock>` and swap backends without code changes.
@@ -48,6 +48,14 @@ pub trait DistributedLock: Send + Sync + std::fmt::Debug {
         }
     }
 
+    /// The options this client was configured with (the `ttl`, `wait`,
+    /// `renewal` and `max_hold` of its URL or config), for callers that want the
+    /// deployment's defaults rather than their own: `lock.acquire(&key,
+    /// &lock.default_options())`.
+    fn default_options(&self) -> AcquireOptions {
+        AcquireOptions::new()
+    }
+
     /// What this backend guarantees.
     fn capabilities(&self) -> Capabilities;
 
@@ -74,6 +82,7 @@ pub type DynLock = Arc<dyn DistributedLock>;
 /// tracing and metrics provided by core.
 pub struct BackendLock<B: Backend> {
     backend: Arc<B>,
+    defaults: AcquireOptions,
     reentrant: Arc<Registry<Shared>>,
     metrics: Arc<Metrics>,
 }
@@ -89,11 +98,22 @@ impl<B: Backend> std::fmt::Debug for BackendLock<B> {
 impl<B: Backend> BackendLock<B> {
     /// Wraps a connected backend.
     pub fn new(backend: B) -> Self {
+        let metrics = Arc::new(Metrics::new(backend.name()));
         BackendLock {
             backend: Arc::new(backend),
+            defaults: AcquireOptions::new(),
             reentrant: Arc::default(),
-            metrics: Arc::default(),
+            metrics,
         }
+    }
+
+    /// Sets [`DistributedLock::default_options`], refusing options this backend
+    /// cannot honour (a ttl below its minimum, say) now rather than at the first
+    /// acquire.
+    pub fn with_defaults(mut self, defaults: AcquireOptions) -> Result<Self, LockError> {
+        defaults.validate(&self.backend.capabilities())?;
+        self.defaults = defaults;
+        Ok(self)
     }
 
     /// The adapter, for backend-specific calls.
@@ -109,25 +129,16 @@ impl<B: Backend> BackendLock<B> {
     /// Another handle on a lease this client already holds for `owner`, if any.
     fn reenter(&self, key: &LockKey, owner: &Owner) -> Option<Lease> {
         let shared = self.reentrant.enter(key, owner, Shared::is_held)?;
-        Metrics::bump(&self.metrics.reentered);
+        self.metrics.reentered();
         Some(Lease::reentered(shared))
-    }
-
-    fn count_failure(&self, error: &LockError) {
-        let counter = match error {
-            LockError::Busy { .. } => &self.metrics.busy,
-            LockError::Timeout { .. } => &self.metrics.timeouts,
-            _ => &self.metrics.errors,
-        };
-        Metrics::bump(counter);
     }
 
     async fn acquire_from_backend(
         &self,
         key: &LockKey,
         opts: &AcquireOptions,
+        started: Instant,
     ) -> Result<Lease, LockError> {
-        let started = Instant::now();
         let ttl = opts.get_ttl();
         let request = AcquireRequest {
             key,
@@ -166,7 +177,6 @@ impl<B: Backend> BackendLock<B> {
         if let Some(owner) = opts.get_owner() {
             self.reentrant.insert(key, owner, &shared);
         }
-        Metrics::bump(&self.metrics.acquired);
         Ok(Lease::start(
             shared,
             opts.renew_interval(),
@@ -183,16 +193,23 @@ impl<B: Backend> DistributedLock for BackendLock<B> {
         if let Some(lease) = opts.get_owner().and_then(|owner| self.reenter(key, owner)) {
             return Ok(lease);
         }
-        let span =
-            tracing::debug_span!("distlock.acquire", backend = self.backend.name(), key = %key);
-        let result = self.acquire_from_backend(key, opts).instrument(span).await;
-        match &result {
-            Ok(lease) => {
-                tracing::debug!(backend = self.backend.name(), key = %key, token = %lease.token(), "acquired")
-            }
-            Err(e) => self.count_failure(e),
-        }
-        result
+        // `outcome` and `token` are known only at the end; `Attempt` records them.
+        let span = tracing::debug_span!(
+            "distlock.acquire",
+            backend = self.backend.name(),
+            key = %key,
+            outcome = tracing::field::Empty,
+            token = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let acquire = std::pin::pin!(self.acquire_from_backend(key, opts, started));
+        Attempt::start(&self.metrics, span, started)
+            .run(acquire)
+            .await
+    }
+
+    fn default_options(&self) -> AcquireOptions {
+        self.defaults.clone()
     }
 
     fn capabilities(&self) -> Capabilities {

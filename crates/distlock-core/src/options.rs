@@ -1,5 +1,6 @@
 //! Acquire options and their validation.
 
+use crate::toolkit::{LockUrl, parse_duration};
 use crate::{Capabilities, LockError};
 use std::time::Duration;
 
@@ -147,6 +148,58 @@ impl AcquireOptions {
     /// The max hold, if any.
     pub fn get_max_hold(&self) -> Option<Duration> {
         self.max_hold
+    }
+
+    /// Takes the acquire defaults a lock URL may give, keeping these values where
+    /// it has none: `ttl` (a duration), `wait` (`no`, `forever` or a duration),
+    /// `renewal` (`auto`, `manual` or a duration between renewals) and
+    /// `max_hold` (a duration). Every scheme accepts them; the lock returned by
+    /// `connect(url)` offers them as [`crate::DistributedLock::default_options`].
+    ///
+    /// ```
+    /// use distlock_core::{AcquireOptions, Renewal, Wait};
+    /// use distlock_core::toolkit::LockUrl;
+    /// use std::time::Duration;
+    /// let mut url = LockUrl::parse("redis", "redis://h/0?ttl=5s&wait=no&renewal=manual")?;
+    /// let opts = AcquireOptions::new().read(&mut url)?;
+    /// assert_eq!(opts.get_ttl(), Duration::from_secs(5));
+    /// assert_eq!((opts.get_wait(), opts.get_renewal()), (Wait::No, Renewal::Manual));
+    /// # Ok::<(), distlock_core::LockError>(())
+    /// ```
+    pub fn read(mut self, url: &mut LockUrl) -> Result<Self, LockError> {
+        if let Some(ttl) = url.duration("ttl")? {
+            self.ttl = ttl;
+        }
+        if let Some(max_hold) = url.duration("max_hold")? {
+            self.max_hold = Some(max_hold);
+        }
+        if let Some(value) = url.string("wait") {
+            self.wait = match value.as_str() {
+                "no" => Wait::No,
+                "forever" => Wait::Forever,
+                duration => Wait::For(parse_duration(duration).map_err(|why| {
+                    url.param_error(
+                        "wait",
+                        &value,
+                        &format!("is not no, forever or a duration: {why}"),
+                    )
+                })?),
+            };
+        }
+        if let Some(value) = url.string("renewal") {
+            self.renewal = match value.as_str() {
+                "auto" => Renewal::Auto,
+                "manual" => Renewal::Manual,
+                every => Renewal::Every(parse_duration(every).map_err(|why| {
+                    url.param_error(
+                        "renewal",
+                        &value,
+                        &format!("is not auto, manual or a renew interval: {why}"),
+                    )
+                })?),
+            };
+        }
+        Ok(self)
     }
 
     /// The interval between automatic renewals, before jitter; `None` for manual.

@@ -33,7 +33,7 @@ const LEASE_RETRIES: usize = 2;
 pub struct EtcdBackend {
     pub(crate) client: etcd_client::Client,
     pub(crate) kv: KvClient,
-    leases: Leases,
+    pub(crate) leases: Leases,
     watches: Watches,
     pub(crate) namespace: String,
     pub(crate) rpc: Rpc,

@@ -4,7 +4,7 @@ use crate::backend::{EtcdBackend, EtcdLock};
 use crate::error::{BACKEND, Endpoints};
 use crate::rpc::Rpc;
 use distlock_core::toolkit::{Host, LockUrl, Timeouts};
-use distlock_core::{BackendLock, LockError};
+use distlock_core::{AcquireOptions, BackendLock, LockError};
 use etcd_client::{Client, ConnectOptions};
 use std::time::Duration;
 
@@ -38,6 +38,7 @@ pub struct EtcdConfig {
     namespace: String,
     user: Option<(String, String)>,
     timeouts: Timeouts,
+    defaults: AcquireOptions,
     #[cfg(feature = "tls")]
     tls: Option<crate::tls::EtcdTls>,
 }
@@ -49,7 +50,8 @@ impl std::fmt::Debug for EtcdConfig {
             .field("namespace", &self.namespace)
             .field("user", &self.user.as_ref().map(|(user, _)| user))
             .field("password", &self.user.as_ref().map(|_| "<redacted>"))
-            .field("timeouts", &self.timeouts);
+            .field("timeouts", &self.timeouts)
+            .field("defaults", &self.defaults);
         #[cfg(feature = "tls")]
         s.field("tls", &self.tls);
         s.finish()
@@ -79,6 +81,7 @@ impl EtcdConfig {
             namespace: DEFAULT_NAMESPACE.to_owned(),
             user: None,
             timeouts: Timeouts::new(DEFAULT_TIMEOUT, DEFAULT_TIMEOUT),
+            defaults: AcquireOptions::new(),
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -106,6 +109,14 @@ impl EtcdConfig {
         self
     }
 
+    /// The lock's [`distlock_core::DistributedLock::default_options`] (the URL's
+    /// `ttl`, `wait`, `renewal`, `max_hold`); checked against etcd's limits at
+    /// connect.
+    pub fn defaults(mut self, defaults: AcquireOptions) -> Self {
+        self.defaults = defaults;
+        self
+    }
+
     /// Connects over TLS with these settings (feature `tls`).
     #[cfg(feature = "tls")]
     pub fn tls(mut self, tls: crate::tls::EtcdTls) -> Self {
@@ -124,7 +135,8 @@ impl EtcdConfig {
     ///   `locks/`, `/` gives the root (where `etcdctl lock` keeps its locks), and no
     ///   path gives `distlock/`. Percent-escapes are decoded.
     /// - Parameters: `connect_timeout` and `timeout` (`500ms`, `5s`, `1m`;
-    ///   `request_timeout` is now `timeout`).
+    ///   `request_timeout` is now `timeout`), and the acquire defaults `ttl`,
+    ///   `wait`, `renewal`, `max_hold` (see [`EtcdConfig::defaults`]).
     /// - `etcds://` connects over TLS (feature `tls`), with parameters `ca`, `cert`,
     ///   `key` (PEM file paths) and `domain` (the name to verify).
     ///
@@ -150,6 +162,7 @@ impl EtcdConfig {
             (None, Some(_)) => return Err(url.error("the user name is empty")),
         };
         config.timeouts = config.timeouts.read(&mut url)?;
+        config.defaults = AcquireOptions::new().read(&mut url)?;
         let tls_params: Vec<(&'static str, String)> = TLS_PARAMS
             .into_iter()
             .filter_map(|name| url.string(name).map(|value| (name, value)))
@@ -166,7 +179,7 @@ impl EtcdConfig {
         #[cfg(not(feature = "tls"))]
         if tls {
             return Err(
-                url.error("etcds:// needs TLS support: enable the `tls` feature of distlock-etcd")
+                url.error("etcds:// needs TLS support, which this build lacks: enable the `tls` feature of the distlock crate (or of distlock-etcd when used directly)")
             );
         }
         Ok(config)
@@ -252,8 +265,13 @@ impl EtcdConfig {
                     .unavailable(format!("no connection within {budget:?}")));
             }
         };
-        let backend = EtcdBackend::start(&client, self.namespace, rpc, budget).await?;
-        Ok(BackendLock::new(backend))
+        let backend = EtcdBackend::start(&client, self.namespace, rpc, budget).await;
+        #[cfg(feature = "tls")]
+        let backend = backend.map_err(|e| match self.tls {
+            Some(_) => crate::tls::hint(e),
+            None => e,
+        });
+        BackendLock::new(backend?).with_defaults(self.defaults)
     }
 }
 

@@ -74,6 +74,19 @@ impl Endpoints {
         }
     }
 
+    /// The TLS handshake failed: retrying cannot help, the settings can.
+    fn tls_failed(&self, what: &str, message: &str) -> LockError {
+        LockError::config(
+            BACKEND,
+            format!(
+                "{what}: TLS to {} failed ({message}); check that `ca=` names the CA that \
+                 signed etcd's certificate, and give `cert=` and `key=` if etcd requires \
+                 client certificates (--client-cert-auth)",
+                self.0
+            ),
+        )
+    }
+
     /// The lease holding our key ended; `why` says how.
     pub(crate) fn lease_gone(&self, why: &str) -> LockError {
         LockError::backend(
@@ -91,10 +104,11 @@ impl Endpoints {
         let status = match e {
             ClientError::GRpcStatus(status) => status,
             ClientError::TransportError(e) => {
-                return Failure::Other(self.unavailable(format!(
-                    "{what}: {}",
-                    with_causes(&e.to_string(), std::error::Error::source(&e))
-                )));
+                let message = with_causes(&e.to_string(), std::error::Error::source(&e));
+                if is_tls_failure(&message) {
+                    return Failure::Other(self.tls_failed(what, &message));
+                }
+                return Failure::Other(self.unavailable(format!("{what}: {message}")));
             }
             ClientError::IoError(e) => {
                 return Failure::Other(self.unavailable(format!("{what}: {e}")));
@@ -116,6 +130,7 @@ impl Endpoints {
         }
         let code = i32::from(status.code());
         let error = match code {
+            _ if is_tls_failure(message) => self.tls_failed(what, message),
             grpc::CANCELLED | grpc::DEADLINE_EXCEEDED | grpc::ABORTED | grpc::UNAVAILABLE => {
                 self.unavailable(format!("{what}: {message}"))
             }
@@ -162,6 +177,16 @@ fn with_causes(message: &str, mut cause: Option<&(dyn std::error::Error + 'stati
         cause = e.source();
     }
     text
+}
+
+/// Whether `message` is rustls refusing a certificate or the server's TLS alert
+/// (an untrusted server, a client certificate missing or refused), rather than
+/// a network failure.
+fn is_tls_failure(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    ["certificate", "fatal alert", "handshake"]
+        .iter()
+        .any(|word| lower.contains(word))
 }
 
 /// gRPC status codes (the numbers are fixed by the gRPC spec).

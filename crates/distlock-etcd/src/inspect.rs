@@ -1,13 +1,15 @@
 //! What an operator (and the conformance suite's fault hooks) can ask of etcd
 //! about the locks: the holder is the oldest key of a lock's queue, residue is
 //! every key under the names' prefix, a forced unlock deletes the holder's key
-//! (which wakes the next waiter's watch), and a linearizable `Get` is the raw
-//! round trip.
+//! (which wakes the next waiter's watch), a linearizable `Get` is the raw
+//! round trip, and the floor of a cycle is the put-if-absent and delete the
+//! protocol cannot do without.
 
 use crate::backend::EtcdBackend;
 use crate::error::Failure;
-use crate::keys::{names_prefix, printable, queue_prefix};
-use crate::protocol;
+use crate::keys::{contender_key, names_prefix, printable, queue_prefix};
+use crate::lease::whole_seconds;
+use crate::{metrics, protocol};
 use async_trait::async_trait;
 use distlock_core::toolkit::{Holder, Inspect};
 use distlock_core::{FencingToken, LockError, LockKey};
@@ -128,6 +130,39 @@ impl Inspect for EtcdBackend {
             .call("GET", kv.get(key, None))
             .await
             .map(drop)
+            .map_err(|f| self.lock_error(f))
+    }
+
+    fn floor_name(&self) -> Option<&'static str> {
+        Some("put-if-absent txn on the client's lease + delete")
+    }
+
+    /// The two writes etcd needs to take and give back a key: the lease is the
+    /// client's own, as for a lock (granted once per ttl, kept alive on its
+    /// stream), and the key is the one a lock of `key` would put.
+    async fn floor_cycle(&self, key: &LockKey, ttl: Duration) -> Result<(), LockError> {
+        let queue = queue_prefix(&self.namespace, key);
+        let slot = self
+            .leases
+            .checkout(whole_seconds(ttl)?, &queue)
+            .await
+            .map_err(|f| self.lock_error(f))?;
+        let lease = slot.lease().id();
+        let mine = contender_key(&queue, lease, slot.number());
+        let put = protocol::put_if_absent(&self.rpc, &self.kv, &mine, lease).await;
+        if !put.map_err(|f| self.lock_error(f))? {
+            return Err(LockError::Busy { key: key.clone() });
+        }
+        protocol::delete(&self.rpc, &self.kv, &mine)
+            .await
+            .map_err(|f| self.lock_error(f))?;
+        slot.mark_clean();
+        Ok(())
+    }
+
+    async fn server_requests(&self) -> Result<Option<u64>, LockError> {
+        metrics::requests_received(&self.client, &self.rpc)
+            .await
             .map_err(|f| self.lock_error(f))
     }
 }

@@ -63,8 +63,10 @@
 //!
 //! `lock.inspect()` reads the same layout for operators: the holder (the queue's
 //! oldest key, with its token and lease time-to-live), the keys left under a name
-//! prefix, a force-unlock that deletes the holder's key, deployment pitfalls and a
-//! linearizable `Get` as the raw round trip.
+//! prefix, a force-unlock that deletes the holder's key, deployment pitfalls, a
+//! linearizable `Get` as the raw round trip, and for benchmarks the protocol's
+//! floor (a put-if-absent transaction on the client's lease, then a delete) and
+//! the requests every member has received (its gRPC metrics).
 //!
 //! # Modules
 //!
@@ -74,7 +76,7 @@
 //! `watch` (the shared watch stream and the held key's loss watch), `rpc`
 //! (timeouts and retries of one request), `keys` (key layout and escaping),
 //! `error` (client errors as `LockError`s), `inspect` (the operator's view),
-//! `tls` (feature `tls`).
+//! `metrics` (the members' request counters), `tls` (feature `tls`).
 #![deny(missing_docs)]
 
 mod backend;
@@ -83,6 +85,7 @@ mod error;
 mod inspect;
 mod keys;
 mod lease;
+mod metrics;
 mod protocol;
 mod queue;
 mod rpc;

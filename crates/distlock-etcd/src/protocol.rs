@@ -13,7 +13,7 @@
 //!
 //! [`read_created`] serves the held key's loss watch when that watch started
 //! after the key was last read; [`oldest`] and [`keys_under`] serve the
-//! operator's inspection.
+//! operator's inspection, [`put_if_absent`] and [`delete`] the benchmarks' floor.
 
 use crate::error::{Failure, protocol};
 use crate::keys::prefix_end;
@@ -249,4 +249,32 @@ pub(crate) async fn keys_under(
         })
         .await?;
     Ok(found.kvs().to_vec())
+}
+
+/// The benchmarks' floor, first half: puts `key` if absent, attached to
+/// `lease`, and nothing else (no queue read). Returns whether it put.
+pub(crate) async fn put_if_absent(
+    rpc: &Rpc,
+    kv: &KvClient,
+    key: &[u8],
+    lease: i64,
+) -> Result<bool, Failure> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(
+            key,
+            "",
+            Some(PutOptions::new().with_lease(lease)),
+        )]);
+    Ok(rpc.txn(kv, "floor put", txn).await?.succeeded())
+}
+
+/// The benchmarks' floor, second half: a plain `Delete` of `key`.
+pub(crate) async fn delete(rpc: &Rpc, kv: &KvClient, key: &[u8]) -> Result<(), Failure> {
+    rpc.retrying("floor delete", || {
+        let (mut kv, key) = (kv.clone(), key.to_vec());
+        async move { kv.delete(key, None).await }
+    })
+    .await
+    .map(drop)
 }

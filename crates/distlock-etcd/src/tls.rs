@@ -3,6 +3,31 @@
 use crate::error::BACKEND;
 use distlock_core::LockError;
 
+/// `error`, from a first request over TLS, with what to check when the server
+/// could not be reached. etcd refuses a missing or untrusted client certificate
+/// only after the handshake (TLS 1.3), so the client may see just a closed
+/// connection instead of the server's alert; a handshake failure the client
+/// did see is a `Config` error already.
+pub(crate) fn hint(error: LockError) -> LockError {
+    match error {
+        LockError::Unavailable {
+            backend,
+            endpoint,
+            source,
+        } => LockError::Unavailable {
+            backend,
+            endpoint,
+            source: format!(
+                "{source} (over TLS: if the server runs, check that `ca=` names the CA that \
+                 signed etcd's certificate, and give `cert=` and `key=` if etcd requires client \
+                 certificates)"
+            )
+            .into(),
+        },
+        other => other,
+    }
+}
+
 /// How to verify etcd's certificate and, optionally, which client certificate to
 /// present. The client key never appears in `Debug`.
 ///

@@ -168,3 +168,41 @@ async fn a_waiter_reads_once_more_only_when_it_creates_its_watch() {
     }
     assert_eq!(created[0], created[1], "the second round created watches");
 }
+
+/// The benchmarks' floor is a put-if-absent `Txn` on the client's lease and a
+/// `DeleteRange`, and the server's request counter grows by exactly those
+/// (plus the `MemberList` that finds the members to read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_floor_is_one_txn_and_one_delete_and_the_counter_counts_them() {
+    const CYCLES: u64 = 20;
+    let etcd = server().await;
+    let lock = connect(&[etcd.addr()], "floor/").await;
+    let inspect = lock.inspect().unwrap();
+    let key = unique("floor");
+    let ttl = Duration::from_secs(30);
+    // Warm-up: the lease grant and its keep-alive stream.
+    inspect.floor_cycle(&key, ttl).await.unwrap();
+    let before = kv_calls(&etcd).await;
+    let counted_before = inspect.server_requests().await.unwrap().unwrap();
+    for _ in 0..CYCLES {
+        inspect.floor_cycle(&key, ttl).await.unwrap();
+    }
+    let counted_after = inspect.server_requests().await.unwrap().unwrap();
+    let expected = BTreeMap::from([
+        ("etcdserverpb.KV/DeleteRange".to_owned(), CYCLES),
+        ("etcdserverpb.KV/Txn".to_owned(), CYCLES),
+    ]);
+    assert_eq!(delta(&before, &kv_calls(&etcd).await), expected);
+    assert_eq!(counted_after - counted_before, 2 * CYCLES + 1);
+    assert_eq!(
+        lock.backend().stats().leases_granted,
+        1,
+        "the lock's own lease"
+    );
+    assert!(
+        queue(&raw(&[etcd.addr()]).await, "floor/", &key)
+            .await
+            .is_empty(),
+        "the floor left its key"
+    );
+}

@@ -7,8 +7,8 @@ use crate::keys::TableName;
 use crate::lock::MySqlLock;
 use crate::pool::Pool;
 use crate::protocol::{HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT, ROW_LOCK_WAIT, Strategy};
-use distlock_core::LockError;
 use distlock_core::toolkit::{LockUrl, Timeouts};
+use distlock_core::{AcquireOptions, LockError};
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 use std::time::Duration;
 
@@ -25,6 +25,7 @@ pub struct MySqlConfig {
     held_connections: u32,
     timeouts: Timeouts,
     create_table: bool,
+    defaults: AcquireOptions,
 }
 
 impl std::fmt::Debug for MySqlConfig {
@@ -39,6 +40,7 @@ impl std::fmt::Debug for MySqlConfig {
             .field("held_connections", &self.held_connections)
             .field("timeouts", &self.timeouts)
             .field("create_table", &self.create_table)
+            .field("defaults", &self.defaults)
             .finish()
     }
 }
@@ -56,6 +58,13 @@ impl MySqlConfig {
 
     /// Defaults around sqlx connect options (host, credentials, database, TLS).
     pub fn from_options(options: MySqlConnectOptions) -> Self {
+        // sqlx verifies certificates with rustls's process-wide provider, which
+        // rustls cannot pick itself when another crate (ZooKeeper's TLS) also
+        // compiles in aws-lc-rs: it would panic. Every config passes here before
+        // sqlx sees its options, so ring is installed here unless the
+        // application installed a provider of its own.
+        #[cfg(feature = "tls")]
+        let _ = rustls::crypto::ring::default_provider().install_default();
         MySqlConfig {
             // Expiry compares TIMESTAMP columns with NOW(6): a UTC session makes that
             // immune to daylight-saving jumps of the server's zone.
@@ -66,6 +75,7 @@ impl MySqlConfig {
             held_connections: Self::DEFAULT_HELD_CONNECTIONS,
             timeouts: Self::DEFAULT_TIMEOUTS,
             create_table: true,
+            defaults: AcquireOptions::new(),
         }
     }
 
@@ -74,9 +84,11 @@ impl MySqlConfig {
     ///
     /// Parameters: `strategy` (`version_cas`, `unique_insert`, `for_update`),
     /// `table`, `pool_size`, `held_connections`, `connect_timeout` and `timeout`
-    /// (durations such as `250ms` or `5s`), `create_table` (`true`/`false`), and
-    /// the TLS and socket settings `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key`,
-    /// `socket`. Any other parameter is an error that lists these. Errors never
+    /// (durations such as `250ms` or `5s`), `create_table` (`true`/`false`), the
+    /// acquire defaults `ttl`, `wait`, `renewal`, `max_hold` (see
+    /// [`MySqlConfig::defaults`]), and the TLS and socket settings `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key`,
+    /// `socket` (as in the mysql client, `ssl-ca` without `ssl-mode` means
+    /// `verify_ca`; TLS needs the `tls` feature). Any other parameter is an error that lists these. Errors never
     /// echo the password.
     pub fn from_url(url: &str) -> Result<Self, LockError> {
         let mut url = LockUrl::parse(BACKEND, url)?;
@@ -111,10 +123,21 @@ impl MySqlConfig {
             options = options.database(database);
         }
         let ssl_modes = "disabled, preferred, required, verify_ca or verify_identity";
-        if let Some(mode) = url.parse_param::<MySqlSslMode>("ssl-mode", ssl_modes)? {
+        let mode = url.parse_param::<MySqlSslMode>("ssl-mode", ssl_modes)?;
+        let ca = url.string("ssl-ca");
+        // As in the mysql client: a CA without a mode means verify against it,
+        // not `preferred`, which would accept any certificate.
+        let mode = mode.or(ca.as_ref().map(|_| MySqlSslMode::VerifyCa));
+        if !cfg!(feature = "tls") && mode.is_some_and(needs_tls) {
+            return Err(url.error(
+                "this ssl-mode needs TLS support, which this build lacks: enable the `tls` \
+                 feature of the distlock crate (or of distlock-mysql when used directly)",
+            ));
+        }
+        if let Some(mode) = mode {
             options = options.ssl_mode(mode);
         }
-        if let Some(path) = url.string("ssl-ca") {
+        if let Some(path) = ca {
             options = options.ssl_ca(path);
         }
         if let Some(path) = url.string("ssl-cert") {
@@ -144,6 +167,7 @@ impl MySqlConfig {
         if let Some(create) = url.bool("create_table")? {
             config.create_table = create;
         }
+        config.defaults = AcquireOptions::new().read(&mut url)?;
         url.finish()?;
         config.validate().map_err(|e| match e {
             LockError::Config { reason, .. } => url.error(reason),
@@ -191,6 +215,14 @@ impl MySqlConfig {
     /// created beforehand.
     pub fn create_table(mut self, create: bool) -> Self {
         self.create_table = create;
+        self
+    }
+
+    /// The lock's [`distlock_core::DistributedLock::default_options`] (the URL's
+    /// `ttl`, `wait`, `renewal`, `max_hold`), checked against the strategy's
+    /// limits at connect.
+    pub fn defaults(mut self, defaults: AcquireOptions) -> Self {
+        self.defaults = defaults;
         self
     }
 
@@ -263,8 +295,13 @@ impl MySqlConfig {
         );
         let endpoint = self.endpoint();
         let table = Table::open(self.strategy, table, pool, endpoint, self.create_table).await?;
-        Ok(MySqlLock::new(table, holders))
+        MySqlLock::new(table, holders, self.defaults)
     }
+}
+
+/// Whether `mode` refuses a connection without TLS.
+fn needs_tls(mode: MySqlSslMode) -> bool {
+    !matches!(mode, MySqlSslMode::Disabled | MySqlSslMode::Preferred)
 }
 
 #[cfg(test)]

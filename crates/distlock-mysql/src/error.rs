@@ -105,7 +105,9 @@ impl DbError {
         match self.number() {
             Some(code::ACCESS_DENIED) => {
                 return config(format!(
-                    "the server at {endpoint} refused the login ({self}); check the user and password"
+                    "the server at {endpoint} refused the login ({self}); check the user and password \
+                     (a user created with REQUIRE X509 also needs a TLS client certificate: \
+                     ssl-cert and ssl-key)"
                 ));
             }
             Some(code::DB_ACCESS_DENIED | code::BAD_DB) => {
@@ -133,9 +135,12 @@ impl DbError {
             | DbError::Protocol(_)
             | DbError::Contended(_) => LockError::backend(BACKEND, self),
             DbError::Sql(sqlx::Error::Configuration(e)) => config(format!("{e}")),
-            DbError::Sql(sqlx::Error::Tls(e)) => config(format!(
-                "TLS to {endpoint} failed: {e}; check ssl-mode and ssl-ca (TLS needs the crate's `tls` feature)"
-            )),
+            DbError::Sql(sqlx::Error::Tls(e)) => config(tls_failed(endpoint, &e)),
+            // rustls refuses a certificate (or the server sends an alert) inside
+            // the handshake's I/O: retrying cannot help, the settings can.
+            DbError::Sql(sqlx::Error::Io(e)) if is_tls_failure(&e.to_string()) => {
+                config(tls_failed(endpoint, &e))
+            }
             other => LockError::Unavailable {
                 backend: BACKEND,
                 endpoint: endpoint.to_owned(),
@@ -143,4 +148,21 @@ impl DbError {
             },
         }
     }
+}
+
+fn tls_failed(endpoint: &str, e: &dyn std::fmt::Display) -> String {
+    format!(
+        "TLS to {endpoint} failed: {e}; check ssl-mode and that ssl-ca names the CA that signed \
+         the server's certificate (give ssl-cert and ssl-key if the server wants a client \
+         certificate; TLS needs the `tls` feature)"
+    )
+}
+
+/// Whether an I/O error's text is rustls refusing a certificate or a TLS alert
+/// from the server, rather than a network failure.
+fn is_tls_failure(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    ["certificate", "fatal alert", "handshake"]
+        .iter()
+        .any(|word| lower.contains(word))
 }

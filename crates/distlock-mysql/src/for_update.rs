@@ -58,9 +58,10 @@ pub(crate) struct ForUpdate {
 }
 
 /// What a held lock keeps: the connection whose transaction holds the row lock.
+/// Shared with a keepalive in flight (see [`ForUpdate::renew`]).
 #[derive(Debug)]
 pub(crate) struct Session {
-    conn: tokio::sync::Mutex<Slot>,
+    conn: Arc<tokio::sync::Mutex<Slot>>,
     ttl: Duration,
 }
 
@@ -78,8 +79,13 @@ impl Drop for Session {
         // Dropped without release (an abandoned lease): keep others out for the
         // ttl, as the other strategies' rows do, then end the transaction. With
         // no runtime the connection is simply closed (it counts as in a
-        // transaction, so the pool never takes it back).
-        let Slot::Holding(conn) = std::mem::replace(self.conn.get_mut(), Slot::Ended) else {
+        // transaction, so the pool never takes it back). A keepalive still in
+        // flight keeps the slot: the connection is closed when it ends, and the
+        // server frees the lock then rather than after the ttl.
+        let Ok(mut slot) = self.conn.try_lock() else {
+            return;
+        };
+        let Slot::Holding(conn) = std::mem::replace(&mut *slot, Slot::Ended) else {
             return;
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -109,6 +115,29 @@ async fn end_abandoned(mut conn: Conn) {
         }
         Err(e) => {
             tracing::debug!(error = %e, "an abandoned for_update session could not be ended; closing it")
+        }
+    }
+}
+
+/// One keepalive round trip on the held connection, owning the slot until its
+/// reply is read; `None` when the connection stopped answering.
+async fn keepalive(mut slot: tokio::sync::OwnedMutexGuard<Slot>) -> Option<Ownership> {
+    let conn = match &mut *slot {
+        Slot::Holding(conn) => conn,
+        Slot::Unreachable => return None,
+        Slot::Ended => return Some(Ownership::NotHeld),
+    };
+    match conn.execute(sqlx::query(KEEPALIVE)).await {
+        Ok(_) => Some(Ownership::Held),
+        Err(DbError::TimedOut(_)) => {
+            *slot = Slot::Unreachable;
+            None
+        }
+        // The session is gone (killed, reset, server restarted): so is the lock.
+        Err(e) => {
+            tracing::debug!(error = %e, "for_update keepalive failed: the holder session ended");
+            *slot = Slot::Ended;
+            Some(Ownership::NotHeld)
         }
     }
 }
@@ -180,7 +209,7 @@ impl Backend for ForUpdate {
         kill.disarm();
         Ok(Acquired {
             handle: Session {
-                conn: tokio::sync::Mutex::new(Slot::Holding(conn)),
+                conn: Arc::new(tokio::sync::Mutex::new(Slot::Holding(conn))),
                 ttl: req.ttl,
             },
             token: FencingToken::new(token),
@@ -191,25 +220,21 @@ impl Backend for ForUpdate {
     /// The keepalive: a round trip on the held connection. It resets the server's
     /// idle timer (`wait_timeout`) and proves the session, and so the lock, is
     /// alive.
+    ///
+    /// The keepalive runs in a task of its own that holds the slot until the
+    /// reply is in. A renewal is dropped mid-statement when its lease is
+    /// released or its deadline passes; dropped here, it would leave its reply
+    /// on the wire for the next statement to read as its own (the chaos run
+    /// saw a release's `ROLLBACK` read `SELECT 1`'s, and sqlx panic decoding
+    /// it). The next statement waits for the slot instead.
     async fn renew(&self, session: &Session, _ttl: Duration) -> Result<Ownership, LockError> {
-        let mut slot = session.conn.lock().await;
-        let conn = match &mut *slot {
-            Slot::Holding(conn) => conn,
-            Slot::Unreachable => return Err(self.unreachable()),
-            Slot::Ended => return Ok(Ownership::NotHeld),
-        };
-        match conn.execute(sqlx::query(KEEPALIVE)).await {
-            Ok(_) => Ok(Ownership::Held),
-            Err(DbError::TimedOut(_)) => {
-                *slot = Slot::Unreachable;
-                Err(self.unreachable())
-            }
-            // The session is gone (killed, reset, server restarted): so is the lock.
-            Err(e) => {
-                tracing::debug!(error = %e, "for_update keepalive failed: the holder session ended");
-                *slot = Slot::Ended;
-                Ok(Ownership::NotHeld)
-            }
+        let slot = session.conn.clone().lock_owned().await;
+        match tokio::spawn(keepalive(slot)).await {
+            Ok(Some(ownership)) => Ok(ownership),
+            Ok(None) => Err(self.unreachable()),
+            Err(e) => Err(self
+                .table
+                .error(DbError::Protocol(format!("keepalive task: {e}")))),
         }
     }
 
@@ -234,7 +259,8 @@ impl Backend for ForUpdate {
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {
-        Some(&*self.table)
+        // The table's, plus a floor on the holder connections (`floor.rs`).
+        Some(self)
     }
 }
 

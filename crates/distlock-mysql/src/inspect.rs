@@ -181,6 +181,22 @@ impl Inspect for Table {
         };
         done.await.map(drop).map_err(|e| self.error(e))
     }
+
+    fn floor_name(&self) -> Option<&'static str> {
+        Some(self.strategy.floor_name())
+    }
+
+    async fn floor_cycle(&self, key: &LockKey, ttl: Duration) -> Result<(), LockError> {
+        match Table::floor_cycle(self, key, ttl).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(LockError::Busy { key: key.clone() }),
+            Err(e) => Err(self.error(e)),
+        }
+    }
+
+    async fn server_requests(&self) -> Result<Option<u64>, LockError> {
+        self.questions().await.map(Some).map_err(|e| self.error(e))
+    }
 }
 
 impl Table {

@@ -63,12 +63,15 @@
 //! the strategies) → `version_cas`, `unique_insert` (both over `poll`, the shared
 //! polling loop) and `for_update`, each its own `Backend` → `backend` (the lock
 //! table they share) → `pool` (connections) → `protocol` (the SQL, in `sql/`)
-//! → `keys` (row layout), `error`. `inspect` implements `Inspect` on the table.
+//! → `keys` (row layout), `error`. `inspect` implements `Inspect` on the table;
+//! `floor` adds the benchmarks' floor (each strategy's statements with nothing
+//! around them) and the server's statement count.
 #![deny(missing_docs)]
 
 mod backend;
 mod config;
 mod error;
+mod floor;
 mod for_update;
 mod inspect;
 mod keys;

@@ -32,22 +32,36 @@ enum Client {
 }
 
 impl MySqlLock {
-    /// A client of `table`'s strategy; `holders` are `for_update`'s connections.
-    pub(crate) fn new(table: Table, holders: Pool) -> Self {
+    /// A client of `table`'s strategy; `holders` are `for_update`'s connections,
+    /// `defaults` its [`DistributedLock::default_options`].
+    pub(crate) fn new(
+        table: Table,
+        holders: Pool,
+        defaults: AcquireOptions,
+    ) -> Result<Self, LockError> {
         let table = Arc::new(table);
         let client = match table.strategy {
-            Strategy::VersionCas => Client::VersionCas(BackendLock::new(VersionCas {
-                table: table.clone(),
-            })),
-            Strategy::UniqueInsert => Client::UniqueInsert(BackendLock::new(UniqueInsert {
-                table: table.clone(),
-            })),
-            Strategy::ForUpdate => Client::ForUpdate(BackendLock::new(ForUpdate {
-                table: table.clone(),
-                holders,
-            })),
+            Strategy::VersionCas => Client::VersionCas(
+                BackendLock::new(VersionCas {
+                    table: table.clone(),
+                })
+                .with_defaults(defaults)?,
+            ),
+            Strategy::UniqueInsert => Client::UniqueInsert(
+                BackendLock::new(UniqueInsert {
+                    table: table.clone(),
+                })
+                .with_defaults(defaults)?,
+            ),
+            Strategy::ForUpdate => Client::ForUpdate(
+                BackendLock::new(ForUpdate {
+                    table: table.clone(),
+                    holders,
+                })
+                .with_defaults(defaults)?,
+            ),
         };
-        MySqlLock { table, client }
+        Ok(MySqlLock { table, client })
     }
 
     /// The strategy this client uses.
@@ -81,6 +95,10 @@ impl DistributedLock for MySqlLock {
         opts: &AcquireOptions,
     ) -> Result<Option<Lease>, LockError> {
         self.lock().try_acquire(key, opts).await
+    }
+
+    fn default_options(&self) -> AcquireOptions {
+        self.lock().default_options()
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -62,7 +62,7 @@ impl Backend for UniqueInsert {
 
 /// Its attempts: the INSERT, or the takeover of an expired row.
 #[derive(Default)]
-struct Insert {
+pub(crate) struct Insert {
     /// After seeing the row held, try the takeover first: while a lock stays held,
     /// each poll is then one statement instead of a failing INSERT plus one.
     row_exists: bool,

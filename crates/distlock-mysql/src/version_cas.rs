@@ -60,7 +60,7 @@ impl Backend for VersionCas {
 }
 
 /// Its attempts: the CAS, inserting the row first when it has none.
-struct Cas;
+pub(crate) struct Cas;
 
 impl Contender for Cas {
     fn attempt<'a>(

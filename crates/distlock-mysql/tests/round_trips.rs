@@ -60,3 +60,45 @@ async fn unique_insert_and_for_update_cost_three_statements_per_cycle() {
         "SELECT … FOR UPDATE + counter bump + COMMIT"
     );
 }
+
+/// Statements per benchmark floor (`Inspect::floor_cycle`, the strategy's
+/// statements with nothing around them), and `Inspect::server_requests`
+/// reading the same `Questions`.
+async fn statements_per_floor(server: &MariaDbServer, strategy: Strategy) -> (f64, u64) {
+    use distlock_core::DistributedLock;
+    let table = format!("floor_{}", strategy.as_str());
+    let lock = client(server, strategy, &table).await;
+    let inspect = lock.inspect().unwrap();
+    let key = LockKey::new("floor").unwrap();
+    let ttl = std::time::Duration::from_secs(30);
+    // Warm-up: the row, the connections, the prepared statements.
+    for _ in 0..3 {
+        inspect.floor_cycle(&key, ttl).await.unwrap();
+    }
+    let mut probe = MySqlConnection::connect(&server.url()).await.unwrap();
+    let before = questions(&mut probe).await;
+    let counted_before = inspect.server_requests().await.unwrap().unwrap();
+    for _ in 0..CYCLES {
+        inspect.floor_cycle(&key, ttl).await.unwrap();
+    }
+    let counted_after = inspect.server_requests().await.unwrap().unwrap();
+    let after = questions(&mut probe).await;
+    // The counter's two readings are between the probe's, and so is its second.
+    let per_floor = (after - before - 3) as f64 / CYCLES as f64;
+    (per_floor, counted_after - counted_before)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_strategys_floor_is_its_own_statements_and_server_requests_counts_them() {
+    let server = server().await;
+    for (strategy, statements) in [
+        (Strategy::VersionCas, 2_u32),
+        (Strategy::UniqueInsert, 3),
+        (Strategy::ForUpdate, 3),
+    ] {
+        let (per_floor, counted) = statements_per_floor(&server, strategy).await;
+        assert_eq!(per_floor, f64::from(statements), "{strategy:?}");
+        // The floors, and the second reading's own SHOW.
+        assert_eq!(counted, u64::from(statements) * CYCLES + 1, "{strategy:?}");
+    }
+}

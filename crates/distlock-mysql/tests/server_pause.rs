@@ -2,13 +2,14 @@
 //! `version_cas` lock is held and another client waits: the holder's `lost()`
 //! fires at its local deadline, nobody else gets in while the server is frozen,
 //! and once it runs again the waiter gets the lock with a higher token. The
-//! critical sections never overlap.
+//! critical sections never overlap. And a `for_update` keepalive cut short
+//! while the server is frozen leaves the held connection in step.
 // Test code: a failed expectation should panic with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
-use distlock_core::{AcquireOptions, DistributedLock, LockKey, LossReason, Wait};
+use distlock_core::{AcquireOptions, DistributedLock, LockKey, LossReason, Renewal, Wait};
 use distlock_mysql::Strategy;
 use distlock_testkit::{History, Section};
 use std::time::{Duration, Instant};
@@ -97,4 +98,35 @@ async fn a_frozen_server_keeps_mutual_exclusion_and_hands_over_after() {
     );
     history.record(next);
     assert_eq!(history.check(), Vec::new(), "sections overlap");
+}
+
+/// Found by the chaos run (`mysql_for_update::chaos`): a renewal dropped while
+/// its keepalive waited on a frozen server (the watchdog drops it when the
+/// lease is released) left that reply on the wire, and the release's `ROLLBACK`
+/// read it as its own; sqlx panicked decoding it. The release must wait for
+/// the keepalive and succeed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_keepalive_cut_short_leaves_the_held_connection_in_step() {
+    let server = server().await;
+    let lock = client(&server, Strategy::ForUpdate, "keepalive_cut").await;
+    let key = LockKey::new("cut").unwrap();
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(5))
+        .renewal(Renewal::Manual);
+    let lease = lock.acquire(&key, &opts).await.unwrap();
+
+    server.pause().unwrap();
+    let cut = tokio::time::timeout(Duration::from_millis(300), lease.renew()).await;
+    assert!(
+        cut.is_err(),
+        "a frozen server answered the keepalive: {cut:?}"
+    );
+    server.resume().unwrap();
+
+    lease.release().await.expect("the release is read in step");
+    let again = lock
+        .acquire(&key, &opts.clone().wait(Wait::No))
+        .await
+        .expect("the lock is free after the release");
+    again.release().await.unwrap();
 }

@@ -28,8 +28,7 @@ use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Owne
 use distlock_core::toolkit::Timeouts;
 use distlock_core::toolkit::{Inspect, random_owner};
 use distlock_core::{
-    AcquireOptions, BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError,
-    TokenDurability, Wake,
+    BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError, TokenDurability, Wake,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,7 +53,6 @@ pub struct ReplicaAck {
 pub struct RedisBackend {
     pub(crate) server: Arc<ServerClient>,
     namespace: String,
-    default_ttl: Duration,
     pub(crate) timeout: Duration,
     pub(crate) replicas: Option<ReplicaAck>,
     pub(crate) guard: Option<RestartGuard>,
@@ -103,7 +101,6 @@ impl RedisBackend {
     pub(crate) async fn connect(
         address: &ServerAddress,
         namespace: String,
-        default_ttl: Duration,
         timeouts: Timeouts,
         replicas: Option<ReplicaAck>,
         restart_guard: Option<Duration>,
@@ -117,15 +114,9 @@ impl RedisBackend {
             server,
             guard: restart_guard.map(|guard| RestartGuard::new(&namespace, guard)),
             namespace,
-            default_ttl,
             timeout: timeouts.reply,
             replicas,
         })
-    }
-
-    /// Acquire options with the configured default ttl.
-    pub fn default_options(&self) -> AcquireOptions {
-        AcquireOptions::new().ttl(self.default_ttl)
     }
 
     /// The server, without credentials.

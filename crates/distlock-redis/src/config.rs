@@ -5,6 +5,7 @@ use crate::backend::{BACKEND, RedisBackend, RedisLock, ReplicaAck};
 use crate::connection::{DEFAULT_PORT, ServerAddress};
 use crate::fence::RedisFence;
 use crate::keys::{DEFAULT_NAMESPACE, validate_namespace};
+use crate::tls::TlsFiles;
 use distlock_core::toolkit::{LockUrl, Timeouts, redact};
 use distlock_core::{AcquireOptions, BackendLock, Capabilities, LockError};
 use std::time::Duration;
@@ -14,13 +15,16 @@ use std::time::Duration;
 ///
 /// URL form:
 /// `redis://[user[:password]@]host[:port][/db][?param=value&...]`, or
-/// `rediss://` for TLS. Parameters: `namespace` (default `distlock:`), `ttl`
-/// (default ttl, `30s`), `connect_timeout` (`5s`), `timeout` (per reply, `5s`),
+/// `rediss://` for TLS. Parameters: `namespace` (default `distlock:`), the
+/// acquire defaults `ttl`, `wait`, `renewal`, `max_hold` (see
+/// [`RedisConfig::defaults`]), `connect_timeout` (`5s`), `timeout` (per reply, `5s`),
 /// `restart_guard` (off; see [`RedisConfig::restart_guard`]),
 /// `wait_replicas` and `wait_timeout` (see [`RedisConfig::wait_for_replicas`]),
-/// `protocol` (`resp2`/`resp3`) and `insecure=true` (`rediss://` without
-/// certificate checks). Unknown parameters are an error, so typos do not go
-/// unseen.
+/// `protocol` (`resp2`/`resp3`), `insecure=true` (`rediss://` without
+/// certificate checks), and for `rediss://` `ca` (the CA certificate to trust
+/// instead of the system roots), `cert` and `key` (a client certificate), all
+/// PEM file paths read when the URL is parsed. Unknown parameters are an error,
+/// so typos do not go unseen.
 ///
 /// `Debug` never shows the password.
 ///
@@ -120,6 +124,7 @@ pub(crate) fn read_servers(
         Some("resp3" | "3")
     );
     let insecure = url.bool("insecure")?.unwrap_or(false);
+    let tls_files = TlsFiles::read(&mut url, tls)?;
     if insecure && !tls {
         return Err(url.error(
             "insecure=true skips TLS certificate checks; it needs rediss:// (or redlocks://)",
@@ -133,6 +138,7 @@ pub(crate) fn read_servers(
             port: host.port.unwrap_or(DEFAULT_PORT),
             tls,
             insecure,
+            tls_files: tls_files.clone(),
             username: url.user().map(str::to_owned),
             password: url.password().map(str::to_owned),
             db,
@@ -142,12 +148,12 @@ pub(crate) fn read_servers(
     Ok((url, servers))
 }
 
-/// What both configs share: where keys live, the default ttl, the timeouts and
-/// the restart guard.
+/// What both configs share: where keys live, the acquire defaults, the
+/// timeouts and the restart guard.
 #[derive(Debug, Clone)]
 pub(crate) struct Common {
     pub namespace: String,
-    pub default_ttl: Duration,
+    pub defaults: AcquireOptions,
     pub timeouts: Timeouts,
     pub restart_guard: Option<Duration>,
 }
@@ -156,19 +162,20 @@ impl Common {
     pub fn new(timeout: Duration) -> Self {
         Common {
             namespace: DEFAULT_NAMESPACE.into(),
-            default_ttl: AcquireOptions::DEFAULT_TTL,
+            defaults: AcquireOptions::new(),
             timeouts: Timeouts::new(RedisConfig::DEFAULT_CONNECT_TIMEOUT, timeout),
             restart_guard: None,
         }
     }
 
-    /// Takes `namespace`, `ttl`, `connect_timeout`, `timeout` and
-    /// `restart_guard` from `url` (old timeout spellings are refused).
+    /// Takes `namespace`, the acquire defaults (`ttl`, `wait`, `renewal`,
+    /// `max_hold`), `connect_timeout`, `timeout` and `restart_guard` from `url`
+    /// (old timeout spellings are refused).
     pub fn read(&mut self, url: &mut LockUrl) -> Result<(), LockError> {
         if let Some(namespace) = url.string("namespace") {
             self.namespace = namespace;
         }
-        self.default_ttl = url.duration("ttl")?.unwrap_or(self.default_ttl);
+        self.defaults = std::mem::take(&mut self.defaults).read(url)?;
         self.timeouts = self.timeouts.read(url)?;
         self.restart_guard = url.duration("restart_guard")?.or(self.restart_guard);
         Ok(())
@@ -184,22 +191,21 @@ impl Common {
         self.timeouts.validate(backend)?;
         if let Some(guard) = self.restart_guard {
             check_timeout(backend, "restart_guard", guard)?;
-            if guard < self.default_ttl {
+            if guard < self.defaults.get_ttl() {
                 return Err(LockError::config(
                     backend,
                     format!(
                         "restart_guard {guard:?} is shorter than the default ttl {:?}: a lease \
                          taken before a restart could outlive the guard; set restart_guard to \
                          at least the longest ttl in use",
-                        self.default_ttl
+                        self.defaults.get_ttl()
                     ),
                 ));
             }
         }
-        AcquireOptions::new()
-            .ttl(self.default_ttl)
+        self.defaults
             .validate(capabilities)
-            .map_err(|e| LockError::config(backend, format!("default ttl: {e}")))
+            .map_err(|e| LockError::config(backend, format!("acquire defaults: {e}")))
     }
 }
 
@@ -274,6 +280,24 @@ impl RedisConfig {
         self
     }
 
+    /// Trusts this CA certificate (PEM) instead of the system roots (`ca=`).
+    pub fn tls_ca_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.server.tls_files.ca = Some(pem.into());
+        self
+    }
+
+    /// Presents this client certificate and key (PEM) to a server that asks for
+    /// one (`cert=`, `key=`; `tls-auth-clients yes`).
+    pub fn tls_client_identity(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.server.tls_files.cert = Some(cert_pem.into());
+        self.server.tls_files.key = Some(key_pem.into());
+        self
+    }
+
     /// Puts every key under this prefix (default `distlock:`). It must not contain
     /// `{` or `}`, which would move the Redis Cluster hash tag.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
@@ -281,9 +305,10 @@ impl RedisConfig {
         self
     }
 
-    /// The ttl of [`crate::RedisBackend::default_options`].
-    pub fn default_ttl(mut self, ttl: Duration) -> Self {
-        self.common.default_ttl = ttl;
+    /// The lock's [`distlock_core::DistributedLock::default_options`] (the URL's
+    /// `ttl`, `wait`, `renewal`, `max_hold`).
+    pub fn defaults(mut self, defaults: AcquireOptions) -> Self {
+        self.common.defaults = defaults;
         self
     }
 
@@ -330,6 +355,7 @@ impl RedisConfig {
         if self.server.host.is_empty() {
             return Err(LockError::config(BACKEND, "the host is empty"));
         }
+        self.server.tls_files.validate(BACKEND)?;
         if let Some(ack) = self.replicas {
             if ack.replicas == 0 {
                 return Err(LockError::config(
@@ -351,13 +377,12 @@ impl RedisConfig {
         let backend = RedisBackend::connect(
             &self.server,
             self.common.namespace,
-            self.common.default_ttl,
             timeouts,
             self.replicas,
             self.common.restart_guard,
         )
         .await?;
-        Ok(BackendLock::new(backend))
+        BackendLock::new(backend).with_defaults(self.common.defaults)
     }
 
     /// Connects a [`RedisFence`] to the same server: fenced writes to keys on it,

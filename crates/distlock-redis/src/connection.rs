@@ -14,6 +14,7 @@
 //! means a restarted server or a failover, which the leases must hear about.
 
 use crate::error::CommandError;
+use crate::tls::TlsFiles;
 use distlock_core::LockError;
 use distlock_core::toolkit::CancelGuard;
 use redis::aio::MultiplexedConnection;
@@ -35,6 +36,8 @@ pub(crate) struct ServerAddress {
     pub tls: bool,
     /// Skip TLS certificate verification (`insecure=true`).
     pub insecure: bool,
+    /// The CA to trust and the client certificate to present (`ca`, `cert`, `key`).
+    pub tls_files: TlsFiles,
     pub username: Option<String>,
     pub password: Option<String>,
     pub db: i64,
@@ -45,9 +48,12 @@ impl std::fmt::Debug for ServerAddress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerAddress")
             .field("endpoint", &self.endpoint())
+            .field("insecure", &self.insecure)
+            .field("tls_files", &self.tls_files)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .finish_non_exhaustive()
+            .field("resp3", &self.resp3)
+            .finish()
     }
 }
 
@@ -58,6 +64,7 @@ impl ServerAddress {
             port,
             tls: false,
             insecure: false,
+            tls_files: TlsFiles::default(),
             username: None,
             password: None,
             db: 0,
@@ -89,7 +96,8 @@ impl ServerAddress {
                 return Err(LockError::config(
                     backend,
                     format!(
-                        "{} needs TLS: enable the `tls` feature of distlock-redis",
+                        "{} needs TLS, which this build lacks: enable the `tls` feature of the \
+                         distlock crate (or of distlock-redis when used directly)",
                         self.endpoint()
                     ),
                 ));
@@ -128,6 +136,15 @@ impl ServerAddress {
         let info = addr
             .into_connection_info()
             .map(|info| info.set_redis_settings(login));
+        #[cfg(feature = "tls")]
+        if self.tls && self.tls_files.is_set() {
+            let certificates = self.tls_files.certificates();
+            return info
+                .and_then(|info| redis::Client::build_with_tls(info, certificates))
+                .map_err(|e| {
+                    LockError::config(backend, format!("{} (TLS files): {e}", self.endpoint()))
+                });
+        }
         info.and_then(redis::Client::open)
             .map_err(|e| LockError::config(backend, format!("{}: {e}", self.endpoint())))
     }

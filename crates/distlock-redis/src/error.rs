@@ -134,8 +134,32 @@ impl CommandError {
                     ),
                 )
             }
+            _ if (e.is_io_error() || e.is_unrecoverable_error())
+                && endpoint.starts_with("rediss://")
+                && is_tls_failure(&text) =>
+            {
+                LockError::config(
+                    backend,
+                    format!(
+                        "TLS to {endpoint} failed ({text}); check that `ca=` names the CA that \
+                         signed the server's certificate, and give `cert=` and `key=` if the \
+                         server requires client certificates"
+                    ),
+                )
+            }
             _ if e.is_io_error() || e.is_unrecoverable_error() => unavailable(text),
             _ => LockError::backend(backend, format!("{endpoint}: {text}")),
         }
     }
+}
+
+/// Whether `text`, an I/O error on a `rediss://` connection, is a failed TLS
+/// handshake (an untrusted or mismatched certificate, a client certificate the
+/// server wanted) rather than a network failure: rustls words those as
+/// certificate errors or alerts. Retrying cannot fix them; the settings can.
+fn is_tls_failure(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    ["certificate", "alert", "handshake", "tls"]
+        .iter()
+        .any(|word| lower.contains(word))
 }

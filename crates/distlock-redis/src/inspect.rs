@@ -7,9 +7,10 @@ use crate::backend::RedisBackend;
 use crate::connection::info_field;
 use crate::error::CommandError;
 use crate::keys::{LockKeys, lock_key_pattern};
-use crate::protocol::ServerClient;
+use crate::protocol::{Attempt, ServerClient};
+use crate::restart::RestartGuard;
 use async_trait::async_trait;
-use distlock_core::toolkit::{Holder, Inspect};
+use distlock_core::toolkit::{Holder, Inspect, random_owner};
 use distlock_core::{FencingToken, LockError, LockKey};
 use std::time::Duration;
 
@@ -54,6 +55,42 @@ pub(crate) async fn lock_keys(
 pub(crate) async fn ping(server: &ServerClient, budget: Duration) -> Result<(), CommandError> {
     let _: String = server.query(budget, redis::cmd("PING").into()).await?;
     Ok(())
+}
+
+/// The floor of one cycle: the acquire script, then the release script, as a
+/// lock cycle sends them, with nothing around them. `Ok(false)` when the key
+/// was held.
+pub(crate) async fn floor_cycle(
+    server: &ServerClient,
+    keys: &LockKeys,
+    ttl: Duration,
+    guard: Option<&RestartGuard>,
+    budget: Duration,
+) -> Result<bool, CommandError> {
+    let owner = random_owner();
+    match server.acquire(keys, &owner, ttl, guard, budget).await? {
+        Attempt::Won(..) => server.release(keys, &owner, budget).await,
+        Attempt::Held(_) => Ok(false),
+    }
+}
+
+/// What [`floor_cycle`] sends, for the bench's table.
+pub(crate) const FLOOR_NAME: &str = "acquire.lua + release.lua (EVALSHA x2)";
+
+/// The socket reads the server has served (`total_reads_processed`): one per
+/// request, or per batch of pipelined requests that arrived together. Not
+/// `total_commands_processed`, which also counts every command a Lua script
+/// runs inside the server, so one `EVALSHA` would count as five.
+pub(crate) async fn requests_served(
+    server: &ServerClient,
+    budget: Duration,
+) -> Result<u64, CommandError> {
+    let mut info = redis::cmd("INFO");
+    info.arg("stats");
+    let stats: String = server.query(budget, info.into()).await?;
+    info_field(&stats, "total_reads_processed")
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| CommandError::Reply("INFO stats without total_reads_processed".into()))
 }
 
 /// A read for a warning: a server that cannot be reached fails the check, one
@@ -219,6 +256,27 @@ impl Inspect for RedisBackend {
     async fn ping(&self) -> Result<(), LockError> {
         ping(&self.server, self.timeout)
             .await
+            .map_err(|e| self.error(e))
+    }
+
+    fn floor_name(&self) -> Option<&'static str> {
+        Some(FLOOR_NAME)
+    }
+
+    async fn floor_cycle(&self, key: &LockKey, ttl: Duration) -> Result<(), LockError> {
+        let keys = LockKeys::new(self.namespace(), key);
+        let guard = self.guard.as_ref();
+        match floor_cycle(&self.server, &keys, ttl, guard, self.timeout).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(LockError::Busy { key: key.clone() }),
+            Err(e) => Err(self.error(e)),
+        }
+    }
+
+    async fn server_requests(&self) -> Result<Option<u64>, LockError> {
+        requests_served(&self.server, self.timeout)
+            .await
+            .map(Some)
             .map_err(|e| self.error(e))
     }
 }

@@ -78,6 +78,7 @@ mod protocol;
 mod redlock;
 mod restart;
 mod subscriber;
+mod tls;
 
 pub use backend::{RedisBackend, RedisHandle, RedisLock, ReplicaAck};
 pub use config::RedisConfig;

@@ -33,7 +33,10 @@ fn bad_urls_are_config_errors_that_say_why_without_the_password() {
         ("redis://h?response_timeout=1s", "now called `timeout`"),
         ("redis://h?wait_timeout=1s", "wait_replicas"),
         ("redis://h?wait_replicas=0", "at least 1"),
-        ("redis://h?ttl=1ms", "default ttl"),
+        (
+            "redis://h?ttl=1ms",
+            "acquire defaults: invalid lock options: ttl 1ms is below",
+        ),
         ("redis://:secret@h/0#insecure", "?insecure=true"),
         ("redis://:secret@h/0?insecure=true", "needs rediss://"),
         ("redis://:secret@h/0?protocol=9", "resp3"),

@@ -206,3 +206,45 @@ async fn resp3_clients_acquire_and_wake_waiters_too() {
         .unwrap();
     lease.release().await.unwrap();
 }
+
+/// The benchmarks' floor is the two scripts and nothing else, and the
+/// server's request counter (`total_reads_processed`) grows by exactly the
+/// requests sent, where `total_commands_processed` would count every command
+/// the scripts run inside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_floor_is_two_evalsha_and_the_request_counter_counts_requests() {
+    const CYCLES: u64 = 20;
+    let server = server().await;
+    let lock = client(&server).await;
+    let inspect = lock.inspect().unwrap();
+    let key = LockKey::new("floor").unwrap();
+    let ttl = Duration::from_secs(30);
+    // Warm-up: the counter's first seeding, and the connection itself.
+    inspect.floor_cycle(&key, ttl).await.unwrap();
+    let mut conn = admin(&server).await;
+    let before = command_calls(&mut conn).await;
+    let counted_before = inspect.server_requests().await.unwrap().unwrap();
+    for _ in 0..CYCLES {
+        inspect.floor_cycle(&key, ttl).await.unwrap();
+    }
+    let counted_after = inspect.server_requests().await.unwrap().unwrap();
+    let grown = delta(&before, &command_calls(&mut conn).await);
+    let client_commands: HashMap<String, u64> = grown
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("eval") || name == "ping")
+        .collect();
+    assert_eq!(
+        client_commands,
+        HashMap::from([("evalsha".to_owned(), 2 * CYCLES)])
+    );
+    // The floor's requests, and the second reading itself.
+    assert_eq!(counted_after - counted_before, 2 * CYCLES + 1);
+    // A held key is refused, not waited for.
+    let held = lock.acquire(&key, &AcquireOptions::new()).await.unwrap();
+    let refused = inspect.floor_cycle(&key, ttl).await;
+    assert!(
+        matches!(refused, Err(distlock_core::LockError::Busy { .. })),
+        "{refused:?}"
+    );
+    held.release().await.unwrap();
+}

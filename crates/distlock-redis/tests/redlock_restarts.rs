@@ -25,7 +25,9 @@ async fn connect(nodes: &[RedisServer], guard: Option<Duration>) -> Redlock {
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let mut config = RedlockConfig::from_urls(&urls).unwrap();
     if let Some(guard) = guard {
-        config = config.restart_guard(guard).default_ttl(guard);
+        config = config
+            .restart_guard(guard)
+            .defaults(distlock_core::AcquireOptions::new().ttl(guard));
     }
     config.connect().await.unwrap()
 }

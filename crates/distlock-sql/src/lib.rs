@@ -136,6 +136,10 @@ pub use fence::SqlFence;
 pub use row::FencedRow;
 pub use store::SqlStore;
 
+/// The `sqlx` this crate is built with: use it for your own statements, so the
+/// connection and transaction types are the ones [`SqlFence`] takes.
+pub use sqlx;
+
 #[cfg(doc)]
 use distlock_core::{FencingToken, LockError};
 

@@ -85,6 +85,19 @@ pub trait Harness: Send + Sync {
         None
     }
 
+    /// Every server this harness launched, for faults that hit one server of
+    /// several (a Redlock node); by default the one [`Harness::launched`] gives.
+    fn launched_all(&self) -> Vec<&dyn Launched> {
+        self.launched().into_iter().collect()
+    }
+
+    /// A URL `distlock::connect` accepts that reaches the same locks as
+    /// [`Harness::client`] (namespace, table, strategy), for a lock holder in
+    /// another process; `None` when there is no such URL (the memory backend).
+    fn lock_url(&self) -> Option<String> {
+        None
+    }
+
     /// Restarts the server cleanly, keeping what the deployment persists. Only on
     /// a [`Harness::dedicated`] harness.
     async fn restart_server(&self) -> Result<(), BoxError> {

@@ -9,6 +9,8 @@
 //! - [`proxy`]: a TCP fault proxy (delay, blackhole, reset, close).
 //! - [`holder`]: runs a lock holder as a child process to pause or kill it.
 //! - [`history`]: checks mutual exclusion and token order of a recorded run.
+//! - [`chaos`]: the history checker under faults: K clients, random server,
+//!   proxy and holder faults, a history file, and the checker that reads it.
 //! - [`fences`]: the fence conformance cases, `<store>::<case>`, for every
 //!   fenced store.
 //!
@@ -18,6 +20,7 @@
 #![deny(missing_docs)]
 
 pub mod cases;
+pub mod chaos;
 pub mod fault;
 pub mod fences;
 pub mod harness;

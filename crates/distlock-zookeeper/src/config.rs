@@ -4,8 +4,9 @@
 use crate::backend::{Settings, ZkBackend, ZkLock};
 use crate::keys;
 use crate::session::SessionSettings;
+use crate::tls::ZkTls;
 use distlock_core::toolkit::{Host, LockUrl, Timeouts};
-use distlock_core::{BackendLock, LockError};
+use distlock_core::{AcquireOptions, BackendLock, LockError};
 use std::time::Duration;
 use zookeeper_client::{Acl, AuthId, Permission};
 
@@ -125,6 +126,13 @@ pub struct ZkConfig {
     /// instead. `reply`: how long one request may take before it counts as
     /// failed. Both 10 s by default.
     pub timeouts: Timeouts,
+    /// The lock's [`distlock_core::DistributedLock::default_options`] (the URL's
+    /// `ttl`, `wait`, `renewal`, `max_hold`), checked against the server's
+    /// session limits at connect.
+    pub defaults: AcquireOptions,
+    /// TLS to the servers' `secureClientPort` (the URL's `tls=true&ca=…`); needs
+    /// the `tls` feature to connect.
+    pub tls: Option<ZkTls>,
 }
 
 impl Default for ZkConfig {
@@ -137,6 +145,8 @@ impl Default for ZkConfig {
             auth: None,
             acl: None,
             timeouts: Timeouts::new(Duration::from_secs(10), Duration::from_secs(10)),
+            defaults: AcquireOptions::new(),
+            tls: None,
         }
     }
 }
@@ -194,11 +204,19 @@ impl ZkConfig {
         ZkConfig { timeouts, ..self }
     }
 
+    /// Connects over TLS with these settings (feature `tls`); list the servers'
+    /// `secureClientPort`s.
+    pub fn tls(self, tls: ZkTls) -> Self {
+        let tls = Some(tls);
+        ZkConfig { tls, ..self }
+    }
+
     /// Parses `zk://[user:password@]host[:port][,host[:port]...][/chroot][?params]`
     /// (`zookeeper://` too).
     ///
     /// Parameters: `namespace=NAME`, `session_timeout=10s`, `connect_timeout=5s`,
-    /// `timeout=5s`, `acl=open|creator|creator_only`. User and password are
+    /// `timeout=5s`, `acl=open|creator|creator_only`, and the acquire defaults
+    /// `ttl`, `wait`, `renewal`, `max_hold`. User and password are
     /// digest credentials. Unknown parameters are refused; `request_timeout` is
     /// now `timeout`.
     pub fn from_url(text: &str) -> Result<Self, LockError> {
@@ -233,6 +251,8 @@ impl ZkConfig {
         config.session_timeout = url.duration("session_timeout")?;
         config.timeouts = config.timeouts.read(&mut url)?;
         config.acl = url.parse_param("acl", "open, creator or creator_only")?;
+        config.defaults = AcquireOptions::new().read(&mut url)?;
+        config.tls = ZkTls::read(&mut url)?;
         url.finish()?;
         config.validate()?;
         Ok(config)
@@ -273,6 +293,12 @@ impl ZkConfig {
             ));
         }
         self.timeouts.validate(BACKEND)?;
+        if self.tls.is_some() && !cfg!(feature = "tls") {
+            return Err(bad(
+                "TLS to ZooKeeper needs TLS support, which this build lacks: enable the `tls` \
+                 feature of the distlock crate (or of distlock-zookeeper when used directly)",
+            ));
+        }
         if self
             .session_timeout
             .is_some_and(|t| t.is_zero() || t.as_millis() > i32::MAX as u128)
@@ -313,7 +339,8 @@ impl ZkConfig {
         Settings {
             acls: self.acl_policy().acls(),
             endpoint: format!("zk://{connect_string}"),
-            first_server: servers.first().cloned(),
+            // Four-letter words go over plain TCP, which a secure port refuses.
+            first_server: servers.first().cloned().filter(|_| self.tls.is_none()),
             sessions: SessionSettings {
                 connect_string,
                 digest: self
@@ -322,6 +349,7 @@ impl ZkConfig {
                 pinned: self.session_timeout,
                 connect_timeout: self.timeouts.connect,
                 servers,
+                tls: self.tls,
             },
             namespace: self.namespace,
             timeout: self.timeouts.reply,
@@ -340,7 +368,9 @@ impl ZkConfig {
     /// within `connect_timeout` otherwise.
     pub async fn connect(self) -> Result<ZkLock, LockError> {
         self.validate()?;
-        Ok(BackendLock::new(ZkBackend::connect(self.settings()).await?))
+        let defaults = self.defaults.clone();
+        let backend = ZkBackend::connect(self.settings()).await?;
+        BackendLock::new(backend).with_defaults(defaults)
     }
 }
 

@@ -32,6 +32,15 @@ pub(crate) enum ZkError {
          host and port, and that ZooKeeper runs"
     )]
     Refused { servers: String },
+    /// A TLS handshake with a server failed: retrying cannot help, the settings can.
+    /// (Only a build with the `tls` feature can make a handshake.)
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    #[error(
+        "TLS to {server} failed ({reason}); check that ca= names the CA that signed the \
+         servers' certificates and that the port is their secureClientPort, and give cert= \
+         and key= if they require client certificates (ssl.clientAuth=need)"
+    )]
+    Tls { server: String, reason: String },
     /// No session was established within `connect_timeout`.
     #[error("no session established within connect_timeout ({within:?}){last}")]
     ConnectTimedOut {
@@ -119,6 +128,7 @@ impl ZkError {
                     BACKEND,
                     format!("{self}: the server rejected the credentials; check the user and password"),
                 ),
+                ZkError::Tls { .. } => LockError::config(BACKEND, self.to_string()),
                 _ => unavailable(self),
             },
         }

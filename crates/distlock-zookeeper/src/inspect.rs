@@ -1,7 +1,9 @@
 //! What an operator (and the conformance suite's fault hooks) can ask beyond the
 //! lock API, over the same layout the locks use: the holder is the first lock
 //! node of the lock directory, residue is every node left in the directories of
-//! matching names. Requests go on a session of their own (see `session.rs`).
+//! matching names. Requests go on a session of their own (see `session.rs`),
+//! except the benchmarks' floor, which runs the recipe's three requests on the
+//! session a lock of that ttl would use.
 
 use crate::backend::ZkBackend;
 use crate::keys;
@@ -129,5 +131,37 @@ impl Inspect for ZkBackend {
             .await
             .map(drop)
             .map_err(|e| self.error(e))
+    }
+
+    fn floor_name(&self) -> Option<&'static str> {
+        Some("create ephemeral-sequential + getChildren + delete")
+    }
+
+    async fn floor_cycle(&self, key: &LockKey, ttl: Duration) -> Result<(), LockError> {
+        let session = self.sessions.for_ttl(ttl, &self.endpoint).await?;
+        let dir = self.lock_dir(key.as_str());
+        let first = protocol::floor_cycle(&self.requests, &session.client, &dir).await;
+        match first.map_err(|e| self.error(e))? {
+            true => Ok(()),
+            false => Err(LockError::Busy { key: key.clone() }),
+        }
+    }
+
+    /// `zk_packets_received` of `mntr`: every request the server received, pings
+    /// of idle sessions and this `mntr` included. Only for one server: an
+    /// ensemble spreads its clients' requests over members this client does not
+    /// all know by address.
+    async fn server_requests(&self) -> Result<Option<u64>, LockError> {
+        let (Some(server), false) = (&self.first_server, self.endpoint.contains(',')) else {
+            return Ok(None);
+        };
+        let answer = protocol::four_letter_word(server, "mntr", SRVR_TIMEOUT)
+            .await
+            .map_err(|why| LockError::backend("zookeeper", format!("mntr on {server}: {why}")))?;
+        let received = answer.lines().find_map(|line| {
+            let value = line.strip_prefix("zk_packets_received")?;
+            value.trim().parse().ok()
+        });
+        Ok(received)
     }
 }

@@ -64,7 +64,8 @@
 //!
 //! Dependencies point one way: `config` → `backend` → `queue` (the wait in
 //! line) → `session` (the pooled sessions) and `protocol` (the znode requests)
-//! → [`keys`] (paths and escaping), `error`. `inspect` implements
+//! → [`keys`] (paths and escaping), `error`; `session` opens TLS sessions
+//! through `tls` ([`ZkTls`], feature `tls`). `inspect` implements
 //! [`distlock_core::toolkit::Inspect`] for the backend (holder, residue, an
 //! operator's deletion, `distlock check`'s warnings) over the same requests.
 #![deny(missing_docs)]
@@ -77,6 +78,8 @@ pub mod keys;
 mod protocol;
 mod queue;
 mod session;
+mod tls;
 
 pub use backend::{ZkBackend, ZkHandle, ZkLock};
 pub use config::{AclPolicy, DigestAuth, ZkConfig};
+pub use tls::ZkTls;

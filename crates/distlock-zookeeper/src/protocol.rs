@@ -191,6 +191,29 @@ impl Requests {
     }
 }
 
+/// The benchmarks' floor: the recipe's three requests with nothing around them
+/// (create our node, list the queue, delete our node). Returns whether our node
+/// came first; the directory is created once when missing.
+pub(crate) async fn floor_cycle(
+    requests: &Requests,
+    client: &zk::Client,
+    dir: &str,
+) -> Result<bool, ZkError> {
+    let marker = keys::protected_marker(&uuid::Uuid::new_v4());
+    let own = match requests.create_lock_node(client, dir, &marker).await {
+        Err(e) if e.code() == Some(&zk::Error::NoNode) => {
+            requests.create_lock_dir(client, dir).await?;
+            requests.create_lock_node(client, dir, &marker).await?
+        }
+        other => other?,
+    };
+    let queue = requests.list_queue(client, dir).await?.unwrap_or_default();
+    requests
+        .delete_node(client, &keys::node_path(dir, &own.name))
+        .await?;
+    Ok(queue.first() == Some(&own.name))
+}
+
 /// Sends the delete of `path` now, ahead of anything the session sends later;
 /// only its reply is left to await.
 pub(crate) fn delete_at_once(client: &zk::Client, path: &str) -> UndoFuture {

@@ -18,6 +18,7 @@
 //! restarting) is retried until `connect_timeout`, as Curator does.
 
 use crate::error::ZkError;
+use crate::tls::ZkTls;
 use distlock_core::LockError;
 use distlock_core::backend::WaitUntil;
 use distlock_core::toolkit::Backoff;
@@ -47,6 +48,8 @@ pub(crate) struct SessionSettings {
     pub connect_timeout: Duration,
     /// Every server as `host:port`, for the probe before the first session.
     pub servers: Vec<String>,
+    /// TLS to every server, when set.
+    pub tls: Option<ZkTls>,
 }
 
 /// One ZooKeeper session and its negotiated timeout.
@@ -271,7 +274,15 @@ impl Sessions {
                 servers: self.settings.servers.join(","),
             });
         }
-        let session = Arc::new(self.open(requested, deadline).await?);
+        let session = match self.open(requested, deadline).await {
+            Ok(session) => Arc::new(session),
+            // The client only logs why a TLS session failed; find out directly.
+            Err(e @ ZkError::ConnectTimedOut { .. }) => {
+                let tls = self.settings.tls.as_ref();
+                return Err(crate::tls::explain(tls, &self.settings.servers, e, within).await);
+            }
+            Err(e) => return Err(e),
+        };
         self.learn(requested, &session);
         if session.timeout == requested || self.settings.pinned.is_some() {
             self.pool().insert(millis(requested), session.clone());
@@ -312,7 +323,11 @@ impl Sessions {
             if let Some(digest) = &self.settings.digest {
                 connector = connector.with_auth("digest", digest.as_bytes());
             }
-            let connect = connector.connect(&self.settings.connect_string);
+            let connect = crate::tls::connect(
+                connector,
+                &self.settings.connect_string,
+                self.settings.tls.as_ref(),
+            );
             match tokio::time::timeout_at(deadline, connect).await {
                 Ok(Ok(client)) => {
                     let timeout = client.session_timeout();

@@ -126,3 +126,32 @@ async fn each_release_fires_one_watch_with_64_waiters() {
         waiter.abort();
     }
 }
+
+/// The benchmarks' floor is the recipe's three requests (a create, a list, a
+/// delete) with nothing else, and `server_requests` reads the server's own
+/// `zk_packets_received`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_floor_is_three_requests_and_the_counter_counts_them() {
+    const CYCLES: i64 = 20;
+    let server = common::dedicated_server(ZooKeeperOptions::default()).await;
+    let lock = common::client(&server.url(), &common::namespace("floor")).await;
+    let inspect = lock.inspect().unwrap();
+    let key = LockKey::new("floor").unwrap();
+    let ttl = Duration::from_secs(30);
+    // The first cycle also creates the lock directory.
+    inspect.floor_cycle(&key, ttl).await.unwrap();
+    let before = common::counters(&server).await;
+    let counted_before = inspect.server_requests().await.unwrap().unwrap();
+    for _ in 0..CYCLES {
+        inspect.floor_cycle(&key, ttl).await.unwrap();
+    }
+    let counted_after = inspect.server_requests().await.unwrap().unwrap();
+    let after = common::counters(&server).await;
+    let delta = |name: &str| after[name] - before[name];
+    assert_eq!(delta("zk_cnt_updatelatency"), 2 * CYCLES, "writes");
+    assert_eq!(delta("zk_cnt_readlatency"), CYCLES, "reads");
+    // The floor's requests and the second reading's own `mntr`.
+    assert_eq!(counted_after - counted_before, 3 * CYCLES as u64 + 1);
+    let holder = lock.inspect().unwrap().holder(&key).await.unwrap();
+    assert_eq!(holder, None, "the floor left its node");
+}

@@ -4,7 +4,7 @@ use crate::kind::BackendKind;
 use crate::redact::{scrub, secrets_of};
 use distlock_core::memory::MemoryStore;
 use distlock_core::toolkit::LockUrl;
-use distlock_core::{DynLock, LockError};
+use distlock_core::{AcquireOptions, DynLock, LockError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
@@ -16,8 +16,12 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 /// | `redis://`, `rediss://` (TLS) | one Redis node | `redis` |
 /// | `redlock://h1,h2,h3`, `redlocks://` (TLS) | Redlock over N independent Redis nodes | `redlock` |
 /// | `etcd://h1,h2/namespace`, `etcds://` (TLS) | etcd | `etcd` |
-/// | `zk://h1,h2/chroot`, `zookeeper://` | ZooKeeper | `zookeeper` |
-/// | `mysql://user:pass@host/db?strategy=…`, `mariadb://` | MySQL 8 / MariaDB 10.6+ | `mysql` |
+/// | `zk://h1,h2/chroot`, `zookeeper://` (`?tls=true&ca=…`: TLS) | ZooKeeper | `zookeeper` |
+/// | `mysql://user:pass@host/db?strategy=…`, `mariadb://` (`ssl-mode`, `ssl-ca`: TLS) | MySQL 8 / MariaDB 10.6+ | `mysql` |
+///
+/// TLS to etcd, ZooKeeper and MySQL also needs the `tls` feature (`rediss://`
+/// and `redlocks://` need only `redis` or `redlock`); without it such a URL is a
+/// [`LockError::Config`] naming the feature.
 ///
 /// Every call returns an independent client (its own connections and reentrancy
 /// scope). Each adapter documents its URL parameters (`namespace`, timeouts,
@@ -62,7 +66,12 @@ pub(crate) fn url_secrets(kind: BackendKind, url: &str) -> Vec<String> {
 
 async fn connect_kind(kind: BackendKind, url: &str) -> Result<DynLock, LockError> {
     match kind {
-        BackendKind::Memory => Ok(Arc::new(memory_store(&memory_name(url)?).client())),
+        BackendKind::Memory => {
+            let (name, defaults) = memory_lock_url(url)?;
+            Ok(Arc::new(
+                memory_store(&name).client().with_defaults(defaults)?,
+            ))
+        }
         #[cfg(feature = "redis")]
         BackendKind::Redis => Ok(Arc::new(
             distlock_redis::RedisConfig::from_url(url)?
@@ -101,19 +110,34 @@ async fn connect_kind(kind: BackendKind, url: &str) -> Result<DynLock, LockError
 /// taken, so a typo (a path, a password) is an error rather than a silently
 /// separate store.
 pub(crate) fn memory_name(url: &str) -> Result<String, LockError> {
+    let (name, url) = memory_url(url)?;
+    url.finish().map_err(|_| memory_url_error())?;
+    Ok(name)
+}
+
+/// A `memory://NAME` lock URL: the store name, and the acquire defaults its
+/// query may give (`ttl`, `wait`, `renewal`, `max_hold`, as on every scheme).
+fn memory_lock_url(url: &str) -> Result<(String, AcquireOptions), LockError> {
+    let (name, mut url) = memory_url(url)?;
+    let defaults = AcquireOptions::new().read(&mut url)?;
+    url.finish()?;
+    Ok((name, defaults))
+}
+
+/// The store name of a `memory://` URL with no user, port or path; the query is
+/// left to the caller.
+fn memory_url(url: &str) -> Result<(String, LockUrl), LockError> {
     let url = LockUrl::parse("memory", url).map_err(|_| memory_url_error())?;
     let name = match url.hosts() {
         [] => "",
         [host] if host.port.is_none() => host.host.as_str(),
         _ => return Err(memory_url_error()),
     };
-    let bare = url.user().is_none()
-        && url.password().is_none()
-        && matches!(url.path(), None | Some(""))
-        && url.finish().is_ok();
+    let bare =
+        url.user().is_none() && url.password().is_none() && matches!(url.path(), None | Some(""));
     let allowed = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
     if bare && name.chars().all(allowed) {
-        Ok(name.to_owned())
+        Ok((name.to_owned(), url))
     } else {
         Err(memory_url_error())
     }
@@ -123,7 +147,8 @@ fn memory_url_error() -> LockError {
     LockError::config(
         "memory",
         "a memory URL is memory:// or memory://NAME, where NAME (letters, digits, `-`, `_`, `.`) \
-         picks the in-process store; it takes no user, path or query",
+         picks the in-process store; it takes no user, port or path, and a lock URL only the \
+         acquire defaults ttl, wait, renewal and max_hold as its query",
     )
 }
 
@@ -155,7 +180,7 @@ pub fn memory_store(name: &str) -> MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use distlock_core::{AcquireOptions, LockKey};
+    use distlock_core::{AcquireOptions, LockKey, Renewal, Wait};
 
     fn config_reason(result: Result<DynLock, LockError>) -> String {
         match result {
@@ -193,10 +218,42 @@ mod tests {
 
     #[tokio::test]
     async fn memory_url_with_path_or_credentials_is_rejected() {
-        for url in ["memory://a/b", "memory://u:p@a", "memory://a?x=1"] {
+        for url in ["memory://a/b", "memory://u:p@a"] {
             let reason = config_reason(connect(url).await);
             assert!(reason.contains("memory://NAME"), "{url}: {reason}");
             assert!(!reason.contains(":p@"), "{reason}");
+        }
+        let reason = config_reason(connect("memory://a?x=1").await);
+        assert!(reason.contains("unknown URL parameter `x`"), "{reason}");
+        assert!(reason.contains("ttl, wait"), "{reason}");
+        // A fenced store takes no lock defaults.
+        let fence = crate::connect_fence("memory://a?ttl=5s").await;
+        assert!(matches!(fence, Err(LockError::Config { .. })), "{fence:?}");
+    }
+
+    #[tokio::test]
+    async fn url_acquire_defaults_are_the_locks_default_options() {
+        let lock = connect("memory://defaults?ttl=5s&wait=250ms&renewal=manual&max_hold=1m")
+            .await
+            .unwrap();
+        let defaults = lock.default_options();
+        assert_eq!(defaults.get_ttl(), std::time::Duration::from_secs(5));
+        assert_eq!(
+            defaults.get_wait(),
+            Wait::For(std::time::Duration::from_millis(250))
+        );
+        assert_eq!(defaults.get_renewal(), Renewal::Manual);
+        assert_eq!(
+            defaults.get_max_hold(),
+            Some(std::time::Duration::from_secs(60))
+        );
+        let reason = config_reason(connect("memory://defaults?wait=soon").await);
+        assert!(reason.contains("wait=soon"), "{reason}");
+        match connect("memory://defaults?renewal=5s&ttl=2s").await {
+            Err(LockError::InvalidOptions { reason }) => {
+                assert!(reason.contains("renew interval"), "{reason}")
+            }
+            other => panic!("expected InvalidOptions, got {other:?}"),
         }
     }
 

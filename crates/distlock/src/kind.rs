@@ -22,9 +22,10 @@ pub enum BackendKind {
     Redis,
     /// Redlock over independent Redis nodes: `redlock://`, `redlocks://` (TLS).
     Redlock,
-    /// etcd: `etcd://`, `etcds://` (TLS).
+    /// etcd: `etcd://`, `etcds://` (TLS, with the `tls` feature).
     Etcd,
-    /// ZooKeeper: `zk://`, `zookeeper://`.
+    /// ZooKeeper: `zk://`, `zookeeper://` (TLS with `?tls=true&ca=…` and the
+    /// `tls` feature).
     ZooKeeper,
     /// MySQL 8 or MariaDB 10.6+: `mysql://`, `mariadb://`.
     MySql,

@@ -34,6 +34,8 @@
 //! | `etcd` | `etcd://h1,h2/namespace`, `etcds://` | `distlock::etcd` (`EtcdConfig`) |
 //! | `zookeeper` | `zk://h1,h2/chroot` | `distlock::zookeeper` (`ZkConfig`) |
 //! | `mysql` | `mysql://user:pass@host/db?strategy=version_cas` | `distlock::mysql` (`MySqlConfig`) |
+//! | `tls` | TLS for the backends enabled: `etcds://`, ZooKeeper's `tls=true`, MySQL's `ssl-mode`/`ssl-ca` (`rediss://` needs only `redis`) | |
+//! | `metrics` | acquire, hold, lease and waiter metrics through the `metrics` crate, labelled by backend (docs/operations.md, `examples/prometheus.rs`) | |
 //! | `full` | all of the above | |
 //!
 //! ```toml
@@ -114,6 +116,32 @@ pub use distlock_zookeeper as zookeeper;
 /// The MySQL / MariaDB adapter (feature `mysql`).
 #[cfg(feature = "mysql")]
 pub use distlock_mysql as mysql;
+
+/// The README and every page of `docs/`, compiled (and where they need no
+/// server, run) as doctests, so the code users copy keeps working.
+#[cfg(all(doctest, feature = "full"))]
+mod documentation {
+    #[doc = include_str!("../../../README.md")]
+    struct Readme;
+    #[doc = include_str!("../../../docs/index.md")]
+    struct Guide;
+    #[doc = include_str!("../../../docs/choosing-a-backend.md")]
+    struct ChoosingABackend;
+    #[doc = include_str!("../../../docs/fencing.md")]
+    struct Fencing;
+    #[doc = include_str!("../../../docs/operations.md")]
+    struct Operations;
+    #[doc = include_str!("../../../docs/backends/redis.md")]
+    struct Redis;
+    #[doc = include_str!("../../../docs/backends/redlock.md")]
+    struct Redlock;
+    #[doc = include_str!("../../../docs/backends/etcd.md")]
+    struct Etcd;
+    #[doc = include_str!("../../../docs/backends/zookeeper.md")]
+    struct ZooKeeper;
+    #[doc = include_str!("../../../docs/backends/mysql.md")]
+    struct MySql;
+}
 
 /// `SqlFence`, fencing tokens checked inside your own sqlx transaction, and
 /// `SqlStore`, a fenced value table (feature `mysql`).

@@ -47,7 +47,8 @@ pub trait Inspect: Send + Sync {
     }
 
     /// The name of the backend's cheapest request (`PING`, `SELECT 1`), timed
-    /// by benchmarks as the raw round trip; `None` without a network.
+    /// by benchmarks as the read round trip, a reference beside
+    /// [`Inspect::floor_cycle`]; `None` without a network.
     fn ping_name(&self) -> Option<&'static str> {
         None
     }
@@ -55,5 +56,32 @@ pub trait Inspect: Send + Sync {
     /// Sends that request once.
     async fn ping(&self) -> Result<(), LockError> {
         Ok(())
+    }
+
+    /// What [`Inspect::floor_cycle`] sends, named (`acquire.lua + release.lua`,
+    /// `put-if-absent txn + delete`): the write sequence the backend's protocol
+    /// itself needs for one uncontended cycle, which benchmarks time as the floor
+    /// a lock cycle is compared with. `None` without one.
+    fn floor_name(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Takes and gives back `key` once with the protocol's raw requests (the
+    /// same statements, scripts or transactions the adapter sends, with a lock
+    /// time of `ttl`), without the lease around them: no watchdog, no undo, no
+    /// waiting. An error when the key is held. For benchmarks only: nothing
+    /// protects a holder taken this way.
+    async fn floor_cycle(&self, key: &LockKey, ttl: Duration) -> Result<(), LockError> {
+        let _ = (key, ttl);
+        Ok(())
+    }
+
+    /// How many requests the server (every node, summed) has received from all
+    /// its clients so far, from the server's own counters (Redis `INFO stats`,
+    /// etcd's gRPC metrics, ZooKeeper `mntr`, MySQL `Questions`); `None` when the
+    /// backend cannot tell. Reading it may count as a request itself: compare
+    /// two readings in a row to learn by how much.
+    async fn server_requests(&self) -> Result<Option<u64>, LockError> {
+        Ok(None)
     }
 }

@@ -397,7 +397,9 @@ impl LockUrl {
         found
     }
 
-    fn param_error(&self, name: &str, value: &str, why: &str) -> LockError {
+    /// The error for parameter `name` whose `value` is refused `why` (a secret
+    /// parameter's value is masked).
+    pub fn param_error(&self, name: &str, value: &str, why: &str) -> LockError {
         let value = if is_secret_param(name) {
             MASK.to_owned()
         } else {

@@ -9,7 +9,7 @@ fn url_parameters_are_applied() {
     )
     .unwrap();
     assert_eq!(c.common.namespace, "app:");
-    assert_eq!(c.common.default_ttl, Duration::from_secs(10));
+    assert_eq!(c.common.defaults.get_ttl(), Duration::from_secs(10));
     assert_eq!(c.common.timeouts.connect, Duration::from_secs(1));
     assert_eq!(c.common.timeouts.reply, Duration::from_millis(250));
     let ack = ReplicaAck {

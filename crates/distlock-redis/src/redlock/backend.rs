@@ -1,5 +1,6 @@
 //! `Redlock`: acquire on a majority of N independent nodes, in one concurrent
-//! round, then raise the fence counters of the nodes won to the token handed out.
+//! round, then, only if fewer than a majority of the nodes won answered the
+//! token handed out, raise the others' fence counters to it (`votes.rs`).
 //!
 //! Invariant (fencing): before a lease with token T is returned, a majority of
 //! nodes have a fence counter ≥ T. Any later winner holds a majority too, which
@@ -24,8 +25,8 @@ use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Owne
 use distlock_core::toolkit::Timeouts;
 use distlock_core::toolkit::{Backoff, Inspect, random_owner};
 use distlock_core::{
-    AcquireOptions, BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError,
-    TokenDurability, Wake, clock_drift,
+    BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError, TokenDurability, Wake,
+    clock_drift,
 };
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -41,7 +42,6 @@ pub struct RedlockBackend {
     pub(super) nodes: Vec<Arc<ServerClient>>,
     pub(super) quorum: usize,
     pub(super) namespace: String,
-    default_ttl: Duration,
     pub(super) timeout: Duration,
     retry_delay: Duration,
     /// How long nodes may stay too slow for a majority before a waiting acquire
@@ -92,7 +92,6 @@ impl RedlockBackend {
     pub(crate) async fn connect(
         addresses: &[ServerAddress],
         namespace: String,
-        default_ttl: Duration,
         timeouts: Timeouts,
         retry_delay: Duration,
         restart_guard: Option<Duration>,
@@ -106,7 +105,6 @@ impl RedlockBackend {
             quorum: nodes.len() / 2 + 1,
             nodes,
             namespace,
-            default_ttl,
             timeout: timeouts.reply,
             retry_delay,
             slow_grace: timeouts.connect,
@@ -127,11 +125,6 @@ impl RedlockBackend {
             return Err(backend.quorum_unavailable(answers.ok.len(), answers.failed.join("; ")));
         }
         Ok(backend)
-    }
-
-    /// Acquire options with the configured default ttl.
-    pub fn default_options(&self) -> AcquireOptions {
-        AcquireOptions::new().ttl(self.default_ttl)
     }
 
     /// Every node, without credentials.
@@ -235,7 +228,7 @@ impl Backend for RedlockBackend {
         RestartGuard::check(self.guard.as_ref(), req.ttl)?;
         let keys = LockKeys::new(&self.namespace, req.key);
         let mut waiting: Option<Waiting> = None;
-        // Contenders woken by one release must not split the vote again.
+        // Contenders that split a vote must not split it again.
         let mut retry = Backoff::new(self.retry_delay, self.retry_delay);
         // Why the last attempt failed, when it was for want of a majority: said
         // instead of a bare timeout if the wait ends.
@@ -291,8 +284,13 @@ impl Backend for RedlockBackend {
             };
             // A release is heard if a subscribed node is among the holder's majority.
             let heard = w.ready() > n - self.quorum;
+            // A holder with a majority was seen: its release (the push) is the
+            // hand-off, so the next attempt goes out as soon as it is heard. When
+            // nobody had a majority, contenders split the vote: a random delay
+            // first, so that they do not split it again.
+            let split = tally.held.len() < self.quorum;
             if !w.nap(tally.shortest_pttl(), heard, req.wait).await
-                || !retry.pause(Duration::MAX, req.wait).await
+                || (split && !retry.pause(Duration::MAX, req.wait).await)
             {
                 return Err(give_up(last_unavailable));
             }

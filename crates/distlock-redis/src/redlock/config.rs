@@ -17,8 +17,8 @@ use std::time::Duration;
 /// Parameters: `namespace`, `ttl` (default ttl), `connect_timeout` (`5s`),
 /// `timeout` (per-node reply timeout, `250ms`), `retry_delay` (largest random
 /// delay before a retry, `20ms`), `restart_guard` (off; see
-/// [`RedlockConfig::restart_guard`]), `protocol` and `insecure` as for
-/// `redis://`.
+/// [`RedlockConfig::restart_guard`]), `protocol`, `insecure` and the TLS files
+/// `ca`, `cert`, `key` as for `redis://` (the same on every node).
 ///
 /// Use an odd number of nodes, at least 3: N nodes tolerate ⌊(N−1)/2⌋ failures,
 /// so an even N buys no extra tolerance (accepted, with a warning from `distlock
@@ -58,8 +58,9 @@ impl RedlockConfig {
         }
     }
 
-    /// One `redis://` or `rediss://` URL per node (only `protocol` and
-    /// `insecure` are allowed on them; set the other options here).
+    /// One `redis://` or `rediss://` URL per node (only `protocol`, `insecure`
+    /// and the TLS files `ca`, `cert`, `key` are allowed on them; set the other
+    /// options here).
     pub fn from_urls<I>(urls: I) -> Result<Self, LockError>
     where
         I: IntoIterator,
@@ -114,9 +115,10 @@ impl RedlockConfig {
         self
     }
 
-    /// The ttl of [`RedlockBackend::default_options`].
-    pub fn default_ttl(mut self, ttl: Duration) -> Self {
-        self.common.default_ttl = ttl;
+    /// The lock's [`distlock_core::DistributedLock::default_options`] (the URL's
+    /// `ttl`, `wait`, `renewal`, `max_hold`).
+    pub fn defaults(mut self, defaults: distlock_core::AcquireOptions) -> Self {
+        self.common.defaults = defaults;
         self
     }
 
@@ -172,6 +174,7 @@ impl RedlockConfig {
                     ),
                 ));
             }
+            node.tls_files.validate(BACKEND)?;
             if node.host.is_empty() || node.port == 0 {
                 return Err(LockError::config(
                     BACKEND,
@@ -215,13 +218,12 @@ impl RedlockConfig {
         let backend = RedlockBackend::connect(
             &self.nodes,
             self.common.namespace,
-            self.common.default_ttl,
             timeouts,
             self.retry_delay,
             self.common.restart_guard,
         )
         .await?;
-        Ok(BackendLock::new(backend))
+        BackendLock::new(backend).with_defaults(self.common.defaults)
     }
 }
 
@@ -268,7 +270,7 @@ mod tests {
         assert_eq!(c.common.namespace, "x:");
         assert_eq!(c.common.timeouts.reply, Duration::from_millis(50));
         assert_eq!(c.retry_delay, Duration::from_millis(5));
-        assert_eq!(c.common.default_ttl, Duration::from_secs(3));
+        assert_eq!(c.common.defaults.get_ttl(), Duration::from_secs(3));
         assert_eq!(c.common.restart_guard, Some(Duration::from_secs(3)));
     }
 

@@ -3,12 +3,14 @@
 
 use super::backend::RedlockBackend;
 use super::round::{self, Answers};
-use crate::inspect::{Role, lock_keys, ping, server_pitfalls};
+use crate::inspect::{Role, lock_keys, ping, requests_served, server_pitfalls};
 use crate::keys::LockKeys;
+use crate::protocol::Attempt;
 use async_trait::async_trait;
-use distlock_core::toolkit::{Holder, Inspect};
+use distlock_core::toolkit::{Holder, Inspect, random_owner};
 use distlock_core::{FencingToken, LockError, LockKey};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 impl RedlockBackend {
     /// Fails unless a majority answered: fewer cannot say what the lock is.
@@ -123,6 +125,58 @@ impl Inspect for RedlockBackend {
 
     fn ping_name(&self) -> Option<&'static str> {
         Some("PING to all nodes")
+    }
+
+    fn floor_name(&self) -> Option<&'static str> {
+        Some("acquire.lua, then release.lua, on every node at once (2 parallel rounds)")
+    }
+
+    /// Redlock without the fence round, as the algorithm is usually written (and
+    /// as `rslock` runs it): one round of acquires, then one of releases.
+    async fn floor_cycle(&self, key: &LockKey, ttl: Duration) -> Result<(), LockError> {
+        let (keys, owner) = (LockKeys::new(&self.namespace, key), random_owner());
+        let (budget, guard) = (self.timeout, self.guard.clone());
+        let (k, o) = (keys.clone(), owner.clone());
+        let acquired = round::on_all(&self.nodes, self.all_nodes(), budget, move |node| {
+            let (keys, owner, guard) = (k.clone(), o.clone(), guard.clone());
+            async move {
+                node.acquire(&keys, &owner, ttl, guard.as_ref(), budget)
+                    .await
+            }
+        })
+        .await;
+        let won = acquired
+            .ok
+            .iter()
+            .filter(|(_, attempt)| matches!(attempt, Attempt::Won(..)))
+            .count();
+        let released = round::on_all(&self.nodes, self.all_nodes(), budget, move |node| {
+            let (keys, owner) = (keys.clone(), owner.clone());
+            async move { node.release(&keys, &owner, budget).await }
+        })
+        .await;
+        self.majority(&acquired)?;
+        self.majority(&released)?;
+        match won >= self.quorum {
+            true => Ok(()),
+            false => Err(LockError::Busy { key: key.clone() }),
+        }
+    }
+
+    async fn server_requests(&self) -> Result<Option<u64>, LockError> {
+        let budget = self.timeout;
+        let answers = round::on_all(
+            &self.nodes,
+            self.all_nodes(),
+            budget,
+            move |node| async move { requests_served(&node, budget).await },
+        )
+        .await;
+        // A node missing from the sum would make the count meaningless.
+        if !answers.failed.is_empty() {
+            return Err(self.quorum_unavailable(answers.ok.len(), answers.failed.join("; ")));
+        }
+        Ok(Some(answers.ok.iter().map(|(_, served)| served).sum()))
     }
 
     async fn ping(&self) -> Result<(), LockError> {

@@ -33,6 +33,12 @@
 //! | 26 | [`max_hold_ends_lease`] | `max_hold` reached: the lease is lost and released |
 //! | 27 | [`token_survives_server_restart`] | durable backends: tokens keep rising after a clean restart |
 //! | 28 | [`many_keys_many_clients`] | 10k cycles over 64 keys from 16 clients: zero violations, zero residue |
+//! | 29 | [`with_lock_releases_and_returns_the_work_result`] | `with_lock` holds during the work, returns its value or its own error, frees the lock |
+//! | 30 | [`with_lock_stops_work_on_loss`] | an operator deletes the lock: the work is dropped, `with_lock` gives `Lost` |
+//! | 31 | [`multi_lock_is_all_or_nothing`] | `acquire_all` with one key held fails `Busy` holding none; then takes each key once, in order |
+//! | 32 | [`multi_lock_wait_is_one_budget`] | `Wait::For(d)` bounds the whole set, not each key |
+//! | 33 | [`multi_lock_opposite_orders_do_not_deadlock`] | `{a, b}` and `{b, a}` taken over and over by two clients: every round completes |
+//! | 34 | [`cancelled_multi_lock_leaves_nothing`] | a dropped or aborted `acquire_all` frees what it took at once and delays nobody |
 //!
 //! The fault hooks a case needs come from the harness: deleting a holder and
 //! counting residue go through the adapter's own
@@ -44,12 +50,14 @@ mod basic;
 mod exclusion;
 mod expiry;
 mod loss;
+mod multi;
 mod waiting;
 
 pub use basic::*;
 pub use exclusion::*;
 pub use expiry::*;
 pub use loss::*;
+pub use multi::*;
 pub use waiting::*;
 
 use crate::harness::{Harness, Hooks};
@@ -179,6 +187,14 @@ pub fn all() -> Vec<Case> {
             }
         }),
         case!(many_keys_many_clients),
+        case!(with_lock_releases_and_returns_the_work_result),
+        case!(with_lock_stops_work_on_loss, |_, h| (!h.delete_lock)
+            .then_some("needs delete_lock")),
+        case!(multi_lock_is_all_or_nothing),
+        case!(multi_lock_wait_is_one_budget),
+        case!(multi_lock_opposite_orders_do_not_deadlock),
+        case!(cancelled_multi_lock_leaves_nothing, |_, h| (!h.residue)
+            .then_some("needs residue and the inspector")),
     ]
 }
 

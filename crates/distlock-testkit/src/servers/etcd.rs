@@ -1,6 +1,7 @@
 //! etcd launcher: one node, or a cluster whose members can be killed one by one.
 
 use super::process::ServerProcess;
+use super::tls::ServerTls;
 use super::{READY_TIMEOUT, ServerError, find_binary, free_port, retry_on_exit};
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -23,6 +24,7 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct EtcdServer {
     name: String,
     client_port: u16,
+    tls_port: Option<u16>,
     member_id: u64,
     process: ServerProcess,
     root_password: Mutex<Option<String>>,
@@ -34,6 +36,7 @@ impl std::fmt::Debug for EtcdServer {
         f.debug_struct("EtcdServer")
             .field("name", &self.name)
             .field("client_port", &self.client_port)
+            .field("tls_port", &self.tls_port)
             .field("member_id", &self.member_id)
             .field("auth", &self.root_password().is_some())
             .field("process", &self.process)
@@ -55,10 +58,27 @@ pub struct MemberStatus {
 impl EtcdServer {
     /// Starts a single-node cluster and waits until `/health` reports healthy.
     pub async fn start() -> Result<Self, ServerError> {
-        let mut members = start_members(1).await?;
+        Self::start_one(None).await
+    }
+
+    /// Starts a single-node cluster that also serves clients over TLS on a second
+    /// port ([`EtcdServer::tls_port`]); the plain port stays for the launcher's
+    /// health check and for `etcdctl`.
+    pub async fn start_tls(tls: &ServerTls) -> Result<Self, ServerError> {
+        Self::start_one(Some(tls)).await
+    }
+
+    async fn start_one(tls: Option<&ServerTls>) -> Result<Self, ServerError> {
+        let mut members = start_members(1, tls).await?;
         members
             .pop()
             .ok_or_else(|| ServerError::Protocol("etcd started no member".into()))
+    }
+
+    /// The TLS client port (`https://127.0.0.1:<port>`) of a member started
+    /// with [`EtcdServer::start_tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
     }
 
     /// The client URL, `http://127.0.0.1:<port>`.
@@ -206,7 +226,7 @@ impl EtcdCluster {
     /// Starts `size` members as one cluster and waits until each is healthy.
     pub async fn start(size: usize) -> Result<Self, ServerError> {
         Ok(EtcdCluster {
-            members: start_members(size).await?,
+            members: start_members(size, None).await?,
         })
     }
 
@@ -290,27 +310,35 @@ impl EtcdCluster {
 }
 
 /// Starts `size` members of one new cluster, all spawned before any is awaited
-/// because each needs a quorum to report healthy.
-async fn start_members(size: usize) -> Result<Vec<EtcdServer>, ServerError> {
+/// because each needs a quorum to report healthy. With `tls`, each member also
+/// serves clients over TLS on a port of its own.
+async fn start_members(
+    size: usize,
+    tls: Option<&ServerTls>,
+) -> Result<Vec<EtcdServer>, ServerError> {
     let binary = find_binary("etcd", "etcd-server")?;
     retry_on_exit(async || {
         let mut specs = Vec::with_capacity(size);
         for index in 0..size {
-            specs.push((format!("m{index}"), free_port()?, free_port()?));
+            let tls_port = tls.map(|_| free_port()).transpose()?;
+            specs.push((format!("m{index}"), free_port()?, free_port()?, tls_port));
         }
         let initial_cluster: Vec<String> = specs
             .iter()
-            .map(|(name, _, peer)| format!("{name}=http://127.0.0.1:{peer}"))
+            .map(|(name, _, peer, _)| format!("{name}=http://127.0.0.1:{peer}"))
             .collect();
         let initial_cluster = initial_cluster.join(",");
         let token = format!("distlock-{}", super::random_password());
         let mut spawned = Vec::with_capacity(size);
-        for (name, client_port, peer_port) in specs {
+        for (name, client_port, peer_port, tls_port) in specs {
             let dir = tempfile::Builder::new()
                 .prefix("distlock-etcd-")
                 .tempdir()
                 .map_err(ServerError::io("create a temp dir for etcd"))?;
-            let client_url = format!("http://127.0.0.1:{client_port}");
+            let mut client_url = format!("http://127.0.0.1:{client_port}");
+            if let Some(port) = tls_port {
+                client_url.push_str(&format!(",https://127.0.0.1:{port}"));
+            }
             let peer_url = format!("http://127.0.0.1:{peer_port}");
             let args: Vec<OsString> = [
                 format!("--name={name}"),
@@ -326,16 +354,18 @@ async fn start_members(size: usize) -> Result<Vec<EtcdServer>, ServerError> {
                 "--election-timeout=1000".to_owned(),
             ]
             .into_iter()
+            .chain(tls.map(ServerTls::etcd_flags).unwrap_or_default())
             .map(OsString::from)
             .collect();
             let process = ServerProcess::start(&format!("etcd {name}"), &binary, args, dir.path())?;
-            spawned.push((name, client_port, process, dir));
+            spawned.push((name, client_port, tls_port, process, dir));
         }
         let mut members = Vec::with_capacity(size);
-        for (name, client_port, process, dir) in spawned {
+        for (name, client_port, tls_port, process, dir) in spawned {
             let mut member = EtcdServer {
                 name,
                 client_port,
+                tls_port,
                 member_id: 0,
                 process,
                 root_password: Mutex::new(None),

@@ -2,6 +2,7 @@
 //! free loopback port, with a `distlock` database and a password-protected user.
 
 use super::process::ServerProcess;
+use super::tls::ServerTls;
 use super::{ServerError, find_binary, free_port, random_password, retry_on_exit, url_encode};
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -67,6 +68,17 @@ impl MariaDbServer {
     /// Creates a datadir, starts the server, and creates the database and user;
     /// returns once the server accepts logins.
     pub async fn start() -> Result<Self, ServerError> {
+        Self::start_inner(None).await
+    }
+
+    /// Like [`start`](Self::start), with TLS offered on the same port (clients
+    /// choose it); with [`ServerTls::require_client_cert`] the test user must
+    /// log in over TLS with a certificate signed by the CA (`REQUIRE X509`).
+    pub async fn start_tls(tls: &ServerTls) -> Result<Self, ServerError> {
+        Self::start_inner(Some(tls)).await
+    }
+
+    async fn start_inner(tls: Option<&ServerTls>) -> Result<Self, ServerError> {
         let server = find_binary("mariadbd", "mariadb-server")?;
         let install = find_binary("mariadb-install-db", "mariadb-server")?;
         let client = find_binary("mariadb", "mariadb-client")?;
@@ -94,6 +106,7 @@ impl MariaDbServer {
             ];
             args.extend(SERVER_FLAGS.iter().map(OsString::from));
             args.extend(run_as_root_flag());
+            args.extend(tls.map(ServerTls::mariadb_flags).unwrap_or_default());
             let process = ServerProcess::start("mariadbd", &server, args, dir.path())?;
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
             process.wait_ready(READY_TIMEOUT, || greets(addr)).await?;
@@ -108,10 +121,14 @@ impl MariaDbServer {
             process,
             _dir: dir,
         };
+        let require = match tls {
+            Some(tls) if tls.require_client_cert => " REQUIRE X509",
+            _ => "",
+        };
         server
             .exec_root(&format!(
                 "CREATE DATABASE IF NOT EXISTS `{DATABASE}`;\n\
-                 CREATE USER IF NOT EXISTS '{USER}'@'%' IDENTIFIED BY '{}';\n\
+                 CREATE USER IF NOT EXISTS '{USER}'@'%' IDENTIFIED BY '{}'{require};\n\
                  GRANT ALL ON `{DATABASE}`.* TO '{USER}'@'%';\n",
                 server.password
             ))

@@ -9,12 +9,14 @@ pub mod etcd;
 pub mod mariadb;
 pub mod process;
 pub mod redis;
+pub mod tls;
 pub mod zookeeper;
 
 pub use etcd::{EtcdCluster, EtcdServer, MemberStatus};
 pub use mariadb::MariaDbServer;
 pub use process::ServerProcess;
 pub use redis::{RedisOptions, RedisServer};
+pub use tls::{ServerTls, TestCertificates};
 pub use zookeeper::{ZooKeeperOptions, ZooKeeperServer};
 
 use std::path::{Path, PathBuf};
@@ -30,6 +32,9 @@ pub trait Launched: Send + Sync {
 
     /// The last `lines` lines of its log.
     fn log_tail(&self, lines: usize) -> String;
+
+    /// Its process, to pause, resume or kill it (a chaos run's server faults).
+    fn process(&self) -> &ServerProcess;
 }
 
 macro_rules! launched {
@@ -42,6 +47,10 @@ macro_rules! launched {
 
             fn log_tail(&self, lines: usize) -> String {
                 ServerProcess::log_tail(self, lines)
+            }
+
+            fn process(&self) -> &ServerProcess {
+                self
             }
         }
     )*};

@@ -1,6 +1,7 @@
 //! Redis launcher: one node, or several independent nodes for Redlock.
 
 use super::process::ServerProcess;
+use super::tls::ServerTls;
 use super::{
     READY_TIMEOUT, ServerError, find_binary, free_port, retry_on_exit, url_encode, write_private,
 };
@@ -22,6 +23,9 @@ pub struct RedisOptions {
     /// Persist every write before answering (`appendonly yes`, `appendfsync always`),
     /// so data survives [`RedisServer::restart`] and even a SIGKILL of the server.
     pub aof: bool,
+    /// Also listen for TLS on a second port ([`RedisServer::tls_url`]); the plain
+    /// port stays for the launcher's readiness check and for test inspection.
+    pub tls: Option<ServerTls>,
 }
 
 impl std::fmt::Debug for RedisOptions {
@@ -29,6 +33,7 @@ impl std::fmt::Debug for RedisOptions {
         f.debug_struct("RedisOptions")
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("aof", &self.aof)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -39,6 +44,7 @@ impl std::fmt::Debug for RedisOptions {
 /// process is killed when this value is dropped.
 pub struct RedisServer {
     port: u16,
+    tls_port: Option<u16>,
     password: Option<String>,
     process: ServerProcess,
     data_dir: PathBuf,
@@ -49,6 +55,7 @@ impl std::fmt::Debug for RedisServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisServer")
             .field("port", &self.port)
+            .field("tls_port", &self.tls_port)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("process", &self.process)
             .finish()
@@ -72,20 +79,26 @@ impl RedisServer {
         std::fs::create_dir_all(&data_dir).map_err(ServerError::io("create redis data dir"))?;
         let config = dir.path().join("redis.conf");
         let password = options.password.as_deref();
-        let (port, process) = retry_on_exit(async || {
+        let (port, tls_port, process) = retry_on_exit(async || {
             let port = free_port()?;
-            write_private(&config, &config_text(port, &data_dir, &options))?;
+            let tls_port = options.tls.as_ref().map(|_| free_port()).transpose()?;
+            let mut text = config_text(port, &data_dir, &options);
+            if let (Some(tls), Some(tls_port)) = (&options.tls, tls_port) {
+                text.push_str(&tls.redis_config(tls_port));
+            }
+            write_private(&config, &text)?;
             let args = vec![config.clone().into_os_string()];
             let process = ServerProcess::start("redis-server", &binary, args, dir.path())?;
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
             process
                 .wait_ready(READY_TIMEOUT, || ping(addr, password))
                 .await?;
-            Ok((port, process))
+            Ok((port, tls_port, process))
         })
         .await?;
         Ok(RedisServer {
             port,
+            tls_port,
             password: options.password.clone(),
             process,
             data_dir,
@@ -116,6 +129,21 @@ impl RedisServer {
             Some(password) => format!("redis://:{}@127.0.0.1:{}/", url_encode(password), self.port),
             None => format!("redis://127.0.0.1:{}/", self.port),
         }
+    }
+
+    /// `rediss://[:password@]127.0.0.1:<tls port>/` when the server was started
+    /// with [`RedisOptions::tls`]; add `?ca=…` (and `cert=`, `key=`) to trust it.
+    pub fn tls_url(&self) -> Option<String> {
+        let port = self.tls_port?;
+        Some(match &self.password {
+            Some(password) => format!("rediss://:{}@127.0.0.1:{port}/", url_encode(password)),
+            None => format!("rediss://127.0.0.1:{port}/"),
+        })
+    }
+
+    /// The TLS port, when the server was started with [`RedisOptions::tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
     }
 
     /// The loopback address the server listens on.

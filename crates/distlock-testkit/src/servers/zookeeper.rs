@@ -2,6 +2,7 @@
 //! sessions can expire within a second.
 
 use super::process::ServerProcess;
+use super::tls::ServerTls;
 use super::{READY_TIMEOUT, ServerError, find_binary, free_port, retry_on_exit, write_private};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -18,6 +19,13 @@ const DEBIAN_JAR: &str = "/usr/share/java/zookeeper.jar";
 /// A logging backend from libslf4j-java, used when present, so the log says
 /// something (without one, ZooKeeper logs nothing at all).
 const SLF4J_SIMPLE_JAR: &str = "/usr/share/java/slf4j-simple.jar";
+/// Netty jars (libnetty-java) that the Netty connection factory, the only one
+/// that speaks TLS, needs but the Debian jar's manifest does not list.
+const NETTY_JARS: [&str; 3] = [
+    "/usr/share/java/netty-codec.jar",
+    "/usr/share/java/netty-resolver.jar",
+    "/usr/share/java/netty-transport-native-unix-common.jar",
+];
 /// JVM flags for a fast, small test server.
 const JVM_FLAGS: &[&str] = &[
     "-Xms64m",
@@ -39,6 +47,10 @@ pub struct ZooKeeperOptions {
     /// Password of the `super` digest user, who may read and change every znode
     /// whatever its ACL (`DigestAuthenticationProvider.superDigest`).
     pub super_password: Option<String>,
+    /// Also serve clients over TLS on a `secureClientPort`
+    /// ([`ZooKeeperServer::tls_port`]); the plain port stays for the launcher's
+    /// readiness check and four-letter words.
+    pub tls: Option<ServerTls>,
 }
 
 impl Default for ZooKeeperOptions {
@@ -48,6 +60,7 @@ impl Default for ZooKeeperOptions {
             min_session_timeout: Duration::from_millis(400),
             max_session_timeout: Duration::from_secs(60),
             super_password: None,
+            tls: None,
         }
     }
 }
@@ -62,6 +75,7 @@ impl std::fmt::Debug for ZooKeeperOptions {
                 "super_password",
                 &self.super_password.as_ref().map(|_| "<redacted>"),
             )
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -73,6 +87,7 @@ impl std::fmt::Debug for ZooKeeperOptions {
 #[derive(Debug)]
 pub struct ZooKeeperServer {
     port: u16,
+    tls_port: Option<u16>,
     process: ServerProcess,
     _dir: TempDir,
 }
@@ -99,24 +114,29 @@ impl ZooKeeperServer {
             );
         }
         let config = dir.path().join("zoo.cfg");
-        let (port, process) = retry_on_exit(async || {
+        let (port, tls_port, process) = retry_on_exit(async || {
             let port = free_port()?;
-            write_private(
-                &config,
-                &config_text(port, &dir.path().join("data"), &options),
-            )?;
+            let tls_port = options.tls.as_ref().map(|_| free_port()).transpose()?;
+            let mut text = config_text(port, &dir.path().join("data"), &options);
+            if let (Some(tls), Some(tls_port)) = (&options.tls, tls_port) {
+                text.push_str(&tls.zookeeper_config(tls_port));
+            }
+            write_private(&config, &text)?;
             let mut args = jvm_args.clone();
             args.extend(["-cp".into(), classpath.clone().into()]);
             args.push("org.apache.zookeeper.server.ZooKeeperServerMain".into());
             args.push(config.clone().into());
             let process = ServerProcess::start("zookeeper", &java, args, dir.path())?;
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            process.wait_ready(READY_TIMEOUT, || ruok(addr)).await?;
-            Ok((port, process))
+            process
+                .wait_ready(READY_TIMEOUT, || ready(addr, tls_port))
+                .await?;
+            Ok((port, tls_port, process))
         })
         .await?;
         Ok(ZooKeeperServer {
             port,
+            tls_port,
             process,
             _dir: dir,
         })
@@ -125,6 +145,11 @@ impl ZooKeeperServer {
     /// The connect string, `127.0.0.1:<port>`, as ZooKeeper clients take it.
     pub fn url(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The `secureClientPort` of a server started with [`ZooKeeperOptions::tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
     }
 
     /// The loopback address clients connect to.
@@ -148,7 +173,10 @@ impl ZooKeeperServer {
         self.stop().await;
         self.process.respawn()?;
         let addr = self.addr();
-        self.process.wait_ready(READY_TIMEOUT, || ruok(addr)).await
+        let tls_port = self.tls_port;
+        self.process
+            .wait_ready(READY_TIMEOUT, || ready(addr, tls_port))
+            .await
     }
 
     /// Sends a four-letter word (`ruok`, `stat`, `cons`, `mntr`, ...) and returns the
@@ -196,9 +224,11 @@ fn classpath() -> Result<String, ServerError> {
         });
     }
     let mut classpath = DEBIAN_JAR.to_owned();
-    if Path::new(SLF4J_SIMPLE_JAR).is_file() {
-        classpath.push(':');
-        classpath.push_str(SLF4J_SIMPLE_JAR);
+    for jar in std::iter::once(SLF4J_SIMPLE_JAR).chain(NETTY_JARS) {
+        if Path::new(jar).is_file() {
+            classpath.push(':');
+            classpath.push_str(jar);
+        }
     }
     Ok(classpath)
 }
@@ -240,6 +270,20 @@ async fn super_digest(java: &Path, classpath: &str, password: &str) -> Result<St
             command: "DigestAuthenticationProvider super:<password>".into(),
             output: String::from_utf8_lossy(&output.stderr).into_owned(),
         })
+}
+
+/// `ruok` on the plain port, and a listening `secureClientPort` when there is
+/// one: Netty binds it after the plain port answers.
+async fn ready(addr: SocketAddr, tls_port: Option<u16>) -> bool {
+    let secure = async {
+        match tls_port {
+            Some(port) => TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port)))
+                .await
+                .is_ok(),
+            None => true,
+        }
+    };
+    ruok(addr).await && secure.await
 }
 
 async fn ruok(addr: SocketAddr) -> bool {

@@ -1,5 +1,6 @@
 //! The protocol's rounds on all nodes at once: the acquire vote, the fence
-//! raise, and the compare-owner renew or release judged by majority.
+//! raise (only when the nodes won disagree), and the compare-owner renew or
+//! release judged by majority.
 
 use super::{RedlockBackend, RedlockHandle};
 use crate::connection::RunId;
@@ -11,7 +12,6 @@ use crate::redlock::tally::Tally;
 use distlock_core::LockError;
 use distlock_core::backend::Ownership;
 use distlock_core::toolkit::UndoFuture;
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -63,28 +63,46 @@ impl RedlockBackend {
         Tally::of(collected, &self.nodes, timed_out)
     }
 
-    /// Raises the fence counters of the nodes won to `token`. Returns how many
-    /// nodes are known to have a counter ≥ `token`.
+    /// Makes sure a majority of nodes has a fence counter ≥ `token`, the largest
+    /// token among the nodes won, and returns how many nodes are known to.
+    ///
+    /// Why the round exists: each node `INCR`s its own counter, so the nodes won
+    /// can answer different tokens (counters drift apart when a lost attempt
+    /// took a minority, or a node was down). The lease carries the largest, T.
+    /// A later majority is only sure to meet a node whose counter is ≥ T if a
+    /// majority has one; nodes that answered less are raised to T first.
+    ///
+    /// When it is skipped: a node's reply is its counter's value when the script
+    /// ran, and counters never go down (`INCR`, and `raise_fence.lua` only
+    /// raises; a node that loses its data is the durability assumption of the
+    /// whole scheme). So a node that answered T already has a counter ≥ T, and
+    /// when a quorum of the nodes won answered T the invariant holds as it is:
+    /// no round. That is the common case, since an uncontended acquire `INCR`s
+    /// every node's counter alike once they agree. Otherwise only the nodes won
+    /// below T are raised.
     pub(super) async fn raise_fences(
         &self,
         keys: &LockKeys,
         won: &[(usize, u64, RunId)],
         token: u64,
     ) -> usize {
+        let at_token = won.iter().filter(|(_, t, _)| *t == token).count();
+        if at_token >= self.quorum {
+            return at_token;
+        }
         let (budget, k) = (self.timeout, keys.clone());
-        let targets = won.iter().map(|(node, _, _)| *node).collect();
-        let answers = round::on_all(&self.nodes, targets, budget, move |node| {
+        let below: Vec<usize> = won
+            .iter()
+            .filter(|(_, t, _)| *t < token)
+            .map(|(node, _, _)| *node)
+            .collect();
+        let answers = round::on_all(&self.nodes, below, budget, move |node| {
             let keys = k.clone();
             async move { node.raise_fence(&keys, token, budget).await }
         })
         .await;
-        let mut at_least: HashSet<usize> = answers.ok.iter().map(|(node, _)| *node).collect();
-        at_least.extend(
-            won.iter()
-                .filter(|(_, t, _)| *t == token)
-                .map(|(node, _, _)| *node),
-        );
-        at_least.len()
+        // Each node appears once in `won`, so the two sets do not overlap.
+        at_token + answers.ok.len()
     }
 
     /// Runs a compare-owner script on every node and judges ownership by majority.

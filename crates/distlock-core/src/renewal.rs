@@ -1,0 +1,107 @@
+//! The renewal watchdog: one task per lease that renews it every interval,
+//! retries a failed renewal until the local deadline, and ends the lease at
+//! the deadline, at `max_hold`, or when the backend pushes a loss.
+
+use crate::LossReason;
+use crate::backend::{LossSignal, Ownership};
+use crate::lease::{Shared, Status};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::time::sleep_until;
+
+/// Keeps the lease alive and watches for its end. One task per lease; it exits
+/// when the lease is released, dropped or lost.
+pub(crate) async fn watchdog(
+    shared: Arc<Shared>,
+    renew_every: Option<Duration>,
+    max_hold_at: Option<Instant>,
+    loss: Option<LossSignal>,
+) {
+    let mut status = shared.status.subscribe();
+    let mut loss = loss.unwrap_or_else(|| Box::pin(std::future::pending()));
+    let mut next_renewal = renew_every.map(|every| Instant::now() + jittered(every));
+    let retry_delay = (shared.ttl / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    // Failed attempts in a row: only the first warns, so an outage does not
+    // warn every ttl/20 per lease; the loss that may follow warns again.
+    let mut failures: u32 = 0;
+    loop {
+        let deadline = shared.deadline();
+        let event = tokio::select! {
+            _ = status.wait_for(|s| *s != Status::Held) => return,
+            reason = &mut loss => Event::Lost(reason),
+            _ = sleep_until(deadline.into()) => Event::Deadline,
+            _ = sleep_until_some(max_hold_at) => Event::Lost(LossReason::MaxHoldReached),
+            _ = sleep_until_some(next_renewal) => Event::Renew,
+        };
+        match event {
+            Event::Lost(reason) => {
+                if shared.mark_lost(reason) && reason == LossReason::MaxHoldReached {
+                    shared.release_after_loss().await;
+                }
+                return;
+            }
+            // A manual renew may have moved the deadline while we slept.
+            Event::Deadline if Instant::now() < shared.deadline() => {}
+            Event::Deadline => {
+                if shared.mark_lost(LossReason::Expired) {
+                    shared.release_after_loss().await;
+                }
+                return;
+            }
+            Event::Renew => {
+                let sent_at = Instant::now();
+                let outcome = tokio::select! {
+                    _ = status.wait_for(|s| *s != Status::Held) => return,
+                    reason = &mut loss => {
+                        shared.mark_lost(reason);
+                        return;
+                    }
+                    // Give up on this attempt at the deadline; the loop then sees it.
+                    _ = sleep_until(deadline.into()) => None,
+                    outcome = shared.ops.renew(shared.ttl) => Some(outcome),
+                };
+                next_renewal = match outcome {
+                    Some(Ok(Ownership::Held)) => {
+                        shared.extend(sent_at);
+                        shared.metrics.renewed();
+                        failures = 0;
+                        renew_every.map(|every| sent_at + jittered(every))
+                    }
+                    Some(Ok(Ownership::NotHeld)) => {
+                        shared.mark_lost(LossReason::Revoked);
+                        return;
+                    }
+                    Some(Err(error)) => {
+                        shared.metrics.renewal_failed();
+                        failures = failures.saturating_add(1);
+                        let (backend, key) = (shared.backend, &shared.key);
+                        if failures == 1 {
+                            tracing::warn!(backend, key = %key, %error, failures, "renewal failed; retrying until the deadline");
+                        } else {
+                            tracing::debug!(backend, key = %key, %error, failures, "renewal failed; retrying until the deadline");
+                        }
+                        Some(Instant::now() + jittered(retry_delay))
+                    }
+                    None => Some(Instant::now()),
+                };
+            }
+        }
+    }
+}
+
+enum Event {
+    Lost(LossReason),
+    Deadline,
+    Renew,
+}
+
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn jittered(d: Duration) -> Duration {
+    d.mul_f64(rand::random_range(0.9..1.1))
+}

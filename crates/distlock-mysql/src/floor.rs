@@ -1,0 +1,152 @@
+//! What benchmarks ask beyond the operator's view: each strategy's statements
+//! for one uncontended cycle with nothing around them (no lease, no undo, no
+//! polling), the floor a lock cycle is compared with, and the server's own
+//! count of the statements it ran (`Questions`).
+//!
+//! `for_update` runs its floor on its holder connections (autocommit off), so
+//! its backend implements [`Inspect`] itself, forwarding the rest to the table.
+
+use crate::backend::{Table, micros};
+use crate::error::DbError;
+use crate::for_update::ForUpdate;
+use crate::keys::row_name;
+use crate::poll::{Attempt, Bid, Contender};
+use crate::protocol::{END_TRANSACTION, Strategy};
+use crate::unique_insert::Insert;
+use crate::version_cas::Cas;
+use async_trait::async_trait;
+use distlock_core::backend::WaitUntil;
+use distlock_core::toolkit::{Holder, Inspect, random_owner};
+use distlock_core::{LockError, LockKey};
+use sqlx::Row;
+use std::time::{Duration, Instant};
+
+/// Statements the server ran for clients, this `SHOW` included.
+const QUESTIONS: &str = "SHOW GLOBAL STATUS LIKE 'Questions'";
+
+impl Strategy {
+    /// What [`Table::floor_cycle`] sends for this strategy.
+    pub(crate) fn floor_name(self) -> &'static str {
+        match self {
+            Strategy::VersionCas => "CAS UPDATE + release UPDATE",
+            Strategy::UniqueInsert => "INSERT + counter bump + DELETE",
+            Strategy::ForUpdate => "locking UPDATE + counter bump + ROLLBACK",
+        }
+    }
+}
+
+impl Table {
+    /// One attempt of a polling strategy and its release, on one connection.
+    /// `Ok(false)` when the row was held.
+    pub(crate) async fn floor_cycle(&self, key: &LockKey, ttl: Duration) -> Result<bool, DbError> {
+        let (mut contender, release, with_fence): (Box<dyn Contender>, _, _) = match self.strategy {
+            Strategy::VersionCas => (Box::new(Cas), &self.sql.cas_release, true),
+            Strategy::UniqueInsert => {
+                (Box::new(Insert::default()), &self.sql.unique_release, false)
+            }
+            Strategy::ForUpdate => {
+                return Err(DbError::Protocol(
+                    "for_update's floor runs on its holder connections".into(),
+                ));
+            }
+        };
+        let bid = Bid {
+            row: row_name(key),
+            owner: random_owner(),
+            ttl: micros(ttl),
+            until: WaitUntil::Deadline(Instant::now() + self.pool.timeout()),
+        };
+        let mut conn = self.pool.get().await?;
+        let token = match contender.attempt(self, &bid, &mut conn).await? {
+            Attempt::Won { token, .. } => token,
+            Attempt::Held { .. } => return Ok(false),
+        };
+        let mut release = sqlx::query(release.clone())
+            .bind(bid.row.clone())
+            .bind(bid.owner.clone());
+        if with_fence {
+            release = release.bind(token);
+        }
+        conn.execute(release).await?;
+        Ok(true)
+    }
+
+    /// `Questions`: every statement clients sent the server so far.
+    pub(crate) async fn questions(&self) -> Result<u64, DbError> {
+        let mut conn = self.pool.get().await?;
+        let row = conn.fetch_one(sqlx::query(QUESTIONS)).await?;
+        let value: String = row.try_get(1).map_err(DbError::Sql)?;
+        value
+            .parse()
+            .map_err(|_| DbError::Protocol(format!("Questions is {value:?}")))
+    }
+}
+
+impl ForUpdate {
+    /// The locking `UPDATE` on a holder connection, the counter bump on an
+    /// autocommit one, and the `ROLLBACK` that frees the row, as a lock cycle
+    /// sends them. A held row is waited for (InnoDB's queue, up to the session's
+    /// lock wait timeout), so give it a key nobody holds.
+    async fn floor_cycle(&self, key: &LockKey) -> Result<(), DbError> {
+        let (table, row) = (&self.table, row_name(key));
+        let limit = self.holders.timeout();
+        // Dropped on an error inside a transaction, it is closed, not pooled,
+        // and the server rolls back.
+        let mut conn = self.holders.get().await?;
+        let locked = conn.execute_text(table.sql.lock_row(&row), limit).await?;
+        if locked.rows_affected() == 0 {
+            // The row's first use: create it committed, as an acquire does.
+            let insert = sqlx::query(table.sql.for_update_insert_row.clone()).bind(row.clone());
+            table.pool.get().await?.execute(insert).await?;
+            conn.execute_text(table.sql.lock_row(&row), limit).await?;
+        }
+        let until = WaitUntil::Deadline(Instant::now() + limit);
+        let mut other = table.pool.get().await?;
+        table.bump_counter(&mut other, &row, until).await?;
+        conn.execute(sqlx::query(END_TRANSACTION)).await?;
+        conn.transaction_ended();
+        Ok(())
+    }
+}
+
+/// The table's inspection, with `for_update`'s own floor.
+#[async_trait]
+impl Inspect for ForUpdate {
+    async fn holder(&self, key: &LockKey) -> Result<Option<Holder>, LockError> {
+        self.table.holder(key).await
+    }
+
+    async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        self.table.residue(prefix).await
+    }
+
+    async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {
+        self.table.delete_holder(key).await
+    }
+
+    async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
+        self.table.pitfalls().await
+    }
+
+    fn ping_name(&self) -> Option<&'static str> {
+        self.table.ping_name()
+    }
+
+    async fn ping(&self) -> Result<(), LockError> {
+        self.table.ping().await
+    }
+
+    fn floor_name(&self) -> Option<&'static str> {
+        Some(Strategy::ForUpdate.floor_name())
+    }
+
+    async fn floor_cycle(&self, key: &LockKey, _ttl: Duration) -> Result<(), LockError> {
+        ForUpdate::floor_cycle(self, key)
+            .await
+            .map_err(|e| self.table.error(e))
+    }
+
+    async fn server_requests(&self) -> Result<Option<u64>, LockError> {
+        self.table.server_requests().await
+    }
+}

@@ -1,0 +1,161 @@
+//! The lock implementations side by side, each behind one trait: distlock
+//! (through `distlock::connect`, as users call it), etcd's server-side Lock
+//! API (etcd-client), rslock's Redlock and zookeeper-client's lock recipe,
+//! each used the way its documentation shows, with its default settings.
+
+use async_trait::async_trait;
+use distlock::{AcquireOptions, DynLock, LockKey, Wait};
+use std::time::Duration;
+use zookeeper_client as zk;
+
+/// The ttl every implementation is asked for (the etcd ones get a lease of it).
+pub const TTL: Duration = Duration::from_secs(30);
+
+/// One client of one lock implementation.
+#[async_trait]
+pub trait Peer: Send {
+    /// Takes the lock `name`, waiting as long as it takes, calls `held`, and
+    /// releases it the way the implementation releases.
+    async fn turn(&mut self, name: &str, held: &mut (dyn FnMut() + Send)) -> Result<(), String>;
+}
+
+/// Which implementation, for connecting its clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// distlock on the backend of the URL.
+    Distlock,
+    /// etcd's `Lock`/`Unlock` RPCs with a lease per client (etcd-client).
+    EtcdLockApi,
+    /// rslock's `LockManager::acquire` and `LockGuard::release`.
+    Rslock,
+    /// zookeeper-client's `Client::lock` with Curator's node names.
+    ZkRecipe,
+}
+
+impl Kind {
+    /// The implementation's name in the table.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Distlock => "distlock",
+            Kind::EtcdLockApi => "etcd Lock API (etcd-client)",
+            Kind::Rslock => "rslock",
+            Kind::ZkRecipe => "zookeeper-client lock recipe",
+        }
+    }
+
+    /// A new client of the servers `target` names: a distlock URL, `host:port`
+    /// for etcd and ZooKeeper, `redis://` URLs separated by commas for rslock.
+    pub async fn connect(self, target: &str) -> Result<Box<dyn Peer>, String> {
+        Ok(match self {
+            Kind::Distlock => Box::new(Distlock {
+                lock: distlock::connect(target).await.map_err(|e| e.to_string())?,
+            }),
+            Kind::EtcdLockApi => {
+                let client = etcd_client::Client::connect([format!("http://{target}")], None)
+                    .await
+                    .map_err(|e| format!("etcd connect: {e}"))?;
+                let ttl = i64::try_from(TTL.as_secs()).unwrap_or(i64::MAX);
+                let lease = client.lease_client().grant(ttl, None).await;
+                let lease = lease.map_err(|e| format!("etcd lease grant: {e}"))?;
+                // A run lasts seconds, well inside the lease: no keep-alive needed.
+                Box::new(EtcdLockApi {
+                    client: client.lock_client(),
+                    lease: lease.id(),
+                })
+            }
+            Kind::Rslock => {
+                let nodes: Vec<String> = target.split(',').map(str::to_owned).collect();
+                Box::new(Rslock {
+                    manager: rslock::LockManager::new(nodes),
+                })
+            }
+            Kind::ZkRecipe => {
+                let client = zk::Client::connector()
+                    .with_session_timeout(TTL)
+                    .connect(target)
+                    .await
+                    .map_err(|e| format!("zookeeper connect: {e}"))?;
+                Box::new(ZkRecipe { client })
+            }
+        })
+    }
+}
+
+struct Distlock {
+    lock: DynLock,
+}
+
+#[async_trait]
+impl Peer for Distlock {
+    async fn turn(&mut self, name: &str, held: &mut (dyn FnMut() + Send)) -> Result<(), String> {
+        let key = LockKey::new(name).map_err(|e| e.to_string())?;
+        let opts = AcquireOptions::new().ttl(TTL).wait(Wait::Forever);
+        let lease = self
+            .lock
+            .acquire(&key, &opts)
+            .await
+            .map_err(|e| e.to_string())?;
+        held();
+        lease.release().await.map_err(|e| e.to_string())
+    }
+}
+
+struct EtcdLockApi {
+    client: etcd_client::LockClient,
+    lease: i64,
+}
+
+#[async_trait]
+impl Peer for EtcdLockApi {
+    async fn turn(&mut self, name: &str, held: &mut (dyn FnMut() + Send)) -> Result<(), String> {
+        let options = etcd_client::LockOptions::new().with_lease(self.lease);
+        let locked = self.client.lock(name, Some(options)).await;
+        let locked = locked.map_err(|e| format!("etcd lock: {e}"))?;
+        held();
+        self.client
+            .unlock(locked.key())
+            .await
+            .map(drop)
+            .map_err(|e| format!("etcd unlock: {e}"))
+    }
+}
+
+struct Rslock {
+    manager: rslock::LockManager,
+}
+
+#[async_trait]
+impl Peer for Rslock {
+    async fn turn(&mut self, name: &str, held: &mut (dyn FnMut() + Send)) -> Result<(), String> {
+        // `acquire` retries until it gets the lock: 3 attempts per call with a
+        // random pause below 200 ms between them (its defaults), then again.
+        let guard = self.manager.acquire(name, TTL).await;
+        let guard = guard.map_err(|e| format!("rslock acquire: {e}"))?;
+        held();
+        guard.release().await;
+        Ok(())
+    }
+}
+
+struct ZkRecipe {
+    client: zk::Client,
+}
+
+#[async_trait]
+impl Peer for ZkRecipe {
+    async fn turn(&mut self, name: &str, held: &mut (dyn FnMut() + Send)) -> Result<(), String> {
+        let dir = format!("/distlock-peers/{name}");
+        let prefix = zk::LockPrefix::new_curator(&dir, "lock-").map_err(|e| e.to_string())?;
+        let parents = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let options = zk::LockOptions::new(zk::Acls::anyone_all())
+            .with_ancestor_options(parents)
+            .map_err(|e| e.to_string())?;
+        let lock = self.client.lock(prefix, b"", options).await;
+        let lock = lock.map_err(|e| format!("zookeeper lock: {e}"))?;
+        held();
+        // The recipe's release: dropping the lock sends its delete in the
+        // background (not awaited; the session's next request queues behind it).
+        drop(lock);
+        Ok(())
+    }
+}

@@ -1,0 +1,161 @@
+//! The servers every implementation runs against, launched by the testkit on
+//! free loopback ports (the same launchers as the test suite), and what the
+//! table says about each: the implementations to run on it and its version.
+
+use crate::peers::Kind;
+use distlock_testkit::servers::{EtcdServer, MariaDbServer, RedisServer, ZooKeeperServer};
+
+/// The backends, in table order.
+pub const BACKENDS: [&str; 5] = ["redis", "redlock", "etcd", "zookeeper", "mysql"];
+
+/// One backend's servers, kept running until it is dropped.
+pub struct Target {
+    /// The backend's name in the table.
+    pub label: String,
+    /// The server's name and version, for the notes under the table.
+    pub version: String,
+    /// distlock's URL for it.
+    pub url: String,
+    /// The implementations to run, each with what its clients connect to.
+    pub runs: Vec<(Kind, String)>,
+    _servers: Servers,
+}
+
+#[allow(dead_code)] // held only to keep the servers alive
+enum Servers {
+    Redis(Vec<RedisServer>),
+    Etcd(EtcdServer),
+    ZooKeeper(ZooKeeperServer),
+    MariaDb(MariaDbServer),
+}
+
+fn failed(what: &str) -> impl FnOnce(distlock_testkit::servers::ServerError) -> String {
+    let what = what.to_owned();
+    move |e| format!("cannot start {what} (sudo scripts/install-backends): {e}")
+}
+
+/// Launches the servers of `backend` (one of [`BACKENDS`]).
+pub async fn launch(backend: &str) -> Result<Target, String> {
+    Ok(match backend {
+        "redis" => {
+            let server = RedisServer::start().await.map_err(failed("redis-server"))?;
+            let url = server.url();
+            Target {
+                label: "Redis, 1 node".into(),
+                version: redis_version(&url).await?,
+                runs: vec![(Kind::Distlock, url.clone()), (Kind::Rslock, url.clone())],
+                url,
+                _servers: Servers::Redis(vec![server]),
+            }
+        }
+        "redlock" => {
+            let nodes = RedisServer::start_many(3)
+                .await
+                .map_err(failed("redis-server x3"))?;
+            let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+            let hosts: Vec<String> = nodes
+                .iter()
+                .map(|n| format!("127.0.0.1:{}", n.port()))
+                .collect();
+            let url = format!("redlock://{}", hosts.join(","));
+            Target {
+                label: "Redlock, 3 nodes".into(),
+                version: redis_version(&urls[0]).await?,
+                runs: vec![
+                    (Kind::Distlock, url.clone()),
+                    (Kind::Rslock, urls.join(",")),
+                ],
+                url,
+                _servers: Servers::Redis(nodes),
+            }
+        }
+        "etcd" => {
+            let server = EtcdServer::start().await.map_err(failed("etcd"))?;
+            let addr = server.addr().to_string();
+            let mut client = etcd_client::Client::connect([format!("http://{addr}")], None)
+                .await
+                .map_err(|e| format!("etcd: {e}"))?;
+            let status = client
+                .status()
+                .await
+                .map_err(|e| format!("etcd status: {e}"))?;
+            Target {
+                label: "etcd, 1 member".into(),
+                version: format!("etcd {}", status.version()),
+                runs: vec![
+                    (Kind::Distlock, format!("etcd://{addr}/peers/")),
+                    (Kind::EtcdLockApi, addr.clone()),
+                ],
+                url: format!("etcd://{addr}/peers/"),
+                _servers: Servers::Etcd(server),
+            }
+        }
+        "zookeeper" => {
+            let server = ZooKeeperServer::start()
+                .await
+                .map_err(failed("ZooKeeper"))?;
+            // A session is accepted once the server serves requests; `srvr`
+            // answers without a version before that.
+            let session = zookeeper_client::Client::connector()
+                .connect(&server.url())
+                .await
+                .map_err(|e| format!("zookeeper: {e}"))?;
+            let srvr = server.four_letter_word("srvr").await.unwrap_or_default();
+            drop(session);
+            let version = srvr
+                .lines()
+                .find_map(|l| l.strip_prefix("Zookeeper version:"))
+                .and_then(|v| v.trim().split(['-', ',']).next())
+                .unwrap_or("unknown");
+            let url = format!("zk://{}/", server.url());
+            Target {
+                label: "ZooKeeper, standalone".into(),
+                version: format!("ZooKeeper {version}"),
+                runs: vec![
+                    (Kind::Distlock, url.clone()),
+                    (Kind::ZkRecipe, server.url()),
+                ],
+                url,
+                _servers: Servers::ZooKeeper(server),
+            }
+        }
+        "mysql" => {
+            let server = MariaDbServer::start().await.map_err(failed("MariaDB"))?;
+            let version = server
+                .exec_root("SELECT VERSION();")
+                .await
+                .unwrap_or_default();
+            let url = server.url();
+            Target {
+                label: "MariaDB, version_cas".into(),
+                version: format!(
+                    "MariaDB {}",
+                    version.trim().split("-MariaDB").next().unwrap_or_default()
+                ),
+                runs: vec![(Kind::Distlock, url.clone())],
+                url,
+                _servers: Servers::MariaDb(server),
+            }
+        }
+        other => return Err(format!("unknown backend {other:?}; pick from {BACKENDS:?}")),
+    })
+}
+
+/// `Redis <version>` from `INFO server`.
+async fn redis_version(url: &str) -> Result<String, String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("redis: {e}"))?;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| format!("redis INFO: {e}"))?;
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("unknown");
+    Ok(format!("Redis {}", version.trim()))
+}

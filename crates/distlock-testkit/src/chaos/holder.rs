@@ -1,0 +1,140 @@
+//! The paused holder: a lock holder in a child process, frozen with SIGSTOP
+//! past its ttl and woken to write with its old token, as a process after a
+//! long GC pause would.
+//!
+//! The child's protocol, one line each on stdout: `HOLDING <token>
+//! <remaining_ms>` once it holds the lock (or `NOT-ACQUIRED <why>` and exit);
+//! `LOST <reason>` when its `lost()` fires; `WRITE <true|false>` (its
+//! `is_held()`) once the go file exists; then it releases and prints
+//! `RELEASED ok`, `RELEASED lost:<reason>` or `RELEASED error:<text>` and
+//! exits. The write itself is made here, in the shared fence, with the
+//! child's token: a child cannot reach a fence in this process's memory, and
+//! the moment it asks is the moment it would have written.
+
+use super::FaultKind;
+use super::history::{Event, Op, Outcome, RenewalMode};
+use super::workload::Workload;
+use crate::holder::HolderProcess;
+use distlock_core::{BoxError, LockKey};
+use rand::Rng;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Builds the child's command line for a key, a ttl and the go file.
+pub type HolderCommand = Arc<dyn Fn(&LockKey, Duration, &Path) -> Command + Send + Sync>;
+
+/// How long a child may take to start, connect and wait for the lock, beyond
+/// its own wait of 4 ttl: process start on a loaded machine.
+const START_SLACK: Duration = Duration::from_secs(20);
+
+/// One holder: start it, let it acquire `key`, freeze it past its ttl, wake it,
+/// make its write, and record all of it as client `client`.
+pub(crate) async fn pause_cycle(
+    w: &Workload,
+    command: &HolderCommand,
+    client: &str,
+    key: &LockKey,
+) -> Result<(), BoxError> {
+    let dir = tempfile::Builder::new()
+        .prefix("distlock-chaos-holder-")
+        .tempdir()?;
+    let go = dir.path().join("go");
+    let lease = w.recorder.new_lease();
+    let event = |op, invoked, token, deadline, outcome| Event {
+        client: client.into(),
+        lease,
+        key: key.to_string(),
+        op,
+        invoked,
+        completed: w.recorder.now(),
+        token,
+        deadline,
+        outcome,
+    };
+    let acquire = Op::Acquire {
+        ttl: w.ttl,
+        renewal: RenewalMode::Auto,
+    };
+    let invoked = w.recorder.now();
+    let mut child = HolderProcess::spawn(command(key, w.ttl, &go))?;
+    let first = child.wait_line("", w.ttl * 4 + START_SLACK).await?;
+    let Some((token, remaining)) = parse_holding(&first) else {
+        // Not acquired within its wait, or it could not connect: no fault here.
+        let outcome = match first.strip_prefix("NOT-ACQUIRED ") {
+            Some(_) => Outcome::NotAcquired,
+            None => Outcome::Error(first),
+        };
+        w.recorder
+            .record(event(acquire, invoked, None, None, outcome));
+        return Ok(());
+    };
+    let deadline = w.recorder.at(Instant::now() + remaining);
+    w.recorder.record(event(
+        acquire,
+        invoked,
+        Some(token),
+        Some(deadline),
+        Outcome::Ok,
+    ));
+
+    // The pause: past the ttl, so the lock is free for others meanwhile.
+    let length = w.ttl.mul_f64(rand::rng().random_range(1.2..2.0));
+    let paused_at = w.recorder.now();
+    child.pause()?;
+    tokio::time::sleep(length).await;
+    child.resume()?;
+    let pause = Op::Fault(FaultKind::HolderPause);
+    w.recorder
+        .record(event(pause, paused_at, None, None, Outcome::Ok));
+
+    // Taken before the go file exists: a `WRITE true` was checked after it.
+    let go_at = w.recorder.now();
+    std::fs::write(&go, b"")?;
+    let limit = w.ttl * 3 + START_SLACK;
+    loop {
+        let line = child.wait_line("", limit).await?;
+        let (word, rest) = line.split_once(' ').unwrap_or((line.as_str(), ""));
+        match word {
+            "LOST" => {
+                let at = w.recorder.now();
+                w.recorder.record(event(
+                    Op::Lost,
+                    at,
+                    Some(token),
+                    None,
+                    Outcome::Lost(rest.into()),
+                ));
+            }
+            "WRITE" => {
+                let checked = rest == "true";
+                let write = Op::Write { checked };
+                w.write(event(write, go_at, Some(token), None, Outcome::Ok))
+                    .await;
+            }
+            "RELEASED" => {
+                let outcome = match rest.split_once(':') {
+                    None if rest == "ok" => Outcome::Ok,
+                    Some(("lost", reason)) => Outcome::Lost(reason.into()),
+                    _ => Outcome::Error(rest.into()),
+                };
+                let at = w.recorder.now();
+                w.recorder
+                    .record(event(Op::Release, at, Some(token), None, outcome));
+                return Ok(());
+            }
+            _ => {
+                return Err(format!("the holder printed {line:?}\n{}", child.output_tail()).into());
+            }
+        }
+    }
+}
+
+/// `HOLDING <token> <remaining_ms>`.
+fn parse_holding(line: &str) -> Option<(u64, Duration)> {
+    let mut words = line.strip_prefix("HOLDING ")?.split(' ');
+    let token = words.next()?.parse().ok()?;
+    let remaining = Duration::from_millis(words.next()?.parse().ok()?);
+    Some((token, remaining))
+}

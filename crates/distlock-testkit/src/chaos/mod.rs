@@ -1,0 +1,96 @@
+//! The history checker under faults: K clients run acquire / fenced-write /
+//! release cycles on a few keys while faults are injected at random, every
+//! operation is recorded with its invocation and completion on one monotonic
+//! clock, and the checker reads the history back and reports:
+//!
+//! - overlapping holds of one key where both holders' fenced writes were
+//!   admitted (required to be none where the backend promises strict fencing,
+//!   measured elsewhere);
+//! - tokens not strictly rising per key, in acquisition and in acceptance order;
+//! - a stale write admitted by the fence;
+//! - a lease whose lock was taken over without `lost()` firing by its local
+//!   deadline.
+//!
+//! [`history`] is the event log (its file form in `text.rs`), [`check`] the
+//! checker, [`window`] the minimal slice of events that shows a violation,
+//! [`run`] the driver, [`workload`] one client's cycles, [`inject`] the
+//! faults, [`holder`] the paused holder process, [`report`] the verdict and
+//! the per-backend table. `docs/chaos.md` explains how to
+//! run it and read its output.
+
+pub mod check;
+pub mod history;
+pub mod holder;
+pub mod inject;
+mod leases;
+pub mod report;
+pub mod run;
+mod text;
+pub mod window;
+pub mod workload;
+
+pub use check::{Findings, Order, Stats, Violation, check};
+pub use history::{Event, History, Meta, Op, Outcome, Recorder, RenewalMode, Requirement};
+pub use inject::{HarnessInjector, Injector};
+pub use run::{Plan, Report, run};
+pub use workload::Pace;
+
+/// A fault the chaos run injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FaultKind {
+    /// One server frozen with SIGSTOP, then SIGCONT.
+    ServerPause,
+    /// One server killed with SIGKILL, then started again on its data.
+    ServerKill,
+    /// A faulty client's traffic delayed.
+    ProxyDelay,
+    /// A faulty client's traffic dropped, connections left open.
+    ProxyBlackhole,
+    /// A faulty client's connections reset, new ones refused.
+    ProxyReset,
+    /// A faulty client's connections closed cleanly.
+    ProxyClose,
+    /// A lock holder in another process frozen past its ttl, then woken to
+    /// write with its old token.
+    HolderPause,
+}
+
+impl FaultKind {
+    /// Every kind.
+    pub const ALL: [FaultKind; 7] = [
+        FaultKind::ServerPause,
+        FaultKind::ServerKill,
+        FaultKind::ProxyDelay,
+        FaultKind::ProxyBlackhole,
+        FaultKind::ProxyReset,
+        FaultKind::ProxyClose,
+        FaultKind::HolderPause,
+    ];
+
+    /// The name in histories and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::ServerPause => "server-pause",
+            FaultKind::ServerKill => "server-kill",
+            FaultKind::ProxyDelay => "proxy-delay",
+            FaultKind::ProxyBlackhole => "proxy-blackhole",
+            FaultKind::ProxyReset => "proxy-reset",
+            FaultKind::ProxyClose => "proxy-close",
+            FaultKind::HolderPause => "holder-pause",
+        }
+    }
+
+    /// The kind named `name`.
+    pub fn from_name(name: &str) -> Option<FaultKind> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Whether the fault freezes its target client, so that client cannot see
+    /// `lost()` fire until it is woken.
+    pub fn freezes_client(self) -> bool {
+        self == FaultKind::HolderPause
+    }
+}
+
+#[cfg(test)]
+mod tests;

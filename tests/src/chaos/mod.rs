@@ -1,0 +1,248 @@
+//! The chaos trials: one per backend (`<backend>::chaos`), each on servers of
+//! its own, plus `redis::restart_window` (item 3 of the chaos issue). The
+//! workload, the faults and the checker are the testkit's
+//! (`distlock_testkit::chaos`); this module says, per backend, which harness,
+//! which faults, and which properties are required rather than measured.
+
+#[cfg(feature = "redis")]
+pub mod restart;
+
+use distlock_core::{BoxError, Capabilities, FencingGuarantee};
+use distlock_testkit::Harness;
+use distlock_testkit::chaos::report::Row;
+use distlock_testkit::chaos::run::Plan;
+use distlock_testkit::chaos::{FaultKind, Meta, Pace, Requirement, holder::HolderCommand, run};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Starts a harness on servers of its own (the run kills them).
+pub type Start = fn() -> Pin<Box<dyn Future<Output = Result<Arc<dyn Harness>, BoxError>> + Send>>;
+
+/// One chaos trial.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// `<backend>::chaos` and the like.
+    pub trial: &'static str,
+    /// The backend's name in `DISTLOCK_TEST_SKIP`.
+    pub backend: &'static str,
+    /// Its harness.
+    pub start: Start,
+    /// The faults to inject.
+    pub faults: &'static [FaultKind],
+    /// Whether overlaps fail the trial or are measured.
+    pub exclusion: Requirement,
+}
+
+/// Every fault: the backends with a server process and a proxy take them all.
+const ALL: &[FaultKind] = &FaultKind::ALL;
+/// The in-memory backend has no server process and no other process can reach it.
+const MEMORY: &[FaultKind] = &[
+    FaultKind::ProxyDelay,
+    FaultKind::ProxyBlackhole,
+    FaultKind::ProxyReset,
+    FaultKind::ProxyClose,
+];
+
+/// Clients per trial, of which some go through a fault proxy.
+pub const CLIENTS: usize = 6;
+/// Faulty clients among them.
+pub const FAULTY: usize = 2;
+/// Keys they share: few, so that every key is contended.
+pub const KEYS: usize = 3;
+/// How late `lost()` may be seen after the deadline: the recording task's
+/// scheduling on a loaded 2-core machine, not the lock's.
+pub const LOST_SLACK: Duration = Duration::from_millis(250);
+
+/// The trials this build has.
+pub fn specs() -> Vec<Spec> {
+    #[allow(unused_mut)]
+    let mut specs = vec![Spec {
+        trial: "memory::chaos",
+        backend: "memory",
+        start: || {
+            Box::pin(async { Ok(Arc::new(distlock_testkit::memory::MemoryHarness::new()) as _) })
+        },
+        faults: MEMORY,
+        exclusion: Requirement::Required,
+    }];
+    #[cfg(feature = "redis")]
+    specs.extend(restart::redis_specs());
+    #[cfg(feature = "redlock")]
+    specs.push(Spec {
+        trial: "redlock::chaos",
+        backend: "redlock",
+        start: || {
+            Box::pin(async { Ok(Arc::new(crate::redlock::RedlockHarness::launch().await?) as _) })
+        },
+        faults: ALL,
+        // Timing assumptions: a node that restarts empty can vote for a second holder.
+        exclusion: Requirement::Measured,
+    });
+    #[cfg(feature = "etcd")]
+    specs.push(Spec {
+        trial: "etcd::chaos",
+        backend: "etcd",
+        start: || Box::pin(async { Ok(Arc::new(crate::etcd::EtcdHarness::launch().await?) as _) }),
+        faults: ALL,
+        exclusion: Requirement::Required,
+    });
+    #[cfg(feature = "zookeeper")]
+    specs.push(Spec {
+        trial: "zookeeper::chaos",
+        backend: "zookeeper",
+        start: || {
+            Box::pin(async { Ok(Arc::new(crate::zookeeper::ZkHarness::launch().await?) as _) })
+        },
+        faults: ALL,
+        exclusion: Requirement::Required,
+    });
+    #[cfg(feature = "mysql")]
+    specs.extend(mysql_specs());
+    specs
+}
+
+#[cfg(feature = "mysql")]
+fn mysql_specs() -> Vec<Spec> {
+    use crate::mysql::MySqlHarness;
+    use distlock_mysql::Strategy;
+    vec![
+        Spec {
+            trial: "mysql::chaos",
+            backend: "mysql",
+            start: || {
+                Box::pin(async {
+                    Ok(Arc::new(MySqlHarness::launch(Strategy::VersionCas).await?) as _)
+                })
+            },
+            faults: ALL,
+            exclusion: Requirement::Required,
+        },
+        Spec {
+            trial: "mysql_for_update::chaos",
+            backend: "mysql_for_update",
+            start: || {
+                Box::pin(async {
+                    Ok(Arc::new(MySqlHarness::launch(Strategy::ForUpdate).await?) as _)
+                })
+            },
+            faults: ALL,
+            // The row lock lives in the holder's connection: a reset connection
+            // or a killed server frees it at once, and the holder learns at its
+            // next keepalive. Measured (`docs/chaos.md`, "What the chaos run found").
+            exclusion: Requirement::Measured,
+        },
+    ]
+}
+
+/// How long each trial's clients run: `DISTLOCK_CHAOS_SECS`, 10 s by default
+/// (the short version every `cargo test` runs).
+pub fn duration() -> Result<Duration, String> {
+    match std::env::var("DISTLOCK_CHAOS_SECS") {
+        Err(_) => Ok(Duration::from_secs(10)),
+        Ok(text) => text
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|secs| *secs > 0.0 && secs.is_finite())
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| {
+                format!("DISTLOCK_CHAOS_SECS={text:?} is not a positive number of seconds")
+            }),
+    }
+}
+
+/// Where histories go: `DISTLOCK_CHAOS_DIR`, else `chaos` under `target_tmp`
+/// (the test binary's `CARGO_TARGET_TMPDIR`, `target/tmp`).
+pub fn history_dir(target_tmp: &str) -> PathBuf {
+    std::env::var_os("DISTLOCK_CHAOS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(target_tmp).join("chaos"))
+}
+
+/// The history file of `trial` in `dir`.
+pub fn history_file(dir: &Path, trial: &str) -> PathBuf {
+    dir.join(format!(
+        "{}.history",
+        trial.replace("::", "-").replace('/', "-")
+    ))
+}
+
+/// The ttl of a trial: 1 s, or the backend's minimum if higher, in whole
+/// multiples of its granularity.
+pub fn ttl(capabilities: &Capabilities) -> Duration {
+    let wanted = capabilities.min_ttl.max(Duration::from_secs(1));
+    let step = capabilities.ttl_granularity.max(Duration::from_nanos(1));
+    let steps = wanted.as_nanos().div_ceil(step.as_nanos());
+    step * u32::try_from(steps).unwrap_or(u32::MAX)
+}
+
+/// Token order is required wherever the backend promises strict fencing.
+pub fn token_order(capabilities: &Capabilities) -> Requirement {
+    match capabilities.fencing {
+        FencingGuarantee::Strict => Requirement::Required,
+        FencingGuarantee::UnderTimingAssumptions => Requirement::Measured,
+    }
+}
+
+/// The command that starts the paused holder against `harness`'s locks.
+pub fn holder_command(harness: &dyn Harness, binary: &'static str) -> Option<HolderCommand> {
+    let url = harness.lock_url()?;
+    Some(Arc::new(move |key, ttl, go| {
+        let mut command = Command::new(binary);
+        command
+            .arg(&url)
+            .arg(key.as_str())
+            .arg(ttl.as_millis().to_string())
+            .arg(go);
+        command
+    }))
+}
+
+/// Runs `spec` for `duration` and returns its row, or the account of what failed.
+pub async fn run_spec(
+    spec: &Spec,
+    holder: &'static str,
+    duration: Duration,
+    dir: &Path,
+) -> Result<Row, String> {
+    let harness = (spec.start)()
+        .await
+        .map_err(|e| format!("starting {}: {e}", spec.trial))?;
+    let capabilities = harness.capabilities();
+    let ttl = ttl(&capabilities);
+    let plan = Plan {
+        meta: Meta {
+            trial: spec.trial.into(),
+            exclusion: spec.exclusion,
+            token_order: token_order(&capabilities),
+            lost_slack: LOST_SLACK,
+        },
+        clients: CLIENTS,
+        faulty_clients: FAULTY,
+        keys: KEYS,
+        ttl,
+        duration,
+        pace: Pace::Mixed,
+        faults: spec.faults.to_vec(),
+        fault_gap: ttl,
+        history_file: history_file(dir, spec.trial),
+    };
+    let report = run(&*harness, &plan, holder_command(&*harness, holder))
+        .await
+        .map_err(|e| format!("{}: {e}", spec.trial))?;
+    // One print per trial, so parallel trials do not interleave their lines.
+    println!("{}", report.text());
+    if report.passed() {
+        Ok(report.row())
+    } else {
+        Err(format!(
+            "{}\n--- server logs ---\n{}",
+            report.text(),
+            harness.server_logs()
+        ))
+    }
+}

@@ -11,9 +11,9 @@
 //! - a lease whose lock was taken over without `lost()` firing by its local
 //!   deadline.
 //!
-//! [`history`] is the event log (its file form in `text.rs`), [`check`] the
+//! [`history`] is the event log (its file form in `text.rs`), [`mod@check`] the
 //! checker, [`window`] the minimal slice of events that shows a violation,
-//! [`run`] the driver, [`workload`] one client's cycles, [`inject`] the
+//! [`mod@run`] the driver, [`workload`] one client's cycles, [`inject`] the
 //! faults, [`holder`] the paused holder process, [`report`] the verdict and
 //! the per-backend table. `docs/chaos.md` explains how to
 //! run it and read its output.

@@ -158,6 +158,13 @@ impl Endpoints {
                      namespace's key range"
                 ),
             ),
+            // A connection that broke under the request (tonic reports it as an
+            // UNKNOWN status): the server is out of reach, not refusing. With
+            // mutual TLS it is also how a missing client certificate can look,
+            // when the server's alert is lost with the connection.
+            _ if is_transport_failure(message) => self.unavailable(format!(
+                "{what}: {message} (if etcd requires client certificates, give `cert=` and `key=`)"
+            )),
             _ => LockError::backend(BACKEND, format!("{what}: {message} (gRPC code {code})")),
         };
         Failure::Other(error)
@@ -189,6 +196,20 @@ fn is_tls_failure(message: &str) -> bool {
         .any(|word| lower.contains(word))
 }
 
+/// Whether a gRPC status `message` reports the connection failing under the
+/// request rather than the server answering.
+fn is_transport_failure(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    [
+        "transport error",
+        "connection error",
+        "broken pipe",
+        "connection reset",
+    ]
+    .iter()
+    .any(|phrase| lower.contains(phrase))
+}
+
 /// gRPC status codes (the numbers are fixed by the gRPC spec).
 mod grpc {
     pub const CANCELLED: i32 = 1;
@@ -202,4 +223,27 @@ mod grpc {
 /// The server answered something the protocol does not allow.
 pub(crate) fn protocol(what: &str) -> LockError {
     LockError::backend(BACKEND, format!("unexpected reply from etcd: {what}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_broken_under_a_request_is_unavailable() {
+        let endpoints = Endpoints::new(&["127.0.0.1:2379".to_owned()]);
+        let broken = tonic::Status::unknown(
+            "transport error: connection error: stream closed because of a broken pipe",
+        );
+        let failure = endpoints.classify("lease grant", ClientError::GRpcStatus(broken));
+        let error = endpoints.lock_error(failure);
+        assert!(
+            matches!(error, LockError::Unavailable { .. }),
+            "a broken connection gave {error:?}"
+        );
+        let refused = tonic::Status::unknown("etcdserver: some other failure");
+        let error =
+            endpoints.lock_error(endpoints.classify("txn", ClientError::GRpcStatus(refused)));
+        assert!(matches!(error, LockError::Backend { .. }), "{error:?}");
+    }
 }

@@ -6,7 +6,7 @@
 // Helpers outside #[test] fns: a failed step fails the test that called them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey};
+use distlock_core::LockError;
 use distlock_etcd::{EtcdConfig, EtcdTls};
 use distlock_testkit::servers::{EtcdServer, ServerTls, TestCertificates};
 use std::time::{Duration, Instant};
@@ -29,17 +29,6 @@ fn url(server: &EtcdServer, params: &str) -> String {
 
 fn ca_param(certs: &TestCertificates) -> String {
     format!("ca={}", certs.ca().display())
-}
-
-async fn cycle(lock: &dyn DistributedLock, key: &str) {
-    let key = LockKey::new(key).unwrap();
-    let opts = AcquireOptions::new().ttl(Duration::from_secs(5));
-    let lease = lock.acquire(&key, &opts).await.unwrap();
-    let token = lease.token();
-    lease.release().await.unwrap();
-    let again = lock.acquire(&key, &opts).await.unwrap();
-    assert!(again.token() > token, "tokens must rise over TLS too");
-    again.release().await.unwrap();
 }
 
 /// The connect error: Config or Unavailable, naming TLS, without key material,
@@ -67,7 +56,7 @@ async fn locks_work_over_tls_with_the_test_ca() {
         .connect()
         .await
         .unwrap();
-    cycle(&lock, "one").await;
+    distlock_testkit::rising_tokens(&lock, "one").await.unwrap();
     // The same through the builder, with the CA given as PEM.
     let pem = std::fs::read(tls.certificates.ca()).unwrap();
     let lock = EtcdConfig::new([format!("127.0.0.1:{}", server.tls_port().unwrap())])
@@ -75,7 +64,9 @@ async fn locks_work_over_tls_with_the_test_ca() {
         .connect()
         .await
         .unwrap();
-    cycle(&lock, "builder").await;
+    distlock_testkit::rising_tokens(&lock, "builder")
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -103,5 +94,7 @@ async fn a_server_that_requires_client_certificates_refuses_a_client_without_one
         .connect()
         .await
         .unwrap();
-    cycle(&lock, "mutual").await;
+    distlock_testkit::rising_tokens(&lock, "mutual")
+        .await
+        .unwrap();
 }

@@ -6,10 +6,9 @@
 #![cfg(feature = "tls")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey};
+use distlock_core::LockError;
 use distlock_mysql::MySqlConfig;
 use distlock_testkit::servers::{MariaDbServer, ServerTls, TestCertificates};
-use std::time::Duration;
 
 async fn tls_server(tls: &ServerTls) -> MariaDbServer {
     MariaDbServer::start_tls(tls)
@@ -35,17 +34,6 @@ async fn ssl_accepts(server: &MariaDbServer) -> u64 {
         .await
         .unwrap();
     out.split_whitespace().last().unwrap().parse().unwrap()
-}
-
-async fn cycle(lock: &dyn DistributedLock, key: &str) {
-    let key = LockKey::new(key).unwrap();
-    let opts = AcquireOptions::new().ttl(Duration::from_secs(5));
-    let lease = lock.acquire(&key, &opts).await.unwrap();
-    let token = lease.token();
-    lease.release().await.unwrap();
-    let again = lock.acquire(&key, &opts).await.unwrap();
-    assert!(again.token() > token, "tokens must rise over TLS too");
-    again.release().await.unwrap();
 }
 
 /// The connect error: Config, without the password or key material.
@@ -75,7 +63,9 @@ async fn locks_work_over_verified_tls() {
             .connect()
             .await
             .unwrap();
-        cycle(&lock, &format!("tls/{mode}")).await;
+        distlock_testkit::rising_tokens(&lock, &format!("tls/{mode}"))
+            .await
+            .unwrap();
     }
     assert!(
         ssl_accepts(&server).await > before,
@@ -119,5 +109,7 @@ async fn a_user_that_requires_a_client_certificate_is_refused_without_one() {
         .connect()
         .await
         .unwrap();
-    cycle(&lock, "tls/mutual").await;
+    distlock_testkit::rising_tokens(&lock, "tls/mutual")
+        .await
+        .unwrap();
 }

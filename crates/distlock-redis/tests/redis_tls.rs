@@ -9,7 +9,7 @@
 mod common;
 
 use common::servers;
-use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey};
+use distlock_core::LockError;
 use distlock_redis::{RedisConfig, RedlockConfig};
 use distlock_testkit::servers::{RedisOptions, RedisServer, ServerTls, TestCertificates};
 
@@ -41,16 +41,6 @@ fn identity_params(certs: &TestCertificates) -> String {
     )
 }
 
-async fn cycle(lock: &dyn DistributedLock, key: &str) {
-    let key = LockKey::new(key).unwrap();
-    let lease = lock.acquire(&key, &AcquireOptions::new()).await.unwrap();
-    let token = lease.token();
-    lease.release().await.unwrap();
-    let again = lock.acquire(&key, &AcquireOptions::new()).await.unwrap();
-    assert!(again.token() > token, "tokens must rise over TLS too");
-    again.release().await.unwrap();
-}
-
 /// The connect error, which must be a Config error naming TLS and holding no
 /// password and no key material.
 async fn refused(url: &str) -> String {
@@ -75,7 +65,9 @@ async fn locks_work_over_tls_with_the_test_ca() {
         .connect()
         .await
         .unwrap();
-    cycle(&lock, "tls/one").await;
+    distlock_testkit::rising_tokens(&lock, "tls/one")
+        .await
+        .unwrap();
     // The same through the builder, with the CA given as PEM.
     let pem = std::fs::read(tls.certificates.ca()).unwrap();
     let lock = RedisConfig::new("127.0.0.1", server.tls_port().unwrap())
@@ -85,7 +77,9 @@ async fn locks_work_over_tls_with_the_test_ca() {
         .connect()
         .await
         .unwrap();
-    cycle(&lock, "tls/builder").await;
+    distlock_testkit::rising_tokens(&lock, "tls/builder")
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -122,7 +116,9 @@ async fn a_server_that_requires_client_certificates_refuses_a_client_without_one
         .connect()
         .await
         .unwrap();
-    cycle(&lock, "tls/mutual").await;
+    distlock_testkit::rising_tokens(&lock, "tls/mutual")
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -149,7 +145,9 @@ async fn redlock_works_over_tls_on_every_node() {
         .connect()
         .await
         .unwrap();
-    cycle(&lock, "tls/redlock").await;
+    distlock_testkit::rising_tokens(&lock, "tls/redlock")
+        .await
+        .unwrap();
 }
 
 #[test]

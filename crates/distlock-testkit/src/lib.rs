@@ -49,3 +49,22 @@ pub async fn cycles(
     }
     Ok(())
 }
+
+/// Acquires and releases `key` twice through `lock` and checks that the second
+/// token is above the first: the client really reaches the server (over TLS,
+/// through a proxy) and the server keeps its counter.
+pub async fn rising_tokens(
+    lock: &dyn distlock_core::DistributedLock,
+    key: &str,
+) -> Result<(), CaseError> {
+    let key = distlock_core::LockKey::new(key)?;
+    let opts = distlock_core::AcquireOptions::new().ttl(std::time::Duration::from_secs(5));
+    let first = lock.acquire(&key, &opts).await?;
+    let token = first.token();
+    first.release().await?;
+    let again = lock.acquire(&key, &opts).await?;
+    let next = again.token();
+    again.release().await?;
+    ensure!(next > token, "token {next} after {token}: tokens must rise");
+    Ok(())
+}

@@ -8,7 +8,7 @@
 
 mod common;
 
-use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey};
+use distlock_core::LockError;
 use distlock_testkit::servers::{ServerTls, TestCertificates, ZooKeeperOptions, ZooKeeperServer};
 use distlock_zookeeper::{ZkConfig, ZkTls};
 use std::time::{Duration, Instant};
@@ -31,17 +31,6 @@ fn url(server: &ZooKeeperServer, params: &str) -> String {
 
 fn ca_param(certs: &TestCertificates) -> String {
     format!("ca={}", certs.ca().display())
-}
-
-async fn cycle(lock: &dyn DistributedLock, key: &str) {
-    let key = LockKey::new(key).unwrap();
-    let opts = AcquireOptions::new().ttl(Duration::from_secs(5));
-    let lease = lock.acquire(&key, &opts).await.unwrap();
-    let token = lease.token();
-    lease.release().await.unwrap();
-    let again = lock.acquire(&key, &opts).await.unwrap();
-    assert!(again.token() > token, "tokens must rise over TLS too");
-    again.release().await.unwrap();
 }
 
 /// The connect error: Config or Unavailable naming TLS, without key material,
@@ -68,7 +57,7 @@ async fn locks_work_over_tls_with_the_test_ca() {
         .connect()
         .await
         .unwrap();
-    cycle(&lock, "one").await;
+    distlock_testkit::rising_tokens(&lock, "one").await.unwrap();
     // The same through the builder.
     let pem = std::fs::read_to_string(tls.certificates.ca()).unwrap();
     let lock = common::config(
@@ -79,7 +68,9 @@ async fn locks_work_over_tls_with_the_test_ca() {
     .connect()
     .await
     .unwrap();
-    cycle(&lock, "builder").await;
+    distlock_testkit::rising_tokens(&lock, "builder")
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -107,7 +98,9 @@ async fn a_server_that_requires_client_certificates_refuses_a_client_without_one
         .connect()
         .await
         .unwrap();
-    cycle(&lock, "mutual").await;
+    distlock_testkit::rising_tokens(&lock, "mutual")
+        .await
+        .unwrap();
 }
 
 #[test]

@@ -76,6 +76,11 @@ bench:
 bench-peers *ARGS:
     cargo run -q --release -p distlock-peers -- {{ARGS}}
 
+# Pack every publishable crate, build each from its package alone, then run the packed crates' own tests
+# in a scratch workspace (`--no-test` to only build): what users of the published crates get.
+package *ARGS:
+    scripts/package-check {{ARGS}}
+
 # API docs for the workspace; a broken link or a doc warning fails it.
 docs:
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps

@@ -33,3 +33,31 @@ pub fn specs() -> Vec<BackendSpec> {
     specs.push(etcd::spec());
     specs
 }
+
+/// The README and every page of `docs/`, compiled (and where they need no
+/// server, run) as doctests against the `distlock` facade, so the code users
+/// copy keeps working. They live here, in the unpublished test crate, because
+/// the pages are in no published package.
+#[cfg(all(doctest, feature = "full"))]
+mod documentation {
+    #[doc = include_str!("../../README.md")]
+    struct Readme;
+    #[doc = include_str!("../../docs/index.md")]
+    struct Guide;
+    #[doc = include_str!("../../docs/choosing-a-backend.md")]
+    struct ChoosingABackend;
+    #[doc = include_str!("../../docs/fencing.md")]
+    struct Fencing;
+    #[doc = include_str!("../../docs/operations.md")]
+    struct Operations;
+    #[doc = include_str!("../../docs/backends/redis.md")]
+    struct Redis;
+    #[doc = include_str!("../../docs/backends/redlock.md")]
+    struct Redlock;
+    #[doc = include_str!("../../docs/backends/etcd.md")]
+    struct Etcd;
+    #[doc = include_str!("../../docs/backends/zookeeper.md")]
+    struct ZooKeeper;
+    #[doc = include_str!("../../docs/backends/mysql.md")]
+    struct MySql;
+}

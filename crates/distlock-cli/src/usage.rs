@@ -73,16 +73,17 @@ pub fn report(error: &clap::Error, args: &[OsString]) -> ExitCode {
 }
 
 /// Every piece of an argument clap may quote that has a secret in it, longest
-/// first, with its redaction: the argument, the value after `--name=`, and the
-/// value after a short flag (`-kVALUE`, `-k=VALUE`). clap shows non-UTF-8
-/// arguments lossily, and so are they matched here.
+/// first, with its redaction: the argument, either side of `--name=value` (an
+/// unknown flag is quoted as `--name` alone), and the value after a short flag
+/// (`-kVALUE`, `-k=VALUE`). clap shows non-UTF-8 arguments lossily, and so are
+/// they matched here.
 fn quotable(args: &[OsString]) -> Vec<(String, String)> {
     let mut pieces = Vec::new();
     for arg in args.iter().skip(1) {
         let arg = arg.to_string_lossy();
         let mut candidates = vec![arg.as_ref()];
-        if let Some((_, value)) = arg.split_once('=') {
-            candidates.push(value);
+        if let Some((name, value)) = arg.split_once('=') {
+            candidates.extend([name, value]);
         }
         if !arg.starts_with("--")
             && let Some(value) = arg.strip_prefix('-').and_then(|a| a.get(1..))

@@ -151,7 +151,7 @@ impl Table {
                     BACKEND,
                     format!(
                         "table `{name}` does not exist at {endpoint}; enable create_table or create it with the SQL in \
-                         docs/backends/mysql.md"
+                         the distlock-mysql crate docs"
                     ),
                 ));
             }

@@ -212,7 +212,7 @@ impl MySqlConfig {
 
     /// Whether `connect` creates the table when it is missing (default true).
     /// Turn it off when the user lacks the CREATE privilege and the table was
-    /// created beforehand.
+    /// created beforehand with the SQL in the crate docs ("The table").
     pub fn create_table(mut self, create: bool) -> Self {
         self.create_table = create;
         self

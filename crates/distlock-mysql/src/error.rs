@@ -118,7 +118,7 @@ impl DbError {
             Some(code::TABLE_ACCESS_DENIED) => {
                 return config(format!(
                     "the user lacks a privilege on the lock table at {endpoint} ({self}); grant CREATE, SELECT, INSERT, \
-                     UPDATE and DELETE on it, or create the table yourself (see docs/backends/mysql.md) and set create_table(false)"
+                     UPDATE and DELETE on it, or create the table yourself (the SQL is in the distlock-mysql crate docs) and set create_table(false)"
                 ));
             }
             Some(code::PRIVILEGE_NEEDED | code::NOT_THREAD_OWNER) => {

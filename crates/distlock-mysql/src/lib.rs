@@ -55,7 +55,18 @@
 //! - Names up to 254 bytes are stored verbatim; longer ones as their first 189
 //!   bytes, 0x1D and their hex SHA-256.
 //!
-//! See `docs/backends/mysql.md` for the exact SQL and how to choose.
+//! # The table
+//!
+//! `connect` creates the lock table when it is missing (see
+//! [`MySqlConfig::create_table`]); `{table}` is the configured table name and
+//! `{comment}` marks it as distlock's. To create it yourself:
+//!
+//! ```sql
+#![doc = include_str!("sql/create_table.sql")]
+//! ```
+//!
+//! Every statement the strategies send is a file in the crate's `src/sql/`,
+//! one per protocol step.
 //!
 //! # Modules
 //!

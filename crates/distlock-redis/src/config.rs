@@ -326,7 +326,7 @@ impl RedisConfig {
     /// the acquire script keeps; set the same guard on every client of the
     /// namespace, at least the longest ttl in use (longer ttls are refused).
     /// Off by default: a server that just started refuses guarded acquires until
-    /// it has been up for the guard. See `docs/backends/redis.md`.
+    /// it has been up for the guard.
     pub fn restart_guard(mut self, guard: Duration) -> Self {
         self.common.restart_guard = Some(guard);
         self

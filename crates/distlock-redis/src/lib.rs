@@ -54,7 +54,7 @@
 //!   `Inspect::pitfalls` warns when persistence is off without a guard.
 //! - Keys are `<namespace>{<name>}`, `…:fence` and the channel `…:ch`, all in one
 //!   Redis Cluster slot (plus `<namespace>restart-guard` with a guard); see
-//!   `docs/backends/redis.md` for the exact layout.
+//!   [`LockKeys`] for the exact names.
 //!
 //! # Modules
 //!

@@ -35,7 +35,7 @@
 //! | `zookeeper` | `zk://h1,h2/chroot` | `distlock::zookeeper` (`ZkConfig`) |
 //! | `mysql` | `mysql://user:pass@host/db?strategy=version_cas` | `distlock::mysql` (`MySqlConfig`) |
 //! | `tls` | TLS for the backends enabled: `etcds://`, ZooKeeper's `tls=true`, MySQL's `ssl-mode`/`ssl-ca` (`rediss://` needs only `redis`) | |
-//! | `metrics` | acquire, hold, lease and waiter metrics through the `metrics` crate, labelled by backend (docs/operations.md, `examples/prometheus.rs`) | |
+//! | `metrics` | acquire, hold, lease and waiter metrics through the `metrics` crate, labelled by backend (see [Metrics](#metrics)) | |
 //! | `full` | all of the above | |
 //!
 //! ```toml
@@ -79,9 +79,32 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Backends differ in what they guarantee (see [`Capabilities`] and the
-//! backend chooser in `docs/choosing-a-backend.md`): code that needs, say,
-//! strict fencing can check `lock.capabilities().fencing` at start-up.
+//! Backends differ in what they guarantee (see [`Capabilities`], and each
+//! backend module's crate docs for its protocol and failure modes): code that
+//! needs, say, strict fencing can check `lock.capabilities().fencing` at
+//! start-up.
+//!
+//! # Metrics
+//!
+//! With the feature `metrics`, every lock client reports through the
+//! [`metrics`](https://docs.rs/metrics) crate's facade to whatever recorder the
+//! application installs (a Prometheus exporter, say). Every metric carries a
+//! `backend` label (`redis`, `etcd`, …) and never the key: keys are user data,
+//! unbounded in number and possibly sensitive.
+//!
+//! | metric | kind | labels | what it counts |
+//! |---|---|---|---|
+//! | `distlock_acquire_wait_seconds` | histogram | `backend`, `outcome` | from the start of an acquire to its outcome (`acquired`, `busy`, `timeout`, `error`, `cancelled`) |
+//! | `distlock_hold_seconds` | histogram | `backend` | from acquisition to release or loss |
+//! | `distlock_leases_held` | gauge | `backend` | leases held now by this process |
+//! | `distlock_waiters` | gauge | `backend` | callers inside acquire now |
+//! | `distlock_acquire_total` | counter | `backend`, `outcome` | acquires by outcome (`acquired`, `busy`, `timeout`, `error`, `cancelled`, `reentered`) |
+//! | `distlock_renewals_total` | counter | `backend` | successful renewals |
+//! | `distlock_renewal_failures_total` | counter | `backend` | failed renewal attempts, retried until the local deadline |
+//! | `distlock_releases_total` | counter | `backend` | leases released by their owner |
+//! | `distlock_leases_lost_total` | counter | `backend`, `reason` | leases lost, by [`LossReason`] (`expired`, `revoked`, `session_ended`, `max_hold`) |
+//!
+//! The crate's `examples/prometheus.rs` serves them on a Prometheus endpoint.
 //!
 //! # Secrets
 //!
@@ -116,32 +139,6 @@ pub use distlock_zookeeper as zookeeper;
 /// The MySQL / MariaDB adapter (feature `mysql`).
 #[cfg(feature = "mysql")]
 pub use distlock_mysql as mysql;
-
-/// The README and every page of `docs/`, compiled (and where they need no
-/// server, run) as doctests, so the code users copy keeps working.
-#[cfg(all(doctest, feature = "full"))]
-mod documentation {
-    #[doc = include_str!("../../../README.md")]
-    struct Readme;
-    #[doc = include_str!("../../../docs/index.md")]
-    struct Guide;
-    #[doc = include_str!("../../../docs/choosing-a-backend.md")]
-    struct ChoosingABackend;
-    #[doc = include_str!("../../../docs/fencing.md")]
-    struct Fencing;
-    #[doc = include_str!("../../../docs/operations.md")]
-    struct Operations;
-    #[doc = include_str!("../../../docs/backends/redis.md")]
-    struct Redis;
-    #[doc = include_str!("../../../docs/backends/redlock.md")]
-    struct Redlock;
-    #[doc = include_str!("../../../docs/backends/etcd.md")]
-    struct Etcd;
-    #[doc = include_str!("../../../docs/backends/zookeeper.md")]
-    struct ZooKeeper;
-    #[doc = include_str!("../../../docs/backends/mysql.md")]
-    struct MySql;
-}
 
 /// `SqlFence`, fencing tokens checked inside your own sqlx transaction, and
 /// `SqlStore`, a fenced value table (feature `mysql`).

@@ -15,8 +15,8 @@
 //! checker, [`window`] the minimal slice of events that shows a violation,
 //! [`mod@run`] the driver, [`workload`] one client's cycles, [`inject`] the
 //! faults, [`holder`] the paused holder process, [`report`] the verdict and
-//! the per-backend table. `docs/chaos.md` explains how to
-//! run it and read its output.
+//! the per-backend table. The workspace runs it as `just chaos` and re-checks a
+//! written history with `just chaos-check FILE`.
 
 pub mod check;
 pub mod history;

@@ -10,6 +10,8 @@ pub mod fences;
 pub mod memory;
 #[cfg(feature = "mysql")]
 pub mod mysql;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(any(feature = "redis", feature = "redlock"))]
 pub mod redis;
 #[cfg(feature = "redlock")]
@@ -31,5 +33,7 @@ pub fn specs() -> Vec<BackendSpec> {
     specs.push(redlock::spec());
     #[cfg(feature = "etcd")]
     specs.push(etcd::spec());
+    #[cfg(feature = "postgres")]
+    specs.extend(postgres::specs());
     specs
 }

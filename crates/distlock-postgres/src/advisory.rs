@@ -5,7 +5,7 @@
 //! Invariants:
 //! - The lock lives exactly as long as the holder's session: a crash closes the
 //!   socket, `pg_terminate_backend` ends it, and a paused or cut-off holder is
-//!   disconnected by the server once idle for the ttl (`idle_session_timeout`,
+//!   disconnected by the server once idle for 1.5 × ttl (`idle_session_timeout`,
 //!   set by the statement that won and by every keepalive). The local deadline
 //!   ends before any of them.
 //! - The token is the lock row's `fence`, raised by the same statement that
@@ -75,10 +75,18 @@ pub(crate) enum Attempt {
     Collision(String, String),
 }
 
-/// The idle timeout (whole milliseconds, rounded up) the server enforces on a
-/// holder's session, as `set_config` takes it.
+/// The idle timeout the server enforces on a holder's session: 1.5 × ttl, in
+/// whole milliseconds rounded up, as `set_config` takes it.
+///
+/// Longer than the ttl on purpose: the server counts from the end of the last
+/// statement it ran, and a client that renews on time but is scheduled late
+/// must not find its session ended while its lease is still valid. A
+/// partitioned holder stops believing at its local deadline (within the ttl),
+/// so the extra half only delays the takeover.
 fn idle_timeout(ttl: Duration) -> String {
-    let millis = ttl.as_nanos().div_ceil(1_000_000).max(1);
+    let millis = (ttl.as_nanos() + ttl.as_nanos() / 2)
+        .div_ceil(1_000_000)
+        .max(1);
     millis.to_string()
 }
 
@@ -185,7 +193,8 @@ impl Backend for Advisory {
     /// reply on the wire for the release to read.
     async fn renew(&self, session: &Session, ttl: Duration) -> Result<Ownership, LockError> {
         let slot = session.conn.clone().lock_owned().await;
-        let keepalive = sqlx::query(self.table.sql.advisory_keepalive.clone()).bind(idle_timeout(ttl));
+        let keepalive =
+            sqlx::query(self.table.sql.advisory_keepalive.clone()).bind(idle_timeout(ttl));
         match tokio::spawn(keepalive_on(slot, keepalive)).await {
             Ok(Some(ownership)) => Ok(ownership),
             Ok(None) => Err(self.unreachable()),

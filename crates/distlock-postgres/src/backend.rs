@@ -52,8 +52,14 @@ impl Table {
         if create {
             // Two clients creating the table at once can both pass IF NOT EXISTS;
             // the loser fails on the catalog's unique index, and the table is there.
-            match conn.execute(sqlx::query(Statements::create_table(&name))).await {
-                Err(e) if e.code().is_some_and(|c| c == code::UNIQUE_VIOLATION || c == code::DUPLICATE_TABLE) => {}
+            match conn
+                .execute(sqlx::query(Statements::create_table(&name)))
+                .await
+            {
+                Err(e)
+                    if e.code().is_some_and(|c| {
+                        c == code::UNIQUE_VIOLATION || c == code::DUPLICATE_TABLE
+                    }) => {}
                 other => drop(other.map_err(err)?),
             }
         }
@@ -93,8 +99,13 @@ impl Table {
         }
         drop(conn);
         let sql = Statements::new(&name);
-        let wakeups =
-            Wakeups::listen(pool.options(), &sql.channel, pool.connect_timeout(), &endpoint).await?;
+        let wakeups = Wakeups::listen(
+            pool.options(),
+            &sql.channel,
+            pool.connect_timeout(),
+            &endpoint,
+        )
+        .await?;
         Ok(Table {
             strategy,
             name,
@@ -135,11 +146,14 @@ impl Table {
     /// statement won is in place (or, for a session lock, given back).
     pub async fn end_session(&self, pid: i32) -> Result<(), DbError> {
         let mut conn = self.pool.get().await?;
-        conn.execute(sqlx::query(TERMINATE_BACKEND).bind(pid)).await?;
+        conn.execute(sqlx::query(TERMINATE_BACKEND).bind(pid))
+            .await?;
         let until = WaitUntil::Deadline(Instant::now() + self.pool.timeout());
         let mut backoff = Backoff::new(Duration::from_millis(2), SESSION_GONE_POLL);
         loop {
-            let listed = conn.fetch_one(sqlx::query(BACKEND_LISTED).bind(pid)).await?;
+            let listed = conn
+                .fetch_one(sqlx::query(BACKEND_LISTED).bind(pid))
+                .await?;
             if listed.try_get::<i64, _>(0).map_err(DbError::Sql)? == 0 {
                 return Ok(());
             }

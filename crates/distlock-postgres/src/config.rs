@@ -68,7 +68,9 @@ impl PostgresConfig {
         #[cfg(feature = "tls")]
         let _ = rustls::crypto::ring::default_provider().install_default();
         PostgresConfig {
-            options: options.application_name("distlock").disable_statement_logging(),
+            options: options
+                .application_name("distlock")
+                .disable_statement_logging(),
             table: None,
             namespace: DEFAULT_NAMESPACE.to_owned(),
             strategy: Strategy::default(),
@@ -311,7 +313,10 @@ pub(crate) fn endpoint(options: &PgConnectOptions) -> String {
 
 /// Whether `mode` refuses a connection without TLS.
 fn needs_tls(mode: PgSslMode) -> bool {
-    !matches!(mode, PgSslMode::Disable | PgSslMode::Allow | PgSslMode::Prefer)
+    !matches!(
+        mode,
+        PgSslMode::Disable | PgSslMode::Allow | PgSslMode::Prefer
+    )
 }
 
 #[cfg(test)]
@@ -360,7 +365,13 @@ mod tests {
         let typo = reason("postgres://u:s3cret@h/db?stratgy=advisory");
         assert!(typo.contains("did you mean `strategy`"), "{typo}");
         let bogus = reason("postgres://u:s3cret@h/db?bogus=1");
-        for known in ["strategy", "namespace", "timeout", "connect_timeout", "sslmode"] {
+        for known in [
+            "strategy",
+            "namespace",
+            "timeout",
+            "connect_timeout",
+            "sslmode",
+        ] {
             assert!(bogus.contains(known), "{bogus}");
         }
     }

@@ -64,7 +64,11 @@ impl DbError {
     /// True when another transaction refused this statement (deadlock,
     /// serialization failure): it was rolled back whole, retrying may succeed.
     pub fn is_contended(&self) -> bool {
-        self.code_is(&[code::DEADLOCK, code::SERIALIZATION, code::LOCK_NOT_AVAILABLE])
+        self.code_is(&[
+            code::DEADLOCK,
+            code::SERIALIZATION,
+            code::LOCK_NOT_AVAILABLE,
+        ])
     }
 
     /// True when the statement is over on the server: it answered (a result, an
@@ -77,7 +81,9 @@ impl DbError {
     /// True when the server ended the session with this error.
     pub fn ends_session(&self) -> bool {
         self.code_is(&[code::ADMIN_SHUTDOWN, code::IDLE_SESSION_TIMEOUT])
-            || self.code().is_some_and(|c| c.starts_with("08") || c.starts_with("57P"))
+            || self
+                .code()
+                .is_some_and(|c| c.starts_with("08") || c.starts_with("57P"))
     }
 
     /// True if the connection is still usable afterwards: the server answered

@@ -46,7 +46,8 @@ impl Inspect for Table {
         let Some(row) = rows.first() else {
             return Ok(None);
         };
-        let (owner, fence, remaining): (String, i64, i64) = decode(row).map_err(|e| self.error(e))?;
+        let (owner, fence, remaining): (String, i64, i64) =
+            decode(row).map_err(|e| self.error(e))?;
         Ok(Some(Holder {
             owner,
             token: u64::try_from(fence).ok().map(FencingToken::new),
@@ -81,7 +82,9 @@ impl Inspect for Table {
             };
             let ended = async {
                 let mut conn = self.pool.get().await?;
-                let row = conn.fetch_one(sqlx::query(TERMINATE_BACKEND).bind(pid)).await?;
+                let row = conn
+                    .fetch_one(sqlx::query(TERMINATE_BACKEND).bind(pid))
+                    .await?;
                 row.try_get::<bool, _>(0).map_err(DbError::Sql)
             };
             return ended.await.map_err(|e| self.error(e));
@@ -108,7 +111,8 @@ impl Inspect for Table {
             None => warnings.push("cannot read the server version".into()),
         }
         if self.scalar::<bool>(sqlx::query(IN_RECOVERY)).await? == Some(true) {
-            warnings.push("the server is a standby (read-only): point the lock at the primary".into());
+            warnings
+                .push("the server is a standby (read-only): point the lock at the primary".into());
         }
         if self.scalar::<String>(sqlx::query(FSYNC)).await?.as_deref() == Some("off") {
             warnings.push(
@@ -116,7 +120,12 @@ impl Inspect for Table {
                     .into(),
             );
         }
-        if self.scalar::<String>(sqlx::query(SYNCHRONOUS_COMMIT)).await?.as_deref() == Some("off") {
+        if self
+            .scalar::<String>(sqlx::query(SYNCHRONOUS_COMMIT))
+            .await?
+            .as_deref()
+            == Some("off")
+        {
             warnings.push(
                 "synchronous_commit is off: a server crash can lose the last acquisitions and their \
                  fence values, so a token could be handed out twice"
@@ -131,7 +140,10 @@ impl Inspect for Table {
     }
 
     async fn ping(&self) -> Result<(), LockError> {
-        self.run(sqlx::query(KEEPALIVE)).await.map(drop).map_err(|e| self.error(e))
+        self.run(sqlx::query(KEEPALIVE))
+            .await
+            .map(drop)
+            .map_err(|e| self.error(e))
     }
 
     fn floor_name(&self) -> Option<&'static str> {
@@ -154,7 +166,10 @@ impl Inspect for Table {
     /// transactions of `pg_stat_database`, which each session reports with a
     /// delay of up to about 10 s.
     async fn server_requests(&self) -> Result<Option<u64>, LockError> {
-        let exact = self.scalar::<bool>(sqlx::query(HAS_STATEMENT_STATS)).await? == Some(true);
+        let exact = self
+            .scalar::<bool>(sqlx::query(HAS_STATEMENT_STATS))
+            .await?
+            == Some(true);
         let count: Option<i64> = match exact {
             true => self.scalar(sqlx::query(STATEMENT_CALLS)).await?,
             false => self.scalar(sqlx::query(TRANSACTIONS)).await?,
@@ -201,7 +216,9 @@ impl Table {
             .bind(prefix.to_owned())
             .bind(exact);
         let rows = self.fetch_all(read).await?;
-        rows.iter().map(|row| decode(row).map_err(|e| self.error(e))).collect()
+        rows.iter()
+            .map(|row| decode(row).map_err(|e| self.error(e)))
+            .collect()
     }
 
     /// The strategy's statements for one uncontended cycle, on one pooled

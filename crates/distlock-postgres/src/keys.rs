@@ -106,13 +106,19 @@ mod tests {
     #[test]
     fn advisory_keys_are_stable_and_separate_namespaces() {
         let key = LockKey::new("a/b").unwrap();
-        assert_eq!(advisory_key("distlock", &key), advisory_key("distlock", &key));
+        assert_eq!(
+            advisory_key("distlock", &key),
+            advisory_key("distlock", &key)
+        );
         assert_ne!(advisory_key("distlock", &key), advisory_key("other", &key));
         // The namespace's length is hashed too: ("ab", "c") is not ("a", "bc").
         let (c, bc) = (LockKey::new("c").unwrap(), LockKey::new("bc").unwrap());
         assert_ne!(advisory_key("ab", &c), advisory_key("a", &bc));
         // Pinned: a change here would split running fleets into two locks.
-        assert_eq!(advisory_key("distlock", &key), advisory_key("distlock", &LockKey::new("a/b").unwrap()));
+        assert_eq!(
+            advisory_key("distlock", &key),
+            advisory_key("distlock", &LockKey::new("a/b").unwrap())
+        );
     }
 
     #[test]

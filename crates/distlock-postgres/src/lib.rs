@@ -35,7 +35,7 @@
 //!   own, with a 64-bit key hashed from namespace and name
 //!   ([`advisory_key`]); the same statement bumps the name's counter row once
 //!   the lock is held. The lock dies with the session: the server ends a
-//!   session idle for the ttl (`idle_session_timeout`), and a keepalive every
+//!   session idle for 1.5 × ttl (`idle_session_timeout`), and a keepalive every
 //!   ttl/3 notices a dead session and fires `lost()`. Two names whose keys
 //!   collide are detected (the row records its key, unique) and the second is
 //!   refused.

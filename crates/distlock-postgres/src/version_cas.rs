@@ -176,8 +176,12 @@ impl VersionCas {
         let table = &self.table;
         let mut conn = table.pool.get().await?;
         let abandon = {
-            let (t, name, owner, payload) =
-                (table.clone(), name.to_owned(), owner.to_owned(), payload.to_owned());
+            let (t, name, owner, payload) = (
+                table.clone(),
+                name.to_owned(),
+                owner.to_owned(),
+                payload.to_owned(),
+            );
             Box::new(move || {
                 sqlx::query(t.sql.cas_abandon.clone())
                     .bind(t.namespace.clone())

@@ -40,6 +40,7 @@ const SERVER_SETTINGS: &[&str] = &[
     "shared_preload_libraries=pg_stat_statements",
     "log_min_messages=warning",
     "log_connections=off",
+    "password_encryption=md5",
 ];
 
 /// A `postgres` child process on a free loopback port, with its data dir and
@@ -85,7 +86,10 @@ impl PostgresServer {
         init.arg("-D")
             .arg(&data)
             .args(["-U", SUPERUSER, "-E", "UTF8", "--locale=C", "--no-sync"])
-            .args(["--auth-local=trust", "--auth-host=scram-sha-256"]);
+            // md5, not SCRAM: a SCRAM login costs thousands of hash rounds on both
+            // sides, and the suite opens hundreds of connections at once on a
+            // shared machine (an unoptimised test build computes them slowly).
+            .args(["--auth-local=trust", "--auth-host=md5"]);
         run_to_end(init, "initdb", &dir.path().join("initdb.log")).await?;
 
         let (port, process) = retry_on_exit(async || {
@@ -210,7 +214,14 @@ impl PostgresServer {
             .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
             .arg("-h")
             .arg(&self.dir_path)
-            .args(["-p", &self.port.to_string(), "-U", SUPERUSER, "-d", database])
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                SUPERUSER,
+                "-d",
+                database,
+            ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -307,8 +318,9 @@ impl Runner {
     /// Gives `dir` to the server's user.
     fn own(&self, dir: &Path) -> Result<(), ServerError> {
         match self.switch {
-            Some((uid, gid)) => std::os::unix::fs::chown(dir, Some(uid), Some(gid))
-                .map_err(ServerError::io(format!("chown {} to {UNPRIVILEGED}", dir.display()))),
+            Some((uid, gid)) => std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(
+                ServerError::io(format!("chown {} to {UNPRIVILEGED}", dir.display())),
+            ),
             None => Ok(()),
         }
     }
@@ -390,7 +402,14 @@ impl Probe {
         tokio::process::Command::new(&self.pg_isready)
             .arg("-h")
             .arg(&self.socket_dir)
-            .args(["-p", &self.port.to_string(), "-U", SUPERUSER, "-d", "postgres"])
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                SUPERUSER,
+                "-d",
+                "postgres",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)

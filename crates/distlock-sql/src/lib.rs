@@ -124,6 +124,7 @@
 //! of your own statements the same way.
 #![deny(missing_docs)]
 
+mod db;
 mod dialect;
 mod error;
 mod fence;
@@ -131,6 +132,7 @@ mod ident;
 mod row;
 mod store;
 
+pub use db::{FenceConnection, SqlDatabase};
 pub use error::{CONNECT_TIMEOUT, connect, is_contention, map_error};
 pub use fence::SqlFence;
 pub use row::FencedRow;

@@ -86,7 +86,7 @@ mod sealed {
         /// server is read-only, each with the warning to give when it is not so.
         fn durability(
             conn: &mut Self::Connection,
-        ) -> BoxFuture<'_, Result<Vec<&'static str>, sqlx::Error>>;
+        ) -> BoxFuture<'_, Result<Vec<String>, sqlx::Error>>;
     }
 }
 
@@ -206,23 +206,22 @@ impl sealed::Steps for MySql {
         })
     }
 
-    fn durability(
-        conn: &mut MySqlConnection,
-    ) -> BoxFuture<'_, Result<Vec<&'static str>, sqlx::Error>> {
+    fn durability(conn: &mut MySqlConnection) -> BoxFuture<'_, Result<Vec<String>, sqlx::Error>> {
         Box::pin(async move {
             let row = sqlx::query(MYSQL.durability).fetch_one(conn).await?;
             let (flush, read_only): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
             let mut warnings = Vec::new();
             if flush != 1 {
-                warnings.push(
-                    "innodb_flush_log_at_trx_commit is not 1: a server crash can lose the last \
+                warnings.push(format!(
+                    "innodb_flush_log_at_trx_commit is {flush}: a server crash can lose the last \
                      second of commits, fence records included, and then admit a stale holder's \
-                     write; set it to 1 where fenced data lives",
-                );
+                     write; set it to 1 where fenced data lives"
+                ));
             }
             if read_only != 0 {
                 warnings.push(
-                    "the server is read-only (a replica?): fenced writes must go to the primary",
+                    "the server is read-only (a replica?): fenced writes must go to the primary"
+                        .to_owned(),
                 );
             }
             Ok(warnings)
@@ -296,9 +295,7 @@ impl sealed::Steps for Postgres {
         })
     }
 
-    fn durability(
-        conn: &mut PgConnection,
-    ) -> BoxFuture<'_, Result<Vec<&'static str>, sqlx::Error>> {
+    fn durability(conn: &mut PgConnection) -> BoxFuture<'_, Result<Vec<String>, sqlx::Error>> {
         Box::pin(async move {
             let row = sqlx::query(POSTGRES.durability).fetch_one(conn).await?;
             let (durable, standby): (bool, bool) = (row.try_get(0)?, row.try_get(1)?);
@@ -307,11 +304,14 @@ impl sealed::Steps for Postgres {
                 warnings.push(
                     "fsync or synchronous_commit is off: a server crash can lose the last commits, \
                      fence records included, and then admit a stale holder's write; turn both on \
-                     where fenced data lives",
+                     where fenced data lives"
+                        .to_owned(),
                 );
             }
             if standby {
-                warnings.push("the server is a standby: fenced writes must go to the primary");
+                warnings.push(
+                    "the server is a standby: fenced writes must go to the primary".to_owned(),
+                );
             }
             Ok(warnings)
         })

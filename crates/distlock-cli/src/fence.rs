@@ -110,17 +110,15 @@ async fn sql(
         #[cfg(feature = "mysql")]
         distlock::BackendKind::MySql => {
             let config = distlock::mysql::MySqlConfig::from_url(url)?;
-            let store = distlock::sql::SqlStore::<distlock::sql::sqlx::MySql>::connect(
-                config.connect_options(),
-                config.get_timeouts(),
-            )
-            .await?;
+            let store =
+                distlock::sql::SqlStore::connect(config.connect_options(), config.get_timeouts())
+                    .await?;
             store.execute(resource, token, statement).await?
         }
         #[cfg(feature = "postgres")]
         distlock::BackendKind::Postgres => {
             let config = distlock::postgres::PostgresConfig::from_url(url)?;
-            let store = distlock::sql::SqlStore::<distlock::sql::sqlx::Postgres>::connect(
+            let store = distlock::sql::SqlStore::<distlock::sql::sqlx::Postgres>::connect_to(
                 config.connect_options(),
                 config.get_timeouts(),
             )

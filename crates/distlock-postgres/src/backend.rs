@@ -60,7 +60,8 @@ impl Table {
                     if e.code().is_some_and(|c| {
                         c == code::UNIQUE_VIOLATION || c == code::DUPLICATE_TABLE
                     }) => {}
-                other => drop(other.map_err(err)?),
+                Err(e) => return Err(err(e)),
+                Ok(_) => {}
             }
         }
         let read = sqlx::query(TABLE_COMMENT).bind(name.as_str().to_owned());

@@ -89,15 +89,34 @@ struct Statements {
 /// The value table.
 const VALUES_TABLE: &str = "distlock_fenced_values";
 
+impl SqlStore<MySql> {
+    /// [`SqlStore::connect_to`] a MySQL or MariaDB server.
+    pub async fn connect(
+        options: sqlx::mysql::MySqlConnectOptions,
+        timeouts: Timeouts,
+    ) -> Result<Self, LockError> {
+        Self::connect_to(options, timeouts).await
+    }
+}
+
 impl<DB: SqlDatabase> SqlStore<DB> {
     /// The value table.
     pub const VALUES_TABLE: &'static str = VALUES_TABLE;
 
-    /// Connects a pool to the server in `options` (`MySqlConnectOptions` or
-    /// `PgConnectOptions`), waiting at most `timeouts.connect`, and creates
-    /// both tables if missing. Every later call waits at most `timeouts.reply`
-    /// for the server.
-    pub async fn connect(
+    /// Connects a pool to the server in `options` (`MySqlConnectOptions` for
+    /// `SqlStore<MySql>`, `PgConnectOptions` for `SqlStore<Postgres>`), waiting
+    /// at most `timeouts.connect`, and creates both tables if missing. Every
+    /// later call waits at most `timeouts.reply` for the server.
+    ///
+    /// ```no_run
+    /// # async fn run(options: sqlx::postgres::PgConnectOptions) -> Result<(), distlock_core::LockError> {
+    /// use distlock_core::toolkit::Timeouts;
+    /// use std::time::Duration;
+    /// let timeouts = Timeouts::new(Duration::from_secs(5), Duration::from_secs(5));
+    /// let store = distlock_sql::SqlStore::<sqlx::Postgres>::connect_to(options, timeouts).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_to(
         options: <DB::Connection as Connection>::Options,
         timeouts: Timeouts,
     ) -> Result<Self, LockError> {

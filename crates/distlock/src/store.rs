@@ -65,7 +65,7 @@ async fn connect_store(kind: BackendKind, url: &str) -> Result<Arc<dyn Fence>, L
             let config = distlock_postgres::PostgresConfig::from_url(url)?;
             let options = config.connect_options();
             Ok(Arc::new(
-                distlock_sql::SqlStore::<distlock_sql::sqlx::Postgres>::connect(
+                distlock_sql::SqlStore::<distlock_sql::sqlx::Postgres>::connect_to(
                     options,
                     config.get_timeouts(),
                 )

@@ -270,20 +270,19 @@ fn server_bin_dir() -> Result<PathBuf, ServerError> {
         return Ok(bin);
     }
     let postgres = find_binary("postgres", PACKAGE)?;
+    let dir = postgres.parent().map(Path::to_owned).unwrap_or_default();
     for tool in ["initdb", "pg_isready", "psql"] {
-        if let Some(dir) = postgres.parent() {
-            if !dir.join(tool).is_file() {
-                return Err(ServerError::Missing {
-                    binary: tool.into(),
-                    install_hint: format!(
-                        "`{}` (or `sudo apt-get install {PACKAGE}`)",
-                        super::INSTALL_COMMAND
-                    ),
-                });
-            }
+        if !dir.join(tool).is_file() {
+            return Err(ServerError::Missing {
+                binary: tool.into(),
+                install_hint: format!(
+                    "`{}` (or `sudo apt-get install {PACKAGE}`)",
+                    super::INSTALL_COMMAND
+                ),
+            });
         }
     }
-    Ok(postgres.parent().map(Path::to_owned).unwrap_or_default())
+    Ok(dir)
 }
 
 /// Who runs the server's commands: this process's user, or `nobody` under root.

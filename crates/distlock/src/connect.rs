@@ -198,10 +198,12 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_scheme_lists_the_known_ones() {
-        let reason = config_reason(connect("postgres://db/x").await);
-        assert!(reason.contains("unknown scheme `postgres://`"), "{reason}");
+        let reason = config_reason(connect("cockroach://db/x").await);
+        assert!(reason.contains("unknown scheme `cockroach://`"), "{reason}");
         assert!(
-            reason.contains("redlock://") && reason.contains("zk://"),
+            reason.contains("redlock://")
+                && reason.contains("zk://")
+                && reason.contains("postgres://"),
             "{reason}"
         );
         let reason = config_reason(connect("localhost:6379").await);

@@ -218,7 +218,7 @@ mod tests {
             let example_scheme = kind.example().split("://").next().unwrap_or_default();
             assert!(kind.schemes().contains(&example_scheme), "{kind}");
         }
-        assert_eq!(BackendKind::from_scheme("postgres"), None);
+        assert_eq!(BackendKind::from_scheme("cockroach"), None);
     }
 
     #[test]
@@ -227,7 +227,7 @@ mod tests {
             Err(LockError::Config { reason, .. }) => reason,
             other => panic!("expected a Config error, got {other:?}"),
         };
-        assert!(reason("Postgres://db").contains("unknown scheme `postgres://`"));
+        assert!(reason("Cockroach://db").contains("unknown scheme `cockroach://`"));
         let shown = reason("user:hunter2@h://x");
         assert!(
             shown.contains("unknown scheme;") && !shown.contains("hunter2"),

@@ -63,6 +63,12 @@ test-mysql:
     cargo test -p distlock-tests --features mysql --test conformance -- mysql
     cargo test -p distlock-mysql --all-features
 
+# PostgreSQL on a launched server: both strategies' conformance suites (postgres::, postgres_advisory::)
+# plus the adapter's own tests (a holder's backend terminated, key collisions, round trips).
+test-postgres:
+    cargo test -p distlock-tests --features postgres --test conformance -- postgres
+    cargo test -p distlock-postgres --all-features
+
 # TLS on every backend, with certificates made at test time: each adapter's TLS tests, the facade's, the CLI's.
 test-tls:
     cargo test --all-features -p distlock-redis --test redis_tls -p distlock-etcd --test etcd_tls -p distlock-mysql --test tls -p distlock-zookeeper --test tls -p distlock --test tls -p distlock-cli --test tls

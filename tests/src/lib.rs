@@ -10,6 +10,8 @@ pub mod fences;
 pub mod memory;
 #[cfg(feature = "mysql")]
 pub mod mysql;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(any(feature = "redis", feature = "redlock"))]
 pub mod redis;
 #[cfg(feature = "redlock")]
@@ -31,6 +33,8 @@ pub fn specs() -> Vec<BackendSpec> {
     specs.push(redlock::spec());
     #[cfg(feature = "etcd")]
     specs.push(etcd::spec());
+    #[cfg(feature = "postgres")]
+    specs.extend(postgres::specs());
     specs
 }
 
@@ -60,4 +64,6 @@ mod documentation {
     struct ZooKeeper;
     #[doc = include_str!("../../docs/backends/mysql.md")]
     struct MySql;
+    #[doc = include_str!("../../docs/backends/postgres.md")]
+    struct Postgres;
 }

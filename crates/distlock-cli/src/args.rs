@@ -9,7 +9,8 @@ use std::time::Duration;
 #[derive(Debug, clap::Args)]
 pub struct UrlArg {
     /// Backend URL: memory://NAME, redis://HOST:PORT, rediss://…, redlock://H1,H2,H3,
-    /// etcd://H1,H2/NAMESPACE, zk://H1,H2/CHROOT or mysql://USER:PASS@HOST/DB.
+    /// etcd://H1,H2/NAMESPACE, zk://H1,H2/CHROOT, mysql://USER:PASS@HOST/DB or
+    /// postgres://USER:PASS@HOST/DB.
     /// Falls back to $DISTLOCK_URL.
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true, value_name = "URL")]
     pub url: Option<String>,

@@ -25,7 +25,7 @@ pub struct DemoArgs {
     /// Backend URL (default: memory://demo, in this process).
     #[arg(long, value_name = "URL")]
     url: Option<String>,
-    /// Where the stock and the price live: memory://NAME, redis://… or mysql://…
+    /// Where the stock and the price live: memory://NAME, redis://…, mysql://… or postgres://…
     /// (default: the --url store when it is one of those, else process memory).
     #[arg(long, value_name = "URL")]
     store: Option<String>,
@@ -91,7 +91,7 @@ fn store_url(url: &str) -> Option<&str> {
         .map(|(scheme, _)| scheme.to_ascii_lowercase())?;
     matches!(
         scheme.as_str(),
-        "memory" | "redis" | "rediss" | "mysql" | "mariadb"
+        "memory" | "redis" | "rediss" | "mysql" | "mariadb" | "postgres" | "postgresql"
     )
     .then_some(url)
 }

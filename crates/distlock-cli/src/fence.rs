@@ -98,25 +98,41 @@ pub async fn fence(args: FenceArgs) -> Result<u8, Failure> {
     Ok(exit::OK)
 }
 
-#[cfg(feature = "mysql")]
+/// `--sql`: the statement in the transaction that admits the token, on the
+/// MySQL or PostgreSQL server of `url`.
 async fn sql(
     url: &str,
     resource: &str,
     token: FencingToken,
     statement: &str,
 ) -> Result<WriteOutcome, LockError> {
-    let config = distlock::mysql::MySqlConfig::from_url(url)?;
-    let store =
-        distlock::sql::SqlStore::connect(config.connect_options(), config.get_timeouts()).await?;
-    let rows = store.execute(resource, token, statement).await?;
+    let rows = match distlock::BackendKind::from_url(url)? {
+        #[cfg(feature = "mysql")]
+        distlock::BackendKind::MySql => {
+            let config = distlock::mysql::MySqlConfig::from_url(url)?;
+            let store =
+                distlock::sql::SqlStore::connect(config.connect_options(), config.get_timeouts())
+                    .await?;
+            store.execute(resource, token, statement).await?
+        }
+        #[cfg(feature = "postgres")]
+        distlock::BackendKind::Postgres => {
+            let config = distlock::postgres::PostgresConfig::from_url(url)?;
+            let store = distlock::sql::SqlStore::<distlock::sql::sqlx::Postgres>::connect_to(
+                config.connect_options(),
+                config.get_timeouts(),
+            )
+            .await?;
+            store.execute(resource, token, statement).await?
+        }
+        other => {
+            return Err(LockError::config(
+                other.name(),
+                "--sql needs a mysql:// or postgres:// store URL, in a build with the `mysql` \
+                 or `postgres` feature",
+            ));
+        }
+    };
     println!("{rows}");
     Ok(WriteOutcome::Written)
-}
-
-#[cfg(not(feature = "mysql"))]
-async fn sql(_: &str, _: &str, _: FencingToken, _: &str) -> Result<WriteOutcome, LockError> {
-    Err(LockError::config(
-        "mysql",
-        "--sql needs a build with the `mysql` feature",
-    ))
 }

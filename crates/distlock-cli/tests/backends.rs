@@ -149,7 +149,7 @@ pub fn check_passes(url: &str) {
 /// as the protocol's own requests), by scheme: the launched Redlock has 3 nodes.
 fn floor_requests(url: &str) -> f64 {
     match url.split("://").next().unwrap_or_default() {
-        "redis" | "etcd" | "mysql" => 2.0,
+        "redis" | "etcd" | "mysql" | "postgres" => 2.0,
         "zk" => 3.0,
         "redlock" => 6.0,
         other => panic!("no floor count for {other}"),
@@ -227,7 +227,7 @@ pub fn bench_reports_every_phase(url: &str) {
     assert_eq!(svg.matches("<polyline").count(), phases.len(), "{svg}");
 }
 
-/// The demo on a real backend: on a data store (Redis, MySQL) the stock lives
+/// The demo on a real backend: on a data store (Redis, MySQL, PostgreSQL) the stock lives
 /// there and that store refuses the paused holder's write; elsewhere it lives
 /// in process memory.
 pub fn demo_runs(url: &str) {
@@ -238,7 +238,7 @@ pub fn demo_runs(url: &str) {
     assert!(text.contains("exactly 5"), "{text}");
     let scheme = url.split("://").next().unwrap_or_default();
     let store = match scheme {
-        "redis" | "mysql" => scheme,
+        "redis" | "mysql" | "postgres" => scheme,
         _ => "memory",
     };
     assert!(text.contains(&format!("stock in {store}://")), "{text}");
@@ -273,6 +273,8 @@ against!(redlock, "redlock", redlock_url);
 against!(etcd, "etcd", etcd_url);
 against!(zookeeper, "zookeeper", zookeeper_url);
 against!(mysql, "mysql", mysql_url);
+against!(postgres, "postgres", postgres_url);
+against!(postgres_advisory, "postgres", postgres_advisory_url);
 
 /// A lock deleted by an operator while the command runs: SIGTERM, exit 69.
 #[cfg(feature = "redis")]

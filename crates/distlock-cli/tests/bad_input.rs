@@ -24,8 +24,8 @@ fn refused(args: &[&str], needles: &[&str]) {
 #[test]
 fn unknown_scheme() {
     refused(
-        &["--url", "postgres://db", "--key", "k"],
-        &["unknown scheme `postgres://`", "redis://"],
+        &["--url", "cockroach://db", "--key", "k"],
+        &["unknown scheme `cockroach://`", "redis://", "postgres://"],
     );
 }
 

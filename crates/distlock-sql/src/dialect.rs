@@ -5,28 +5,23 @@
 //! every value goes through a `?` placeholder.
 //!
 //! The Rust logic (validation, the admit decision, error mapping) is written
-//! once; a second dialect (PostgreSQL) adds a `Dialect` value and its files.
+//! once; each dialect is a `Dialect` value and its files (see
+//! [`crate::SqlDatabase`] for the few steps whose replies differ).
 
 use crate::ident::Ident;
 use std::sync::Arc;
 
 /// The statements of one SQL dialect.
 #[derive(Debug)]
-pub(crate) struct Dialect {
+pub struct Dialect {
     /// Creates the fence table if it does not exist. `{table}`.
     pub create_table: &'static str,
     /// Inserts the resource's row or locks the existing one, records the token
     /// if it is at least the stored one, and reports a higher stored one.
-    /// Binds: resource, token, token, token. `{table}`.
+    /// Binds: resource, token (MySQL: three times). `{table}`.
     pub admit: &'static str,
     /// The stored highest token. Binds: resource. `{table}`.
     pub highest: &'static str,
-    /// The fenced single-row `UPDATE`, split at `{assignments}`. Binds: the
-    /// caller's, then token, key, token. `{table}`, `{key}`, `{fence}`.
-    pub row_update: &'static str,
-    /// The row's fence column, read with a lock so it is the latest committed
-    /// value even inside a REPEATABLE READ transaction. Binds: key.
-    pub row_fence: &'static str,
     /// [`crate::SqlStore`]'s value table. `{values}`.
     pub create_values: &'static str,
     /// Sets a value, expiring after the bound microseconds unless NULL. Binds:
@@ -47,14 +42,25 @@ pub(crate) const MYSQL: Dialect = Dialect {
     create_table: include_str!("sql/mysql/create_table.sql"),
     admit: include_str!("sql/mysql/admit.sql"),
     highest: include_str!("sql/mysql/highest.sql"),
-    row_update: include_str!("sql/mysql/row_update.sql"),
-    row_fence: include_str!("sql/mysql/row_fence.sql"),
     create_values: include_str!("sql/mysql/create_values.sql"),
     value_set: include_str!("sql/mysql/value_set.sql"),
     value_keep_expiry: include_str!("sql/mysql/value_keep_expiry.sql"),
     value_delete: include_str!("sql/mysql/value_delete.sql"),
     value_read: include_str!("sql/mysql/value_read.sql"),
     durability: include_str!("sql/mysql/durability.sql"),
+};
+
+/// PostgreSQL 14+.
+pub(crate) const POSTGRES: Dialect = Dialect {
+    create_table: include_str!("sql/postgres/create_table.sql"),
+    admit: include_str!("sql/postgres/admit.sql"),
+    highest: include_str!("sql/postgres/highest.sql"),
+    create_values: include_str!("sql/postgres/create_values.sql"),
+    value_set: include_str!("sql/postgres/value_set.sql"),
+    value_keep_expiry: include_str!("sql/postgres/value_keep_expiry.sql"),
+    value_delete: include_str!("sql/postgres/value_delete.sql"),
+    value_read: include_str!("sql/postgres/value_read.sql"),
+    durability: include_str!("sql/postgres/durability.sql"),
 };
 
 /// `template` with each `{name}` replaced by its identifier, trailing

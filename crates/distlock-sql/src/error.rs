@@ -4,9 +4,11 @@
 //! No message ever carries a password: endpoints are rebuilt from host, port
 //! and database only.
 
+use crate::db::{SqlDatabase, Steps};
 use distlock_core::LockError;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError};
-use sqlx::{ConnectOptions, Connection};
+use sqlx::postgres::PgDatabaseError;
+use sqlx::{ConnectOptions, Connection, MySql};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -15,10 +17,34 @@ pub(crate) const BACKEND: &str = "mysql";
 
 /// The endpoint named when a statement on the caller's own connection fails:
 /// the crate never sees that connection's URL.
-const CALLER_CONNECTION: &str = "the caller's connection";
+pub(crate) const CALLER_CONNECTION: &str = "the caller's connection";
 
 /// How long [`connect`] waits for the server.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// PostgreSQL SQLSTATEs this crate acts on.
+mod sqlstate {
+    /// Wrong password.
+    pub const INVALID_PASSWORD: &str = "28P01";
+    /// No such role, or pg_hba refused.
+    pub const INVALID_AUTHORIZATION: &str = "28000";
+    /// No such database.
+    pub const INVALID_CATALOG: &str = "3D000";
+    /// Deadlock detected; the transaction was rolled back.
+    pub const DEADLOCK: &str = "40P01";
+    /// Serialization failure; run the transaction again.
+    pub const SERIALIZATION: &str = "40001";
+    /// `lock_timeout` reached.
+    pub const LOCK_NOT_AVAILABLE: &str = "55P03";
+}
+
+/// What a server error means to this crate, on either database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Meaning {
+    LoginRefused,
+    BadDatabase,
+    Contention,
+}
 
 /// Server error numbers this crate acts on.
 mod code {
@@ -38,8 +64,9 @@ mod code {
 /// statements or `commit`, too) into a [`LockError`], as [`crate::SqlFence`]
 /// does for its own.
 ///
-/// I/O failures become [`LockError::Unavailable`]; a deadlock (1213) or a lock
-/// wait timeout (1205) becomes a transient [`LockError::Backend`] for which
+/// I/O failures become [`LockError::Unavailable`]; a deadlock (MySQL 1213,
+/// PostgreSQL 40P01), a lock wait timeout (1205, 55P03) or a serialization
+/// failure (40001) becomes a transient [`LockError::Backend`] for which
 /// [`is_contention`] is true: roll back and retry the whole transaction.
 ///
 /// ```no_run
@@ -52,19 +79,28 @@ mod code {
 /// # Ok(()) }
 /// ```
 pub fn map_error(error: sqlx::Error) -> LockError {
-    map_error_at(error, CALLER_CONNECTION)
+    let backend = match &error {
+        sqlx::Error::Database(e) if e.try_downcast_ref::<PgDatabaseError>().is_some() => "postgres",
+        _ => BACKEND,
+    };
+    map_error_at(error, CALLER_CONNECTION, backend)
 }
 
-/// [`map_error`] naming `endpoint` (never with credentials).
-pub(crate) fn map_error_at(error: sqlx::Error, endpoint: &str) -> LockError {
-    let config = |reason: String| LockError::config(BACKEND, reason);
-    match server_code(&error) {
-        Some(code::ACCESS_DENIED) => {
+/// [`map_error`] for a statement on a connection to `DB`.
+pub(crate) fn map_error_of<DB: SqlDatabase>(error: sqlx::Error) -> LockError {
+    map_error_at(error, CALLER_CONNECTION, DB::BACKEND)
+}
+
+/// [`map_error`] naming `endpoint` (never with credentials) and `backend`.
+pub(crate) fn map_error_at(error: sqlx::Error, endpoint: &str, backend: &'static str) -> LockError {
+    let config = |reason: String| LockError::config(backend, reason);
+    match meaning(&error) {
+        Some(Meaning::LoginRefused) => {
             return config(format!(
                 "the server at {endpoint} refused the login ({error}); check the user and password"
             ));
         }
-        Some(code::DB_ACCESS_DENIED | code::BAD_DB) => {
+        Some(Meaning::BadDatabase) => {
             return config(format!(
                 "cannot use the database at {endpoint} ({error}); check the database name and \
                  the user's grants"
@@ -79,11 +115,11 @@ pub(crate) fn map_error_at(error: sqlx::Error, endpoint: &str) -> LockError {
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed) => LockError::Unavailable {
-            backend: BACKEND,
+            backend,
             endpoint: endpoint.to_owned(),
             source: Box::new(e),
         },
-        other => LockError::backend(BACKEND, other),
+        other => LockError::backend(backend, other),
     }
 }
 
@@ -104,16 +140,30 @@ pub fn is_contention(error: &LockError) -> bool {
     };
     source
         .downcast_ref::<sqlx::Error>()
-        .and_then(server_code)
-        .is_some_and(|code| matches!(code, code::DEADLOCK | code::LOCK_WAIT_TIMEOUT))
+        .and_then(meaning)
+        .is_some_and(|meaning| meaning == Meaning::Contention)
 }
 
-/// The server's error number, for errors the server sent.
-fn server_code(error: &sqlx::Error) -> Option<u16> {
-    match error {
-        sqlx::Error::Database(e) => e
-            .try_downcast_ref::<MySqlDatabaseError>()
-            .map(MySqlDatabaseError::number),
+/// What the server's error means, for errors the server sent.
+fn meaning(error: &sqlx::Error) -> Option<Meaning> {
+    let sqlx::Error::Database(e) = error else {
+        return None;
+    };
+    if let Some(e) = e.try_downcast_ref::<MySqlDatabaseError>() {
+        return match e.number() {
+            code::ACCESS_DENIED => Some(Meaning::LoginRefused),
+            code::DB_ACCESS_DENIED | code::BAD_DB => Some(Meaning::BadDatabase),
+            code::DEADLOCK | code::LOCK_WAIT_TIMEOUT => Some(Meaning::Contention),
+            _ => None,
+        };
+    }
+    let e = e.try_downcast_ref::<PgDatabaseError>()?;
+    match e.code() {
+        sqlstate::INVALID_PASSWORD | sqlstate::INVALID_AUTHORIZATION => Some(Meaning::LoginRefused),
+        sqlstate::INVALID_CATALOG => Some(Meaning::BadDatabase),
+        sqlstate::DEADLOCK | sqlstate::SERIALIZATION | sqlstate::LOCK_NOT_AVAILABLE => {
+            Some(Meaning::Contention)
+        }
         _ => None,
     }
 }
@@ -137,27 +187,14 @@ pub async fn connect(url: &str) -> Result<MySqlConnection, LockError> {
     let options = MySqlConnectOptions::from_str(url)
         .map_err(|e| LockError::config(BACKEND, format!("the URL does not parse: {e}")))?;
     let options = options.disable_statement_logging();
-    let endpoint = endpoint(&options);
+    let endpoint = MySql::endpoint(&options);
     match tokio::time::timeout(CONNECT_TIMEOUT, MySqlConnection::connect_with(&options)).await {
-        Ok(connected) => connected.map_err(|e| map_error_at(e, &endpoint)),
+        Ok(connected) => connected.map_err(|e| map_error_at(e, &endpoint, BACKEND)),
         Err(_) => Err(LockError::Unavailable {
             backend: BACKEND,
             endpoint,
             source: format!("no connection within {CONNECT_TIMEOUT:?}").into(),
         }),
-    }
-}
-
-/// The server address, without credentials, for messages.
-pub(crate) fn endpoint(options: &MySqlConnectOptions) -> String {
-    if let Some(socket) = options.get_socket() {
-        return format!("mysql://{}", socket.display());
-    }
-    let (host, port) = (options.get_host(), options.get_port());
-    let database = options.get_database().unwrap_or("");
-    match host.contains(':') {
-        true => format!("mysql://[{host}]:{port}/{database}"),
-        false => format!("mysql://{host}:{port}/{database}"),
     }
 }
 
@@ -179,7 +216,7 @@ mod tests {
     fn endpoints_carry_no_credentials() {
         let options =
             MySqlConnectOptions::from_str("mysql://u:hunter2@db.example:3307/app").unwrap();
-        assert_eq!(endpoint(&options), "mysql://db.example:3307/app");
+        assert_eq!(MySql::endpoint(&options), "mysql://db.example:3307/app");
         assert!(!is_contention(&LockError::config(BACKEND, "x")));
     }
 }

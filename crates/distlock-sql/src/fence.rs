@@ -1,13 +1,13 @@
 //! [`SqlFence`]: the fence table and the check-and-record step that runs
 //! inside the caller's transaction.
 
-use crate::dialect::{MYSQL, render};
-use crate::error::{BACKEND, map_error};
+use crate::db::{Admitted, Binds, FenceConnection, SqlDatabase, Steps};
+use crate::dialect::{Dialect, MYSQL, POSTGRES, render};
+use crate::error::map_error_of;
 use crate::ident::Ident;
 use distlock_core::fence::{invalid_write, stale, validate_resource};
 use distlock_core::{FencingToken, LockError};
-use sqlx::mysql::MySqlConnection;
-use sqlx::{AssertSqlSafe, Connection};
+use sqlx::Connection;
 use std::sync::Arc;
 
 /// Fencing tokens checked inside your own sqlx transaction.
@@ -31,12 +31,33 @@ use std::sync::Arc;
 /// tx.commit().await?;
 /// # Ok(()) }
 /// ```
+///
+/// The same fence works on MySQL/MariaDB and on PostgreSQL: the connection's
+/// type picks the SQL (see the crate docs for both tables).
 #[derive(Debug, Clone)]
 pub struct SqlFence {
     table: Ident,
+    mysql: Statements,
+    postgres: Statements,
+}
+
+/// One dialect's statements, rendered for the table.
+#[derive(Debug, Clone)]
+struct Statements {
     create_table: Arc<str>,
     admit: Arc<str>,
     highest: Arc<str>,
+}
+
+impl Statements {
+    fn new(dialect: &Dialect, table: &Ident) -> Self {
+        let idents = [("table", table)];
+        Statements {
+            create_table: render(dialect.create_table, &idents),
+            admit: render(dialect.admit, &idents),
+            highest: render(dialect.highest, &idents),
+        }
+    }
 }
 
 impl Default for SqlFence {
@@ -74,12 +95,17 @@ impl SqlFence {
     }
 
     fn on(table: Ident) -> Self {
-        let idents = [("table", &table)];
         SqlFence {
-            create_table: render(MYSQL.create_table, &idents),
-            admit: render(MYSQL.admit, &idents),
-            highest: render(MYSQL.highest, &idents),
+            mysql: Statements::new(&MYSQL, &table),
+            postgres: Statements::new(&POSTGRES, &table),
             table,
+        }
+    }
+
+    fn sql<DB: SqlDatabase>(&self) -> &Statements {
+        match DB::BACKEND {
+            "postgres" => &self.postgres,
+            _ => &self.mysql,
         }
     }
 
@@ -92,7 +118,7 @@ impl SqlFence {
     /// as it is, whatever its layout).
     ///
     /// `CREATE TABLE` commits any open transaction on MySQL and MariaDB, so
-    /// this refuses (with [`LockError::InvalidWrite`], before any I/O) a
+    /// this refuses (on every database, for one rule everywhere) (with [`LockError::InvalidWrite`], before any I/O) a
     /// connection on which sqlx has a transaction open. Run it at setup.
     ///
     /// ```no_run
@@ -100,7 +126,11 @@ impl SqlFence {
     /// distlock_sql::SqlFence::new().create_table(&mut conn).await?;
     /// # Ok(()) }
     /// ```
-    pub async fn create_table(&self, conn: &mut MySqlConnection) -> Result<(), LockError> {
+    pub async fn create_table<C: FenceConnection + ?Sized>(
+        &self,
+        conn: &mut C,
+    ) -> Result<(), LockError> {
+        let conn = conn.connection();
         if conn.is_in_transaction() {
             return Err(invalid_write(format!(
                 "create_table on `{}` would commit the open transaction (CREATE TABLE commits \
@@ -108,11 +138,11 @@ impl SqlFence {
                 self.table()
             )));
         }
-        sqlx::query(AssertSqlSafe(self.create_table.clone()))
-            .execute(conn)
-            .await
-            .map_err(map_error)?;
-        Ok(())
+        let sql = self.sql::<C::Database>().create_table.clone();
+        match C::Database::execute(conn, sql, Binds::Nothing).await {
+            Err(e) if !C::Database::lost_creation_race(&e) => Err(map_error_of::<C::Database>(e)),
+            _ => Ok(()),
+        }
     }
 
     /// Admits `token` for `resource` inside the caller's transaction: `Ok` if
@@ -168,13 +198,14 @@ impl SqlFence {
     /// tx.commit().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn admit(
+    pub async fn admit<C: FenceConnection + ?Sized>(
         &self,
-        conn: &mut MySqlConnection,
+        conn: &mut C,
         resource: &str,
         token: FencingToken,
     ) -> Result<(), LockError> {
         validate_resource(resource)?;
+        let conn = conn.connection();
         if !conn.is_in_transaction() {
             return Err(invalid_write(format!(
                 "admit on `{resource}` needs an open transaction (conn.begin() or pool.begin(), \
@@ -183,25 +214,18 @@ impl SqlFence {
             )));
         }
         let raw = token.get();
-        let result = sqlx::query(AssertSqlSafe(self.admit.clone()))
-            .bind(resource.as_bytes())
-            .bind(raw)
-            .bind(raw)
-            .bind(raw)
-            .execute(conn)
+        let sql = self.sql::<C::Database>().admit.clone();
+        let admitted = C::Database::admit(conn, sql, resource.as_bytes(), raw)
             .await
-            .map_err(map_error)?;
-        // The statement reports a refusal through the insert id: the stored
-        // highest token (never 0, as it exceeds the token). No insert id means
-        // the row was inserted or the token recorded.
-        match result.last_insert_id() {
-            0 => Ok(()),
-            highest if highest > raw => Err(stale(resource, token, FencingToken::new(highest))),
-            other => Err(LockError::backend(
-                BACKEND,
+            .map_err(map_error_of::<C::Database>)?;
+        match admitted {
+            Admitted::Yes => Ok(()),
+            Admitted::Stale(highest) => Err(stale(resource, token, FencingToken::new(highest))),
+            Admitted::Odd(other) => Err(LockError::backend(
+                C::Database::BACKEND,
                 format!(
                     "the fence statement on `{}` reported {other} for token {raw}; is another \
-                     program writing the table, or does it have an AUTO_INCREMENT column?",
+                     program writing the table (or, on PostgreSQL, is the token above 2^63)?",
                     self.table()
                 ),
             )),
@@ -221,17 +245,16 @@ impl SqlFence {
     /// println!("highest admitted token: {highest:?}");
     /// # Ok(()) }
     /// ```
-    pub async fn highest(
+    pub async fn highest<C: FenceConnection + ?Sized>(
         &self,
-        conn: &mut MySqlConnection,
+        conn: &mut C,
         resource: &str,
     ) -> Result<Option<FencingToken>, LockError> {
         validate_resource(resource)?;
-        let highest: Option<u64> = sqlx::query_scalar(AssertSqlSafe(self.highest.clone()))
-            .bind(resource.as_bytes())
-            .fetch_optional(conn)
+        let sql = self.sql::<C::Database>().highest.clone();
+        let highest = C::Database::read_token(conn.connection(), sql, resource.as_bytes())
             .await
-            .map_err(map_error)?;
+            .map_err(map_error_of::<C::Database>)?;
         Ok(highest.map(FencingToken::new))
     }
 }

@@ -1,5 +1,5 @@
-//! Fencing-token checks inside your own sqlx transaction (MySQL and MariaDB,
-//! InnoDB).
+//! Fencing-token checks inside your own sqlx transaction (MySQL and MariaDB
+//! with InnoDB, and PostgreSQL).
 //!
 //! A lock alone cannot stop a holder that paused past its lease from writing;
 //! the store it writes to can, if it refuses writes whose fencing token is
@@ -65,6 +65,14 @@
 //! ) ENGINE=InnoDB
 //! ```
 //!
+//! On PostgreSQL (a `PgConnection`, or `SqlStore<sqlx::Postgres>`) the table is
+//! `resource BYTEA PRIMARY KEY, highest BIGINT NOT NULL` and `admit` is
+//! `INSERT … ON CONFLICT (resource) DO UPDATE SET highest = GREATEST(…)
+//! RETURNING highest`, which locks the row until the transaction ends and
+//! returns the stored highest (above the token: stale). The rest of this page
+//! is the same on both, with PostgreSQL's deadlock (40P01), serialization
+//! failure (40001) and lock timeout (55P03) as contention.
+//!
 //! `resource` holds the resource name's UTF-8 bytes (1 to 512, checked with
 //! [`distlock_core::fence::validate_resource`]); a binary column compares
 //! bytes, and 512 bytes fit every InnoDB row format's index limit (a
@@ -124,6 +132,7 @@
 //! of your own statements the same way.
 #![deny(missing_docs)]
 
+mod db;
 mod dialect;
 mod error;
 mod fence;
@@ -131,6 +140,7 @@ mod ident;
 mod row;
 mod store;
 
+pub use db::{FenceConnection, SqlDatabase};
 pub use error::{CONNECT_TIMEOUT, connect, is_contention, map_error};
 pub use fence::SqlFence;
 pub use row::FencedRow;

@@ -1,7 +1,7 @@
 //! [`FencedRow`]: one fenced `UPDATE` on a table that carries its own fence
 //! column, for writes that touch a single row.
 
-use crate::dialect::{MYSQL, render};
+use crate::dialect::render;
 use crate::error::{BACKEND, map_error};
 use crate::ident::Ident;
 use distlock_core::fence::{invalid_write, stale};
@@ -12,7 +12,14 @@ use sqlx::{Arguments, AssertSqlSafe, Encode, Execute, MySql, Type};
 use std::fmt::Debug;
 use std::sync::Arc;
 
-/// A single-row fenced `UPDATE` for tables that keep the fencing token next to
+/// The fenced single-row `UPDATE`, split at `{assignments}`. Binds: the
+/// caller's, then token, key, token. `{table}`, `{key}`, `{fence}`.
+const ROW_UPDATE: &str = include_str!("sql/mysql/row_update.sql");
+/// The row's fence column, read with a lock so it is the latest committed
+/// value even inside a REPEATABLE READ transaction. Binds: key.
+const ROW_FENCE: &str = include_str!("sql/mysql/row_fence.sql");
+
+/// MySQL and MariaDB: a single-row fenced `UPDATE` for tables that keep the fencing token next to
 /// the data, in a column of their own (`BIGINT UNSIGNED NOT NULL`, starting at
 /// 0). The token check and the write are one statement, so no transaction is
 /// needed:
@@ -67,12 +74,12 @@ impl FencedRow {
             ("key", &key_column),
             ("fence", &fence_column),
         ];
-        let update = render(MYSQL.row_update, &idents);
+        let update = render(ROW_UPDATE, &idents);
         let (head, tail) = update.split_once("{assignments}").unwrap_or(("", &update));
         Ok(FencedRow {
             update_head: head.into(),
             update_tail: tail.into(),
-            read_fence: render(MYSQL.row_fence, &idents),
+            read_fence: render(ROW_FENCE, &idents),
             table,
             key_column,
             fence_column,

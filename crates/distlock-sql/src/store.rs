@@ -1,17 +1,18 @@
-//! [`SqlStore`]: a fenced value table, the [`Fence`] trait on MySQL for data
-//! that has no table of its own, and one fenced statement for data that does.
+//! [`SqlStore`]: a fenced value table, the [`Fence`] trait on MySQL or
+//! PostgreSQL for data that has no table of its own, and one fenced statement
+//! for data that does.
 
-use crate::dialect::{MYSQL, render};
-use crate::error::{BACKEND, endpoint, is_contention, map_error_at};
+use crate::db::{Binds, SqlDatabase};
+use crate::dialect::render;
+use crate::error::{is_contention, map_error_at};
 use crate::fence::SqlFence;
 use crate::ident::Ident;
 use async_trait::async_trait;
 use distlock_core::fence::{add_outcome, invalid_write, validate_resource};
 use distlock_core::toolkit::Timeouts;
 use distlock_core::{Fence, FencedWrite, FencingToken, LockError, WriteOutcome};
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
-use sqlx::pool::PoolConnection;
-use sqlx::{AssertSqlSafe, ConnectOptions, Connection, MySql, Row};
+use sqlx::pool::{PoolConnection, PoolOptions};
+use sqlx::{ConnectOptions, Connection, MySql, Pool};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,14 +21,15 @@ use std::time::Duration;
 /// this many times in all.
 const ATTEMPTS: usize = 5;
 
-/// A fenced key-value table on MySQL or MariaDB: every [`Fence::write`] is one
+/// A fenced key-value table on MySQL, MariaDB ([`MySql`], the default) or
+/// PostgreSQL ([`sqlx::Postgres`]): every [`Fence::write`] is one
 /// transaction that admits the token with [`SqlFence::admit`] and then writes
 /// the value, so it commits only if the token was admitted.
 /// [`SqlStore::execute`] runs one statement of your own the same way.
 ///
 /// Values live in `distlock_fenced_values` (resource `VARBINARY(512)` primary
 /// key, value `MEDIUMBLOB`, `expires_at TIMESTAMP(6)` judged by the database
-/// clock), tokens in [`SqlFence`]'s `distlock_fences`; both are created if
+/// clock; on PostgreSQL `BYTEA`, `BYTEA`, `TIMESTAMPTZ`), tokens in [`SqlFence`]'s `distlock_fences`; both are created if
 /// missing. Hash writes are refused: use Redis, or your own table with
 /// [`SqlFence`].
 ///
@@ -45,20 +47,20 @@ const ATTEMPTS: usize = 5;
 /// store.execute("stock/sku-42", FencingToken::new(7), "UPDATE orders SET state = 'paid' WHERE id = 9").await?;
 /// # Ok(()) }
 /// ```
-pub struct SqlStore {
-    pool: MySqlPool,
+pub struct SqlStore<DB: SqlDatabase = MySql> {
+    pool: Pool<DB>,
     fence: SqlFence,
     timeouts: Timeouts,
     endpoint: String,
     sql: Statements,
 }
 
-impl std::fmt::Debug for SqlStore {
+impl<DB: SqlDatabase> std::fmt::Debug for SqlStore<DB> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqlStore")
             .field("endpoint", &self.endpoint)
             .field("fences", &self.fence.table())
-            .field("values", &SqlStore::VALUES_TABLE)
+            .field("values", &VALUES_TABLE)
             .field("timeouts", &self.timeouts)
             .finish()
     }
@@ -84,49 +86,74 @@ struct Statements {
     read: Arc<str>,
 }
 
-impl SqlStore {
-    /// The value table.
-    pub const VALUES_TABLE: &'static str = "distlock_fenced_values";
+/// The value table.
+const VALUES_TABLE: &str = "distlock_fenced_values";
 
-    /// Connects a pool to the server in `options`, waiting at most
-    /// `timeouts.connect`, and creates both tables if missing. Every later call
-    /// waits at most `timeouts.reply` for the server.
+impl SqlStore<MySql> {
+    /// [`SqlStore::connect_to`] a MySQL or MariaDB server.
     pub async fn connect(
-        options: MySqlConnectOptions,
+        options: sqlx::mysql::MySqlConnectOptions,
         timeouts: Timeouts,
     ) -> Result<Self, LockError> {
-        timeouts.validate(BACKEND)?;
-        let endpoint = endpoint(&options);
-        let pool = MySqlPoolOptions::new()
+        Self::connect_to(options, timeouts).await
+    }
+}
+
+impl<DB: SqlDatabase> SqlStore<DB> {
+    /// The value table.
+    pub const VALUES_TABLE: &'static str = VALUES_TABLE;
+
+    /// Connects a pool to the server in `options` (`MySqlConnectOptions` for
+    /// `SqlStore<MySql>`, `PgConnectOptions` for `SqlStore<Postgres>`), waiting
+    /// at most `timeouts.connect`, and creates both tables if missing. Every
+    /// later call waits at most `timeouts.reply` for the server.
+    ///
+    /// ```no_run
+    /// # async fn run(options: sqlx::postgres::PgConnectOptions) -> Result<(), distlock_core::LockError> {
+    /// use distlock_core::toolkit::Timeouts;
+    /// use std::time::Duration;
+    /// let timeouts = Timeouts::new(Duration::from_secs(5), Duration::from_secs(5));
+    /// let store = distlock_sql::SqlStore::<sqlx::Postgres>::connect_to(options, timeouts).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_to(
+        options: <DB::Connection as Connection>::Options,
+        timeouts: Timeouts,
+    ) -> Result<Self, LockError> {
+        timeouts.validate(DB::BACKEND)?;
+        let endpoint = DB::endpoint(&options);
+        let pool = PoolOptions::<DB>::new()
             .max_connections(10)
             .acquire_timeout(timeouts.connect)
             .connect_with(options.disable_statement_logging());
-        let pool = within(timeouts.connect, &endpoint, async {
-            pool.await.map_err(|e| map_error_at(e, &endpoint))
+        let pool = within(DB::BACKEND, timeouts.connect, &endpoint, async {
+            pool.await
+                .map_err(|e| map_error_at(e, &endpoint, DB::BACKEND))
         })
         .await?;
-        let values = Ident::known(Self::VALUES_TABLE);
+        let values = Ident::known(VALUES_TABLE);
         let statement = |template| render(template, &[("values", &values)]);
+        let dialect = DB::dialect();
         let store = SqlStore {
             fence: SqlFence::new(),
             sql: Statements {
-                set: statement(MYSQL.value_set),
-                keep_expiry: statement(MYSQL.value_keep_expiry),
-                delete: statement(MYSQL.value_delete),
-                read: statement(MYSQL.value_read),
+                set: statement(dialect.value_set),
+                keep_expiry: statement(dialect.value_keep_expiry),
+                delete: statement(dialect.value_delete),
+                read: statement(dialect.value_read),
             },
             pool,
             timeouts,
             endpoint,
         };
-        let create_values = sqlx::query(AssertSqlSafe(statement(MYSQL.create_values)));
-        within(store.budget(), &store.endpoint, async {
+        let create_values = statement(dialect.create_values);
+        within(DB::BACKEND, store.budget(), &store.endpoint, async {
             let mut conn = store.conn().await?;
             store.fence.create_table(&mut conn).await?;
-            create_values
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| store.error(e))
+            match DB::execute(&mut conn, create_values, Binds::Nothing).await {
+                Err(e) if !DB::lost_creation_race(&e) => Err(store.error(e)),
+                _ => Ok(()),
+            }
         })
         .await?;
         Ok(store)
@@ -155,7 +182,10 @@ impl SqlStore {
             .await?
         {
             Done::Rows(rows) => Ok(rows),
-            Done::Write(_) => Err(LockError::backend(BACKEND, "a statement ran as a write")),
+            Done::Write(_) => Err(LockError::backend(
+                DB::BACKEND,
+                "a statement ran as a write",
+            )),
         }
     }
 
@@ -171,7 +201,7 @@ impl SqlStore {
         let mut attempt = 1;
         loop {
             let once = self.transaction_once(resource, token, &work);
-            match within(self.budget(), &self.endpoint, once).await {
+            match within(DB::BACKEND, self.budget(), &self.endpoint, once).await {
                 Err(e) if is_contention(&e) && attempt < ATTEMPTS => attempt += 1,
                 other => return other,
             }
@@ -190,11 +220,11 @@ impl SqlStore {
         let done = match work {
             Work::Write(write) => Done::Write(self.apply(&mut tx, resource, write).await?),
             Work::Statement(statement) => {
-                let done = sqlx::raw_sql(AssertSqlSafe(statement.to_string()))
-                    .execute(&mut *tx)
+                let statement: Arc<str> = Arc::from(*statement);
+                let rows = DB::execute(&mut tx, statement, Binds::Nothing)
                     .await
                     .map_err(|e| self.error(e))?;
-                Done::Rows(done.rows_affected())
+                Done::Rows(rows)
             }
         };
         tx.commit().await.map_err(|e| self.error(e))?;
@@ -206,28 +236,29 @@ impl SqlStore {
         self.timeouts.connect + self.timeouts.reply
     }
 
-    async fn conn(&self) -> Result<PoolConnection<MySql>, LockError> {
+    async fn conn(&self) -> Result<PoolConnection<DB>, LockError> {
         self.pool.acquire().await.map_err(|e| self.error(e))
     }
 
     fn error(&self, error: sqlx::Error) -> LockError {
-        map_error_at(error, &self.endpoint)
+        map_error_at(error, &self.endpoint, DB::BACKEND)
     }
 
     async fn read_value(
         &self,
-        conn: &mut MySqlConnection,
+        conn: &mut DB::Connection,
         resource: &str,
     ) -> Result<Option<String>, LockError> {
-        let value: Option<Vec<u8>> = sqlx::query_scalar(AssertSqlSafe(self.sql.read.clone()))
-            .bind(resource.as_bytes())
-            .fetch_optional(conn)
+        let value = DB::read_bytes(conn, self.sql.read.clone(), resource.as_bytes())
             .await
             .map_err(|e| self.error(e))?;
         value
             .map(|bytes| {
                 String::from_utf8(bytes).map_err(|_| {
-                    LockError::backend(BACKEND, format!("the value of `{resource}` is not UTF-8"))
+                    LockError::backend(
+                        DB::BACKEND,
+                        format!("the value of `{resource}` is not UTF-8"),
+                    )
                 })
             })
             .transpose()
@@ -239,21 +270,18 @@ impl SqlStore {
     /// takes no gap lock that two first writers could deadlock on.
     async fn apply(
         &self,
-        tx: &mut MySqlConnection,
+        tx: &mut DB::Connection,
         resource: &str,
         write: &FencedWrite,
     ) -> Result<WriteOutcome, LockError> {
-        let statement = |sql: &Arc<str>| sqlx::query(AssertSqlSafe(sql.clone()));
-        let query = match write {
+        let key = resource.as_bytes();
+        let (sql, binds) = match write {
             FencedWrite::Set { value, expire } => {
-                let micros = expire.map(|e| u64::try_from(e.as_micros()).unwrap_or(u64::MAX));
-                statement(&self.sql.set)
-                    .bind(resource.as_bytes())
-                    .bind(value.as_bytes())
-                    .bind(micros)
-                    .bind(micros)
+                let micros = expire.map(|e| i64::try_from(e.as_micros()).unwrap_or(i64::MAX));
+                let binds = Binds::ValueExpiring(key, value.as_bytes(), micros);
+                (&self.sql.set, binds)
             }
-            FencedWrite::Delete => statement(&self.sql.delete).bind(resource.as_bytes()),
+            FencedWrite::Delete => (&self.sql.delete, Binds::Resource(key)),
             FencedWrite::Add { delta, floor } => {
                 let current = match self.read_value(tx, resource).await? {
                     None => 0,
@@ -265,10 +293,9 @@ impl SqlStore {
                 };
                 let outcome = add_outcome(resource, current, *delta, *floor)?;
                 if let WriteOutcome::Counter(next) = outcome {
-                    statement(&self.sql.keep_expiry)
-                        .bind(resource.as_bytes())
-                        .bind(next.to_string().into_bytes())
-                        .execute(tx)
+                    let text = next.to_string();
+                    let binds = Binds::Value(key, text.as_bytes());
+                    DB::execute(tx, self.sql.keep_expiry.clone(), binds)
                         .await
                         .map_err(|e| self.error(e))?;
                 }
@@ -283,13 +310,15 @@ impl SqlStore {
             }
             _ => return Err(invalid_write("this store does not know that write".into())),
         };
-        query.execute(tx).await.map_err(|e| self.error(e))?;
+        DB::execute(tx, sql.clone(), binds)
+            .await
+            .map_err(|e| self.error(e))?;
         Ok(WriteOutcome::Written)
     }
 }
 
 #[async_trait]
-impl Fence for SqlStore {
+impl<DB: SqlDatabase> Fence for SqlStore<DB> {
     async fn write(
         &self,
         resource: &str,
@@ -303,13 +332,16 @@ impl Fence for SqlStore {
             .await?
         {
             Done::Write(outcome) => Ok(outcome),
-            Done::Rows(_) => Err(LockError::backend(BACKEND, "a write ran as a statement")),
+            Done::Rows(_) => Err(LockError::backend(
+                DB::BACKEND,
+                "a write ran as a statement",
+            )),
         }
     }
 
     async fn read(&self, resource: &str) -> Result<Option<String>, LockError> {
         validate_resource(resource)?;
-        within(self.budget(), &self.endpoint, async {
+        within(DB::BACKEND, self.budget(), &self.endpoint, async {
             self.read_value(&mut *self.conn().await?, resource).await
         })
         .await
@@ -317,44 +349,30 @@ impl Fence for SqlStore {
 
     async fn highest(&self, resource: &str) -> Result<Option<FencingToken>, LockError> {
         validate_resource(resource)?;
-        within(self.budget(), &self.endpoint, async {
-            self.fence.highest(&mut *self.conn().await?, resource).await
+        within(DB::BACKEND, self.budget(), &self.endpoint, async {
+            self.fence.highest(&mut self.conn().await?, resource).await
         })
         .await
     }
 
     async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
-        let row = within(self.budget(), &self.endpoint, async {
-            sqlx::query(MYSQL.durability)
-                .fetch_one(&mut *self.conn().await?)
+        let warnings = within(DB::BACKEND, self.budget(), &self.endpoint, async {
+            DB::durability(&mut *self.conn().await?)
                 .await
                 .map_err(|e| self.error(e))
         })
         .await?;
-        let setting = |index| row.try_get::<i64, _>(index).map_err(|e| self.error(e));
-        let (flush, read_only) = (setting(0)?, setting(1)?);
-        let mut warnings = Vec::new();
-        if flush != 1 {
-            warnings.push(format!(
-                "{}: innodb_flush_log_at_trx_commit is {flush}: a server crash can lose the last \
-                 second of commits, fence records included, and then admit a stale holder's \
-                 write; set it to 1 where fenced data lives",
-                self.endpoint
-            ));
-        }
-        if read_only != 0 {
-            warnings.push(format!(
-                "{} is read-only (a replica?): fenced writes must go to the primary",
-                self.endpoint
-            ));
-        }
-        Ok(warnings)
+        Ok(warnings
+            .into_iter()
+            .map(|warning| format!("{}: {warning}", self.endpoint))
+            .collect())
     }
 }
 
 /// `work`, or [`LockError::Unavailable`] if the server has not answered
 /// within `budget`.
 async fn within<T>(
+    backend: &'static str,
     budget: Duration,
     endpoint: &str,
     work: impl Future<Output = Result<T, LockError>>,
@@ -363,7 +381,7 @@ async fn within<T>(
         .await
         .unwrap_or_else(|_| {
             Err(LockError::Unavailable {
-                backend: BACKEND,
+                backend,
                 endpoint: endpoint.to_owned(),
                 source: format!("no answer within {budget:?}").into(),
             })

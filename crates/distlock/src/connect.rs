@@ -18,8 +18,9 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 /// | `etcd://h1,h2/namespace`, `etcds://` (TLS) | etcd | `etcd` |
 /// | `zk://h1,h2/chroot`, `zookeeper://` (`?tls=true&ca=…`: TLS) | ZooKeeper | `zookeeper` |
 /// | `mysql://user:pass@host/db?strategy=…`, `mariadb://` (`ssl-mode`, `ssl-ca`: TLS) | MySQL 8 / MariaDB 10.6+ | `mysql` |
+/// | `postgres://user:pass@host/db?strategy=…`, `postgresql://` (`sslmode`, `sslrootcert`: TLS) | PostgreSQL 14+ | `postgres` |
 ///
-/// TLS to etcd, ZooKeeper and MySQL also needs the `tls` feature (`rediss://`
+/// TLS to etcd, ZooKeeper, MySQL and PostgreSQL also needs the `tls` feature (`rediss://`
 /// and `redlocks://` need only `redis` or `redlock`); without it such a URL is a
 /// [`LockError::Config`] naming the feature.
 ///
@@ -97,6 +98,12 @@ async fn connect_kind(kind: BackendKind, url: &str) -> Result<DynLock, LockError
         #[cfg(feature = "mysql")]
         BackendKind::MySql => Ok(Arc::new(
             distlock_mysql::MySqlConfig::from_url(url)?
+                .connect()
+                .await?,
+        )),
+        #[cfg(feature = "postgres")]
+        BackendKind::Postgres => Ok(Arc::new(
+            distlock_postgres::PostgresConfig::from_url(url)?
                 .connect()
                 .await?,
         )),
@@ -191,10 +198,12 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_scheme_lists_the_known_ones() {
-        let reason = config_reason(connect("postgres://db/x").await);
-        assert!(reason.contains("unknown scheme `postgres://`"), "{reason}");
+        let reason = config_reason(connect("cockroach://db/x").await);
+        assert!(reason.contains("unknown scheme `cockroach://`"), "{reason}");
         assert!(
-            reason.contains("redlock://") && reason.contains("zk://"),
+            reason.contains("redlock://")
+                && reason.contains("zk://")
+                && reason.contains("postgres://"),
             "{reason}"
         );
         let reason = config_reason(connect("localhost:6379").await);

@@ -29,17 +29,20 @@ pub enum BackendKind {
     ZooKeeper,
     /// MySQL 8 or MariaDB 10.6+: `mysql://`, `mariadb://`.
     MySql,
+    /// PostgreSQL 14+: `postgres://`, `postgresql://`.
+    Postgres,
 }
 
 impl BackendKind {
     /// Every backend, enabled in this build or not.
-    pub const ALL: [BackendKind; 6] = [
+    pub const ALL: [BackendKind; 7] = [
         BackendKind::Memory,
         BackendKind::Redis,
         BackendKind::Redlock,
         BackendKind::Etcd,
         BackendKind::ZooKeeper,
         BackendKind::MySql,
+        BackendKind::Postgres,
     ];
 
     /// The backend's short name, as its clients report it in
@@ -52,6 +55,7 @@ impl BackendKind {
             BackendKind::Etcd => "etcd",
             BackendKind::ZooKeeper => "zookeeper",
             BackendKind::MySql => "mysql",
+            BackendKind::Postgres => "postgres",
         }
     }
 
@@ -64,6 +68,7 @@ impl BackendKind {
             BackendKind::Etcd => &["etcd", "etcds"],
             BackendKind::ZooKeeper => &["zk", "zookeeper"],
             BackendKind::MySql => &["mysql", "mariadb"],
+            BackendKind::Postgres => &["postgres", "postgresql"],
         }
     }
 
@@ -77,6 +82,7 @@ impl BackendKind {
             BackendKind::Etcd => Some("etcd"),
             BackendKind::ZooKeeper => Some("zookeeper"),
             BackendKind::MySql => Some("mysql"),
+            BackendKind::Postgres => Some("postgres"),
         }
     }
 
@@ -89,6 +95,7 @@ impl BackendKind {
             BackendKind::Etcd => cfg!(feature = "etcd"),
             BackendKind::ZooKeeper => cfg!(feature = "zookeeper"),
             BackendKind::MySql => cfg!(feature = "mysql"),
+            BackendKind::Postgres => cfg!(feature = "postgres"),
         }
     }
 
@@ -101,6 +108,7 @@ impl BackendKind {
             BackendKind::Etcd => "etcd://H1:2379,H2:2379/NAMESPACE",
             BackendKind::ZooKeeper => "zk://H1:2181,H2:2181/CHROOT",
             BackendKind::MySql => "mysql://USER:PASSWORD@HOST:3306/DB?strategy=version_cas",
+            BackendKind::Postgres => "postgres://USER:PASSWORD@HOST:5432/DB?strategy=version_cas",
         }
     }
 
@@ -210,7 +218,7 @@ mod tests {
             let example_scheme = kind.example().split("://").next().unwrap_or_default();
             assert!(kind.schemes().contains(&example_scheme), "{kind}");
         }
-        assert_eq!(BackendKind::from_scheme("postgres"), None);
+        assert_eq!(BackendKind::from_scheme("cockroach"), None);
     }
 
     #[test]
@@ -219,7 +227,7 @@ mod tests {
             Err(LockError::Config { reason, .. }) => reason,
             other => panic!("expected a Config error, got {other:?}"),
         };
-        assert!(reason("Postgres://db").contains("unknown scheme `postgres://`"));
+        assert!(reason("Cockroach://db").contains("unknown scheme `cockroach://`"));
         let shown = reason("user:hunter2@h://x");
         assert!(
             shown.contains("unknown scheme;") && !shown.contains("hunter2"),

@@ -1,5 +1,5 @@
 //! Distributed locks with fencing tokens: one async API over Redis, Redlock, etcd,
-//! ZooKeeper and MySQL, plus an in-process backend for tests and demos.
+//! ZooKeeper, MySQL and PostgreSQL, plus an in-process backend for tests and demos.
 //!
 //! ```
 //! use distlock::{AcquireOptions, Fence, FencedWrite, LockKey, MemoryFence};
@@ -34,7 +34,8 @@
 //! | `etcd` | `etcd://h1,h2/namespace`, `etcds://` | `distlock::etcd` (`EtcdConfig`) |
 //! | `zookeeper` | `zk://h1,h2/chroot` | `distlock::zookeeper` (`ZkConfig`) |
 //! | `mysql` | `mysql://user:pass@host/db?strategy=version_cas` | `distlock::mysql` (`MySqlConfig`) |
-//! | `tls` | TLS for the backends enabled: `etcds://`, ZooKeeper's `tls=true`, MySQL's `ssl-mode`/`ssl-ca` (`rediss://` needs only `redis`) | |
+//! | `postgres` | `postgres://user:pass@host/db?strategy=advisory` | `distlock::postgres` (`PostgresConfig`) |
+//! | `tls` | TLS for the backends enabled: `etcds://`, ZooKeeper's `tls=true`, MySQL's `ssl-mode`/`ssl-ca`, PostgreSQL's `sslmode`/`sslrootcert` (`rediss://` needs only `redis`) | |
 //! | `metrics` | acquire, hold, lease and waiter metrics through the `metrics` crate, labelled by backend (see [Metrics](#metrics)) | |
 //! | `full` | all of the above | |
 //!
@@ -140,7 +141,11 @@ pub use distlock_zookeeper as zookeeper;
 #[cfg(feature = "mysql")]
 pub use distlock_mysql as mysql;
 
+/// The PostgreSQL adapter (feature `postgres`).
+#[cfg(feature = "postgres")]
+pub use distlock_postgres as postgres;
+
 /// `SqlFence`, fencing tokens checked inside your own sqlx transaction, and
-/// `SqlStore`, a fenced value table (feature `mysql`).
-#[cfg(feature = "mysql")]
+/// `SqlStore`, a fenced value table (feature `mysql` or `postgres`).
+#[cfg(any(feature = "mysql", feature = "postgres"))]
 pub use distlock_sql as sql;

@@ -1,6 +1,6 @@
 //! `connect_fence(url)`: the fenced store named by a URL, for applications
-//! (and `distlock fence`) that keep the protected data in Redis, MySQL or
-//! process memory.
+//! (and `distlock fence`) that keep the protected data in Redis, MySQL,
+//! PostgreSQL or process memory.
 
 use crate::connect::{memory_name, url_secrets};
 use crate::kind::BackendKind;
@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 /// | `memory://NAME` | a [`MemoryFence`] shared by every `connect_fence` of `NAME` in this process | always on |
 /// | `redis://`, `rediss://` | `RedisFence`: one Lua script per write | `redis` |
 /// | `mysql://`, `mariadb://` | `SqlStore`: a fenced value table, one transaction per write | `mysql` |
+/// | `postgres://`, `postgresql://` | `SqlStore` on PostgreSQL, the same | `postgres` |
 ///
 /// The lock backends that are not data stores (Redlock, etcd, ZooKeeper) are
 /// refused with [`LockError::Config`]: fence the write where the data lives.
@@ -59,11 +60,23 @@ async fn connect_store(kind: BackendKind, url: &str) -> Result<Arc<dyn Fence>, L
                 distlock_sql::SqlStore::connect(options, config.get_timeouts()).await?,
             ))
         }
+        #[cfg(feature = "postgres")]
+        BackendKind::Postgres => {
+            let config = distlock_postgres::PostgresConfig::from_url(url)?;
+            let options = config.connect_options();
+            Ok(Arc::new(
+                distlock_sql::SqlStore::<distlock_sql::sqlx::Postgres>::connect_to(
+                    options,
+                    config.get_timeouts(),
+                )
+                .await?,
+            ))
+        }
         enabled if enabled.enabled() => Err(LockError::config(
             enabled.name(),
             format!(
                 "{} is a lock backend, not a store for fenced data; fence the write where \
-                 the data lives: memory://NAME, redis://HOST or mysql://USER@HOST/DB",
+                 the data lives: memory://NAME, redis://HOST, mysql://USER@HOST/DB or postgres://USER@HOST/DB",
                 enabled.name()
             ),
         )),

@@ -102,7 +102,42 @@ pub fn specs() -> Vec<Spec> {
     });
     #[cfg(feature = "mysql")]
     specs.extend(mysql_specs());
+    #[cfg(feature = "postgres")]
+    specs.extend(postgres_specs());
     specs
+}
+
+#[cfg(feature = "postgres")]
+fn postgres_specs() -> Vec<Spec> {
+    use crate::postgres::PostgresHarness;
+    use distlock_postgres::Strategy;
+    vec![
+        Spec {
+            trial: "postgres::chaos",
+            backend: "postgres",
+            start: || {
+                Box::pin(async {
+                    Ok(Arc::new(PostgresHarness::launch(Strategy::VersionCas).await?) as _)
+                })
+            },
+            faults: ALL,
+            exclusion: Requirement::Required,
+        },
+        Spec {
+            trial: "postgres_advisory::chaos",
+            backend: "postgres_advisory",
+            start: || {
+                Box::pin(async {
+                    Ok(Arc::new(PostgresHarness::launch(Strategy::Advisory).await?) as _)
+                })
+            },
+            faults: ALL,
+            // The lock lives in the holder's session, as mysql_for_update's: a
+            // reset connection or a killed server frees it at once, and the
+            // holder learns at its next keepalive. Measured, not required.
+            exclusion: Requirement::Measured,
+        },
+    ]
 }
 
 #[cfg(feature = "mysql")]

@@ -1,4 +1,5 @@
-//! The stores the fence suite runs against: memory always, Redis and MySQL
+//! The stores the fence suite runs against: memory always, Redis, MySQL and
+//! PostgreSQL
 //! behind their features; and the paused-holder cross product over every lock
 //! backend.
 
@@ -12,7 +13,7 @@ use servers::{Endpoint, Servers};
 use std::sync::Arc;
 
 /// The stores behind a server: name, where, and an address nobody answers at.
-pub const REMOTE_STORES: [(bool, &str, Endpoint, &str); 2] = [
+pub const REMOTE_STORES: [(bool, &str, Endpoint, &str); 3] = [
     (
         cfg!(feature = "redis"),
         "redis",
@@ -24,6 +25,12 @@ pub const REMOTE_STORES: [(bool, &str, Endpoint, &str); 2] = [
         "mysql",
         Endpoint::MySql("version_cas"),
         "mysql://root:secret@127.0.0.1:1/distlock",
+    ),
+    (
+        cfg!(feature = "postgres"),
+        "postgres",
+        Endpoint::Postgres("version_cas"),
+        "postgres://distlock:secret@127.0.0.1:1/distlock",
     ),
 ];
 

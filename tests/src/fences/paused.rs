@@ -42,6 +42,16 @@ pub fn locks() -> Vec<(&'static str, Endpoint)> {
             "mysql_for_update",
             Endpoint::MySql("for_update"),
         ),
+        (
+            cfg!(feature = "postgres"),
+            "postgres",
+            Endpoint::Postgres("version_cas"),
+        ),
+        (
+            cfg!(feature = "postgres"),
+            "postgres_advisory",
+            Endpoint::Postgres("advisory"),
+        ),
     ]
     .into_iter()
     .filter_map(|(enabled, name, at)| enabled.then_some((name, at)))

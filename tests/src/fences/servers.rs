@@ -17,6 +17,8 @@ pub enum Endpoint {
     ZooKeeper,
     /// MariaDB: a fenced store, and a lock backend with the given strategy.
     MySql(&'static str),
+    /// PostgreSQL: a fenced store, and a lock backend with the given strategy.
+    Postgres(&'static str),
 }
 
 /// Lazily started servers.
@@ -32,6 +34,8 @@ pub struct Servers {
     zookeeper: tokio::sync::OnceCell<distlock_testkit::servers::ZooKeeperServer>,
     #[cfg(feature = "mysql")]
     mariadb: tokio::sync::OnceCell<distlock_testkit::servers::MariaDbServer>,
+    #[cfg(feature = "postgres")]
+    postgres: tokio::sync::OnceCell<distlock_testkit::servers::PostgresServer>,
 }
 
 impl Servers {
@@ -74,6 +78,17 @@ impl Servers {
             #[cfg(feature = "mysql")]
             Endpoint::MySql(strategy) => {
                 let server = self.mariadb.get_or_try_init(crate::mysql::launch_server);
+                // Strategies cannot share a lock table.
+                let url = server.await?.url();
+                Ok(format!(
+                    "{url}?strategy={strategy}&table=fenced_locks_{strategy}"
+                ))
+            }
+            #[cfg(feature = "postgres")]
+            Endpoint::Postgres(strategy) => {
+                let server = self
+                    .postgres
+                    .get_or_try_init(crate::postgres::launch_server);
                 // Strategies cannot share a lock table.
                 let url = server.await?.url();
                 Ok(format!(

@@ -120,3 +120,27 @@ pub fn mysql_url() -> String {
     })
     .clone()
 }
+
+#[cfg(feature = "postgres")]
+pub fn postgres_url() -> String {
+    static URL: OnceLock<String> = OnceLock::new();
+    static SERVER: OnceLock<distlock_testkit::servers::PostgresServer> = OnceLock::new();
+    URL.get_or_init(|| {
+        external_url("postgres").unwrap_or_else(|| {
+            SERVER
+                .get_or_init(|| {
+                    launch(
+                        "PostgreSQL",
+                        distlock_testkit::servers::PostgresServer::start(),
+                    )
+                })
+                .url()
+        })
+    })
+    .clone()
+}
+
+#[cfg(feature = "postgres")]
+pub fn postgres_advisory_url() -> String {
+    format!("{}?strategy=advisory", postgres_url())
+}

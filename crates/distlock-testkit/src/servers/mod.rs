@@ -7,6 +7,7 @@
 
 pub mod etcd;
 pub mod mariadb;
+pub mod postgres;
 pub mod process;
 pub mod redis;
 pub mod tls;
@@ -14,6 +15,7 @@ pub mod zookeeper;
 
 pub use etcd::{EtcdCluster, EtcdServer, MemberStatus};
 pub use mariadb::MariaDbServer;
+pub use postgres::PostgresServer;
 pub use process::ServerProcess;
 pub use redis::{RedisOptions, RedisServer};
 pub use tls::{ServerTls, TestCertificates};
@@ -56,7 +58,13 @@ macro_rules! launched {
     )*};
 }
 
-launched!(RedisServer, EtcdServer, ZooKeeperServer, MariaDbServer);
+launched!(
+    RedisServer,
+    EtcdServer,
+    ZooKeeperServer,
+    MariaDbServer,
+    PostgresServer
+);
 
 /// The command that installs every backend the suite launches.
 pub const INSTALL_COMMAND: &str = "sudo scripts/install-backends";
@@ -143,7 +151,7 @@ impl ServerError {
 }
 
 /// The server to use instead of a launched one for `backend` (`redis`, `redlock`,
-/// `etcd`, `zookeeper`, `mysql`), from `DISTLOCK_TEST_<BACKEND>_URL`.
+/// `etcd`, `zookeeper`, `mysql`, `postgres`), from `DISTLOCK_TEST_<BACKEND>_URL`.
 ///
 /// Returns `None` when the variable is unset or blank. For `redlock` the value is a
 /// comma-separated list of URLs.

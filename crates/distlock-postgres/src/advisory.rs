@@ -1,0 +1,314 @@
+//! `advisory`: a session-level advisory lock (`pg_try_advisory_lock`) on a
+//! connection of its own, keyed by a stable hash of namespace and name
+//! ([`advisory_key`]).
+//!
+//! Invariants:
+//! - The lock lives exactly as long as the holder's session: a crash closes the
+//!   socket, `pg_terminate_backend` ends it, and a paused or cut-off holder is
+//!   disconnected by the server once idle for 1.5 × ttl (`idle_session_timeout`,
+//!   set by the statement that won and by every keepalive). The local deadline
+//!   ends before any of them.
+//! - The token is the lock row's `fence`, raised by the same statement that
+//!   took the lock and only when it did: the bump runs after the lock is held,
+//!   on the holder's own session, and commits before the reply is read. A
+//!   holder that crashes after the reply keeps its committed value; one that
+//!   crashes before commit never saw a token. So every holder's token exceeds
+//!   every earlier holder's.
+//! - Hash collisions: the row records its key (`lock_key`, unique). A name
+//!   whose key is recorded for another name is refused with an error naming
+//!   both, whether the lock is free or not; two such names never share a lock
+//!   silently.
+//! - A connection that may hold the lock goes back to the pool only once the
+//!   server confirmed the unlock (see `pool`); an attempt cut off mid-statement
+//!   closes its connection and ends its session (the lock goes with it).
+//! - Waiting polls `pg_try_advisory_lock`, woken by the release's `NOTIFY`
+//!   (never a server-side wait that a cancelled caller could leave queued).
+
+use crate::backend::{Table, Undo, undo};
+use crate::error::{BACKEND, DbError};
+use crate::keys::advisory_key;
+use crate::pool::{Conn, Pool};
+use async_trait::async_trait;
+use distlock_core::backend::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
+use distlock_core::toolkit::{Backoff, CancelGuard, Inspect};
+use distlock_core::{Capabilities, FencingToken, LockError};
+use sqlx::Row;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The first pause after a busy attempt.
+const FIRST_PAUSE: Duration = Duration::from_millis(4);
+/// The longest pause: a release whose notification was lost (a crashed
+/// holder notifies nothing) is seen within this.
+const MAX_PAUSE: Duration = Duration::from_millis(250);
+
+/// An `advisory` client's backend.
+#[derive(Debug)]
+pub(crate) struct Advisory {
+    pub table: Arc<Table>,
+    /// Connections that hold (or try for) a lock, one per held or waiting lock.
+    pub holders: Pool,
+}
+
+/// What a held lock keeps: the connection whose session holds it.
+#[derive(Debug)]
+pub(crate) struct Session {
+    conn: Arc<tokio::sync::Mutex<Slot>>,
+    key: i64,
+    payload: String,
+}
+
+#[derive(Debug)]
+enum Slot {
+    Holding(Conn),
+    /// A keepalive got no reply: the connection was dropped, but whether the
+    /// server still holds the lock is unknown until its idle timeout ends it.
+    Unreachable,
+    Ended,
+}
+
+/// What one attempt found.
+pub(crate) enum Attempt {
+    Won(i64),
+    Busy,
+    /// The key is recorded for another name (namespace, name).
+    Collision(String, String),
+}
+
+/// The idle timeout the server enforces on a holder's session: 1.5 × ttl, in
+/// whole milliseconds rounded up, as `set_config` takes it.
+///
+/// Longer than the ttl on purpose: the server counts from the end of the last
+/// statement it ran, and a client that renews on time but is scheduled late
+/// must not find its session ended while its lease is still valid. A
+/// partitioned holder stops believing at its local deadline (within the ttl),
+/// so the extra half only delays the takeover.
+fn idle_timeout(ttl: Duration) -> String {
+    let millis = (ttl.as_nanos() + ttl.as_nanos() / 2)
+        .div_ceil(1_000_000)
+        .max(1);
+    millis.to_string()
+}
+
+#[async_trait]
+impl Backend for Advisory {
+    type Handle = Session;
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.table.strategy.capabilities()
+    }
+
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<Session>, LockError> {
+        let table = &self.table;
+        let no_wait = req.wait == WaitUntil::NoWait;
+        let mut conn = tokio::select! {
+            biased;
+            conn = self.holders.get() => conn.map_err(|e| table.error(e))?,
+            _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
+        };
+        let key = advisory_key(&table.namespace, req.key);
+        let payload = table.payload(req.key);
+        let waiter = table.wakeups.waiter(&payload);
+        let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
+        loop {
+            let notified = waiter.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let sent_at = Instant::now();
+            conn.may_hold_lock();
+            // Dropped armed (deadline or cancel mid-statement, or a failure):
+            // ends the session, and with it any lock the statement took.
+            let state = Undo {
+                table: table.clone(),
+                in_flight: Some(conn.pid()),
+                make: None,
+            };
+            let guard = CancelGuard::new(state, undo);
+            let attempt = tokio::select! {
+                biased;
+                attempt = self.attempt(&mut conn, req.key.as_str(), key, req.ttl) => attempt,
+                _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
+            };
+            match attempt {
+                Ok(Attempt::Won(token)) => {
+                    let fence = u64::try_from(token).map_err(|_| {
+                        table.error(DbError::Protocol(format!("the counter returned {token}")))
+                    })?;
+                    guard.disarm();
+                    return Ok(Acquired {
+                        handle: Session {
+                            conn: Arc::new(tokio::sync::Mutex::new(Slot::Holding(conn))),
+                            key,
+                            payload,
+                        },
+                        token: FencingToken::new(fence),
+                        sent_at,
+                    });
+                }
+                Ok(Attempt::Busy) => {
+                    // The server answered that it did not grant the lock.
+                    conn.unlocked();
+                    guard.disarm();
+                }
+                Ok(Attempt::Collision(namespace, name)) => {
+                    conn.discard();
+                    return Err(LockError::config(
+                        BACKEND,
+                        format!(
+                            "lock `{}` in namespace `{}` hashes to advisory key {key}, which \
+                             table \"{}\" already records for lock `{name}` in namespace \
+                             `{namespace}`: the two would share one lock, so this one is \
+                             refused; rename one of them or use another namespace",
+                            req.key, table.namespace, table.name
+                        ),
+                    ));
+                }
+                Err(e) => {
+                    conn.discard();
+                    return Err(table.error(e));
+                }
+            }
+            if no_wait {
+                return Err(req.not_acquired());
+            }
+            tokio::select! {
+                () = &mut notified => backoff.reset(),
+                more = backoff.pause(MAX_PAUSE, req.wait) => if !more {
+                    return Err(req.not_acquired());
+                },
+            }
+        }
+    }
+
+    /// The keepalive: a round trip on the held connection that sets the
+    /// session's idle timeout to `ttl` again. It proves the session, and so the
+    /// lock, alive.
+    ///
+    /// It runs in a task of its own that holds the slot until the reply is in:
+    /// a renewal dropped mid-statement (release, deadline) must not leave its
+    /// reply on the wire for the release to read.
+    async fn renew(&self, session: &Session, ttl: Duration) -> Result<Ownership, LockError> {
+        let slot = session.conn.clone().lock_owned().await;
+        let keepalive =
+            sqlx::query(self.table.sql.advisory_keepalive.clone()).bind(idle_timeout(ttl));
+        match tokio::spawn(keepalive_on(slot, keepalive)).await {
+            Ok(Some(ownership)) => Ok(ownership),
+            Ok(None) => Err(self.unreachable()),
+            Err(e) => Err(self
+                .table
+                .error(DbError::Protocol(format!("keepalive task: {e}")))),
+        }
+    }
+
+    /// Unlocks, notifies waiters and clears the idle timeout in one statement;
+    /// its `true` proves the session held the lock and now holds none, so the
+    /// connection goes back to the pool.
+    async fn release(&self, session: &Session) -> Result<Ownership, LockError> {
+        let mut slot = session.conn.lock().await;
+        let mut conn = match std::mem::replace(&mut *slot, Slot::Ended) {
+            Slot::Holding(conn) => conn,
+            Slot::Unreachable => return Err(self.unreachable()),
+            Slot::Ended => return Ok(Ownership::NotHeld),
+        };
+        let t = &self.table;
+        let release = sqlx::query(t.sql.advisory_release.clone())
+            .bind(session.key)
+            .bind(t.sql.channel.clone())
+            .bind(session.payload.clone());
+        match conn.fetch_one(release).await {
+            Ok(row) => match row.try_get::<bool, _>(0) {
+                Ok(true) => {
+                    conn.unlocked();
+                    Ok(Ownership::Held)
+                }
+                _ => Ok(Ownership::NotHeld),
+            },
+            Err(DbError::TimedOut(_)) => Err(self.unreachable()),
+            Err(_) => Ok(Ownership::NotHeld),
+        }
+    }
+
+    fn inspect(&self) -> Option<&dyn Inspect> {
+        Some(&*self.table)
+    }
+}
+
+impl Advisory {
+    /// One try for the lock and, when won, the counter bump, in one statement.
+    async fn attempt(
+        &self,
+        conn: &mut Conn,
+        name: &str,
+        key: i64,
+        ttl: Duration,
+    ) -> Result<Attempt, DbError> {
+        attempt(&self.table, conn, name, key, ttl).await
+    }
+
+    fn unreachable(&self) -> LockError {
+        self.table.error(DbError::Protocol(
+            "the connection holding the lock stopped answering".into(),
+        ))
+    }
+}
+
+/// The advisory acquire statement on `conn` (which must be marked as maybe
+/// holding a lock).
+pub(crate) async fn attempt(
+    table: &Table,
+    conn: &mut Conn,
+    name: &str,
+    key: i64,
+    ttl: Duration,
+) -> Result<Attempt, DbError> {
+    let statement = sqlx::query(table.sql.advisory_acquire.clone())
+        .bind(table.namespace.clone())
+        .bind(name.to_owned())
+        .bind(key)
+        .bind(idle_timeout(ttl));
+    let row = conn.fetch_one(statement).await?;
+    let decode = |e| DbError::Sql(e);
+    let got: Option<bool> = row.try_get(0).map_err(decode)?;
+    let token: Option<i64> = row.try_get(1).map_err(decode)?;
+    let other_namespace: Option<String> = row.try_get(2).map_err(decode)?;
+    let other_name: Option<String> = row.try_get(3).map_err(decode)?;
+    match (got, token, other_namespace, other_name) {
+        (Some(true), Some(token), None, None) => Ok(Attempt::Won(token)),
+        (_, None, Some(namespace), Some(name)) => Ok(Attempt::Collision(namespace, name)),
+        (Some(false), None, None, None) => Ok(Attempt::Busy),
+        other => Err(DbError::Protocol(format!(
+            "the advisory lock statement answered {other:?}"
+        ))),
+    }
+}
+
+/// One keepalive round trip on the held connection, owning the slot until its
+/// reply is read; `None` when the connection stopped answering.
+async fn keepalive_on(
+    mut slot: tokio::sync::OwnedMutexGuard<Slot>,
+    keepalive: crate::pool::Statement,
+) -> Option<Ownership> {
+    let conn = match &mut *slot {
+        Slot::Holding(conn) => conn,
+        Slot::Unreachable => return None,
+        Slot::Ended => return Some(Ownership::NotHeld),
+    };
+    match conn.execute(keepalive).await {
+        Ok(_) => Some(Ownership::Held),
+        Err(DbError::TimedOut(_)) => {
+            *slot = Slot::Unreachable;
+            None
+        }
+        // The session is gone (terminated, idle timeout, server restarted): so is
+        // the lock.
+        Err(e) => {
+            tracing::debug!(error = %e, "advisory keepalive failed: the holder session ended");
+            *slot = Slot::Ended;
+            Some(Ownership::NotHeld)
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! What the two strategies' [`Backend`](distlock_core::backend::Backend)
+//! impls share: the lock table at one server (opened and checked once at
+//! connect), the wake-ups of its channel, and the undo of a cut-off statement.
+//!
+//! Invariant of both strategies: a table belongs to one strategy (its comment
+//! says which), every expiry is judged by the server clock (`now()`, or the
+//! server's own idle timeout), and a name's fence only ever rises.
+
+use crate::error::{BACKEND, DbError, code};
+use crate::keys::{TableName, wake_payload};
+use crate::pool::{Pool, Statement};
+use crate::protocol::{BACKEND_LISTED, Statements, Strategy, TABLE_COMMENT, TERMINATE_BACKEND};
+use crate::wake::Wakeups;
+use distlock_core::backend::WaitUntil;
+use distlock_core::toolkit::{Backoff, UndoFuture};
+use distlock_core::{LockError, LockKey};
+use sqlx::Row;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often an undo looks whether a terminated session is gone, at most.
+const SESSION_GONE_POLL: Duration = Duration::from_millis(50);
+
+/// The lock table of one client: its strategy, namespace, statements,
+/// connections and wake-ups.
+#[derive(Debug)]
+pub(crate) struct Table {
+    pub strategy: Strategy,
+    pub name: TableName,
+    pub namespace: String,
+    pub sql: Statements,
+    /// Connections for single statements.
+    pub pool: Pool,
+    /// The server, without credentials, for messages.
+    pub endpoint: String,
+    pub wakeups: Wakeups,
+}
+
+impl Table {
+    /// Creates the table if missing (when asked), marks an unmarked table as
+    /// `strategy`'s, checks that it belongs to `strategy`, and starts listening.
+    pub async fn open(
+        strategy: Strategy,
+        name: TableName,
+        namespace: String,
+        pool: Pool,
+        endpoint: String,
+        create: bool,
+    ) -> Result<Table, LockError> {
+        let err = |e: DbError| e.into_lock_error(&endpoint);
+        let mut conn = pool.get().await.map_err(err)?;
+        if create {
+            // Two clients creating the table at once can both pass IF NOT EXISTS;
+            // the loser fails on the catalog's unique index, and the table is there.
+            match conn
+                .execute(sqlx::query(Statements::create_table(&name)))
+                .await
+            {
+                Err(e)
+                    if e.code().is_some_and(|c| {
+                        c == code::UNIQUE_VIOLATION || c == code::DUPLICATE_TABLE
+                    }) => {}
+                Err(e) => return Err(err(e)),
+                Ok(_) => {}
+            }
+        }
+        let read = sqlx::query(TABLE_COMMENT).bind(name.as_str().to_owned());
+        let row = conn.fetch_one(read).await.map_err(err)?;
+        let decoded = |e| err(DbError::Sql(e));
+        let exists: bool = row.try_get(0).map_err(decoded)?;
+        let comment: Option<String> = row.try_get(1).map_err(decoded)?;
+        let wanted = strategy.table_comment();
+        match (exists, comment) {
+            (false, _) => {
+                return Err(LockError::config(
+                    BACKEND,
+                    format!(
+                        "table \"{name}\" does not exist at {endpoint}; enable create_table or create it with the \
+                         SQL in docs/backends/postgres.md"
+                    ),
+                ));
+            }
+            (true, None) => {
+                conn.execute(sqlx::query(Statements::mark_table(&name, strategy)))
+                    .await
+                    .map_err(err)?;
+            }
+            (true, Some(found)) if found == wanted => {}
+            (true, Some(found)) => {
+                return Err(LockError::config(
+                    BACKEND,
+                    format!(
+                        "table \"{name}\" at {endpoint} is marked `{found}`, not `{wanted}`: strategies cannot share \
+                         a table; use another table for {}, or mark a hand-made table with \
+                         COMMENT ON TABLE \"{name}\" IS '{wanted}'",
+                        strategy.as_str()
+                    ),
+                ));
+            }
+        }
+        drop(conn);
+        let sql = Statements::new(&name);
+        let wakeups = Wakeups::listen(
+            pool.options(),
+            &sql.channel,
+            pool.connect_timeout(),
+            &endpoint,
+        )
+        .await?;
+        Ok(Table {
+            strategy,
+            name,
+            namespace,
+            sql,
+            pool,
+            endpoint,
+            wakeups,
+        })
+    }
+
+    /// The public error for a failed statement.
+    pub fn error(&self, e: DbError) -> LockError {
+        e.into_lock_error(&self.endpoint)
+    }
+
+    /// The payload a release of `key` notifies.
+    pub fn payload(&self, key: &LockKey) -> String {
+        wake_payload(&self.namespace, key.as_str())
+    }
+
+    /// Runs one statement on a pooled connection and returns the rows it
+    /// changed.
+    pub async fn run(&self, statement: Statement) -> Result<u64, DbError> {
+        let mut conn = self.pool.get().await?;
+        Ok(conn.execute(statement).await?.rows_affected())
+    }
+
+    /// Runs one statement on a pooled connection and returns how many rows it
+    /// returned.
+    pub async fn count_rows(&self, statement: Statement) -> Result<usize, DbError> {
+        let mut conn = self.pool.get().await?;
+        Ok(conn.fetch_all(statement).await?.len())
+    }
+
+    /// Ends session `pid` and returns once the server no longer lists it: a
+    /// session ends only after its statement is done, so whatever that
+    /// statement won is in place (or, for a session lock, given back).
+    pub async fn end_session(&self, pid: i32) -> Result<(), DbError> {
+        let mut conn = self.pool.get().await?;
+        conn.execute(sqlx::query(TERMINATE_BACKEND).bind(pid))
+            .await?;
+        let until = WaitUntil::Deadline(Instant::now() + self.pool.timeout());
+        let mut backoff = Backoff::new(Duration::from_millis(2), SESSION_GONE_POLL);
+        loop {
+            let listed = conn
+                .fetch_one(sqlx::query(BACKEND_LISTED).bind(pid))
+                .await?;
+            if listed.try_get::<i64, _>(0).map_err(DbError::Sql)? == 0 {
+                return Ok(());
+            }
+            if !backoff.pause(SESSION_GONE_POLL, until).await {
+                return Err(DbError::Protocol(format!(
+                    "session {pid} still runs after pg_terminate_backend"
+                )));
+            }
+        }
+    }
+}
+
+/// A ttl in whole microseconds, as the statements bind it.
+pub(crate) fn micros(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// Builds one statement.
+pub(crate) type MakeStatement = Box<dyn Fn() -> Statement + Send + Sync>;
+
+/// What an abandoned acquire leaves to undo (a [`CancelGuard`]'s state).
+///
+/// [`CancelGuard`]: distlock_core::toolkit::CancelGuard
+pub(crate) struct Undo {
+    pub table: Arc<Table>,
+    /// The session whose statement was cut off, if one was: the server may not
+    /// even have run it yet, and an undo that overtook it would match nothing
+    /// while the statement then wins the lock for nobody.
+    pub in_flight: Option<i32>,
+    /// The statement that gives back what the attempt may have won (none when
+    /// ending the session is the whole undo).
+    pub make: Option<MakeStatement>,
+}
+
+/// Runs an [`Undo`] in the background: first ends the cut-off session
+/// (`pg_terminate_backend`, then until `pg_stat_activity` no longer lists it),
+/// then the statement. If it cannot run, the ttl (or, for a session lock, the
+/// session's end) frees the lock.
+pub(crate) fn undo(state: Undo) -> Option<UndoFuture> {
+    Some(Box::pin(async move {
+        let table = &state.table;
+        if let Some(pid) = state.in_flight
+            && let Err(e) = table.end_session(pid).await
+        {
+            tracing::debug!(error = %e, "could not see a cut-off session end; undoing anyway");
+        }
+        if let Some(make) = state.make
+            && let Err(e) = table.run(make()).await
+        {
+            tracing::debug!(error = %e, "the undo of an abandoned acquire failed; the lock expires instead");
+        }
+    }))
+}

@@ -1,0 +1,396 @@
+//! Configuration: a struct, or
+//! `postgres://user:pass@host:5432/db?strategy=…&namespace=…&timeout=5s`.
+
+use crate::backend::Table;
+use crate::error::BACKEND;
+use crate::keys::{DEFAULT_NAMESPACE, TableName, validate_namespace};
+use crate::lock::PostgresLock;
+use crate::pool::Pool;
+use crate::protocol::Strategy;
+use distlock_core::toolkit::{LockUrl, Timeouts};
+use distlock_core::{AcquireOptions, LockError};
+use sqlx::ConnectOptions;
+use sqlx::postgres::{PgConnectOptions, PgSslMode};
+use std::time::Duration;
+
+/// Where and how to connect. Build it with [`PostgresConfig::from_url`] or
+/// [`PostgresConfig::from_options`] and the setters, then
+/// [`PostgresConfig::connect`].
+///
+/// `Debug` never shows the password.
+#[derive(Clone)]
+pub struct PostgresConfig {
+    options: PgConnectOptions,
+    table: Option<String>,
+    namespace: String,
+    strategy: Strategy,
+    pool_size: u32,
+    held_connections: u32,
+    timeouts: Timeouts,
+    create_table: bool,
+    defaults: AcquireOptions,
+}
+
+impl std::fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresConfig")
+            .field("endpoint", &self.endpoint())
+            .field("user", &self.options.get_username())
+            .field("password", &"<redacted>")
+            .field("table", &self.table_name())
+            .field("namespace", &self.namespace)
+            .field("strategy", &self.strategy)
+            .field("pool_size", &self.pool_size)
+            .field("held_connections", &self.held_connections)
+            .field("timeouts", &self.timeouts)
+            .field("create_table", &self.create_table)
+            .field("defaults", &self.defaults)
+            .finish()
+    }
+}
+
+impl PostgresConfig {
+    /// Connections per client for single statements: 10.
+    pub const DEFAULT_POOL_SIZE: u32 = 10;
+    /// `advisory`: locks one client can hold or wait for at once, each on its
+    /// own connection: 100.
+    pub const DEFAULT_HELD_CONNECTIONS: u32 = 100;
+    /// How long to wait for a new connection, and for any one statement's reply:
+    /// 5 s each.
+    pub const DEFAULT_TIMEOUTS: Timeouts =
+        Timeouts::new(Duration::from_secs(5), Duration::from_secs(5));
+
+    /// Defaults around sqlx connect options (host, credentials, database, TLS).
+    pub fn from_options(options: PgConnectOptions) -> Self {
+        // sqlx verifies certificates with rustls's process-wide provider, which
+        // rustls cannot pick itself when another crate also compiles in
+        // aws-lc-rs: install ring unless the application installed a provider.
+        #[cfg(feature = "tls")]
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        PostgresConfig {
+            options: options
+                .application_name("distlock")
+                .disable_statement_logging(),
+            table: None,
+            namespace: DEFAULT_NAMESPACE.to_owned(),
+            strategy: Strategy::default(),
+            pool_size: Self::DEFAULT_POOL_SIZE,
+            held_connections: Self::DEFAULT_HELD_CONNECTIONS,
+            timeouts: Self::DEFAULT_TIMEOUTS,
+            create_table: true,
+            defaults: AcquireOptions::new(),
+        }
+    }
+
+    /// Parses `postgres://user:pass@host:5432/db?strategy=advisory`
+    /// (`postgresql://` too). The database (the path) is required.
+    ///
+    /// Parameters: `strategy` (`version_cas`, `advisory`), `namespace`
+    /// (default `distlock`), `table`, `pool_size`, `held_connections`,
+    /// `connect_timeout` and `timeout` (durations such as `250ms` or `5s`),
+    /// `create_table` (`true`/`false`), the acquire defaults `ttl`, `wait`,
+    /// `renewal`, `max_hold` (see [`PostgresConfig::defaults`]), and TLS:
+    /// `sslmode` (`disable`, `prefer`, `require`, `verify-ca`, `verify-full`),
+    /// `sslrootcert`, `sslcert`, `sslkey`, or `tls=true` for `verify-full`
+    /// (TLS needs the `tls` feature). Any other parameter is an error that
+    /// lists these. Errors never echo the password.
+    pub fn from_url(url: &str) -> Result<Self, LockError> {
+        let mut url = LockUrl::parse(BACKEND, url)?;
+        if !matches!(url.scheme(), "postgres" | "postgresql") {
+            return Err(url.error(format_args!(
+                "scheme `{}` is not postgres:// or postgresql://; use postgres://USER:PASSWORD@HOST:5432/DATABASE",
+                url.scheme()
+            )));
+        }
+        let mut options = PgConnectOptions::new_without_pgpass();
+        match url.hosts() {
+            [] => {}
+            [host] => {
+                options = options.host(&host.host);
+                if let Some(port) = host.port {
+                    options = options.port(port);
+                }
+            }
+            _ => {
+                return Err(url.error(
+                    "a PostgreSQL lock URL names one server (the primary); standbys cannot hold locks",
+                ));
+            }
+        }
+        if let Some(user) = url.user() {
+            options = options.username(user);
+        }
+        if let Some(password) = url.password() {
+            options = options.password(password);
+        }
+        if let Some(database) = url.path().filter(|path| !path.is_empty()) {
+            options = options.database(database);
+        }
+        let modes = "disable, allow, prefer, require, verify-ca or verify-full";
+        let mut mode = url.parse_param::<PgSslMode>("sslmode", modes)?;
+        if url.bool("tls")? == Some(true) {
+            mode = Some(mode.unwrap_or(PgSslMode::VerifyFull));
+        }
+        let root = url.string("sslrootcert");
+        // As with libpq's sslmode=verify-full: a CA given means verify against it.
+        let mode = mode.or(root.as_ref().map(|_| PgSslMode::VerifyFull));
+        if !cfg!(feature = "tls") && mode.is_some_and(needs_tls) {
+            return Err(url.error(
+                "this sslmode needs TLS support, which this build lacks: enable the `tls` \
+                 feature of the distlock crate (or of distlock-postgres when used directly)",
+            ));
+        }
+        options = options.ssl_mode(mode.unwrap_or(PgSslMode::Disable));
+        if let Some(path) = root {
+            options = options.ssl_root_cert(path);
+        }
+        if let Some(path) = url.string("sslcert") {
+            options = options.ssl_client_cert(path);
+        }
+        if let Some(path) = url.string("sslkey") {
+            options = options.ssl_client_key(path);
+        }
+        let mut config = PostgresConfig::from_options(options);
+        if let Some(strategy) = url.choice("strategy", &Strategy::NAMES)? {
+            config.strategy = strategy.parse()?;
+        }
+        config.table = url.string("table");
+        if let Some(namespace) = url.string("namespace") {
+            config.namespace = namespace;
+        }
+        let count = "a whole number of connections";
+        if let Some(size) = url.parse_param("pool_size", count)? {
+            config.pool_size = size;
+        }
+        if let Some(count) = url.parse_param("held_connections", count)? {
+            config.held_connections = count;
+        }
+        config.timeouts = config.timeouts.read(&mut url)?;
+        if let Some(create) = url.bool("create_table")? {
+            config.create_table = create;
+        }
+        config.defaults = AcquireOptions::new().read(&mut url)?;
+        url.finish()?;
+        config.validate().map_err(|e| match e {
+            LockError::Config { reason, .. } => url.error(reason),
+            other => other,
+        })?;
+        Ok(config)
+    }
+
+    /// The lock table (default `distlock_locks`, or `distlock_advisory` for
+    /// the advisory strategy), validated as a plain identifier by
+    /// [`PostgresConfig::connect`].
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = Some(table.into());
+        self
+    }
+
+    /// The namespace every lock name lives in (default `distlock`): 1 to 128
+    /// bytes without control characters. Clients of different namespaces
+    /// never contend.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// The strategy (default [`Strategy::VersionCas`]).
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+
+    /// Connections per client for single statements (default 10).
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// `advisory` only: how many locks one client can hold or wait for at once
+    /// (default 100), each on a connection of its own.
+    pub fn held_connections(mut self, count: u32) -> Self {
+        self.held_connections = count;
+        self
+    }
+
+    /// How long to wait for a new connection, and for a statement's reply before
+    /// treating the connection as dead (default 5 s each).
+    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = timeouts;
+        self
+    }
+
+    /// Whether `connect` creates the table when it is missing (default true).
+    pub fn create_table(mut self, create: bool) -> Self {
+        self.create_table = create;
+        self
+    }
+
+    /// The lock's [`distlock_core::DistributedLock::default_options`] (the URL's
+    /// `ttl`, `wait`, `renewal`, `max_hold`), checked against the strategy's
+    /// limits at connect.
+    pub fn defaults(mut self, defaults: AcquireOptions) -> Self {
+        self.defaults = defaults;
+        self
+    }
+
+    /// The strategy in use.
+    pub fn get_strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// The sqlx connect options (server, credentials, database, TLS), for other
+    /// clients of the same server, such as a fenced store.
+    pub fn connect_options(&self) -> PgConnectOptions {
+        self.options.clone()
+    }
+
+    /// The connect and reply timeouts.
+    pub fn get_timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
+    /// The table this config uses.
+    pub fn table_name(&self) -> &str {
+        self.table
+            .as_deref()
+            .unwrap_or(self.strategy.default_table())
+    }
+
+    /// The server address, without credentials, for messages.
+    pub fn endpoint(&self) -> String {
+        endpoint(&self.options)
+    }
+
+    fn validate(&self) -> Result<TableName, LockError> {
+        let bad = |reason: &str| Err(LockError::config(BACKEND, reason));
+        if self.pool_size == 0 || self.held_connections == 0 {
+            return bad("pool_size and held_connections must be at least 1");
+        }
+        self.timeouts.validate(BACKEND)?;
+        validate_namespace(&self.namespace)?;
+        if self.options.get_database().is_none_or(str::is_empty) {
+            return bad(
+                "no database given; add it to the URL path: postgres://USER:PASSWORD@HOST:5432/DATABASE",
+            );
+        }
+        TableName::new(self.table_name())
+    }
+
+    /// Connects, creates the table if missing (unless turned off), checks that
+    /// the table belongs to this strategy, and starts listening for releases.
+    pub async fn connect(self) -> Result<PostgresLock, LockError> {
+        let table = self.validate()?;
+        let pool = Pool::new(self.options.clone(), self.pool_size, self.timeouts);
+        // Only advisory takes connections from it, one per held or waiting lock.
+        let holders = Pool::new(self.options.clone(), self.held_connections, self.timeouts);
+        let endpoint = self.endpoint();
+        let table = Table::open(
+            self.strategy,
+            table,
+            self.namespace,
+            pool,
+            endpoint,
+            self.create_table,
+        )
+        .await?;
+        PostgresLock::new(table, holders, self.defaults)
+    }
+}
+
+/// The server address of `options`, without credentials, for messages.
+pub(crate) fn endpoint(options: &PgConnectOptions) -> String {
+    let database = options.get_database().unwrap_or("");
+    if let Some(socket) = options.get_socket() {
+        return format!("postgres://{}/{database}", socket.display());
+    }
+    let (host, port) = (options.get_host(), options.get_port());
+    match host.contains(':') {
+        true => format!("postgres://[{host}]:{port}/{database}"),
+        false => format!("postgres://{host}:{port}/{database}"),
+    }
+}
+
+/// Whether `mode` refuses a connection without TLS.
+fn needs_tls(mode: PgSslMode) -> bool {
+    !matches!(
+        mode,
+        PgSslMode::Disable | PgSslMode::Allow | PgSslMode::Prefer
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(url: &str) -> String {
+        match PostgresConfig::from_url(url) {
+            Err(e @ LockError::Config { .. }) => {
+                let text = e.to_string();
+                assert!(!text.contains("s3cret"), "{url}: {text}");
+                assert!(!format!("{e:?}").contains("s3cret"), "{url}: {e:?}");
+                text
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn url_sets_parameters_from_its_parts() {
+        let config = PostgresConfig::from_url(
+            "postgresql://u:s3cret@db.example:5433/app?strategy=advisory&namespace=billing&pool_size=3\
+             &held_connections=7&connect_timeout=250ms&timeout=1500ms&create_table=false&sslmode=disable\
+             &ttl=10s&wait=no",
+        )
+        .unwrap();
+        assert_eq!(config.table_name(), "distlock_advisory");
+        assert_eq!(config.namespace, "billing");
+        assert_eq!(config.strategy, Strategy::Advisory);
+        assert_eq!((config.pool_size, config.held_connections), (3, 7));
+        assert_eq!(config.timeouts.connect, Duration::from_millis(250));
+        assert_eq!(config.timeouts.reply, Duration::from_millis(1500));
+        assert!(!config.create_table);
+        assert_eq!(config.defaults.get_ttl(), Duration::from_secs(10));
+        assert_eq!(config.options.get_username(), "u");
+        assert_eq!(config.endpoint(), "postgres://db.example:5433/app");
+        assert!(!format!("{config:?}").contains("s3cret"));
+        let plain = PostgresConfig::from_url("postgres://u@h/db?table=locks").unwrap();
+        assert_eq!(plain.strategy, Strategy::VersionCas);
+        assert_eq!(plain.table_name(), "locks");
+        assert_eq!(plain.namespace, DEFAULT_NAMESPACE);
+    }
+
+    #[test]
+    fn unknown_parameters_are_refused_with_the_known_ones() {
+        let typo = reason("postgres://u:s3cret@h/db?stratgy=advisory");
+        assert!(typo.contains("did you mean `strategy`"), "{typo}");
+        let bogus = reason("postgres://u:s3cret@h/db?bogus=1");
+        for known in [
+            "strategy",
+            "namespace",
+            "timeout",
+            "connect_timeout",
+            "sslmode",
+        ] {
+            assert!(bogus.contains(known), "{bogus}");
+        }
+    }
+
+    #[test]
+    fn bad_urls_give_config_errors_without_the_password() {
+        for url in [
+            "mysql://u:s3cret@h/db",
+            "postgres://u:s3cret@h/db?strategy=bogus",
+            "postgres://u:s3cret@h/db?table=x;drop",
+            "postgres://u:s3cret@h/db?pool_size=0",
+            "postgres://u:s3cret@h/db?sslmode=sometimes",
+            "postgres://u:s3cret@h/db?namespace=",
+            "postgres://u:s3cret@h1,h2/db",
+            "postgres://u:s3cret@h",
+            "postgres://u:s3cret@h:notaport/db",
+            "postgres://u:s3cret@h/db?timeout=5",
+        ] {
+            reason(url);
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! [`Inspect`] over the lock table: who holds a name, what is left under a
+//! prefix, an operator's force-unlock, deployment pitfalls, the raw round trip,
+//! the benchmark floor and the server's own statement count.
+//!
+//! `version_cas` keeps its holder in the row (`owner`, `expires_at`). An
+//! `advisory` holder is a session holding the advisory lock of the row's
+//! `lock_key`, read live from `pg_locks` (a force-unlock ends that session
+//! with `pg_terminate_backend`, which needs the holder's own role or
+//! `pg_signal_backend`).
+
+use crate::advisory::{Attempt, attempt};
+use crate::backend::{Table, micros};
+use crate::error::DbError;
+use crate::keys::{advisory_key, wake_payload};
+use crate::pool::Statement;
+use crate::protocol::inspect::*;
+use crate::protocol::{KEEPALIVE, Strategy, TERMINATE_BACKEND, for_table};
+use crate::version_cas::{self, cas};
+use async_trait::async_trait;
+use distlock_core::toolkit::{Holder, Inspect, random_owner};
+use distlock_core::{FencingToken, LockError, LockKey};
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+use std::time::Duration;
+
+/// Statements the server ran, from `pg_stat_statements` when installed.
+const STATEMENT_CALLS: &str = "SELECT COALESCE(sum(calls), 0)::BIGINT FROM pg_stat_statements";
+/// Whether `pg_stat_statements` can be read here.
+const HAS_STATEMENT_STATS: &str = "SELECT to_regclass('pg_stat_statements') IS NOT NULL";
+
+#[async_trait]
+impl Inspect for Table {
+    async fn holder(&self, key: &LockKey) -> Result<Option<Holder>, LockError> {
+        if self.strategy == Strategy::Advisory {
+            let rows = self.advisory_holders(key.as_str(), true).await?;
+            return Ok(rows.into_iter().next().map(|(_, fence, pid)| Holder {
+                owner: format!("session {pid}"),
+                token: u64::try_from(fence).ok().map(FencingToken::new),
+                expires_in: None,
+            }));
+        }
+        let read = sqlx::query(self.sql(HOLDER_ROW))
+            .bind(self.namespace.clone())
+            .bind(key.as_str().to_owned());
+        let rows = self.fetch_all(read).await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let (owner, fence, remaining): (String, i64, i64) =
+            decode(row).map_err(|e| self.error(e))?;
+        Ok(Some(Holder {
+            owner,
+            token: u64::try_from(fence).ok().map(FencingToken::new),
+            expires_in: Some(Duration::from_micros(remaining.max(0).unsigned_abs())),
+        }))
+    }
+
+    async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        if self.strategy == Strategy::Advisory {
+            let rows = self.advisory_holders(prefix, false).await?;
+            return Ok(rows
+                .into_iter()
+                .map(|(name, _, pid)| format!("advisory lock of `{name}` held by session {pid}"))
+                .collect());
+        }
+        let read = sqlx::query(self.sql(OWNED_ROWS))
+            .bind(self.namespace.clone())
+            .bind(prefix.to_owned());
+        let rows = self.fetch_all(read).await?;
+        rows.iter()
+            .map(|row| {
+                let (name, owner): (String, String) = decode(row).map_err(|e| self.error(e))?;
+                Ok(format!("row `{name}` owned by {owner}"))
+            })
+            .collect()
+    }
+
+    async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {
+        if self.strategy == Strategy::Advisory {
+            let Some((_, _, pid)) = self.advisory_holders(key.as_str(), true).await?.pop() else {
+                return Ok(false);
+            };
+            let ended = async {
+                let mut conn = self.pool.get().await?;
+                let row = conn
+                    .fetch_one(sqlx::query(TERMINATE_BACKEND).bind(pid))
+                    .await?;
+                row.try_get::<bool, _>(0).map_err(DbError::Sql)
+            };
+            return ended.await.map_err(|e| self.error(e));
+        }
+        // The fence stays in the row, so the next holder's token is higher.
+        let clear = sqlx::query(self.sql(CLEAR_OWNER))
+            .bind(self.namespace.clone())
+            .bind(key.as_str().to_owned())
+            .bind(self.sql.channel.clone())
+            .bind(wake_payload(&self.namespace, key.as_str()));
+        let freed = self.count_rows(clear).await.map_err(|e| self.error(e))?;
+        Ok(freed > 0)
+    }
+
+    async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
+        let mut warnings = Vec::new();
+        let version: Option<i32> = self.scalar(sqlx::query(VERSION_NUM)).await?;
+        match version {
+            Some(v) if v < 140000 => warnings.push(format!(
+                "PostgreSQL {v} is older than 14: it has no idle_session_timeout, so an advisory lock of \
+                 a paused or cut-off holder stays held as long as its TCP connection does; upgrade"
+            )),
+            Some(_) => {}
+            None => warnings.push("cannot read the server version".into()),
+        }
+        if self.scalar::<bool>(sqlx::query(IN_RECOVERY)).await? == Some(true) {
+            warnings
+                .push("the server is a standby (read-only): point the lock at the primary".into());
+        }
+        if self.scalar::<String>(sqlx::query(FSYNC)).await?.as_deref() == Some("off") {
+            warnings.push(
+                "fsync is off: a server crash can lose committed fence values, and tokens could repeat"
+                    .into(),
+            );
+        }
+        if self
+            .scalar::<String>(sqlx::query(SYNCHRONOUS_COMMIT))
+            .await?
+            .as_deref()
+            == Some("off")
+        {
+            warnings.push(
+                "synchronous_commit is off: a server crash can lose the last acquisitions and their \
+                 fence values, so a token could be handed out twice"
+                    .into(),
+            );
+        }
+        Ok(warnings)
+    }
+
+    fn ping_name(&self) -> Option<&'static str> {
+        Some(KEEPALIVE)
+    }
+
+    async fn ping(&self) -> Result<(), LockError> {
+        self.run(sqlx::query(KEEPALIVE))
+            .await
+            .map(drop)
+            .map_err(|e| self.error(e))
+    }
+
+    fn floor_name(&self) -> Option<&'static str> {
+        Some(match self.strategy {
+            Strategy::VersionCas => "CAS UPDATE … RETURNING + release UPDATE with NOTIFY",
+            Strategy::Advisory => "try-lock with counter bump + unlock with NOTIFY",
+        })
+    }
+
+    async fn floor_cycle(&self, key: &LockKey, ttl: Duration) -> Result<(), LockError> {
+        match self.floor(key, ttl).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(LockError::Busy { key: key.clone() }),
+            Err(e) => Err(self.error(e)),
+        }
+    }
+
+    /// `pg_stat_statements`' calls when the extension is installed in this
+    /// database (exact, counted as each statement ends); otherwise the
+    /// transactions of `pg_stat_database`, which each session reports with a
+    /// delay of up to about 10 s.
+    async fn server_requests(&self) -> Result<Option<u64>, LockError> {
+        let exact = self
+            .scalar::<bool>(sqlx::query(HAS_STATEMENT_STATS))
+            .await?
+            == Some(true);
+        let count: Option<i64> = match exact {
+            true => self.scalar(sqlx::query(STATEMENT_CALLS)).await?,
+            false => self.scalar(sqlx::query(TRANSACTIONS)).await?,
+        };
+        Ok(count.and_then(|n| u64::try_from(n).ok()))
+    }
+}
+
+impl Table {
+    /// `template` for this table.
+    fn sql(&self, template: &str) -> sqlx::SqlStr {
+        for_table(template, &self.name)
+    }
+
+    async fn fetch_all(&self, statement: Statement) -> Result<Vec<PgRow>, LockError> {
+        let rows = async {
+            let mut conn = self.pool.get().await?;
+            conn.fetch_all(statement).await
+        };
+        rows.await.map_err(|e| self.error(e))
+    }
+
+    /// The first column of the first row, if any.
+    async fn scalar<T>(&self, statement: Statement) -> Result<Option<T>, LockError>
+    where
+        T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    {
+        let rows = self.fetch_all(statement).await?;
+        rows.first()
+            .map(|row| row.try_get(0))
+            .transpose()
+            .map_err(|e| self.error(DbError::Sql(e)))
+    }
+
+    /// advisory: (name, fence, holder pid) of the names starting with `prefix`
+    /// (or exactly `prefix`) whose key a session holds now.
+    async fn advisory_holders(
+        &self,
+        prefix: &str,
+        exact: bool,
+    ) -> Result<Vec<(String, i64, i32)>, LockError> {
+        let read = sqlx::query(self.sql(ADVISORY_HOLDERS))
+            .bind(self.namespace.clone())
+            .bind(prefix.to_owned())
+            .bind(exact);
+        let rows = self.fetch_all(read).await?;
+        rows.iter()
+            .map(|row| decode(row).map_err(|e| self.error(e)))
+            .collect()
+    }
+
+    /// The strategy's statements for one uncontended cycle, on one pooled
+    /// connection; `Ok(false)` when the lock was held.
+    async fn floor(&self, key: &LockKey, ttl: Duration) -> Result<bool, DbError> {
+        let mut conn = self.pool.get().await?;
+        let payload = wake_payload(&self.namespace, key.as_str());
+        match self.strategy {
+            Strategy::VersionCas => {
+                let owner = random_owner();
+                let token = match cas(self, key.as_str(), &owner, micros(ttl), &mut conn).await? {
+                    version_cas::Attempt::Won { token, .. } => token,
+                    version_cas::Attempt::Held { .. } => return Ok(false),
+                };
+                let release = sqlx::query(self.sql.cas_release.clone())
+                    .bind(self.namespace.clone())
+                    .bind(key.as_str().to_owned())
+                    .bind(owner)
+                    .bind(token)
+                    .bind(self.sql.channel.clone())
+                    .bind(payload);
+                conn.fetch_all(release).await?;
+            }
+            Strategy::Advisory => {
+                let lock_key = advisory_key(&self.namespace, key);
+                conn.may_hold_lock();
+                match attempt(self, &mut conn, key.as_str(), lock_key, ttl).await? {
+                    Attempt::Won(_) => {}
+                    Attempt::Busy => {
+                        conn.unlocked();
+                        return Ok(false);
+                    }
+                    Attempt::Collision(..) => {
+                        return Err(DbError::Protocol("advisory key collision".into()));
+                    }
+                }
+                let release = sqlx::query(self.sql.advisory_release.clone())
+                    .bind(lock_key)
+                    .bind(self.sql.channel.clone())
+                    .bind(payload);
+                let row = conn.fetch_one(release).await?;
+                if row.try_get::<bool, _>(0).map_err(DbError::Sql)? {
+                    conn.unlocked();
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// A row's columns as a tuple.
+fn decode<'r, T>(row: &'r PgRow) -> Result<T, DbError>
+where
+    T: sqlx::FromRow<'r, PgRow>,
+{
+    T::from_row(row).map_err(DbError::Sql)
+}

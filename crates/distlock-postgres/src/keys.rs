@@ -1,0 +1,133 @@
+//! The row layout: a lock is the row `(namespace, name)` of the lock table,
+//! both columns `TEXT` holding the key and namespace verbatim; an advisory
+//! lock's 64-bit key is a stable hash of the two; the table name is a
+//! validated identifier.
+
+use crate::error::BACKEND;
+use distlock_core::toolkit::sql_identifier_problem;
+use distlock_core::{LockError, LockKey};
+use sha2::{Digest, Sha256};
+
+/// The namespace used when none is configured.
+pub const DEFAULT_NAMESPACE: &str = "distlock";
+
+/// The advisory lock key of `name` in `namespace`: the first 8 bytes of
+/// SHA-256 over the namespace's length (8 bytes, big-endian), the namespace
+/// and the name, read as a big-endian `i64`. Stable across processes,
+/// versions and platforms, so every client maps a name to the same key.
+///
+/// Two names can map to one key (about one chance in 2^64 per pair): they
+/// would share one lock. The adapter records the name beside the key and
+/// refuses the second name with an error naming both (see `advisory.rs`).
+pub fn advisory_key(namespace: &str, name: &LockKey) -> i64 {
+    let mut hash = Sha256::new();
+    hash.update((namespace.len() as u64).to_be_bytes());
+    hash.update(namespace.as_bytes());
+    hash.update(name.as_str().as_bytes());
+    let digest = hash.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
+}
+
+/// The payload of the release notification for `name`: the namespace, a
+/// newline, the name. Neither may hold a control character, so it is
+/// unambiguous.
+pub(crate) fn wake_payload(namespace: &str, name: &str) -> String {
+    format!("{namespace}\n{name}")
+}
+
+/// Checks a namespace: 1 to 128 bytes of UTF-8 without control characters.
+pub(crate) fn validate_namespace(namespace: &str) -> Result<(), LockError> {
+    if namespace.is_empty() || namespace.len() > 128 {
+        return Err(LockError::config(
+            BACKEND,
+            format!(
+                "namespace must be 1 to 128 bytes, got {} bytes; for example namespace={DEFAULT_NAMESPACE}",
+                namespace.len()
+            ),
+        ));
+    }
+    if namespace.chars().any(char::is_control) {
+        return Err(LockError::config(
+            BACKEND,
+            "namespace must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// A table name checked to be a plain identifier (the toolkit's
+/// [`sql_identifier_problem`]), always double-quoted in SQL. It is the only
+/// text ever placed into SQL, so nothing else may pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableName(String);
+
+impl TableName {
+    /// The `version_cas` table used when none is configured.
+    pub const DEFAULT: &'static str = "distlock_locks";
+    /// The `advisory` table used when none is configured.
+    pub const DEFAULT_ADVISORY: &'static str = "distlock_advisory";
+
+    /// Validates `name`; anything but a plain identifier is a `Config` error.
+    /// PostgreSQL identifiers are at most 63 bytes.
+    pub fn new(name: &str) -> Result<Self, LockError> {
+        if let Some(reason) = sql_identifier_problem(name, "table name", Self::DEFAULT) {
+            return Err(LockError::config(BACKEND, reason));
+        }
+        if name.len() > 63 || name.contains('$') {
+            return Err(LockError::config(
+                BACKEND,
+                format!(
+                    "table name `{name}` must be at most 63 ASCII letters, digits or `_` on PostgreSQL; for example {}",
+                    Self::DEFAULT
+                ),
+            ));
+        }
+        Ok(TableName(name.to_owned()))
+    }
+
+    /// The name as validated.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for TableName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advisory_keys_are_stable_and_separate_namespaces() {
+        let key = LockKey::new("a/b").unwrap();
+        assert_eq!(
+            advisory_key("distlock", &key),
+            advisory_key("distlock", &key)
+        );
+        assert_ne!(advisory_key("distlock", &key), advisory_key("other", &key));
+        // The namespace's length is hashed too: ("ab", "c") is not ("a", "bc").
+        let (c, bc) = (LockKey::new("c").unwrap(), LockKey::new("bc").unwrap());
+        assert_ne!(advisory_key("ab", &c), advisory_key("a", &bc));
+        // Pinned: a change here would split running fleets into two locks.
+        assert_eq!(advisory_key("distlock", &key), 1_528_686_472_436_006_620);
+    }
+
+    #[test]
+    fn namespaces_and_tables_are_checked() {
+        assert!(validate_namespace("").is_err());
+        assert!(validate_namespace("a\nb").is_err());
+        assert!(validate_namespace("app/locks").is_ok());
+        for good in ["locks", "_x", "Locks_2"] {
+            assert!(TableName::new(good).is_ok(), "{good}");
+        }
+        for bad in ["", "1locks", "a\"b", "a.b", "a$b", &"a".repeat(64)] {
+            assert!(TableName::new(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! PostgreSQL adapter for distlock: a version-column CAS row (default) or a
+//! session-level advisory lock, fencing tokens from a counter that never
+//! resets, and waiters woken by `LISTEN/NOTIFY`.
+//!
+//! ```no_run
+//! use distlock_core::{AcquireOptions, DistributedLock, LockKey};
+//! use distlock_postgres::PostgresConfig;
+//! use std::time::Duration;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), distlock_core::LockError> {
+//! let lock = PostgresConfig::from_url("postgres://app:secret@127.0.0.1:5432/app?timeout=2s")?
+//!     .connect()
+//!     .await?;
+//! let key = LockKey::new("billing/nightly")?;
+//! let lease = lock.acquire(&key, &AcquireOptions::new().ttl(Duration::from_secs(30))).await?;
+//! // Pass lease.token() with every write to the protected resource.
+//! println!("holding {} with token {}", lease.key(), lease.token());
+//! lease.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Strategies
+//!
+//! Chosen with [`PostgresConfig::strategy`] or `?strategy=` in the URL; each
+//! table belongs to one strategy (recorded in the table comment, checked at
+//! connect).
+//!
+//! - [`Strategy::VersionCas`] (default): the row `(namespace, name)` persists.
+//!   Acquire is one `UPDATE … RETURNING fence` on a free or expired row that
+//!   raises `fence`, so the token arrives in the same round trip; expiry is
+//!   judged by the server clock (`now()`). Release clears the owner, keeps the
+//!   row, and notifies waiters in the same statement. Two statements per
+//!   uncontended cycle.
+//! - [`Strategy::Advisory`]: `pg_try_advisory_lock` on a connection of its
+//!   own, with a 64-bit key hashed from namespace and name
+//!   ([`advisory_key`]); the same statement bumps the name's counter row once
+//!   the lock is held. The lock dies with the session: the server ends a
+//!   session idle for 1.5 × ttl (`idle_session_timeout`), and a keepalive every
+//!   ttl/3 notices a dead session and fires `lost()`. Two names whose keys
+//!   collide are detected (the row records its key, unique) and the second is
+//!   refused.
+//!
+//! Waiters of both wake on the release's `NOTIFY` (one listening connection
+//! per client) and also poll with a jittered backoff capped at 250 ms, since
+//! a notification can be lost.
+//!
+//! # Guarantees and failure modes
+//!
+//! - Tokens strictly increase per name across holders, expiry takeovers,
+//!   crashes and server restarts (the rows are ordinary durable rows). A
+//!   deleted row is re-created with its fence seeded from the server clock in
+//!   microseconds.
+//! - The server is a single point of failure; with asynchronous replication a
+//!   failover can lose recent acquisitions and counter values, and advisory
+//!   locks (which live in the primary's memory) are all gone after one.
+//! - Through a transaction-pooling proxy (PgBouncer `pool_mode=transaction`)
+//!   session advisory locks and `LISTEN` do not work: connect directly, or
+//!   use `version_cas`.
+//!
+//! See `docs/backends/postgres.md` for the exact SQL and how to choose.
+//!
+//! # Modules
+//!
+//! `config` (URL and settings) → `lock` ([`PostgresLock`], forwarding to one
+//! of the strategies) → `version_cas`, `advisory`, each its own `Backend` →
+//! `backend` (the lock table they share, the undo of a cut-off statement) →
+//! `pool` (connections), `wake` (LISTEN/NOTIFY) → `protocol` (the SQL, in
+//! `sql/`) → `keys` (row layout, advisory keys), `error`. `inspect` implements
+//! `Inspect` on the table.
+#![deny(missing_docs)]
+
+mod advisory;
+mod backend;
+mod config;
+mod error;
+mod inspect;
+mod keys;
+mod lock;
+mod pool;
+mod protocol;
+mod version_cas;
+mod wake;
+
+pub use config::PostgresConfig;
+pub use keys::{DEFAULT_NAMESPACE, TableName, advisory_key};
+pub use lock::PostgresLock;
+pub use protocol::Strategy;
+pub use sqlx::postgres::{PgConnectOptions, PgSslMode};

@@ -1,0 +1,215 @@
+//! The wire protocol: the two strategies and every statement they send, as
+//! named SQL files in `sql/`. `{table}` is replaced, once at connect, by a
+//! [`TableName`] validated as a plain identifier (and double-quoted); every
+//! value goes through a `$n` placeholder.
+//!
+//! Every statement that decides ownership answers in its own reply: the CAS
+//! `UPDATE … RETURNING fence` inside a `WITH`, the advisory lock and its
+//! counter bump in one statement. Releases send `pg_notify` in the same
+//! statement, only when they freed something, so a wake-up costs no round trip.
+//!
+//! A fresh row's fence is seeded from the server clock in microseconds: if an
+//! operator deletes a row, its next tokens still exceed every earlier one (as
+//! long as the server clock does not step back and the name saw fewer than one
+//! acquisition per microsecond on average).
+
+use crate::error::BACKEND;
+use crate::keys::TableName;
+use distlock_core::{Capabilities, FencingGuarantee, LockError, TokenDurability, Wake};
+use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// How the lock is kept. All clients of one table must use the same strategy;
+/// the table records its strategy (its comment) and `connect` refuses a
+/// mismatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Strategy {
+    /// The row persists; acquire is one CAS `UPDATE … RETURNING fence` on a
+    /// free or expired row that raises the `fence` column. Two statements per
+    /// uncontended cycle; expiry on the database clock.
+    #[default]
+    VersionCas,
+    /// A session-level advisory lock on a connection of its own, keyed by a
+    /// hash of namespace and name; the lock dies with the connection (the
+    /// server ends a session idle for longer than the ttl), and the token comes
+    /// from a counter bumped in the same statement once the lock is held.
+    Advisory,
+}
+
+/// The smallest ttl of `version_cas`: below it a lease would spend most of its
+/// life in round trips.
+const MIN_CAS_TTL: Duration = Duration::from_millis(10);
+/// The smallest ttl of `advisory`: a keepalive every ttl/3 on a connection of
+/// its own.
+const MIN_ADVISORY_TTL: Duration = Duration::from_secs(1);
+
+impl Strategy {
+    /// Every strategy's name, as `?strategy=` takes it.
+    pub const NAMES: [&'static str; 2] = ["version_cas", "advisory"];
+
+    /// The name used in URLs (`?strategy=`) and in the table comment.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::VersionCas => "version_cas",
+            Strategy::Advisory => "advisory",
+        }
+    }
+
+    /// The comment that marks a table as owned by this strategy.
+    pub(crate) fn table_comment(self) -> String {
+        format!("distlock:{}", self.as_str())
+    }
+
+    /// The table used when none is configured.
+    pub(crate) fn default_table(self) -> &'static str {
+        match self {
+            Strategy::VersionCas => TableName::DEFAULT,
+            Strategy::Advisory => TableName::DEFAULT_ADVISORY,
+        }
+    }
+
+    /// What a client of this strategy guarantees.
+    pub fn capabilities(self) -> Capabilities {
+        let cas = Capabilities {
+            fencing: FencingGuarantee::Strict,
+            fifo: false,
+            // A release notifies (LISTEN/NOTIFY); polling is only the fallback.
+            wake: Wake::Push,
+            session_bound: false,
+            token_durability: TokenDurability::Persisted,
+            min_ttl: MIN_CAS_TTL,
+            ttl_granularity: Duration::from_micros(1),
+        };
+        match self {
+            Strategy::VersionCas => cas,
+            // `idle_session_timeout` is in milliseconds.
+            Strategy::Advisory => Capabilities {
+                session_bound: true,
+                min_ttl: MIN_ADVISORY_TTL,
+                ttl_granularity: Duration::from_millis(1),
+                ..cas
+            },
+        }
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = LockError;
+
+    fn from_str(s: &str) -> Result<Self, LockError> {
+        match s {
+            "version_cas" => Ok(Strategy::VersionCas),
+            "advisory" => Ok(Strategy::Advisory),
+            other => Err(LockError::config(
+                BACKEND,
+                format!("unknown strategy `{other}`; use version_cas or advisory"),
+            )),
+        }
+    }
+}
+
+/// The round trip a keepalive and `ping` send.
+pub(crate) const KEEPALIVE: &str = "SELECT 1";
+/// This session's backend process id (what `pg_terminate_backend` takes).
+pub(crate) const BACKEND_PID: &str = "SELECT pg_backend_pid()";
+/// Ends another session; its statement in flight is over once it is gone.
+pub(crate) const TERMINATE_BACKEND: &str = "SELECT pg_terminate_backend($1)";
+/// Whether a session still exists. Binds: pid.
+pub(crate) const BACKEND_LISTED: &str = include_str!("sql/backend_listed.sql");
+/// Whether the table exists, and its comment. Binds: table name.
+pub(crate) const TABLE_COMMENT: &str = include_str!("sql/table_comment.sql");
+const CREATE_TABLE: &str = include_str!("sql/create_table.sql");
+const MARK_TABLE: &str = include_str!("sql/mark_table.sql");
+
+/// Every statement of one table, rendered once at connect.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    /// version_cas: the CAS; returns (token or NULL, holder's remaining µs or
+    /// NULL). Binds: namespace, name, owner, ttl µs.
+    pub cas_acquire: SqlStr,
+    /// version_cas: creates a missing row, fence seeded from the clock.
+    /// Binds: namespace, name.
+    pub cas_insert_row: SqlStr,
+    /// Binds: namespace, name, owner, fence, ttl µs.
+    pub cas_renew: SqlStr,
+    /// Frees and notifies; one row when it was ours. Binds: namespace, name,
+    /// owner, fence, channel, payload.
+    pub cas_release: SqlStr,
+    /// The undo of an abandoned attempt: [`Statements::cas_release`] without
+    /// the fence. Binds: namespace, name, owner, channel, payload.
+    pub cas_abandon: SqlStr,
+    /// advisory: try the lock, then (held, and no other name recorded for the
+    /// key) bump the counter; returns (got, token, other namespace, other
+    /// name). Binds: namespace, name, key, idle timeout ms (text).
+    pub advisory_acquire: SqlStr,
+    /// Binds: idle timeout ms (text).
+    pub advisory_keepalive: SqlStr,
+    /// Unlocks, notifies, clears the idle timeout. Binds: key, channel, payload.
+    pub advisory_release: SqlStr,
+    /// The NOTIFY channel of this table: its name.
+    pub channel: String,
+}
+
+impl Statements {
+    pub fn new(table: &TableName) -> Self {
+        let sql = |template: &str| for_table(template, table);
+        Statements {
+            cas_acquire: sql(include_str!("sql/cas_acquire.sql")),
+            cas_insert_row: sql(include_str!("sql/cas_insert_row.sql")),
+            cas_renew: sql(include_str!("sql/cas_renew.sql")),
+            cas_release: sql(include_str!("sql/cas_release.sql")),
+            cas_abandon: sql(include_str!("sql/cas_abandon.sql")),
+            advisory_acquire: sql(include_str!("sql/advisory_acquire.sql")),
+            advisory_keepalive: sql(include_str!("sql/advisory_keepalive.sql")),
+            advisory_release: sql(include_str!("sql/advisory_release.sql")),
+            channel: table.as_str().to_owned(),
+        }
+    }
+
+    /// The `CREATE TABLE IF NOT EXISTS` for `table`.
+    pub fn create_table(table: &TableName) -> SqlStr {
+        for_table(CREATE_TABLE, table)
+    }
+
+    /// The `COMMENT ON TABLE` that marks `table` as owned by `strategy`.
+    pub fn mark_table(table: &TableName, strategy: Strategy) -> SqlStr {
+        // The comment is one of our own constants ("distlock:version_cas", ...).
+        let sql = MARK_TABLE
+            .replace("{table}", table.as_str())
+            .replace("{comment}", &strategy.table_comment());
+        AssertSqlSafe(sql).into_sql_str()
+    }
+}
+
+/// `template` with `{table}` replaced by the validated table name: the only text
+/// ever spliced into SQL.
+pub(crate) fn for_table(template: &str, table: &TableName) -> SqlStr {
+    AssertSqlSafe(template.trim_end().replace("{table}", table.as_str())).into_sql_str()
+}
+
+/// What an operator (and the test suite) asks of the table beyond the lock
+/// protocol.
+pub(crate) mod inspect {
+    /// version_cas: a live holder's owner, fence and remaining µs.
+    pub const HOLDER_ROW: &str = include_str!("sql/holder_row.sql");
+    /// version_cas: live owned rows under a name prefix.
+    pub const OWNED_ROWS: &str = include_str!("sql/owned_rows.sql");
+    /// version_cas force-unlock: clears the owner (the fence stays) and wakes
+    /// waiters.
+    pub const CLEAR_OWNER: &str = include_str!("sql/clear_owner.sql");
+    /// advisory: rows whose key a session holds now (`pg_locks`), with the
+    /// fence and the holder's pid. Binds: namespace, prefix, exact name only.
+    pub const ADVISORY_HOLDERS: &str = include_str!("sql/advisory_holders.sql");
+    /// The server's version number (150004 for 15.4).
+    pub const VERSION_NUM: &str = "SELECT current_setting('server_version_num')::INT";
+    /// `on` on a standby.
+    pub const IN_RECOVERY: &str = "SELECT pg_is_in_recovery()";
+    /// Whether commits wait for the WAL flush.
+    pub const SYNCHRONOUS_COMMIT: &str = "SELECT current_setting('synchronous_commit')";
+    /// `fsync` setting.
+    pub const FSYNC: &str = "SELECT current_setting('fsync')";
+    /// Transactions the server committed and rolled back in this database,
+    /// as its statistics have them.
+    pub const TRANSACTIONS: &str = "SELECT (xact_commit + xact_rollback)::BIGINT FROM pg_stat_database WHERE datname = current_database()";
+}

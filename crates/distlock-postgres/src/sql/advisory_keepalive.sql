@@ -1,0 +1,1 @@
+SELECT set_config('idle_session_timeout', $1, false)

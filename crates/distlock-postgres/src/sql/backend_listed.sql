@@ -1,0 +1,1 @@
+SELECT count(*) FROM pg_stat_activity WHERE pid = $1

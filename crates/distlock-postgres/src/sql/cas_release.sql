@@ -1,0 +1,6 @@
+WITH freed AS (
+    UPDATE "{table}" SET owner = NULL, expires_at = NULL
+     WHERE namespace = $1 AND name = $2 AND owner = $3 AND fence = $4
+ RETURNING name
+)
+SELECT pg_notify($5, $6)::TEXT FROM freed

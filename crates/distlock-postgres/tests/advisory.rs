@@ -1,0 +1,109 @@
+//! `advisory`: the lock dies with its session. An operator (or a failover
+//! tool) ending the holder's connection from the server side fires `lost()` and
+//! frees the lock for the next holder, whose token is higher; a name whose
+//! advisory key is recorded for another name is refused, never shared.
+// Test code: a failed expectation should panic with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, LossReason, Wait};
+use distlock_postgres::{Strategy, advisory_key};
+use std::time::Duration;
+use support::{admin_value, client, eventually, server};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn terminating_the_holders_backend_fires_lost_and_frees_the_lock() {
+    let server = server().await;
+    let (a, b) = (
+        client(&server, Strategy::Advisory, "killed").await,
+        client(&server, Strategy::Advisory, "killed").await,
+    );
+    let key = LockKey::new("jobs/nightly").unwrap();
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(3));
+    let lease = a.acquire(&key, &opts).await.unwrap();
+    let holder = a
+        .inspect()
+        .unwrap()
+        .holder(&key)
+        .await
+        .unwrap()
+        .expect("a holder");
+    let pid: i32 = holder
+        .owner
+        .strip_prefix("session ")
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("holder names no session: {holder:?}"));
+    assert_eq!(holder.token, Some(lease.token()));
+    let killed = admin_value(&server, &format!("SELECT pg_terminate_backend({pid});")).await;
+    assert_eq!(killed, "t", "the holder's backend was terminated");
+    // The next keepalive (every ttl/3) finds the session gone.
+    let reason = tokio::time::timeout(Duration::from_secs(3), lease.lost())
+        .await
+        .expect("lost() fires after the holder's session ended");
+    assert_eq!(
+        reason,
+        LossReason::Revoked,
+        "the keepalive found the session gone"
+    );
+    assert!(!lease.is_held());
+    let next = b
+        .acquire(&key, &opts.clone().wait(Wait::For(Duration::from_secs(2))))
+        .await
+        .unwrap();
+    assert!(
+        next.token() > lease.token(),
+        "{} > {}",
+        next.token(),
+        lease.token()
+    );
+    assert!(matches!(lease.release().await, Err(LockError::Lost { .. })));
+    next.release().await.unwrap();
+    eventually(
+        Duration::from_secs(5),
+        "no advisory lock left",
+        async || {
+            a.inspect()
+                .unwrap()
+                .residue("jobs/")
+                .await
+                .unwrap()
+                .is_empty()
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_name_whose_key_is_recorded_for_another_name_is_refused() {
+    let server = server().await;
+    let lock = client(&server, Strategy::Advisory, "collide").await;
+    let key = LockKey::new("reports/daily").unwrap();
+    // A true SHA-256 prefix collision cannot be found for a test; plant the row
+    // another name with the same key would have left.
+    let planted = advisory_key("distlock", &key);
+    server
+        .exec_admin(&format!(
+            "INSERT INTO collide (namespace, name, fence, lock_key) VALUES ('distlock', 'other/name', 1, {planted});"
+        ))
+        .await
+        .unwrap();
+    let opts = AcquireOptions::new().wait(Wait::No);
+    match lock.acquire(&key, &opts).await {
+        Err(LockError::Config { reason, .. }) => {
+            assert!(reason.contains("reports/daily"), "{reason}");
+            assert!(reason.contains("other/name"), "{reason}");
+        }
+        other => panic!("expected the collision to be refused, got {other:?}"),
+    }
+    // Nothing stays held: the session that may have taken the key was ended.
+    eventually(Duration::from_secs(5), "the key is free", async || {
+        admin_value(
+            &server,
+            &format!("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid::BIGINT = ({planted} & 4294967295);"),
+        )
+        .await
+            == "0"
+    })
+    .await;
+}

@@ -1,0 +1,4 @@
+CREATE TABLE IF NOT EXISTS "{table}" (
+    resource BYTEA  NOT NULL PRIMARY KEY,
+    highest  BIGINT NOT NULL
+)

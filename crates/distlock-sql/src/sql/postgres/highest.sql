@@ -1,0 +1,1 @@
+SELECT highest FROM "{table}" WHERE resource = $1

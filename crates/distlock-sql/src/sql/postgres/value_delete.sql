@@ -1,0 +1,1 @@
+DELETE FROM "{values}" WHERE resource = $1

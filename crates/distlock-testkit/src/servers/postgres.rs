@@ -1,0 +1,428 @@
+//! PostgreSQL launcher: `initdb` into a temp dir, then `postgres` on a free
+//! loopback port with its Unix socket in the same dir, a `distlock` database and
+//! a password-protected `distlock` role.
+//!
+//! PostgreSQL refuses to run as root, so when the tests run as root every
+//! server command runs as `nobody` (through `setpriv`, which execs: the process
+//! the testkit signals is the server itself), with the temp dir owned by it.
+
+use super::process::ServerProcess;
+use super::{ServerError, find_binary, free_port, random_password, retry_on_exit, url_encode};
+use nix::sys::signal::Signal;
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tempfile::TempDir;
+use tokio::io::AsyncWriteExt;
+
+/// initdb plus first start.
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
+const STOP_GRACE: Duration = Duration::from_secs(20);
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The database and role every test server gets.
+const DATABASE: &str = "distlock";
+const USER: &str = "distlock";
+/// The superuser, which logs in over the Unix socket without a password.
+const SUPERUSER: &str = "postgres";
+/// The Debian package of the server binaries, for the install hint.
+const PACKAGE: &str = "postgresql-15";
+/// Who runs the server when the tests run as root.
+const UNPRIVILEGED: &str = "nobody";
+
+/// Server settings: loopback only, enough connections for many clients, and
+/// `pg_stat_statements` for exact statement counts.
+const SERVER_SETTINGS: &[&str] = &[
+    "listen_addresses=127.0.0.1",
+    "max_connections=500",
+    "shared_buffers=32MB",
+    "shared_preload_libraries=pg_stat_statements",
+    "log_min_messages=warning",
+    "log_connections=off",
+    "password_encryption=md5",
+];
+
+/// A `postgres` child process on a free loopback port, with its data dir and
+/// socket in its own temp dir, a `distlock` database, and a `distlock` role with
+/// a random password owning it.
+///
+/// The process is killed when this value is dropped.
+pub struct PostgresServer {
+    port: u16,
+    password: String,
+    dir_path: PathBuf,
+    bin: PathBuf,
+    process: ServerProcess,
+    _dir: TempDir,
+}
+
+impl std::fmt::Debug for PostgresServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresServer")
+            .field("port", &self.port)
+            .field("user", &USER)
+            .field("password", &"<redacted>")
+            .field("dir", &self.dir_path)
+            .field("process", &self.process)
+            .finish()
+    }
+}
+
+impl PostgresServer {
+    /// Creates a data dir, starts the server, and creates the role and database;
+    /// returns once the server accepts logins.
+    pub async fn start() -> Result<Self, ServerError> {
+        let bin = server_bin_dir()?;
+        let (initdb, postgres) = (bin.join("initdb"), bin.join("postgres"));
+        let runner = Runner::current()?;
+        let dir = tempfile::Builder::new()
+            .prefix("distlock-postgres-")
+            .tempdir()
+            .map_err(ServerError::io("create a temp dir for postgres"))?;
+        runner.own(dir.path())?;
+        let data = dir.path().join("data");
+        let mut init = runner.command(&initdb);
+        init.arg("-D")
+            .arg(&data)
+            .args(["-U", SUPERUSER, "-E", "UTF8", "--locale=C", "--no-sync"])
+            // md5, not SCRAM: a SCRAM login costs thousands of hash rounds on both
+            // sides, and the suite opens hundreds of connections at once on a
+            // shared machine (an unoptimised test build computes them slowly).
+            .args(["--auth-local=trust", "--auth-host=md5"]);
+        run_to_end(init, "initdb", &dir.path().join("initdb.log")).await?;
+
+        let (port, process) = retry_on_exit(async || {
+            let port = free_port()?;
+            let mut args = runner.prefix(&postgres);
+            args.extend(["-D".into(), data.clone().into_os_string()]);
+            args.extend(["-p".into(), port.to_string().into()]);
+            args.extend(["-k".into(), dir.path().as_os_str().to_owned()]);
+            for setting in SERVER_SETTINGS {
+                args.extend(["-c".into(), OsString::from(setting)]);
+            }
+            let program = runner.program(&postgres);
+            let process = ServerProcess::start("postgres", &program, args, dir.path())?;
+            let probe = Probe::new(&bin, dir.path(), port);
+            process.wait_ready(READY_TIMEOUT, || probe.ready()).await?;
+            Ok((port, process))
+        })
+        .await?;
+        let server = PostgresServer {
+            port,
+            password: random_password(),
+            dir_path: dir.path().to_owned(),
+            bin,
+            process,
+            _dir: dir,
+        };
+        server
+            .exec_as(
+                "postgres",
+                &format!(
+                    "CREATE ROLE {USER} LOGIN PASSWORD '{}';\nCREATE DATABASE {DATABASE} OWNER {USER};\n",
+                    server.password
+                ),
+            )
+            .await?;
+        server
+            .exec_admin("CREATE EXTENSION IF NOT EXISTS pg_stat_statements;")
+            .await?;
+        Ok(server)
+    }
+
+    /// `postgres://distlock:<password>@127.0.0.1:<port>/distlock`.
+    pub fn url(&self) -> String {
+        format!(
+            "postgres://{USER}:{}@127.0.0.1:{}/{DATABASE}",
+            url_encode(&self.password),
+            self.port
+        )
+    }
+
+    /// The loopback address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// The TCP port; it stays the same across restarts.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The test role's name (`distlock`).
+    pub fn user(&self) -> &str {
+        USER
+    }
+
+    /// The test role's password.
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
+    /// The database the test role owns (`distlock`).
+    pub fn database(&self) -> &str {
+        DATABASE
+    }
+
+    /// The directory of the server's Unix socket, where the superuser logs in
+    /// without a password.
+    pub fn socket_dir(&self) -> &Path {
+        &self.dir_path
+    }
+
+    /// Shuts the server down fast and cleanly (SIGINT: sessions are ended,
+    /// everything is written), killing it if that takes too long. SIGTERM would
+    /// wait for every client to leave.
+    pub async fn stop(&self) {
+        if self.process.signal(Signal::SIGINT).is_err() {
+            return;
+        }
+        let _ = self.process.signal(Signal::SIGCONT);
+        let deadline = tokio::time::Instant::now() + STOP_GRACE;
+        while self.process.is_running() {
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!("postgres: no clean shutdown in time; killing");
+                self.process.kill();
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops the server if it runs, then starts it on the same port with the same
+    /// data dir (tables, rows and roles survive) and waits until it accepts clients.
+    pub async fn restart(&self) -> Result<(), ServerError> {
+        self.stop().await;
+        self.process.respawn()?;
+        let probe = Probe::new(&self.bin, &self.dir_path, self.port);
+        self.process
+            .wait_ready(READY_TIMEOUT, || probe.ready())
+            .await
+    }
+
+    /// Runs `sql` as the superuser in the `distlock` database through `psql`
+    /// over the Unix socket and returns the result rows, `|`-separated, without a
+    /// header. For test control: `pg_terminate_backend`, statistics, reading
+    /// rows behind an adapter's back.
+    pub async fn exec_admin(&self, sql: &str) -> Result<String, ServerError> {
+        self.exec_as(DATABASE, sql).await
+    }
+
+    async fn exec_as(&self, database: &str, sql: &str) -> Result<String, ServerError> {
+        let mut child = tokio::process::Command::new(self.bin.join("psql"))
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
+            .arg("-h")
+            .arg(&self.dir_path)
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                SUPERUSER,
+                "-d",
+                database,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(ServerError::io("spawn psql"))?;
+        // SQL goes through stdin so passwords in it stay out of process listings.
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(sql.as_bytes())
+                .await
+                .map_err(ServerError::io("send SQL to psql"))?;
+        }
+        let output = tokio::time::timeout(CLIENT_TIMEOUT, child.wait_with_output())
+            .await
+            .map_err(|_| ServerError::Command {
+                command: "psql (as the superuser)".into(),
+                output: format!("no answer within {CLIENT_TIMEOUT:?}"),
+            })?
+            .map_err(ServerError::io("run psql"))?;
+        if !output.status.success() {
+            return Err(ServerError::Command {
+                command: "psql (as the superuser)".into(),
+                output: String::from_utf8_lossy(&output.stderr).into_owned(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+}
+
+/// The newest `/usr/lib/postgresql/<version>/bin` holding `postgres` (Debian's
+/// layout), else the directory of `postgres` on `PATH`.
+fn server_bin_dir() -> Result<PathBuf, ServerError> {
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = entry.path().join("bin");
+            bin.join("postgres").is_file().then_some((version, bin))
+        })
+        .collect();
+    versions.sort();
+    if let Some((_, bin)) = versions.pop() {
+        return Ok(bin);
+    }
+    let postgres = find_binary("postgres", PACKAGE)?;
+    let dir = postgres.parent().map(Path::to_owned).unwrap_or_default();
+    for tool in ["initdb", "pg_isready", "psql"] {
+        if !dir.join(tool).is_file() {
+            return Err(ServerError::Missing {
+                binary: tool.into(),
+                install_hint: format!(
+                    "`{}` (or `sudo apt-get install {PACKAGE}`)",
+                    super::INSTALL_COMMAND
+                ),
+            });
+        }
+    }
+    Ok(dir)
+}
+
+/// Who runs the server's commands: this process's user, or `nobody` under root.
+struct Runner {
+    /// (uid, gid) to switch to, when running as root.
+    switch: Option<(u32, u32)>,
+    setpriv: Option<PathBuf>,
+}
+
+impl Runner {
+    fn current() -> Result<Self, ServerError> {
+        if !nix::unistd::geteuid().is_root() {
+            return Ok(Runner {
+                switch: None,
+                setpriv: None,
+            });
+        }
+        let user = nix::unistd::User::from_name(UNPRIVILEGED)
+            .ok()
+            .flatten()
+            .ok_or_else(|| {
+                ServerError::Protocol(format!(
+                    "PostgreSQL cannot run as root and there is no `{UNPRIVILEGED}` user to run it as"
+                ))
+            })?;
+        Ok(Runner {
+            switch: Some((user.uid.as_raw(), user.gid.as_raw())),
+            setpriv: Some(find_binary("setpriv", "util-linux")?),
+        })
+    }
+
+    /// Gives `dir` to the server's user.
+    fn own(&self, dir: &Path) -> Result<(), ServerError> {
+        match self.switch {
+            Some((uid, gid)) => std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(
+                ServerError::io(format!("chown {} to {UNPRIVILEGED}", dir.display())),
+            ),
+            None => Ok(()),
+        }
+    }
+
+    /// The program to start for `binary`: `setpriv` when switching users.
+    fn program(&self, binary: &Path) -> PathBuf {
+        self.setpriv.clone().unwrap_or_else(|| binary.to_owned())
+    }
+
+    /// `setpriv`'s arguments up to `binary` when switching users, else none.
+    fn prefix(&self, binary: &Path) -> Vec<OsString> {
+        match self.switch {
+            Some((uid, gid)) => vec![
+                format!("--reuid={uid}").into(),
+                format!("--regid={gid}").into(),
+                "--clear-groups".into(),
+                "--".into(),
+                binary.into(),
+            ],
+            None => Vec::new(),
+        }
+    }
+
+    /// A command running `binary` as the server's user.
+    fn command(&self, binary: &Path) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(self.program(binary));
+        command.args(self.prefix(binary));
+        command.kill_on_drop(true);
+        command
+    }
+}
+
+/// Runs `command` to its end, keeping its output in `log`; a failure carries
+/// the output's tail.
+async fn run_to_end(
+    mut command: tokio::process::Command,
+    name: &str,
+    log: &Path,
+) -> Result<(), ServerError> {
+    let output = tokio::time::timeout(READY_TIMEOUT, command.output())
+        .await
+        .map_err(|_| ServerError::Command {
+            command: name.into(),
+            output: format!("no result within {READY_TIMEOUT:?}"),
+        })?
+        .map_err(ServerError::io(format!("run {name}")))?;
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    // Kept for post-mortems; a failure to write it must not hide the result.
+    let _ = std::fs::write(log, &text);
+    if output.status.success() {
+        return Ok(());
+    }
+    let tail: Vec<&str> = text.lines().rev().take(40).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    Err(ServerError::Command {
+        command: name.into(),
+        output: tail.join("\n"),
+    })
+}
+
+/// `pg_isready` against the server's socket: true once it accepts logins.
+struct Probe {
+    pg_isready: PathBuf,
+    socket_dir: PathBuf,
+    port: u16,
+}
+
+impl Probe {
+    fn new(bin: &Path, socket_dir: &Path, port: u16) -> Self {
+        Probe {
+            pg_isready: bin.join("pg_isready"),
+            socket_dir: socket_dir.to_owned(),
+            port,
+        }
+    }
+
+    async fn ready(&self) -> bool {
+        tokio::process::Command::new(&self.pg_isready)
+            .arg("-h")
+            .arg(&self.socket_dir)
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                SUPERUSER,
+                "-d",
+                "postgres",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .status()
+            .await
+            .is_ok_and(|status| status.success())
+    }
+}
+
+/// The process operations (`pid`, `kill`, `pause`, `resume`, `log_tail`...) are
+/// those of [`ServerProcess`]; `stop` and `restart` are the server's own.
+impl std::ops::Deref for PostgresServer {
+    type Target = ServerProcess;
+    fn deref(&self) -> &ServerProcess {
+        &self.process
+    }
+}

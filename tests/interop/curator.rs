@@ -75,8 +75,8 @@ pub async fn a_mutex_held_by_curator_blocks_distlock_until_released(
         "distlock acquired while Curator holds the lock"
     );
 
-    holder.release().await?;
     let released_at = Instant::now();
+    holder.release().await?;
     let (acquired_at, lease) =
         within(HANDOFF, "distlock's hand-off from Curator", waiter).await??;
     let lease = lease?;

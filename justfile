@@ -52,10 +52,15 @@ test-zookeeper:
     cargo test -p distlock-tests --features zookeeper --test conformance -- zookeeper::
     cargo test -p distlock-zookeeper --all-features
 
-# etcd: conformance cases plus the adapter's own tests (etcdctl interop, 3-member leader kill, faults, costs).
+# etcd: conformance cases plus the adapter's own tests (3-member leader kill, faults, costs).
 test-etcd:
     cargo test -p distlock-tests --features etcd --test conformance -- etcd::
     cargo test -p distlock-etcd --all-features
+
+# Other ecosystems' real clients against ours: Apache Curator's recipes (`curator::`, a Java holder compiled
+# at test time) on ZooKeeper and `etcdctl lock` (`etcdctl::`) on etcd, both directions and under contention.
+test-interop *FILTER:
+    cargo test -p distlock-tests --all-features --test interop -- {{FILTER}}
 
 # MySQL on a launched MariaDB: the three strategies' conformance suites (mysql::, mysql_unique_insert::,
 # mysql_for_update::) plus the adapter's own tests (KILL, tokens, 16-way takeover, schema, round trips).

@@ -77,6 +77,7 @@ mod keys;
 mod protocol;
 mod redlock;
 mod restart;
+mod sentinel;
 mod subscriber;
 mod tls;
 

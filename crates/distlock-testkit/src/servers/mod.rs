@@ -9,6 +9,7 @@ pub mod etcd;
 pub mod mariadb;
 pub mod process;
 pub mod redis;
+pub mod sentinel;
 pub mod tls;
 pub mod zookeeper;
 
@@ -16,6 +17,7 @@ pub use etcd::{EtcdCluster, EtcdServer, MemberStatus};
 pub use mariadb::MariaDbServer;
 pub use process::ServerProcess;
 pub use redis::{RedisOptions, RedisServer};
+pub use sentinel::{SentinelOptions, SentinelTopology};
 pub use tls::{ServerTls, TestCertificates};
 pub use zookeeper::{ZooKeeperOptions, ZooKeeperServer};
 

@@ -23,9 +23,7 @@ pub fn spec() -> BackendSpec {
         name: "redis_sentinel".into(),
         capabilities: RedisBackend::CAPABILITIES,
         hooks: HOOKS,
-        start: Box::new(|| {
-            Box::pin(async { Ok(Arc::new(SentinelHarness::launch().await?) as _) })
-        }),
+        start: Box::new(|| Box::pin(async { Ok(Arc::new(SentinelHarness::launch().await?) as _) })),
     }
 }
 

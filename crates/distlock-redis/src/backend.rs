@@ -191,7 +191,12 @@ impl RedisBackend {
     }
 
     /// The error when fewer than `ack.replicas` replicas acknowledged.
-    fn too_few_replicas(&self, ack: ReplicaAck, acked: u32, consequence: &str) -> Result<(), LockError> {
+    fn too_few_replicas(
+        &self,
+        ack: ReplicaAck,
+        acked: u32,
+        consequence: &str,
+    ) -> Result<(), LockError> {
         if acked < ack.replicas {
             return Err(LockError::backend(
                 BACKEND,

@@ -6,9 +6,9 @@ use crate::connection::{DEFAULT_PORT, ServerAddress};
 use crate::fence::RedisFence;
 use crate::sentinel::read_sentinels;
 use crate::tls::TlsFiles;
+pub(crate) use common::{Common, check_timeout};
 use distlock_core::toolkit::{LockUrl, Timeouts, redact};
 use distlock_core::{AcquireOptions, BackendLock, LockError};
-pub(crate) use common::{Common, check_timeout};
 use std::time::Duration;
 
 /// Settings for [`RedisLock`]. Build it with [`RedisConfig::from_url`] or

@@ -83,7 +83,11 @@ impl ServerAddress {
     pub fn endpoint(&self) -> String {
         let scheme = if self.tls { "rediss" } else { "redis" };
         if let Some(sentinels) = &self.sentinels {
-            return format!("{scheme}+sentinel://{}?db={}", sentinels.describe(), self.db);
+            return format!(
+                "{scheme}+sentinel://{}?db={}",
+                sentinels.describe(),
+                self.db
+            );
         }
         let host = if self.host.contains(':') {
             format!("[{}]", self.host)

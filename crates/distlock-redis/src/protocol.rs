@@ -10,8 +10,8 @@ use crate::backend::ReplicaAck;
 use crate::connection::{Connection, RunId, ServerAddress};
 use crate::error::CommandError;
 use crate::keys::LockKeys;
-use crate::sentinel::Target;
 use crate::restart::{self, LossSender, RestartGuard, Restarts, Watch};
+use crate::sentinel::Target;
 use crate::subscriber::{Hold, Subscriber};
 use distlock_core::LockError;
 use distlock_core::backend::LossSignal;
@@ -150,8 +150,11 @@ impl ServerClient {
         timeouts: Timeouts,
     ) -> Result<Self, LockError> {
         let endpoint: Arc<str> = address.endpoint().into();
-        let subscriber =
-            Subscriber::start(Target::of(address, backend, true)?, endpoint.clone(), timeouts);
+        let subscriber = Subscriber::start(
+            Target::of(address, backend, true)?,
+            endpoint.clone(),
+            timeouts,
+        );
         let connection = Arc::new(Connection::new(
             Target::of(address, backend, false)?,
             timeouts.connect,

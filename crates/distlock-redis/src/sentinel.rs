@@ -77,7 +77,12 @@ pub(crate) fn read_sentinels(url: &mut LockUrl) -> Result<(Sentinels, i64), Lock
     let nodes = url
         .hosts()
         .iter()
-        .map(|host| (host.host.clone(), host.port.unwrap_or(DEFAULT_SENTINEL_PORT)))
+        .map(|host| {
+            (
+                host.host.clone(),
+                host.port.unwrap_or(DEFAULT_SENTINEL_PORT),
+            )
+        })
         .collect();
     let db = match url.parse_param::<u32>("db", "a database number")? {
         Some(db) if i32::try_from(db).is_ok() => i64::from(db),

@@ -68,7 +68,11 @@ impl Common {
     }
 }
 
-pub(crate) fn check_timeout(backend: &'static str, name: &str, value: Duration) -> Result<(), LockError> {
+pub(crate) fn check_timeout(
+    backend: &'static str,
+    name: &str,
+    value: Duration,
+) -> Result<(), LockError> {
     if value.is_zero() {
         return Err(LockError::config(
             backend,
@@ -77,4 +81,3 @@ pub(crate) fn check_timeout(backend: &'static str, name: &str, value: Duration) 
     }
     Ok(())
 }
-

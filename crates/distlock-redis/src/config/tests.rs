@@ -85,7 +85,10 @@ fn sentinel_urls_name_the_sentinels_the_primary_and_two_logins() {
         "redis+sentinel://s1:26379,s2:26380,[::1]:26379/mymaster?db=2"
     );
     let shown = format!("{c:?}");
-    assert!(!shown.contains("data-pw") && !shown.contains("sentinel-pw"), "{shown}");
+    assert!(
+        !shown.contains("data-pw") && !shown.contains("sentinel-pw"),
+        "{shown}"
+    );
     let tls = RedisConfig::from_url("rediss+sentinel://s1/m?insecure=true").unwrap();
     assert!(tls.server.tls && tls.endpoint().starts_with("rediss+sentinel://"));
 }
@@ -93,8 +96,14 @@ fn sentinel_urls_name_the_sentinels_the_primary_and_two_logins() {
 #[test]
 fn bad_sentinel_urls_say_what_to_write() {
     for (url, why) in [
-        ("redis+sentinel://s1,s2", "names the primary after the hosts"),
-        ("redis+sentinel://s1/a/b", "names the primary after the hosts"),
+        (
+            "redis+sentinel://s1,s2",
+            "names the primary after the hosts",
+        ),
+        (
+            "redis+sentinel://s1/a/b",
+            "names the primary after the hosts",
+        ),
         ("redis+sentinel://s1/m?db=x", "db"),
         ("redis+sentinel://s1/m?sentinel_user=u", "sentinel_password"),
         ("redis://h/0?sentinel_password=x", "sentinel_password"),
@@ -107,5 +116,8 @@ fn bad_sentinel_urls_say_what_to_write() {
     let err = crate::RedlockConfig::from_url("redis+sentinel://s1/m")
         .unwrap_err()
         .to_string();
-    assert!(err.contains("Redlock URL") || err.contains("independent"), "{err}");
+    assert!(
+        err.contains("Redlock URL") || err.contains("independent"),
+        "{err}"
+    );
 }

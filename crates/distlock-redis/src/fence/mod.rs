@@ -63,10 +63,10 @@ mod writes;
 pub use script::FenceScript;
 
 use crate::backend::BACKEND;
+use crate::backend::ReplicaAck;
 use crate::connection::{Connection, ServerAddress};
 use crate::error::CommandError;
 use crate::keys::fence_record;
-use crate::backend::ReplicaAck;
 use crate::protocol::wait_on;
 use crate::sentinel::Target;
 use async_trait::async_trait;

@@ -23,12 +23,17 @@ use std::time::{Duration, Instant};
 const FAILOVER_BOUND: Duration = Duration::from_secs(20);
 
 async fn topology() -> SentinelTopology {
-    let options = SentinelOptions {
+    launch(SentinelOptions {
         down_after: Duration::from_millis(500),
         // Also how long Sentinel leaves a replica that follows another address
         // (the fault proxy below) before "fixing" it: longer than the test.
         failover_timeout: Duration::from_secs(60),
-    };
+        ..SentinelOptions::default()
+    })
+    .await
+}
+
+async fn launch(options: SentinelOptions) -> SentinelTopology {
     let runtime = tokio::runtime::Handle::current();
     let topology = tokio::task::spawn_blocking(move || {
         runtime.block_on(async {
@@ -40,8 +45,7 @@ async fn topology() -> SentinelTopology {
     .await
     .expect("launcher thread")
     .expect("redis-server and redis-sentinel must be installed: sudo scripts/install-backends");
-    let primary = common::admin(topology.primary()).await;
-    wait_replica_online(primary).await;
+    wait_replica_online(common::admin(topology.primary()).await).await;
     topology
 }
 
@@ -243,4 +247,38 @@ async fn a_lock_the_replica_missed_is_lost_in_a_failover_unless_wait_replicas_re
     );
     taken.release().await.unwrap();
     drop(lease);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_and_data_nodes_each_take_their_own_password_and_neither_leaks() {
+    let (data, sentinel) = ("data p@ss", "sentinel \"pw\"");
+    let topology = launch(SentinelOptions {
+        password: Some(data.into()),
+        sentinel_password: Some(sentinel.into()),
+        ..SentinelOptions::default()
+    })
+    .await;
+    let config = RedisConfig::from_url(&topology.url()).unwrap();
+    let shown = format!("{config:?}");
+    assert!(!shown.contains("p@ss") && !shown.contains("pw"), "{shown}");
+    let lock = config.connect().await.unwrap();
+    let key = LockKey::new("with-passwords").unwrap();
+    lock.acquire(&key, &AcquireOptions::new())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // A wrong Sentinel password: the Sentinels refuse, and the error hides both.
+    let wrong = topology
+        .url()
+        .replace("sentinel_password=", "sentinel_password=x");
+    let err = RedisConfig::from_url(&wrong)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap_err();
+    let text = format!("{err} {err:?}");
+    assert!(text.contains("no Sentinel named a primary"), "{text}");
+    assert!(!text.contains("p@ss") && !text.contains("pw"), "{text}");
 }

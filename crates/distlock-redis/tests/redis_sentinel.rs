@@ -262,6 +262,11 @@ async fn sentinels_and_data_nodes_each_take_their_own_password_and_neither_leaks
     let shown = format!("{config:?}");
     assert!(!shown.contains("p@ss") && !shown.contains("pw"), "{shown}");
     let lock = config.connect().await.unwrap();
+    // What `distlock check` prints: the primary Sentinel named, and its replica.
+    let topology_line = lock.inspect().unwrap().topology().await.unwrap().unwrap();
+    let replica = format!("127.0.0.1:{} online", topology.replica().port());
+    assert!(topology_line.contains("a primary"), "{topology_line}");
+    assert!(topology_line.contains(&replica), "{topology_line}");
     let key = LockKey::new("with-passwords").unwrap();
     lock.acquire(&key, &AcquireOptions::new())
         .await

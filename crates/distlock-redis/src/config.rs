@@ -27,6 +27,13 @@ use std::time::Duration;
 /// PEM file paths read when the URL is parsed. Unknown parameters are an error,
 /// so typos do not go unseen.
 ///
+/// Through Sentinel:
+/// `redis+sentinel://[user[:password]@]s1[:26379],s2,…/<master-name>[?db=N&…]`
+/// (`rediss+sentinel://` for TLS): the hosts are Sentinels, the path the name
+/// they monitor the primary by, the userinfo the data nodes' login, and
+/// `sentinel_user`/`sentinel_password` the Sentinels' own. Every connection
+/// asks the Sentinels for the primary, so the client follows failovers.
+///
 /// `Debug` never shows the password.
 ///
 /// ```
@@ -187,7 +194,8 @@ impl RedisConfig {
         }
     }
 
-    /// Parses a `redis://` or `rediss://` URL (see the type docs for parameters).
+    /// Parses a `redis://`, `rediss://` or `redis+sentinel://` URL (see the type
+    /// docs for parameters).
     pub fn from_url(url: &str) -> Result<Self, LockError> {
         let (mut url, mut servers) = read_servers(BACKEND, url, Schemes::Redis)?;
         let mut config = RedisConfig {
@@ -284,9 +292,10 @@ impl RedisConfig {
         self
     }
 
-    /// After each acquire and release, waits (`WAIT`) until `replicas` replicas
-    /// have the write, at most `timeout`; too few acknowledgements fail the
-    /// operation (an acquire is then undone). This narrows, but does not close, the
+    /// After each acquire, release and fenced write, waits (`WAIT`) until
+    /// `replicas` replicas have the write, at most `timeout`; too few
+    /// acknowledgements fail the operation with an error naming the count (an
+    /// acquire is then undone, never returned as held). This narrows, but does not close, the
     /// failover window: see the crate docs.
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replicas = Some(ReplicaAck { replicas, timeout });
@@ -339,7 +348,7 @@ impl RedisConfig {
 
     /// Connects a [`RedisFence`] to the same server: fenced writes to keys on it,
     /// with their token records under the namespace. Credentials, database,
-    /// TLS, protocol and timeouts apply as for the lock; `ttl`, `restart_guard`
+    /// TLS, protocol and timeouts apply as for the lock; `ttl` and `restart_guard`
     /// are lock settings the fence does not use; `wait_replicas` applies to
     /// every fenced write. Loads the fence scripts, so a wrong address or
     /// password fails here.

@@ -105,7 +105,7 @@ pub(crate) fn read_sentinels(url: &mut LockUrl) -> Result<(Sentinels, i64), Lock
 /// name as primary when it connects.
 #[derive(Clone)]
 pub(crate) enum Target {
-    Direct(redis::Client),
+    Direct(Box<redis::Client>),
     Sentinel(Box<SentinelTarget>),
 }
 
@@ -129,7 +129,7 @@ impl Target {
         pubsub: bool,
     ) -> Result<Self, LockError> {
         let Some(sentinels) = &address.sentinels else {
-            return Ok(Target::Direct(address.client(backend, pubsub)?));
+            return Ok(Target::Direct(Box::new(address.client(backend, pubsub)?)));
         };
         let clients = sentinels
             .nodes
@@ -168,7 +168,7 @@ impl Target {
     /// The client to connect with now: for Sentinel, of the primary they name.
     pub async fn client(&self, timeout: Duration) -> Result<redis::Client, CommandError> {
         match self {
-            Target::Direct(client) => Ok(client.clone()),
+            Target::Direct(client) => Ok((**client).clone()),
             Target::Sentinel(target) => target.primary_client(timeout).await,
         }
     }

@@ -6,6 +6,8 @@
 //!
 //! The figures these tests print (`--nocapture`) are the ones in
 //! docs/backends/redis.md.
+// A failed set-up or step fails the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

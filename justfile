@@ -42,6 +42,12 @@ test-redis:
     cargo test -p distlock-tests --features redis --test conformance -- redis::
     cargo test -p distlock-redis
 
+# Redis through Sentinel (a launched primary, replica and three Sentinels):
+# conformance cases plus the failover tests.
+test-redis-sentinel:
+    cargo test -p distlock-tests --features redis --test conformance -- redis_sentinel::
+    cargo test -p distlock-redis --test redis_sentinel -- --nocapture
+
 # Redlock (five launched nodes): conformance cases plus the quorum tests.
 test-redlock:
     cargo test -p distlock-tests --features redlock --test conformance -- redlock::

@@ -14,6 +14,8 @@ pub mod mysql;
 pub mod postgres;
 #[cfg(any(feature = "redis", feature = "redlock"))]
 pub mod redis;
+#[cfg(feature = "redis")]
+pub mod redis_sentinel;
 #[cfg(feature = "redlock")]
 pub mod redlock;
 #[cfg(feature = "zookeeper")]
@@ -29,6 +31,8 @@ pub fn specs() -> Vec<BackendSpec> {
     specs.extend(mysql::specs());
     #[cfg(feature = "redis")]
     specs.push(redis::spec());
+    #[cfg(feature = "redis")]
+    specs.push(redis_sentinel::spec());
     #[cfg(feature = "redlock")]
     specs.push(redlock::spec());
     #[cfg(feature = "etcd")]

@@ -72,6 +72,13 @@ pub async fn check(args: CheckArgs) -> Result<u8, Failure> {
         distlock::redact_url(&url),
         bench.prefix
     );
+    if let Ok(inspect) = bench.inspect() {
+        match inspect.topology().await {
+            Ok(Some(topology)) => println!("topology: {topology}"),
+            Ok(None) => {}
+            Err(e) => println!("topology not read: {e}"),
+        }
+    }
     let mut tally = Tally::default();
     for (name, step) in STEPS {
         tally.run(name, args.timeout, step.run(&bench)).await;

@@ -147,12 +147,12 @@ impl RedisBackend {
             && req.wait.instant().is_none_or(|at| at > Instant::now());
         let sent_at = Instant::now();
         let reply = tokio::select! {
-            reply = self.server.acquire(keys, &owner, req.ttl, self.guard.as_ref(), self.timeout) => reply,
+            reply = self.server.acquire_acked(keys, &owner, (req.ttl, self.guard.as_ref()), self.timeout, self.replicas) => reply,
             _ = req.wait.reached(), if race_deadline => return Err(req.not_acquired()),
         };
-        let (token, run_id) = match reply {
-            Ok(Attempt::Won(token, run_id)) => (token, run_id),
-            Ok(Attempt::Held(pttl)) => {
+        let (token, run_id, acked) = match reply {
+            Ok((Attempt::Won(token, run_id), acked)) => (token, run_id, acked),
+            Ok((Attempt::Held(pttl), _)) => {
                 undo.disarm();
                 return Ok(Step::Held(pttl));
             }
@@ -163,9 +163,11 @@ impl RedisBackend {
                 return Err(self.error(e));
             }
         };
-        if let Some(ack) = self.replicas {
-            // On failure `undo` gives the lock back.
-            self.await_replicas(ack, "acquire was undone").await?;
+        if let (Some(ack), Some(acked)) = (self.replicas, acked) {
+            // On failure `undo` gives the lock back: never a lease the replicas
+            // may not have.
+            let acked = acked.map_err(|e| self.error(e))?;
+            self.too_few_replicas(ack, acked, "acquire was undone")?;
         }
         undo.disarm();
         Ok(Step::Won(Acquired {
@@ -185,6 +187,16 @@ impl RedisBackend {
             .wait_replicas(ack.replicas, ack.timeout, self.timeout)
             .await
             .map_err(|e| self.error(e))?;
+        self.too_few_replicas(ack, acked, consequence)
+    }
+
+    /// The error when fewer than `ack.replicas` replicas acknowledged.
+    fn too_few_replicas(
+        &self,
+        ack: ReplicaAck,
+        acked: u32,
+        consequence: &str,
+    ) -> Result<(), LockError> {
         if acked < ack.replicas {
             return Err(LockError::backend(
                 BACKEND,

@@ -4,10 +4,11 @@
 use crate::backend::{BACKEND, RedisBackend, RedisLock, ReplicaAck};
 use crate::connection::{DEFAULT_PORT, ServerAddress};
 use crate::fence::RedisFence;
-use crate::keys::{DEFAULT_NAMESPACE, validate_namespace};
+use crate::sentinel::read_sentinels;
 use crate::tls::TlsFiles;
+pub(crate) use common::{Common, check_timeout};
 use distlock_core::toolkit::{LockUrl, Timeouts, redact};
-use distlock_core::{AcquireOptions, BackendLock, Capabilities, LockError};
+use distlock_core::{AcquireOptions, BackendLock, LockError};
 use std::time::Duration;
 
 /// Settings for [`RedisLock`]. Build it with [`RedisConfig::from_url`] or
@@ -25,6 +26,13 @@ use std::time::Duration;
 /// instead of the system roots), `cert` and `key` (a client certificate), all
 /// PEM file paths read when the URL is parsed. Unknown parameters are an error,
 /// so typos do not go unseen.
+///
+/// Through Sentinel:
+/// `redis+sentinel://[user[:password]@]s1[:26379],s2,…/<master-name>[?db=N&…]`
+/// (`rediss+sentinel://` for TLS): the hosts are Sentinels, the path the name
+/// they monitor the primary by, the userinfo the data nodes' login, and
+/// `sentinel_user`/`sentinel_password` the Sentinels' own. Every connection
+/// asks the Sentinels for the primary, so the client follows failovers.
 ///
 /// `Debug` never shows the password.
 ///
@@ -78,21 +86,31 @@ pub(crate) fn read_servers(
         ));
     }
     let mut url = LockUrl::parse(backend, text)?;
-    let (tls, schemes) = match url.scheme() {
+    let (scheme, sentinel) = match url.scheme().strip_suffix("+sentinel") {
+        Some(scheme) => (scheme.to_owned(), true),
+        None => (url.scheme().to_owned(), false),
+    };
+    let (tls, schemes) = match scheme.as_str() {
         "redis" | "valkey" => (false, Schemes::Redis),
         "rediss" | "valkeys" => (true, Schemes::Redis),
-        "redlock" => (false, Schemes::Redlock),
-        "redlocks" => (true, Schemes::Redlock),
+        "redlock" if !sentinel => (false, Schemes::Redlock),
+        "redlocks" if !sentinel => (true, Schemes::Redlock),
         other => {
             return Err(url.error(format_args!(
-                "unsupported scheme `{other}://`; use redis:// (rediss:// for TLS) for one server, \
-                 redlock:// (redlocks://) for several independent ones"
+                "unsupported scheme `{other}{}://`; use redis:// (rediss:// for TLS) for one server, \
+                 redis+sentinel:// (rediss+sentinel://) for a primary found through Sentinel, \
+                 redlock:// (redlocks://) for several independent ones",
+                if sentinel { "+sentinel" } else { "" }
             )));
         }
     };
     if schemes != accepted {
         return Err(url.error(match accepted {
             Schemes::Redis => "this is a Redlock URL; connect it with RedlockConfig",
+            Schemes::Redlock if sentinel => {
+                "Redlock needs independent nodes, not a primary behind Sentinel; write \
+                 redlock://h1,h2,h3"
+            }
             Schemes::Redlock => {
                 "write redlock://h1,h2,h3 (redlocks:// for TLS), or give RedlockConfig::from_urls \
                  one redis:// URL per node"
@@ -102,22 +120,19 @@ pub(crate) fn read_servers(
     if url.hosts().is_empty() {
         return Err(url.error("the URL names no host"));
     }
-    if accepted == Schemes::Redis && url.hosts().len() > 1 {
+    if accepted == Schemes::Redis && !sentinel && url.hosts().len() > 1 {
         return Err(url.error(
             "redis:// takes one server; for a lock over several independent servers write \
-             redlock://h1,h2,h3",
+             redlock://h1,h2,h3, for a primary found through Sentinel \
+             redis+sentinel://s1,s2,s3/<master-name>",
         ));
     }
-    let db = match url.path().map(|p| p.trim_matches('/')) {
-        None | Some("") => 0,
-        Some(path) => match path.parse::<u32>() {
-            Ok(db) if i32::try_from(db).is_ok() => i64::from(db),
-            _ => {
-                return Err(url.error(format_args!(
-                    "the path `/{path}` is not a database number; write /0, /1, …"
-                )));
-            }
-        },
+    let (sentinels, db) = match sentinel {
+        true => {
+            let (sentinels, db) = read_sentinels(&mut url)?;
+            (Some(sentinels), db)
+        }
+        false => (None, read_db(&url)?),
     };
     let resp3 = matches!(
         url.choice("protocol", &["resp2", "resp3", "2", "3"])?,
@@ -143,80 +158,24 @@ pub(crate) fn read_servers(
             password: url.password().map(str::to_owned),
             db,
             resp3,
+            sentinels: sentinels.clone(),
         })
+        .take(if sentinel { 1 } else { usize::MAX })
         .collect();
     Ok((url, servers))
 }
 
-/// What both configs share: where keys live, the acquire defaults, the
-/// timeouts and the restart guard.
-#[derive(Debug, Clone)]
-pub(crate) struct Common {
-    pub namespace: String,
-    pub defaults: AcquireOptions,
-    pub timeouts: Timeouts,
-    pub restart_guard: Option<Duration>,
-}
-
-impl Common {
-    pub fn new(timeout: Duration) -> Self {
-        Common {
-            namespace: DEFAULT_NAMESPACE.into(),
-            defaults: AcquireOptions::new(),
-            timeouts: Timeouts::new(RedisConfig::DEFAULT_CONNECT_TIMEOUT, timeout),
-            restart_guard: None,
-        }
+/// The database number in the path of a `redis://` URL (0 when absent).
+fn read_db(url: &LockUrl) -> Result<i64, LockError> {
+    match url.path().map(|p| p.trim_matches('/')) {
+        None | Some("") => Ok(0),
+        Some(path) => match path.parse::<u32>() {
+            Ok(db) if i32::try_from(db).is_ok() => Ok(i64::from(db)),
+            _ => Err(url.error(format_args!(
+                "the path `/{path}` is not a database number; write /0, /1, …"
+            ))),
+        },
     }
-
-    /// Takes `namespace`, the acquire defaults (`ttl`, `wait`, `renewal`,
-    /// `max_hold`), `connect_timeout`, `timeout` and `restart_guard` from `url`
-    /// (old timeout spellings are refused).
-    pub fn read(&mut self, url: &mut LockUrl) -> Result<(), LockError> {
-        if let Some(namespace) = url.string("namespace") {
-            self.namespace = namespace;
-        }
-        self.defaults = std::mem::take(&mut self.defaults).read(url)?;
-        self.timeouts = self.timeouts.read(url)?;
-        self.restart_guard = url.duration("restart_guard")?.or(self.restart_guard);
-        Ok(())
-    }
-
-    /// Checks what builder methods may have set wrong (URLs refuse zero already).
-    pub fn validate(
-        &self,
-        backend: &'static str,
-        capabilities: &Capabilities,
-    ) -> Result<(), LockError> {
-        validate_namespace(backend, &self.namespace)?;
-        self.timeouts.validate(backend)?;
-        if let Some(guard) = self.restart_guard {
-            check_timeout(backend, "restart_guard", guard)?;
-            if guard < self.defaults.get_ttl() {
-                return Err(LockError::config(
-                    backend,
-                    format!(
-                        "restart_guard {guard:?} is shorter than the default ttl {:?}: a lease \
-                         taken before a restart could outlive the guard; set restart_guard to \
-                         at least the longest ttl in use",
-                        self.defaults.get_ttl()
-                    ),
-                ));
-            }
-        }
-        self.defaults
-            .validate(capabilities)
-            .map_err(|e| LockError::config(backend, format!("acquire defaults: {e}")))
-    }
-}
-
-fn check_timeout(backend: &'static str, name: &str, value: Duration) -> Result<(), LockError> {
-    if value.is_zero() {
-        return Err(LockError::config(
-            backend,
-            format!("{name} is zero; give it a positive duration"),
-        ));
-    }
-    Ok(())
 }
 
 impl RedisConfig {
@@ -235,7 +194,8 @@ impl RedisConfig {
         }
     }
 
-    /// Parses a `redis://` or `rediss://` URL (see the type docs for parameters).
+    /// Parses a `redis://`, `rediss://` or `redis+sentinel://` URL (see the type
+    /// docs for parameters).
     pub fn from_url(url: &str) -> Result<Self, LockError> {
         let (mut url, mut servers) = read_servers(BACKEND, url, Schemes::Redis)?;
         let mut config = RedisConfig {
@@ -332,9 +292,10 @@ impl RedisConfig {
         self
     }
 
-    /// After each acquire and release, waits (`WAIT`) until `replicas` replicas
-    /// have the write, at most `timeout`; too few acknowledgements fail the
-    /// operation (an acquire is then undone). This narrows, but does not close, the
+    /// After each acquire, release and fenced write, waits (`WAIT`) until
+    /// `replicas` replicas have the write, at most `timeout`; too few
+    /// acknowledgements fail the operation with an error naming the count (an
+    /// acquire is then undone, never returned as held). This narrows, but does not close, the
     /// failover window: see the crate docs.
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replicas = Some(ReplicaAck { replicas, timeout });
@@ -387,14 +348,17 @@ impl RedisConfig {
 
     /// Connects a [`RedisFence`] to the same server: fenced writes to keys on it,
     /// with their token records under the namespace. Credentials, database,
-    /// TLS, protocol and timeouts apply as for the lock; `ttl`, `restart_guard`
-    /// and `wait_replicas` are lock settings the fence does not use. Loads the
-    /// fence scripts, so a wrong address or password fails here.
+    /// TLS, protocol and timeouts apply as for the lock; `ttl` and `restart_guard`
+    /// are lock settings the fence does not use; `wait_replicas` applies to
+    /// every fenced write. Loads the fence scripts, so a wrong address or
+    /// password fails here.
     pub async fn connect_fence(self) -> Result<RedisFence, LockError> {
         self.validate()?;
-        RedisFence::connect(&self.server, self.common.namespace, self.common.timeouts).await
+        let (namespace, timeouts) = (self.common.namespace, self.common.timeouts);
+        RedisFence::connect(&self.server, namespace, timeouts, self.replicas).await
     }
 }
 
+mod common;
 #[cfg(test)]
 mod tests;

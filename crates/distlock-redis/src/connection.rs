@@ -14,6 +14,7 @@
 //! means a restarted server or a failover, which the leases must hear about.
 
 use crate::error::CommandError;
+use crate::sentinel::{Sentinels, Target, is_primary};
 use crate::tls::TlsFiles;
 use distlock_core::LockError;
 use distlock_core::toolkit::CancelGuard;
@@ -42,6 +43,9 @@ pub(crate) struct ServerAddress {
     pub password: Option<String>,
     pub db: i64,
     pub resp3: bool,
+    /// Found through these Sentinels (`redis+sentinel://`): `host` and `port`
+    /// are then unused, the primary's address is asked at each connect.
+    pub sentinels: Option<Sentinels>,
 }
 
 impl std::fmt::Debug for ServerAddress {
@@ -53,6 +57,7 @@ impl std::fmt::Debug for ServerAddress {
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("resp3", &self.resp3)
+            .field("sentinels", &self.sentinels)
             .finish()
     }
 }
@@ -69,12 +74,21 @@ impl ServerAddress {
             password: None,
             db: 0,
             resp3: false,
+            sentinels: None,
         }
     }
 
-    /// `redis://host:port/db` (or `rediss://`), never with credentials.
+    /// `redis://host:port/db` (or `rediss://`; `redis+sentinel://s1,s2/name?db=`
+    /// through Sentinel), never with credentials.
     pub fn endpoint(&self) -> String {
         let scheme = if self.tls { "rediss" } else { "redis" };
+        if let Some(sentinels) = &self.sentinels {
+            return format!(
+                "{scheme}+sentinel://{}?db={}",
+                sentinels.describe(),
+                self.db
+            );
+        }
         let host = if self.host.contains(':') {
             format!("[{}]", self.host)
         } else {
@@ -164,7 +178,7 @@ pub(crate) struct Link {
 
 /// One server's command connection.
 pub(crate) struct Connection {
-    client: redis::Client,
+    target: Target,
     connect_timeout: Duration,
     current: Mutex<Option<Link>>,
     /// Serialises connection attempts, so a burst of calls makes one connection.
@@ -174,9 +188,9 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    pub fn new(client: redis::Client, connect_timeout: Duration) -> Self {
+    pub fn new(target: Target, connect_timeout: Duration) -> Self {
         Connection {
-            client,
+            target,
             connect_timeout,
             current: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(0),
@@ -210,10 +224,16 @@ impl Connection {
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(None);
         let connect = async {
-            let mut conn = self
-                .client
+            let client = self.target.client(self.connect_timeout).await?;
+            let mut conn = client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
+            // Sentinel may still name a primary that was just demoted.
+            if self.target.checks_role() && !is_primary(&mut conn).await? {
+                return Err(CommandError::Sentinel(
+                    "the node Sentinel named is not a primary (a failover is under way)".into(),
+                ));
+            }
             let run_id = read_run_id(&mut conn).await?;
             Ok::<_, CommandError>((conn, run_id))
         };

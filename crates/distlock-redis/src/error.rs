@@ -15,6 +15,14 @@ pub(crate) enum CommandError {
     Redis(redis::RedisError),
     /// The server answered something the protocol does not allow.
     Reply(String),
+    /// Sentinel named no usable primary (all unreachable, an unknown name, a
+    /// failover under way).
+    Sentinel(String),
+    /// A fenced write was applied, but fewer replicas than asked acknowledged it.
+    TooFewReplicas {
+        acked: u32,
+        ack: crate::backend::ReplicaAck,
+    },
 }
 
 impl From<redis::RedisError> for CommandError {
@@ -29,6 +37,12 @@ impl std::fmt::Display for CommandError {
             CommandError::Timeout(after) => write!(f, "no reply within {after:?}"),
             CommandError::Redis(e) => write!(f, "{e}"),
             CommandError::Reply(what) => write!(f, "unexpected reply: {what}"),
+            CommandError::Sentinel(why) => write!(f, "{why}"),
+            CommandError::TooFewReplicas { acked, ack } => write!(
+                f,
+                "only {acked} of {} replicas acknowledged within {:?}",
+                ack.replicas, ack.timeout
+            ),
         }
     }
 }
@@ -40,7 +54,9 @@ impl CommandError {
         match self {
             CommandError::Timeout(_) => true,
             CommandError::Redis(e) => e.is_io_error() || e.is_unrecoverable_error(),
-            CommandError::Reply(_) => false,
+            CommandError::Reply(_)
+            | CommandError::Sentinel(_)
+            | CommandError::TooFewReplicas { .. } => false,
         }
     }
 
@@ -55,6 +71,11 @@ impl CommandError {
     pub fn poisons_connection(&self) -> bool {
         match self {
             CommandError::Timeout(_) | CommandError::Reply(_) => true,
+            CommandError::Sentinel(_) | CommandError::TooFewReplicas { .. } => false,
+            // A primary demoted by a failover: the next connection asks Sentinel.
+            CommandError::Redis(e) if e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) => {
+                true
+            }
             CommandError::Redis(e) => e.is_io_error() || e.is_unrecoverable_error(),
         }
     }
@@ -77,6 +98,18 @@ impl CommandError {
                     backend,
                     format!(
                         "unexpected reply from {endpoint}: {what}; is this a Redis server (or a compatible one with Lua scripting)?"
+                    ),
+                );
+            }
+            CommandError::Sentinel(why) => return unavailable(why),
+            CommandError::TooFewReplicas { acked, ack } => {
+                return LockError::backend(
+                    backend,
+                    format!(
+                        "the write was applied on {endpoint}, but only {acked} of {} replicas \
+                         acknowledged it within {:?}, so a failover now may lose it; check \
+                         replication (INFO replication) or lower wait_replicas",
+                        ack.replicas, ack.timeout
                     ),
                 );
             }

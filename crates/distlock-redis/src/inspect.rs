@@ -209,8 +209,59 @@ async fn persistence_pitfall(
     )))
 }
 
+/// What `INFO` says of the server a client reached: its role, port and
+/// replicas (`ip:port` and state each).
+pub(crate) async fn describe(
+    server: &ServerClient,
+    budget: Duration,
+) -> Result<String, CommandError> {
+    let mut info = redis::cmd("INFO");
+    info.arg("server").arg("replication");
+    let info: String = server.query(budget, info.into()).await?;
+    let role = match info_field(&info, "role") {
+        Some("master") => "primary",
+        Some("slave") => "replica",
+        _ => "server",
+    };
+    let port = info_field(&info, "tcp_port").unwrap_or("?");
+    let replicas: Vec<String> = info
+        .lines()
+        .filter(|line| line.starts_with("slave") && line.contains("ip="))
+        .filter_map(|line| {
+            let fields = line.split_once(':')?.1;
+            let field = |name: &str| {
+                fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+            };
+            Some(format!(
+                "{}:{} {}",
+                field("ip")?,
+                field("port")?,
+                field("state")?
+            ))
+        })
+        .collect();
+    Ok(format!(
+        "{}: a {role} (port {port}) with {} replica(s){}",
+        server.endpoint,
+        replicas.len(),
+        match replicas.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", replicas.join(", ")),
+        }
+    ))
+}
+
 #[async_trait]
 impl Inspect for RedisBackend {
+    async fn topology(&self) -> Result<Option<String>, LockError> {
+        describe(&self.server, self.timeout)
+            .await
+            .map(Some)
+            .map_err(|e| self.error(e))
+    }
+
     async fn holder(&self, key: &LockKey) -> Result<Option<Holder>, LockError> {
         let keys = LockKeys::new(self.namespace(), key);
         let recorded = self

@@ -18,7 +18,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! - [`RedisLock`]: one Redis server. Acquire is one round trip (a Lua script
+//! - [`RedisLock`]: one Redis server, or the primary that Sentinel names
+//!   (`redis+sentinel://s1,s2,s3/<master-name>`), followed across failovers.
+//!   Acquire is one round trip (a Lua script
 //!   does `SET key owner NX PX ttl` and `INCR`s a fence counter that never
 //!   expires); renew and release are compare-owner scripts; waiters wake through
 //!   pub/sub on one shared subscriber connection per client.
@@ -41,7 +43,8 @@
 //!   ([`distlock_core::TokenDurability::ServerClock`]).
 //! - With replicas, failover can lose both the lock and the counter
 //!   (replication is asynchronous): a second holder and a lower token become
-//!   possible. [`RedisConfig::wait_for_replicas`] narrows that window; use etcd or
+//!   possible. [`RedisConfig::wait_for_replicas`] narrows that window (an
+//!   acquire the replicas did not acknowledge fails and is undone); use etcd or
 //!   ZooKeeper when correctness must survive failover.
 //! - A server that cannot be reached makes renewals fail; the lease is lost at
 //!   its local deadline, before the server can expire the key.
@@ -60,7 +63,8 @@
 //!
 //! `config` reads URLs and builds clients; `backend` is the lock on one server,
 //! `protocol` its Lua scripts (`scripts/*.lua`) and commands, `connection` the
-//! reconnecting command connection, `subscriber` the shared pub/sub wake-up,
+//! reconnecting command connection, `sentinel` where it connects to (a fixed
+//! server or the primary Sentinel names), `subscriber` the shared pub/sub wake-up,
 //! `restart` the restart check of held leases and the restart guard;
 //! `fence` the fenced writes and their scripts (`scripts/fence_*.lua`);
 //! `keys`, `error` and `inspect` as in every adapter; `redlock` the same shape
@@ -77,6 +81,7 @@ mod keys;
 mod protocol;
 mod redlock;
 mod restart;
+mod sentinel;
 mod subscriber;
 mod tls;
 

@@ -9,7 +9,8 @@
 use crate::connection::{Connection, RunId, ServerAddress};
 use crate::error::CommandError;
 use crate::keys::LockKeys;
-use crate::restart::{self, LossSender, RestartGuard, Restarts, Watch};
+use crate::restart::{self, LossSender, Restarts, Watch};
+use crate::sentinel::Target;
 use crate::subscriber::{Hold, Subscriber};
 use distlock_core::LockError;
 use distlock_core::backend::LossSignal;
@@ -20,7 +21,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use undo::{UNDO_GRACE, release_invocation, undo_on_connection};
 
+mod acquire;
 mod undo;
+pub(crate) use acquire::wait_on;
 pub(crate) use undo::release_on_drop;
 
 /// `SET NX PX` + `INCR` of the fence counter, or the holder's `PTTL`; with a
@@ -148,10 +151,13 @@ impl ServerClient {
         timeouts: Timeouts,
     ) -> Result<Self, LockError> {
         let endpoint: Arc<str> = address.endpoint().into();
-        let subscriber =
-            Subscriber::start(address.client(backend, true)?, endpoint.clone(), timeouts);
+        let subscriber = Subscriber::start(
+            Target::of(address, backend, true)?,
+            endpoint.clone(),
+            timeouts,
+        );
         let connection = Arc::new(Connection::new(
-            address.client(backend, false)?,
+            Target::of(address, backend, false)?,
             timeouts.connect,
         ));
         let restarts = Restarts::start(
@@ -208,55 +214,6 @@ impl ServerClient {
                 }
             })
             .await
-    }
-
-    /// Runs the acquire script: `SET NX PX` and a fresh token, or the holder's
-    /// PTTL, or (with a guard) how long the guard still refuses.
-    pub async fn acquire(
-        &self,
-        keys: &LockKeys,
-        owner: &str,
-        ttl: Duration,
-        guard: Option<&RestartGuard>,
-        budget: Duration,
-    ) -> Result<Attempt, CommandError> {
-        // The inner timeout fires first, so that an unanswered acquire is undone
-        // on its own connection: queued behind the acquire, the release cannot
-        // overtake it, as it could on a fresh connection.
-        let (reply, run_id): (Vec<i64>, RunId) = self
-            .connection
-            .call_linked(budget + UNDO_GRACE, |link| {
-                let mut conn = link.conn;
-                let mut invocation = ACQUIRE.key(&keys.lock);
-                invocation.key(&keys.fence).arg(owner).arg(ttl_ms(ttl));
-                if let Some(guard) = guard {
-                    // The connection's run_id: a marker written by another server
-                    // process means this one may not have the locks it granted.
-                    let run_id = link.run_id.as_deref().unwrap_or("");
-                    invocation.key(&guard.marker).arg(guard.ms).arg(run_id);
-                }
-                let undo = undo_on_connection(conn.clone(), keys, owner);
-                async move {
-                    let reply =
-                        tokio::time::timeout(budget, invocation.invoke_async(&mut conn)).await;
-                    // Answered: the caller owns the outcome from here.
-                    let reply = reply.map_err(|_| CommandError::Timeout(budget))?;
-                    undo.disarm();
-                    Ok(reply?)
-                }
-            })
-            .await?;
-        match reply[..] {
-            [1, token] if token > 0 => Ok(Attempt::Won(token.unsigned_abs(), run_id)),
-            [0, pttl] => Ok(Attempt::Held(pttl)),
-            [2, left] if left > 0 => {
-                tracing::debug!(endpoint = %self.endpoint, left_ms = left, "the restart guard refused an acquire");
-                Ok(Attempt::Held(left))
-            }
-            _ => Err(CommandError::Reply(format!(
-                "acquire script returned {reply:?}"
-            ))),
-        }
     }
 
     /// Extends the lock if `owner` still holds it.

@@ -17,6 +17,8 @@
 //! - A message wakes one waiter of this client (round robin); a waiter that was
 //!   woken and leaves before acting on it passes the wake on.
 
+use crate::error::CommandError;
+use crate::sentinel::Target;
 use distlock_core::toolkit::Backoff;
 use distlock_core::toolkit::Timeouts;
 use futures_core::Stream;
@@ -131,7 +133,7 @@ impl Drop for Hold {
 
 impl Subscriber {
     /// Starts the subscriber task (it connects lazily and ends with the client).
-    pub fn start(client: redis::Client, endpoint: Arc<str>, timeouts: Timeouts) -> Self {
+    pub fn start(target: Target, endpoint: Arc<str>, timeouts: Timeouts) -> Self {
         let registry = Shared::default();
         let (sync, requests) = mpsc::unbounded_channel();
         let holds = watch::Sender::new(0);
@@ -141,7 +143,7 @@ impl Subscriber {
             holds: holds.subscribe(),
             up: up.clone(),
             connected,
-            client,
+            target,
             endpoint,
             timeouts,
             registry: registry.clone(),
@@ -252,7 +254,7 @@ const MAX_BACKOFF: Duration = Duration::from_millis(100);
 type Connection = (redis::aio::PubSubSink, Pin<Box<redis::aio::PubSubStream>>);
 
 struct SubscriberTask {
-    client: redis::Client,
+    target: Target,
     endpoint: Arc<str>,
     timeouts: Timeouts,
     registry: Shared,
@@ -298,8 +300,11 @@ impl SubscriberTask {
 
     /// Connects and subscribes every wanted channel in one command.
     async fn connect(&mut self) {
-        let connect = tokio::time::timeout(self.timeouts.connect, self.client.get_async_pubsub());
-        let (mut sink, stream) = match connect.await {
+        let connect = async {
+            let client = self.target.client(self.timeouts.connect).await?;
+            Ok::<_, CommandError>(client.get_async_pubsub().await?)
+        };
+        let (mut sink, stream) = match tokio::time::timeout(self.timeouts.connect, connect).await {
             Ok(Ok(pubsub)) => pubsub.split(),
             Ok(Err(e)) => return self.disconnected(&e.to_string()),
             Err(_) => return self.disconnected("connect timed out"),

@@ -63,7 +63,7 @@ impl BackendKind {
     pub const fn schemes(self) -> &'static [&'static str] {
         match self {
             BackendKind::Memory => &["memory"],
-            BackendKind::Redis => &["redis", "rediss"],
+            BackendKind::Redis => &["redis", "rediss", "redis+sentinel", "rediss+sentinel"],
             BackendKind::Redlock => &["redlock", "redlocks"],
             BackendKind::Etcd => &["etcd", "etcds"],
             BackendKind::ZooKeeper => &["zk", "zookeeper"],

@@ -46,6 +46,13 @@ pub trait Inspect: Send + Sync {
         Ok(Vec::new())
     }
 
+    /// The deployment the client found, in one line (the primary, its
+    /// replicas and how it was found); `None` when the backend has nothing to
+    /// say beyond its URL.
+    async fn topology(&self) -> Result<Option<String>, LockError> {
+        Ok(None)
+    }
+
     /// The name of the backend's cheapest request (`PING`, `SELECT 1`), timed
     /// by benchmarks as the read round trip, a reference beside
     /// [`Inspect::floor_cycle`]; `None` without a network.

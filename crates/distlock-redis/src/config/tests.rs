@@ -66,3 +66,58 @@ fn debug_hides_the_password() {
     let c = RedisConfig::from_url("redis://user:hunter2@h:1/0").unwrap();
     assert!(!format!("{c:?}").contains("hunter2"));
 }
+
+#[test]
+fn sentinel_urls_name_the_sentinels_the_primary_and_two_logins() {
+    let text = "redis+sentinel://:data-pw@s1,s2:26380,[::1]/mymaster?db=2\
+                &sentinel_password=sentinel-pw&wait_replicas=1";
+    let c = RedisConfig::from_url(text).unwrap();
+    let sentinels = c.server.sentinels.as_ref().unwrap();
+    assert_eq!(sentinels.master, "mymaster");
+    let nodes = [("s1", 26379), ("s2", 26380), ("::1", 26379)];
+    let nodes: Vec<(String, u16)> = nodes.iter().map(|(h, p)| (h.to_string(), *p)).collect();
+    assert_eq!(sentinels.nodes, nodes);
+    assert_eq!(sentinels.password.as_deref(), Some("sentinel-pw"));
+    assert_eq!(c.server.password.as_deref(), Some("data-pw"));
+    assert_eq!(c.server.db, 2);
+    assert_eq!(
+        c.endpoint(),
+        "redis+sentinel://s1:26379,s2:26380,[::1]:26379/mymaster?db=2"
+    );
+    let shown = format!("{c:?}");
+    assert!(
+        !shown.contains("data-pw") && !shown.contains("sentinel-pw"),
+        "{shown}"
+    );
+    let tls = RedisConfig::from_url("rediss+sentinel://s1/m?insecure=true").unwrap();
+    assert!(tls.server.tls && tls.endpoint().starts_with("rediss+sentinel://"));
+}
+
+#[test]
+fn bad_sentinel_urls_say_what_to_write() {
+    for (url, why) in [
+        (
+            "redis+sentinel://s1,s2",
+            "names the primary after the hosts",
+        ),
+        (
+            "redis+sentinel://s1/a/b",
+            "names the primary after the hosts",
+        ),
+        ("redis+sentinel://s1/m?db=x", "db"),
+        ("redis+sentinel://s1/m?sentinel_user=u", "sentinel_password"),
+        ("redis://h/0?sentinel_password=x", "sentinel_password"),
+        ("redlock+sentinel://s1/m", "unsupported scheme"),
+    ] {
+        let err = RedisConfig::from_url(url).unwrap_err().to_string();
+        assert!(err.contains(why), "{url}: {err}");
+        assert!(!err.contains("=x&") && !err.contains("pw"), "{err}");
+    }
+    let err = crate::RedlockConfig::from_url("redis+sentinel://s1/m")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("Redlock URL") || err.contains("independent"),
+        "{err}"
+    );
+}

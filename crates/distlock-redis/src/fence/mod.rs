@@ -40,8 +40,10 @@
 //!   server: no stale writer can land between them.
 //! - The record lives as long as the server's data: a restart without
 //!   persistence, or a failover to a replica that missed it, forgets it, and a
-//!   lower token is admitted again. `wait_replicas` in the config applies to
-//!   locks only.
+//!   lower token is admitted again. With `wait_replicas` every fenced write
+//!   is followed by `WAIT` on its connection; fewer acknowledgements give an
+//!   error naming the count (the write was applied on the primary, and a
+//!   failover now may lose it).
 //! - A connection found dropped when an `Add` or a [`FenceScript`] is sent
 //!   gives [`LockError::Unavailable`] without sending it again: the client
 //!   cannot tell whether it was applied (this includes a connection that died
@@ -61,9 +63,12 @@ mod writes;
 pub use script::FenceScript;
 
 use crate::backend::BACKEND;
+use crate::backend::ReplicaAck;
 use crate::connection::{Connection, ServerAddress};
 use crate::error::CommandError;
 use crate::keys::fence_record;
+use crate::protocol::wait_on;
+use crate::sentinel::Target;
 use async_trait::async_trait;
 use distlock_core::fence::{invalid_write, stale, validate_resource};
 use distlock_core::toolkit::Timeouts;
@@ -107,6 +112,7 @@ pub struct RedisFence {
     endpoint: String,
     namespace: String,
     timeout: Duration,
+    replicas: Option<ReplicaAck>,
 }
 
 impl std::fmt::Debug for RedisFence {
@@ -125,9 +131,11 @@ impl RedisFence {
         address: &ServerAddress,
         namespace: String,
         timeouts: Timeouts,
+        replicas: Option<ReplicaAck>,
     ) -> Result<Self, LockError> {
         let fence = RedisFence {
-            connection: Connection::new(address.client(BACKEND, false)?, timeouts.connect),
+            replicas,
+            connection: Connection::new(Target::of(address, BACKEND, false)?, timeouts.connect),
             endpoint: address.endpoint(),
             namespace,
             timeout: timeouts.reply,
@@ -188,15 +196,25 @@ impl RedisFence {
         build: impl Fn() -> ScriptInvocation<'s>,
     ) -> Result<Value, CommandError> {
         let sent = AtomicBool::new(false);
+        let ack = self.replicas;
+        let wait_budget = ack.map_or(Duration::ZERO, |ack| ack.timeout + self.timeout);
         self.connection
-            .call(self.timeout, |mut conn| {
+            .call(self.timeout + wait_budget, |mut conn| {
                 let again = sent.swap(true, Ordering::Relaxed);
                 let invocation = build();
                 async move {
                     if again && !repeatable {
                         return Err(CommandError::Redis(not_resent()));
                     }
-                    Ok(invocation.invoke_async(&mut conn).await?)
+                    let value = invocation.invoke_async(&mut conn).await?;
+                    // On the same connection: WAIT counts this connection's writes.
+                    if let Some(ack) = ack {
+                        let acked = wait_on(&mut conn, ack, wait_budget).await?;
+                        if acked < ack.replicas {
+                            return Err(CommandError::TooFewReplicas { acked, ack });
+                        }
+                    }
+                    Ok(value)
                 }
             })
             .await

@@ -39,11 +39,13 @@ impl RedisFence {
         }
         let replication = self.info("replication").await?;
         let replicas = info_field(&replication, "connected_slaves").unwrap_or("0");
-        if replicas != "0" {
+        if replicas != "0" && self.replicas.is_none() {
             warnings.push(format!(
-                "{host} has {replicas} replica(s): replication is asynchronous, so a failover to \
-                 a replica that missed the latest writes forgets their fence records; fence data \
-                 that must survive failover in a store with synchronous commits"
+                "{host} has {replicas} replica(s) and the URL does not set wait_replicas: \
+                 replication is asynchronous, so a failover to a replica that missed the latest \
+                 writes forgets their fence records; add ?wait_replicas=1 to have each write \
+                 acknowledged, or fence data that must survive failover in a store with \
+                 synchronous commits"
             ));
         }
         match self.config("maxmemory-policy").await {

@@ -10,6 +10,7 @@ pub mod mariadb;
 pub mod postgres;
 pub mod process;
 pub mod redis;
+pub mod sentinel;
 pub mod tls;
 pub mod zookeeper;
 
@@ -18,6 +19,7 @@ pub use mariadb::MariaDbServer;
 pub use postgres::PostgresServer;
 pub use process::ServerProcess;
 pub use redis::{RedisOptions, RedisServer};
+pub use sentinel::{SentinelOptions, SentinelTopology};
 pub use tls::{ServerTls, TestCertificates};
 pub use zookeeper::{ZooKeeperOptions, ZooKeeperServer};
 

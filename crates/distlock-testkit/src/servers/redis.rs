@@ -26,6 +26,9 @@ pub struct RedisOptions {
     /// Also listen for TLS on a second port ([`RedisServer::tls_url`]); the plain
     /// port stays for the launcher's readiness check and for test inspection.
     pub tls: Option<ServerTls>,
+    /// Start as a replica of the primary on this loopback port (`replicaof`),
+    /// logging in to it with [`RedisOptions::password`].
+    pub replica_of: Option<u16>,
 }
 
 impl std::fmt::Debug for RedisOptions {
@@ -34,6 +37,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("aof", &self.aof)
             .field("tls", &self.tls)
+            .field("replica_of", &self.replica_of)
             .finish()
     }
 }
@@ -212,13 +216,17 @@ fn config_text(port: u16, data_dir: &Path, options: &RedisOptions) -> String {
         // Redis config strings use C-style escapes inside double quotes.
         let quoted = password.replace('\\', "\\\\").replace('"', "\\\"");
         text.push_str(&format!("requirepass \"{quoted}\"\n"));
+        text.push_str(&format!("masterauth \"{quoted}\"\n"));
+    }
+    if let Some(primary) = options.replica_of {
+        text.push_str(&format!("replicaof 127.0.0.1 {primary}\n"));
     }
     text
 }
 
 /// Whether the server at `addr` answers PING with +PONG over raw RESP (a loading
 /// server answers -LOADING, which counts as not ready).
-async fn ping(addr: SocketAddr, password: Option<&str>) -> bool {
+pub(crate) async fn ping(addr: SocketAddr, password: Option<&str>) -> bool {
     let mut request = Vec::new();
     let mut expected_lines = 1;
     if let Some(password) = password {
@@ -243,7 +251,7 @@ async fn ping(addr: SocketAddr, password: Option<&str>) -> bool {
     reply.ends_with(b"+PONG\r\n")
 }
 
-fn resp_command(args: &[&str]) -> Vec<u8> {
+pub(crate) fn resp_command(args: &[&str]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();
     for arg in args {
         out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());

@@ -1,0 +1,111 @@
+//! Redis through Sentinel: a primary, one replica and three Sentinels started by
+//! the testkit, reached with `redis+sentinel://`; the same cases and hooks as
+//! the single node.
+//!
+//! Faulty clients are the exception: Sentinel hands a client the primary's real
+//! address, so a fault proxy cannot sit in its path. They reach the same
+//! primary through a proxy with a `redis://` URL; the Sentinel path itself is
+//! exercised by every other case and by the failover tests.
+
+use crate::redis::{HOOKS, NAMESPACE, via};
+use async_trait::async_trait;
+use distlock_core::{BoxError, Capabilities, DynLock};
+use distlock_redis::{RedisBackend, RedisConfig};
+use distlock_testkit::harness::{FaultyClient, Harness, Hooks};
+use distlock_testkit::proxy::FaultProxy;
+use distlock_testkit::runner::BackendSpec;
+use distlock_testkit::servers::{Launched, SentinelOptions, SentinelTopology};
+use std::sync::Arc;
+
+/// The Sentinel spec.
+pub fn spec() -> BackendSpec {
+    BackendSpec {
+        name: "redis_sentinel".into(),
+        capabilities: RedisBackend::CAPABILITIES,
+        hooks: HOOKS,
+        start: Box::new(|| Box::pin(async { Ok(Arc::new(SentinelHarness::launch().await?) as _) })),
+    }
+}
+
+/// Starts a topology on a blocking thread (the launcher's future is not `Send`).
+pub async fn launch_topology(options: SentinelOptions) -> Result<SentinelTopology, BoxError> {
+    let runtime = tokio::runtime::Handle::current();
+    let start = move || runtime.block_on(SentinelTopology::start(options));
+    Ok(tokio::task::spawn_blocking(start).await??)
+}
+
+/// The harness: a topology of its own and the inspecting client.
+#[derive(Debug)]
+pub struct SentinelHarness {
+    topology: SentinelTopology,
+    url: String,
+    inspector: DynLock,
+}
+
+impl SentinelHarness {
+    /// A harness on a topology of its own. The Sentinels' default 5 s
+    /// down-after keeps a clean restart of the primary from failing it over.
+    pub async fn launch() -> Result<Self, BoxError> {
+        let topology = launch_topology(SentinelOptions::default()).await?;
+        let url = topology.url();
+        let inspector = connect(&url).await?;
+        Ok(SentinelHarness {
+            topology,
+            url,
+            inspector,
+        })
+    }
+}
+
+async fn connect(url: &str) -> Result<DynLock, BoxError> {
+    Ok(Arc::new(
+        RedisConfig::from_url(url)?
+            .namespace(NAMESPACE)
+            .connect()
+            .await?,
+    ))
+}
+
+#[async_trait]
+impl Harness for SentinelHarness {
+    fn name(&self) -> &str {
+        "redis_sentinel"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        RedisBackend::CAPABILITIES
+    }
+
+    fn hooks(&self) -> Hooks {
+        HOOKS
+    }
+
+    async fn client(&self) -> Result<DynLock, BoxError> {
+        connect(&self.url).await
+    }
+
+    async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {
+        let primary = self.topology.primary();
+        let proxy = Arc::new(FaultProxy::start(primary.addr()).await?);
+        Ok(FaultyClient::new(
+            connect(&via(&primary.url(), proxy.addr())?).await?,
+            proxy,
+        ))
+    }
+
+    async fn inspector(&self) -> Result<DynLock, BoxError> {
+        Ok(self.inspector.clone())
+    }
+
+    async fn dedicated(&self) -> Result<Arc<dyn Harness>, BoxError> {
+        Ok(Arc::new(Self::launch().await?))
+    }
+
+    fn launched(&self) -> Option<&dyn Launched> {
+        Some(self.topology.primary() as &dyn Launched)
+    }
+
+    fn lock_url(&self) -> Option<String> {
+        Some(format!("{}?namespace={NAMESPACE}", self.url))
+    }
+}

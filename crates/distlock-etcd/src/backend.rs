@@ -17,7 +17,7 @@ use crate::watch::{KeyDeletion, OnCreate, Wake, Watches};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
 use distlock_core::toolkit::Inspect;
-use distlock_core::{BackendLock, Capabilities, FencingToken, LockError, LossReason};
+use distlock_core::{BackendLock, Capabilities, FencingToken, LockError, LossReason, Primitives};
 use etcd_client::KvClient;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -157,7 +157,12 @@ impl EtcdBackend {
     /// etcd whose election timeout is at most 666 ms; 2 s with etcd's defaults).
     /// Leases have whole-second ttls.
     pub fn capabilities_with_min_ttl(min_ttl: Duration) -> Capabilities {
-        Capabilities::consensus_queue(min_ttl, Duration::from_secs(1))
+        Capabilities {
+            primitives: Primitives::lock_only(
+                "the etcd semaphore and native election are not built yet",
+            ),
+            ..Capabilities::consensus_queue(min_ttl, Duration::from_secs(1))
+        }
     }
 
     /// One contender's whole life in the queue: put, then wait for each predecessor

@@ -16,7 +16,9 @@
 
 use crate::error::BACKEND;
 use crate::keys::{TableName, hex_literal};
-use distlock_core::{Capabilities, FencingGuarantee, LockError, TokenDurability, Wake};
+use distlock_core::{
+    Capabilities, FencingGuarantee, LockError, Primitives, Support, TokenDurability, Wake,
+};
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 use std::str::FromStr;
 use std::time::Duration;
@@ -72,6 +74,10 @@ impl Strategy {
             token_durability: TokenDurability::Persisted,
             min_ttl: MIN_POLLING_TTL,
             ttl_granularity: Duration::from_micros(1),
+            primitives: Primitives {
+                semaphore: Support::NotOffered("the MySQL semaphore is not built yet"),
+                election: Support::Offered,
+            },
         };
         match self {
             Strategy::VersionCas | Strategy::UniqueInsert => polling,

@@ -130,6 +130,13 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// The lease of `handle` was abandoned (`Lease::abandon`): it will be
+    /// neither renewed nor released, and must free at its ttl. A backend that
+    /// shares a session between acquisitions (etcd's client lease) stops
+    /// handing that session out now, or the next acquisition would keep the
+    /// abandoned key alive.
+    fn abandoned(&self, _handle: &Self::Handle) {}
+
     /// Server-side inspection of this backend's locks. Every adapter offers it;
     /// the default `None` is for backends with nothing to inspect.
     fn inspect(&self) -> Option<&dyn Inspect> {
@@ -162,4 +169,7 @@ pub trait Holding: Send + Sync + 'static {
     fn loss_signal(&self) -> Option<LossSignal> {
         None
     }
+
+    /// The lease was abandoned: see [`Backend::abandoned`].
+    fn abandoned(&self) {}
 }

@@ -72,6 +72,9 @@ impl<B: Backend> Holding for Bound<B> {
     fn loss_signal(&self) -> Option<LossSignal> {
         self.backend.loss_signal(&self.handle)
     }
+    fn abandoned(&self) {
+        self.backend.abandoned(&self.handle)
+    }
 }
 
 /// What every `Lease` handle of one acquisition shares with its watchdog.
@@ -228,9 +231,29 @@ impl Shared {
 
     /// Best-effort release after loss, so a lock we may still hold on the server
     /// (partition, max hold) is freed as soon as the server hears from us.
+    ///
+    /// Retried until the server answers, for up to two ttls: the first attempt
+    /// is often lost in the very partition that caused the loss, and a backend
+    /// that keeps a key alive through a shared session (etcd's client lease)
+    /// would otherwise keep an orphan key alive once the partition heals before
+    /// the server expired that session.
     pub(crate) async fn release_after_loss(&self) {
-        if let Err(e) = tokio::time::timeout(self.ttl, self.ops.release()).await {
-            tracing::debug!(backend = self.backend, key = %self.key, error = %e, "release after loss timed out");
+        let give_up = Instant::now() + self.ttl * 2;
+        let pause = (self.ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        loop {
+            let left = give_up.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                tracing::debug!(backend = self.backend, key = %self.key, "release after loss got no answer; the ttl frees the lock");
+                return;
+            }
+            match tokio::time::timeout(self.ttl.min(left), self.ops.release()).await {
+                Ok(Ok(_)) => return,
+                Ok(Err(error)) if !error.is_transient() => {
+                    tracing::debug!(backend = self.backend, key = %self.key, %error, "release after loss refused");
+                    return;
+                }
+                Ok(Err(_)) | Err(_) => tokio::time::sleep(pause).await,
+            }
         }
     }
 }
@@ -414,6 +437,7 @@ impl Lease {
         self.finished = true;
         if self.shared.leave() {
             self.shared.transition(Status::Held, Status::Released);
+            self.shared.ops.abandoned();
         }
     }
 }

@@ -60,7 +60,6 @@ impl MySqlLock {
                     table: table.clone(),
                     holders,
                 })
-                .with_lock_election()
                 .with_defaults(defaults)?,
             ),
         };

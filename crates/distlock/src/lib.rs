@@ -141,6 +141,10 @@ mod documentation {
     struct ZooKeeper;
     #[doc = include_str!("../../../docs/backends/mysql.md")]
     struct MySql;
+    #[doc = include_str!("../../../docs/semaphores.md")]
+    struct Semaphores;
+    #[doc = include_str!("../../../docs/election.md")]
+    struct Election;
 }
 
 /// `SqlFence`, fencing tokens checked inside your own sqlx transaction, and

@@ -50,6 +50,30 @@ async fn lead(
     Ok(())
 }
 
+/// Campaigns, trying again on a transient error for up to two ttls: a
+/// candidate back from a pause may find its session lapsed (etcd reports its
+/// lease unavailable until it is replaced) and, like any real candidate loop,
+/// campaigns again.
+async fn campaign(
+    election: &dyn distlock_core::LeaderElection,
+    key: &LockKey,
+    id: usize,
+    opts: &distlock_core::AcquireOptions,
+) -> Result<Leadership, LockError> {
+    let give_up = Instant::now() + opts.get_ttl() * 2;
+    loop {
+        match election
+            .campaign(key, &format!("candidate-{id}"), opts)
+            .await
+        {
+            Err(e) if e.is_transient() && Instant::now() < give_up => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
 /// One candidate's terms: campaign, lead, end as `endings` say.
 async fn candidate(
     id: usize,
@@ -60,10 +84,16 @@ async fn candidate(
     endings: Vec<Ending>,
     history: Arc<History>,
 ) -> Result<(), CaseError> {
-    for ending in endings {
-        let leadership = election
-            .campaign(&key, &format!("candidate-{id}"), &opts)
-            .await?;
+    for (term, ending) in endings.into_iter().enumerate() {
+        let leadership = match campaign(&*election, &key, id, &opts).await {
+            Ok(leadership) => leadership,
+            Err(e) => {
+                let leader = election.leader(&key).await;
+                return Err(CaseError::msg(format!(
+                    "candidate {id}, campaign {term} (to end by {ending:?}): {e} (leader now: {leader:?})"
+                )));
+            }
+        };
         lead(&history, id, &leadership, 4).await?;
         match (ending, &faults) {
             (Ending::Pause, Some(faults)) => {
@@ -75,7 +105,9 @@ async fn candidate(
                 drop(leadership);
             }
             (Ending::Kill, _) | (Ending::Pause, None) => leadership.abandon(),
-            (Ending::Resign, _) => leadership.resign().await?,
+            (Ending::Resign, _) => leadership.resign().await.map_err(|e| {
+                CaseError::msg(format!("candidate {id}, resigning term {term}: {e}"))
+            })?,
         }
     }
     Ok(())

@@ -70,4 +70,8 @@ mod documentation {
     struct MySql;
     #[doc = include_str!("../../docs/backends/postgres.md")]
     struct Postgres;
+    #[doc = include_str!("../../docs/semaphores.md")]
+    struct Semaphores;
+    #[doc = include_str!("../../docs/election.md")]
+    struct Election;
 }

@@ -133,6 +133,7 @@ mod tests {
             token_durability: TokenDurability::Persisted,
             min_ttl: Duration::from_secs(1),
             ttl_granularity: Duration::from_secs(1),
+            primitives: distlock::Primitives::ALL,
         };
         assert_eq!(
             short_ttl(&caps, Duration::from_millis(500)),

@@ -27,7 +27,18 @@ pub enum Command {
     /// included) is removed from its environment. SIGINT, SIGTERM and SIGHUP sent
     /// to distlock are forwarded to the command's process group; the lock is
     /// released when the command ends.
+    ///
+    /// With `--permits N`, holds one of N permits of the semaphore KEY instead:
+    /// up to N commands run at once, and each gets its slot (0..N, unique among
+    /// live holders) in DISTLOCK_SLOT.
     Run(run::RunArgs),
+    /// Run a command while leader of the election KEY; stop it on loss.
+    ///
+    /// Campaigns (waiting per --wait), runs CMD once elected with
+    /// DISTLOCK_KEY and DISTLOCK_FENCING_TOKEN (the term) set, stops it with
+    /// SIGTERM then SIGKILL if leadership is lost, and resigns when it ends.
+    /// Exit codes are those of `run`.
+    Elect(run::ElectArgs),
     /// Run a short live conformance check against your own deployment.
     ///
     /// Covers acquire/release, exclusion between two clients, rising fencing

@@ -51,7 +51,8 @@ impl From<LockError> for Failure {
             LockError::InvalidKey { .. }
             | LockError::InvalidOptions { .. }
             | LockError::InvalidWrite { .. }
-            | LockError::Config { .. } => USAGE,
+            | LockError::Config { .. }
+            | LockError::LimitMismatch { .. } => USAGE,
             LockError::Lost { .. } => LOST,
             LockError::StaleToken { .. } => STALE_TOKEN,
             _ => FAILURE,

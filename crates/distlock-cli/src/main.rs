@@ -8,6 +8,7 @@ mod commands;
 mod demo;
 mod exit;
 mod fence;
+mod held;
 mod plot;
 mod progress;
 mod run;
@@ -39,6 +40,7 @@ fn main() -> ExitCode {
     let outcome = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(args).await,
+            Command::Elect(args) => run::elect(args).await,
             Command::Check(args) => check::check(args).await,
             Command::Bench(args) => bench::bench(args).await,
             Command::Demo(args) => demo::demo(args).await,

@@ -1,4 +1,5 @@
-//! `distlock run`: hold a lock while a command runs.
+//! `distlock run` (hold a lock or a semaphore permit while a command runs) and
+//! `distlock elect` (run a command while leader).
 //!
 //! The command gets its own process group so that, when the lease is lost, the
 //! whole tree it started can be stopped: a lost lock means someone else may be
@@ -7,7 +8,8 @@
 
 use crate::args::{KeyParser, UrlArg, parse_duration, parse_positive_duration, show};
 use crate::exit::{self, Failure};
-use distlock::{AcquireOptions, DynLock, Lease, LockError, LockKey, Renewal, Wait};
+use crate::held::{Held, Want, parse_permits};
+use distlock::{AcquireOptions, DynLock, LockError, LockKey, Renewal, Wait};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use std::ffi::OsString;
@@ -19,6 +21,27 @@ use tokio::time::Instant;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
+    #[command(flatten)]
+    hold: HoldArgs,
+    /// Hold one of N permits of a semaphore named KEY instead of the lock: up
+    /// to N commands run at once, each with its slot (0..N) in DISTLOCK_SLOT.
+    #[arg(long, value_name = "N", value_parser = parse_permits)]
+    permits: Option<u32>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ElectArgs {
+    #[command(flatten)]
+    hold: HoldArgs,
+    /// This candidate's identity, shown to observers of the election
+    /// (default: host name and process id).
+    #[arg(long)]
+    proposal: Option<String>,
+}
+
+/// What `run` and `elect` share.
+#[derive(Debug, clap::Args)]
+pub struct HoldArgs {
     #[command(flatten)]
     url: UrlArg,
     /// Lock name (1 to 512 bytes, no control characters).
@@ -80,6 +103,24 @@ impl Signals {
 }
 
 pub async fn run(args: RunArgs) -> Result<u8, Failure> {
+    let want = match args.permits {
+        Some(limit) => Want::Permit { limit },
+        None => Want::Lock,
+    };
+    hold(args.hold, want).await
+}
+
+pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
+    let proposal = args.proposal.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "unknown-host".into());
+        format!("{host}:{}", std::process::id())
+    });
+    hold(args.hold, Want::Leadership { proposal }).await
+}
+
+async fn hold(args: HoldArgs, want: Want) -> Result<u8, Failure> {
     let url = args.url.require()?.to_owned();
     // Listen before connecting: a Ctrl-C while waiting must cancel the wait
     // cleanly (acquire is cancel-safe), not kill us with a queue entry behind.
@@ -90,7 +131,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     };
     let opts = options(&args, lock.default_options());
     let baseline = alive_tasks();
-    let outcome = hold_and_run(&lock, &args, &opts, &mut signals).await;
+    let outcome = hold_and_run(&lock, &args, &want, &opts, &mut signals).await;
     drop(lock);
     settle(baseline).await;
     outcome
@@ -99,7 +140,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
 /// The URL's acquire defaults with the flags given on top. The command runs for
 /// as long as it likes, so the lease always renews itself (a URL's
 /// `renewal=manual` becomes automatic; an interval is kept).
-fn options(args: &RunArgs, defaults: AcquireOptions) -> AcquireOptions {
+fn options(args: &HoldArgs, defaults: AcquireOptions) -> AcquireOptions {
     let mut opts = defaults;
     if let Some(ttl) = args.ttl {
         opts = opts.ttl(ttl);
@@ -120,13 +161,14 @@ fn options(args: &RunArgs, defaults: AcquireOptions) -> AcquireOptions {
 
 async fn hold_and_run(
     lock: &DynLock,
-    args: &RunArgs,
+    args: &HoldArgs,
+    want: &Want,
     opts: &AcquireOptions,
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
     opts.validate(&lock.capabilities())?;
     let lease = tokio::select! {
-        lease = lock.acquire(&args.key, opts) => lease?,
+        lease = want.acquire(lock, &args.key, opts) => lease?,
         sig = signals.next() => {
             eprintln!("distlock: {sig} while waiting for `{}`; not acquired", args.key);
             return Ok(128 + sig as u8);
@@ -162,7 +204,7 @@ async fn settle(baseline: usize) {
 /// The longest `settle` waits: about one round trip on a slow network.
 const SETTLE_LIMIT: Duration = Duration::from_secs(1);
 
-fn spawn(command: &[OsString], lease: &Lease) -> Result<Child, Failure> {
+fn spawn(command: &[OsString], lease: &Held) -> Result<Child, Failure> {
     let (program, rest) = command
         .split_first()
         .ok_or_else(|| Failure::usage("no command given: put it after `--`"))?;
@@ -174,9 +216,8 @@ fn spawn(command: &[OsString], lease: &Lease) -> Result<Child, Failure> {
             cmd.env_remove(name);
         }
     }
-    cmd.env("DISTLOCK_KEY", lease.key().as_str())
-        .env("DISTLOCK_FENCING_TOKEN", lease.token().to_string())
-        .process_group(0);
+    lease.describe_to(&mut cmd);
+    cmd.process_group(0);
     cmd.spawn().map_err(|e| {
         let shown = program.to_string_lossy();
         match e.kind() {
@@ -191,7 +232,7 @@ fn spawn(command: &[OsString], lease: &Lease) -> Result<Child, Failure> {
 
 async fn supervise(
     mut child: Child,
-    lease: Lease,
+    lease: Held,
     signals: &mut Signals,
     kill_after: Duration,
 ) -> Result<u8, Failure> {
@@ -232,7 +273,7 @@ async fn supervise(
 
 /// Releases after the command ended. A lease found lost at release means the
 /// command may have run part of the time without the lock: report it as lost.
-async fn finish(lease: Lease, code: u8) -> Result<u8, Failure> {
+async fn finish(lease: Held, code: u8) -> Result<u8, Failure> {
     let key = lease.key().clone();
     match tokio::time::timeout(Duration::from_secs(10), lease.release()).await {
         Ok(Ok(())) => Ok(code),
@@ -255,7 +296,7 @@ async fn finish(lease: Lease, code: u8) -> Result<u8, Failure> {
 }
 
 /// Best-effort release on the way out; the ttl frees the lock otherwise.
-async fn release(lease: Lease) {
+async fn release(lease: Held) {
     let outcome = tokio::time::timeout(Duration::from_secs(10), lease.release()).await;
     if let Ok(Err(e)) = outcome
         && !matches!(e, LockError::Lost { .. })

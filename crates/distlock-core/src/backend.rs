@@ -130,9 +130,46 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// The lease of `handle` was abandoned (`Lease::abandon`): it will be
+    /// neither renewed nor released, and must free at its ttl. A backend that
+    /// shares a session between acquisitions (etcd's client lease) stops
+    /// handing that session out now, or the next acquisition would keep the
+    /// abandoned key alive.
+    fn abandoned(&self, _handle: &Self::Handle) {}
+
     /// Server-side inspection of this backend's locks. Every adapter offers it;
     /// the default `None` is for backends with nothing to inspect.
     fn inspect(&self) -> Option<&dyn Inspect> {
         None
     }
+}
+
+/// One acquisition as core keeps it alive: whatever was acquired (a lock, a
+/// semaphore permit, a leadership, a read or write share) reduced to renew,
+/// release and an optional loss signal. Core's lease machinery (`Lease`: the
+/// local deadline, the renewal watchdog, `lost()`, release on drop) runs over an
+/// `Arc<dyn Holding>`, so every primitive shares it.
+///
+/// A lock [`Backend`] gets this for free (core pairs the backend with its
+/// handle). Other primitives' adapters return a handle that implements it,
+/// carrying what it needs to reach the server (a connection, a client).
+#[async_trait]
+pub trait Holding: Send + Sync + 'static {
+    /// A short backend name, such as `redis`, for logs and metrics.
+    fn backend_name(&self) -> &'static str;
+
+    /// Extends the acquisition to `ttl` from now if it is still ours.
+    async fn renew(&self, ttl: Duration) -> Result<Ownership, LockError>;
+
+    /// Gives the acquisition back if, and only if, it is still ours.
+    async fn release(&self) -> Result<Ownership, LockError>;
+
+    /// A push signal for loss (watch, session event), when the backend has one.
+    /// Called once, when the lease starts.
+    fn loss_signal(&self) -> Option<LossSignal> {
+        None
+    }
+
+    /// The lease was abandoned: see [`Backend::abandoned`].
+    fn abandoned(&self) {}
 }

@@ -54,6 +54,58 @@ pub struct Capabilities {
     pub min_ttl: Duration,
     /// Ttls must be a whole multiple of this.
     pub ttl_granularity: Duration,
+    /// Which primitives beyond the lock this backend offers.
+    pub primitives: Primitives,
+}
+
+/// Whether a backend offers a primitive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Support {
+    /// Offered, with the lock's guarantees.
+    Offered,
+    /// Not offered, and why (a safety argument, or work not done yet).
+    NotOffered(&'static str),
+}
+
+impl Support {
+    /// True when offered.
+    pub fn is_offered(self) -> bool {
+        self == Support::Offered
+    }
+
+    /// Why it is not offered, if it is not.
+    pub fn why_not(self) -> Option<&'static str> {
+        match self {
+            Support::Offered => None,
+            Support::NotOffered(why) => Some(why),
+        }
+    }
+}
+
+/// The primitives beyond the lock a backend offers. The conformance suite runs
+/// the `semaphore_*` and `election_*` cases only where they are offered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Primitives {
+    /// Semaphores with numbered permits ([`crate::DistributedSemaphore`]).
+    pub semaphore: Support,
+    /// Leader election ([`crate::LeaderElection`]).
+    pub election: Support,
+}
+
+impl Primitives {
+    /// Both the semaphore and election.
+    pub const ALL: Primitives = Primitives {
+        semaphore: Support::Offered,
+        election: Support::Offered,
+    };
+
+    /// The lock only, with the reason given for both.
+    pub const fn lock_only(why: &'static str) -> Primitives {
+        Primitives {
+            semaphore: Support::NotOffered(why),
+            election: Support::NotOffered(why),
+        }
+    }
 }
 
 impl Capabilities {
@@ -70,6 +122,7 @@ impl Capabilities {
             token_durability: TokenDurability::Persisted,
             min_ttl,
             ttl_granularity,
+            primitives: Primitives::ALL,
         }
     }
 }

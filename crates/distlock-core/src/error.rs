@@ -132,6 +132,20 @@ pub enum LockError {
         /// Each failed node and why.
         detail: String,
     },
+    /// Clients disagree on a semaphore's number of permits: permits are held or
+    /// awaited under another limit. Nothing was taken.
+    #[error(
+        "semaphore `{key}` is in use with {existing} permits, not {requested}; \
+         every client of one semaphore must use the same limit (or use another name)"
+    )]
+    LimitMismatch {
+        /// The semaphore.
+        key: LockKey,
+        /// The limit this client asked for.
+        requested: u32,
+        /// The limit its current holders and waiters use.
+        existing: u32,
+    },
     /// Any other error the backend reported.
     #[error("{backend} error: {source}")]
     Backend {

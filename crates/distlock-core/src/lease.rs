@@ -8,7 +8,7 @@
 //! request went out. Any server measures its expiry from a later instant, so the
 //! client stops believing first (given sane clock rates).
 
-use crate::backend::{Backend, LossSignal, Ownership};
+use crate::backend::{Backend, Holding, LossSignal, Ownership};
 use crate::metrics::Metrics;
 use crate::reentry::Reentry;
 use crate::telemetry::Hold;
@@ -35,22 +35,31 @@ pub(crate) enum Status {
     Lost(LossReason),
 }
 
-/// A backend and one of its handles, with the backend type erased so that `Lease`
-/// is one concrete type for every adapter.
-#[async_trait]
-pub(crate) trait LeaseOps: Send + Sync {
-    async fn renew(&self, ttl: Duration) -> Result<Ownership, LockError>;
-    async fn release(&self) -> Result<Ownership, LockError>;
-    fn backend_name(&self) -> &'static str;
+/// A lock backend and one of its handles, as a [`Holding`]: what lets the lock
+/// (and primitives built on the lock, such as election on backends without a
+/// native layout) share the lease machinery with every other primitive.
+pub struct Bound<B: Backend> {
+    pub(crate) backend: Arc<B>,
+    pub(crate) handle: B::Handle,
 }
 
-pub(crate) struct Bound<B: Backend> {
-    pub backend: Arc<B>,
-    pub handle: B::Handle,
+impl<B: Backend> std::fmt::Debug for Bound<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bound")
+            .field("backend", &self.backend.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> Bound<B> {
+    /// Pairs a backend with a handle it returned.
+    pub fn new(backend: Arc<B>, handle: B::Handle) -> Self {
+        Bound { backend, handle }
+    }
 }
 
 #[async_trait]
-impl<B: Backend> LeaseOps for Bound<B> {
+impl<B: Backend> Holding for Bound<B> {
     async fn renew(&self, ttl: Duration) -> Result<Ownership, LockError> {
         self.backend.renew(&self.handle, ttl).await
     }
@@ -60,6 +69,12 @@ impl<B: Backend> LeaseOps for Bound<B> {
     fn backend_name(&self) -> &'static str {
         self.backend.name()
     }
+    fn loss_signal(&self) -> Option<LossSignal> {
+        self.backend.loss_signal(&self.handle)
+    }
+    fn abandoned(&self) {
+        self.backend.abandoned(&self.handle)
+    }
 }
 
 /// What every `Lease` handle of one acquisition shares with its watchdog.
@@ -68,7 +83,7 @@ pub(crate) struct Shared {
     pub token: FencingToken,
     pub ttl: Duration,
     pub backend: &'static str,
-    pub ops: Arc<dyn LeaseOps>,
+    pub ops: Arc<dyn Holding>,
     pub metrics: Arc<Metrics>,
     pub reentry: Option<Reentry<Shared>>,
     /// The held-lease gauge and hold timer, ended as the status leaves `Held`.
@@ -88,7 +103,7 @@ impl Shared {
         token: FencingToken,
         ttl: Duration,
         sent_at: Instant,
-        ops: Arc<dyn LeaseOps>,
+        ops: Arc<dyn Holding>,
         metrics: Arc<Metrics>,
         reentry: Option<Reentry<Shared>>,
     ) -> Self {
@@ -216,9 +231,29 @@ impl Shared {
 
     /// Best-effort release after loss, so a lock we may still hold on the server
     /// (partition, max hold) is freed as soon as the server hears from us.
+    ///
+    /// Retried until the server answers, for up to two ttls: the first attempt
+    /// is often lost in the very partition that caused the loss, and a backend
+    /// that keeps a key alive through a shared session (etcd's client lease)
+    /// would otherwise keep an orphan key alive once the partition heals before
+    /// the server expired that session.
     pub(crate) async fn release_after_loss(&self) {
-        if let Err(e) = tokio::time::timeout(self.ttl, self.ops.release()).await {
-            tracing::debug!(backend = self.backend, key = %self.key, error = %e, "release after loss timed out");
+        let give_up = Instant::now() + self.ttl * 2;
+        let pause = (self.ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        loop {
+            let left = give_up.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                tracing::debug!(backend = self.backend, key = %self.key, "release after loss got no answer; the ttl frees the lock");
+                return;
+            }
+            match tokio::time::timeout(self.ttl.min(left), self.ops.release()).await {
+                Ok(Ok(_)) => return,
+                Ok(Err(error)) if !error.is_transient() => {
+                    tracing::debug!(backend = self.backend, key = %self.key, %error, "release after loss refused");
+                    return;
+                }
+                Ok(Err(_)) | Err(_) => tokio::time::sleep(pause).await,
+            }
         }
     }
 }
@@ -402,6 +437,7 @@ impl Lease {
         self.finished = true;
         if self.shared.leave() {
             self.shared.transition(Status::Held, Status::Released);
+            self.shared.ops.abandoned();
         }
     }
 }

@@ -12,6 +12,10 @@
 //!   token at least as high as any it admitted before, in one atomic step.
 //! - [`backend::Backend`] is what an adapter implements; [`BackendLock`] turns it
 //!   into a `DistributedLock` with renewal, loss, reentrancy and metrics.
+//! - [`DistributedSemaphore`] hands out numbered [`Permit`]s (at most `limit`
+//!   per name, each with a distinct slot); [`LeaderElection`] hands out a
+//!   [`Leadership`] whose token is the term. Both are leases: same renewal,
+//!   deadline and loss as the lock.
 //! - [`memory`] is an in-process backend for tests and demos.
 //! - [`toolkit`] is what adapters share: the URL grammar, backoff, the cancel
 //!   guard and the [`toolkit::Inspect`] trait.
@@ -40,6 +44,7 @@
 
 pub mod backend;
 mod capabilities;
+mod election;
 mod error;
 mod ext;
 pub mod fence;
@@ -50,22 +55,36 @@ pub mod memory;
 mod metrics;
 mod multi;
 mod options;
+mod permit;
 mod reentry;
 mod renewal;
+mod semaphore;
+mod start;
 mod telemetry;
 mod token;
 pub mod toolkit;
 
-pub use capabilities::{Capabilities, FencingGuarantee, TokenDurability, Wake};
+pub use capabilities::{
+    Capabilities, FencingGuarantee, Primitives, Support, TokenDurability, Wake,
+};
+pub use election::{
+    BackendElection, CampaignRequest, DynElection, ElectionBackend, LeaderElection, LockElection,
+    MAX_PROPOSAL_LEN,
+};
 pub use error::{BoxError, LockError, LossReason};
 pub use ext::DistributedLockExt;
 pub use fence::{Fence, FencedWrite, MemoryFence, WriteOutcome};
 pub use key::LockKey;
-pub use lease::{Lease, Lost, clock_drift};
+pub use lease::{Bound, Lease, Lost, clock_drift};
 pub use lock::{BackendLock, DistributedLock, DynLock};
 pub use metrics::MetricsSnapshot;
 pub use multi::{AnyLost, MultiLease};
 pub use options::{AcquireOptions, Owner, Renewal, Wait};
+pub use permit::{Leadership, Permit};
+pub use semaphore::{
+    AcquiredPermit, BackendSemaphore, DistributedSemaphore, DynSemaphore, MAX_PERMITS, PermitInfo,
+    PermitRequest, SemaphoreBackend, SemaphoreInspect, lowest_free_slot,
+};
 pub use token::FencingToken;
 
 /// The attribute [`DistributedLock`], [`Fence`] and [`backend::Backend`] are

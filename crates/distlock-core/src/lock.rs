@@ -1,12 +1,16 @@
 //! The public lock trait, and `BackendLock`, which turns any [`Backend`] into one.
 
 use crate::backend::{AcquireRequest, Backend, WaitUntil};
-use crate::lease::{Bound, Lease, LeaseOps, Shared, clock_drift};
+use crate::lease::{Bound, Lease, Shared};
 use crate::metrics::{Metrics, MetricsSnapshot};
-use crate::reentry::{Reentry, Registry};
+use crate::reentry::Registry;
+use crate::start::{self, Won};
 use crate::telemetry::Attempt;
 use crate::toolkit::Inspect;
-use crate::{AcquireOptions, Capabilities, LockError, LockKey, Owner, Wait};
+use crate::{
+    AcquireOptions, BackendElection, Capabilities, DynElection, DynSemaphore, LockElection,
+    LockError, LockKey, Owner, Wait,
+};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Instant;
@@ -73,6 +77,18 @@ pub trait DistributedLock: Send + Sync + std::fmt::Debug {
     fn inspect(&self) -> Option<&dyn Inspect> {
         None
     }
+
+    /// A semaphore client on this client's connection, when the backend offers
+    /// semaphores ([`Capabilities::primitives`]).
+    fn semaphore(&self) -> Option<DynSemaphore> {
+        None
+    }
+
+    /// An election client on this client's connection, when the backend offers
+    /// elections ([`Capabilities::primitives`]).
+    fn election(&self) -> Option<DynElection> {
+        None
+    }
 }
 
 /// A shareable lock client of any backend.
@@ -85,6 +101,8 @@ pub struct BackendLock<B: Backend> {
     defaults: AcquireOptions,
     reentrant: Arc<Registry<Shared>>,
     metrics: Arc<Metrics>,
+    semaphore: Option<DynSemaphore>,
+    election: Option<DynElection>,
 }
 
 impl<B: Backend> std::fmt::Debug for BackendLock<B> {
@@ -98,13 +116,40 @@ impl<B: Backend> std::fmt::Debug for BackendLock<B> {
 impl<B: Backend> BackendLock<B> {
     /// Wraps a connected backend.
     pub fn new(backend: B) -> Self {
+        Self::shared(Arc::new(backend))
+    }
+
+    /// Wraps a connected backend that other primitives' clients share (a
+    /// semaphore adapter on the same connection, say).
+    pub fn shared(backend: Arc<B>) -> Self {
         let metrics = Arc::new(Metrics::new(backend.name()));
         BackendLock {
-            backend: Arc::new(backend),
+            backend,
             defaults: AcquireOptions::new(),
             reentrant: Arc::default(),
             metrics,
+            semaphore: None,
+            election: None,
         }
+    }
+
+    /// Offers `semaphore` as [`DistributedLock::semaphore`].
+    pub fn with_semaphore(mut self, semaphore: DynSemaphore) -> Self {
+        self.semaphore = Some(semaphore);
+        self
+    }
+
+    /// Offers `election` as [`DistributedLock::election`].
+    pub fn with_election(mut self, election: DynElection) -> Self {
+        self.election = Some(election);
+        self
+    }
+
+    /// Offers elections on this backend's locks ([`LockElection`]): for
+    /// backends without a native election layout.
+    pub fn with_lock_election(self) -> Self {
+        let election = BackendElection::new(LockElection::new(self.backend.clone()));
+        self.with_election(Arc::new(election))
     }
 
     /// Sets [`DistributedLock::default_options`], refusing options this backend
@@ -139,50 +184,29 @@ impl<B: Backend> BackendLock<B> {
         opts: &AcquireOptions,
         started: Instant,
     ) -> Result<Lease, LockError> {
-        let ttl = opts.get_ttl();
         let request = AcquireRequest {
             key,
-            ttl,
+            ttl: opts.get_ttl(),
             wait: WaitUntil::from_wait(opts.get_wait(), started),
             started,
         };
         let acquired = self.backend.acquire(request).await?;
-        let ops = Arc::new(Bound {
-            backend: self.backend.clone(),
-            handle: acquired.handle,
-        });
-        // A reply that arrives too late leaves no validity: give it back rather
-        // than hand out a dead lease.
-        if Instant::now() >= acquired.sent_at + ttl - clock_drift(ttl) {
-            tokio::spawn(async move { ops.release().await });
-            return Err(LockError::Timeout {
-                key: key.clone(),
-                waited: started.elapsed(),
-            });
-        }
-        let loss = self.backend.loss_signal(&ops.handle);
-        let reentry = opts.get_owner().map(|owner| Reentry {
-            registry: self.reentrant.clone(),
-            owner: owner.clone(),
-        });
-        let shared = Arc::new(Shared::new(
-            key.clone(),
-            acquired.token,
-            ttl,
-            acquired.sent_at,
-            ops,
-            self.metrics.clone(),
-            reentry,
-        ));
-        if let Some(owner) = opts.get_owner() {
-            self.reentrant.insert(key, owner, &shared);
-        }
-        Ok(Lease::start(
-            shared,
-            opts.renew_interval(),
-            opts.get_max_hold(),
-            loss,
-        ))
+        let won = Won {
+            holding: Arc::new(Bound {
+                backend: self.backend.clone(),
+                handle: acquired.handle,
+            }),
+            token: acquired.token,
+            sent_at: acquired.sent_at,
+        };
+        start::begin(
+            key,
+            won,
+            opts,
+            started,
+            &self.metrics,
+            Some(&self.reentrant),
+        )
     }
 }
 
@@ -226,5 +250,13 @@ impl<B: Backend> DistributedLock for BackendLock<B> {
 
     fn inspect(&self) -> Option<&dyn Inspect> {
         self.backend.inspect()
+    }
+
+    fn semaphore(&self) -> Option<DynSemaphore> {
+        self.semaphore.clone()
+    }
+
+    fn election(&self) -> Option<DynElection> {
+        self.election.clone()
     }
 }

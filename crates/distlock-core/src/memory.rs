@@ -22,8 +22,8 @@
 use crate::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
 use crate::toolkit::{CancelGuard, Holder, Inspect};
 use crate::{
-    BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError, LockKey, LossReason,
-    TokenDurability, Wake,
+    BackendElection, BackendLock, BackendSemaphore, Capabilities, FencingGuarantee, FencingToken,
+    LockElection, LockError, LockKey, LossReason, Primitives, TokenDurability, Wake,
 };
 use async_trait::async_trait;
 use std::collections::{HashMap, VecDeque};
@@ -31,8 +31,18 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{Notify, watch};
 
+mod semaphore;
+
+pub use semaphore::{MemorySemaphoreBackend, PermitHandle};
+
 /// A lock client of a [`MemoryStore`].
 pub type MemoryLock = BackendLock<MemoryBackend>;
+
+/// A semaphore client of a [`MemoryStore`].
+pub type MemorySemaphore = BackendSemaphore<MemorySemaphoreBackend>;
+
+/// An election client of a [`MemoryStore`]: elections on its locks.
+pub type MemoryElection = BackendElection<LockElection<MemoryBackend>>;
 
 /// The shared "server" of the memory backend. Cloning it gives another handle on
 /// the same store.
@@ -46,6 +56,8 @@ struct State {
     keys: HashMap<LockKey, KeyState>,
     /// Fence counters. Like a server's counter keys they outlive the locks.
     counters: HashMap<LockKey, u64>,
+    /// Semaphores, a namespace apart from the locks.
+    semaphores: HashMap<LockKey, semaphore::SemState>,
     next_id: u64,
 }
 
@@ -118,9 +130,27 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// A new independent client of this store.
+    /// A new independent client of this store. Its
+    /// [`DistributedLock::semaphore`](crate::DistributedLock::semaphore) and
+    /// [`DistributedLock::election`](crate::DistributedLock::election) share its
+    /// simulated network, so faults injected into it hit them too.
     pub fn client(&self) -> MemoryLock {
-        BackendLock::new(self.backend())
+        let network = Arc::new(self.backend());
+        let semaphore = BackendSemaphore::new(MemorySemaphoreBackend::new(network.clone()));
+        BackendLock::shared(network)
+            .with_semaphore(Arc::new(semaphore))
+            .with_lock_election()
+    }
+
+    /// A new independent semaphore client of this store.
+    pub fn semaphore_client(&self) -> MemorySemaphore {
+        BackendSemaphore::new(MemorySemaphoreBackend::new(Arc::new(self.backend())))
+    }
+
+    /// A new independent election client of this store (elections on its
+    /// locks: the leader of `x` holds the lock `x`).
+    pub fn election_client(&self) -> MemoryElection {
+        BackendElection::new(LockElection::new(Arc::new(self.backend())))
     }
 
     /// A new client's adapter, to wrap in your own [`Backend`] (for example to
@@ -158,6 +188,10 @@ impl MemoryStore {
     pub fn restart(&self) {
         let mut state = self.state();
         state.counters.clear();
+        for sem in state.semaphores.values_mut() {
+            sem.revoke_all();
+        }
+        state.semaphores.clear();
         for entry in state.keys.values_mut() {
             entry.remove_holder();
         }
@@ -214,6 +248,7 @@ impl MemoryStore {
             keys,
             counters,
             next_id,
+            ..
         } = &mut *guard;
         let entry = keys.entry(key.clone()).or_default();
         entry.expire(now);
@@ -383,6 +418,7 @@ impl Backend for MemoryBackend {
             token_durability: TokenDurability::ServerClock,
             min_ttl: Duration::from_millis(1),
             ttl_granularity: Duration::from_nanos(1),
+            primitives: Primitives::ALL,
         }
     }
 

@@ -265,6 +265,7 @@ mod tests {
             token_durability: TokenDurability::Persisted,
             min_ttl,
             ttl_granularity: granularity,
+            primitives: crate::Primitives::ALL,
         }
     }
 

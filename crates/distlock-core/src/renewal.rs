@@ -34,8 +34,13 @@ pub(crate) async fn watchdog(
             _ = sleep_until_some(next_renewal) => Event::Renew,
         };
         match event {
+            // An owner-checked release even when the backend reported the key
+            // gone: a push signal can also come from a broken watch or session
+            // while the key survives (and a shared session may keep it alive
+            // once the network heals), and releasing a key that is gone is a
+            // no-op.
             Event::Lost(reason) => {
-                if shared.mark_lost(reason) && reason == LossReason::MaxHoldReached {
+                if shared.mark_lost(reason) {
                     shared.release_after_loss().await;
                 }
                 return;
@@ -52,13 +57,20 @@ pub(crate) async fn watchdog(
                 let sent_at = Instant::now();
                 let outcome = tokio::select! {
                     _ = status.wait_for(|s| *s != Status::Held) => return,
-                    reason = &mut loss => {
-                        shared.mark_lost(reason);
-                        return;
-                    }
+                    reason = &mut loss => Some(Err(reason)),
                     // Give up on this attempt at the deadline; the loop then sees it.
                     _ = sleep_until(deadline.into()) => None,
-                    outcome = shared.ops.renew(shared.ttl) => Some(outcome),
+                    outcome = shared.ops.renew(shared.ttl) => Some(Ok(outcome)),
+                };
+                let outcome = match outcome {
+                    Some(Err(reason)) => {
+                        if shared.mark_lost(reason) {
+                            shared.release_after_loss().await;
+                        }
+                        return;
+                    }
+                    Some(Ok(outcome)) => Some(outcome),
+                    None => None,
                 };
                 next_renewal = match outcome {
                     Some(Ok(Ownership::Held)) => {

@@ -17,7 +17,9 @@ use crate::watch::{KeyDeletion, OnCreate, Wake, Watches};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
 use distlock_core::toolkit::Inspect;
-use distlock_core::{BackendLock, Capabilities, FencingToken, LockError, LossReason};
+use distlock_core::{
+    BackendLock, Capabilities, FencingToken, LockError, LossReason, Primitives, Support,
+};
 use etcd_client::KvClient;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -157,7 +159,13 @@ impl EtcdBackend {
     /// etcd whose election timeout is at most 666 ms; 2 s with etcd's defaults).
     /// Leases have whole-second ttls.
     pub fn capabilities_with_min_ttl(min_ttl: Duration) -> Capabilities {
-        Capabilities::consensus_queue(min_ttl, Duration::from_secs(1))
+        Capabilities {
+            primitives: Primitives {
+                semaphore: Support::NotOffered("the etcd semaphore is not built yet"),
+                election: Support::Offered,
+            },
+            ..Capabilities::consensus_queue(min_ttl, Duration::from_secs(1))
+        }
     }
 
     /// One contender's whole life in the queue: put, then wait for each predecessor
@@ -167,6 +175,7 @@ impl EtcdBackend {
         req: &AcquireRequest<'_>,
         queue: &[u8],
         slot: Slot,
+        value: &[u8],
     ) -> Result<Acquired<EtcdHandle>, Failure> {
         let lease = slot.lease().clone();
         let key = contender_key(queue, lease.id(), slot.number());
@@ -177,7 +186,7 @@ impl EtcdBackend {
         let mut entry = QueueEntry::new(self.rpc.clone(), self.kv.clone(), key, slot);
         let sent_at = Instant::now();
         // Step 1: put our key, read the holder and our predecessor.
-        let first = entry.enqueue(queue, lease.id()).await?;
+        let first = entry.enqueue(queue, lease.id(), value).await?;
         if first.holder {
             return self
                 .claim(entry, &lease, first.revision, first.header, sent_at)
@@ -284,6 +293,35 @@ impl EtcdBackend {
         })
     }
 
+    /// Queues up for `req.key` with `value` (empty for a lock, the proposal for
+    /// an election) and waits per `req.wait` until ours is the oldest key.
+    pub(crate) async fn queue_up(
+        &self,
+        req: AcquireRequest<'_>,
+        value: &[u8],
+    ) -> Result<Acquired<EtcdHandle>, LockError> {
+        let ttl_secs = whole_seconds(req.ttl)?;
+        let queue = queue_prefix(&self.namespace, req.key);
+        let mut retries = 0;
+        loop {
+            let slot = self
+                .leases
+                .checkout(ttl_secs, &queue)
+                .await
+                .map_err(|f| self.rpc.endpoints.lock_error(f))?;
+            let lease = slot.lease().clone();
+            match self.contend(&req, &queue, slot, value).await {
+                Err(Failure::LeaseNotFound) if retries < LEASE_RETRIES => {
+                    // The lease expired on the server before the client noticed:
+                    // retire it and queue again on a fresh one.
+                    lease.mark_expired();
+                    retries += 1;
+                }
+                outcome => return outcome.map_err(|f| self.rpc.endpoints.lock_error(f)),
+            }
+        }
+    }
+
     /// A keep-alive that was not answered: the lease ended, or its stream is down.
     fn refresh_error(&self, end: Option<LeaseEnd>) -> LockError {
         match end {
@@ -315,26 +353,7 @@ impl Backend for EtcdBackend {
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<EtcdHandle>, LockError> {
-        let ttl_secs = whole_seconds(req.ttl)?;
-        let queue = queue_prefix(&self.namespace, req.key);
-        let mut retries = 0;
-        loop {
-            let slot = self
-                .leases
-                .checkout(ttl_secs, &queue)
-                .await
-                .map_err(|f| self.rpc.endpoints.lock_error(f))?;
-            let lease = slot.lease().clone();
-            match self.contend(&req, &queue, slot).await {
-                Err(Failure::LeaseNotFound) if retries < LEASE_RETRIES => {
-                    // The lease expired on the server before the client noticed:
-                    // retire it and queue again on a fresh one.
-                    lease.mark_expired();
-                    retries += 1;
-                }
-                outcome => return outcome.map_err(|f| self.rpc.endpoints.lock_error(f)),
-            }
-        }
+        self.queue_up(req, b"").await
     }
 
     async fn renew(&self, handle: &EtcdHandle, _ttl: Duration) -> Result<Ownership, LockError> {
@@ -391,6 +410,10 @@ impl Backend for EtcdBackend {
                 reason = deletion.wait(first) => reason,
             }
         }))
+    }
+
+    fn abandoned(&self, handle: &EtcdHandle) {
+        handle.slot.taint();
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {

@@ -1,11 +1,13 @@
 //! Configuration from a struct or an `etcd://` URL, and connecting.
 
 use crate::backend::{EtcdBackend, EtcdLock};
+use crate::election::EtcdElection;
 use crate::error::{BACKEND, Endpoints};
 use crate::rpc::Rpc;
 use distlock_core::toolkit::{Host, LockUrl, Timeouts};
-use distlock_core::{AcquireOptions, BackendLock, LockError};
+use distlock_core::{AcquireOptions, BackendElection, BackendLock, LockError};
 use etcd_client::{Client, ConnectOptions};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The namespace used when none is given.
@@ -271,7 +273,11 @@ impl EtcdConfig {
             Some(_) => crate::tls::hint(e),
             None => e,
         });
-        BackendLock::new(backend?).with_defaults(self.defaults)
+        let backend = Arc::new(backend?);
+        let election = BackendElection::new(EtcdElection::new(backend.clone()));
+        BackendLock::shared(backend)
+            .with_election(Arc::new(election))
+            .with_defaults(self.defaults)
     }
 }
 

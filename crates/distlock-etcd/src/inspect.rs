@@ -37,7 +37,7 @@ impl EtcdBackend {
 
     /// How long the lease `id` lives if nobody keeps it alive; `None` for a key
     /// without a lease or a lease already gone.
-    async fn lease_remaining(&self, id: i64) -> Result<Option<Duration>, LockError> {
+    pub(crate) async fn lease_remaining(&self, id: i64) -> Result<Option<Duration>, LockError> {
         if id == 0 {
             return Ok(None);
         }

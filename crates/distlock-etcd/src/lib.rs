@@ -81,6 +81,7 @@
 
 mod backend;
 mod config;
+mod election;
 mod error;
 mod inspect;
 mod keys;
@@ -95,6 +96,7 @@ mod watch;
 
 pub use backend::{EtcdBackend, EtcdHandle, EtcdLock, EtcdStats};
 pub use config::{DEFAULT_NAMESPACE, EtcdConfig};
+pub use election::EtcdElection;
 pub use keys::{escape_name, queue_prefix};
 #[cfg(feature = "tls")]
 pub use tls::EtcdTls;

@@ -83,18 +83,24 @@ fn header(response: &TxnResponse) -> Result<i64, Failure> {
 /// Step 1: puts `key` in `queue` if absent, attached to `lease`, and reads the
 /// holder and our predecessor, in one transaction. If the key already exists
 /// (only a lost earlier reply can do that) it is adopted, as Go's `Mutex` does.
-/// Read the reply with [`first_look`].
+/// `value` is empty for a lock and the proposal for an election, as Go's
+/// `Mutex` and `Election` write them. Read the reply with [`first_look`].
 pub(crate) async fn enqueue(
     rpc: Rpc,
     kv: KvClient,
     queue: Vec<u8>,
     key: Vec<u8>,
     lease: i64,
+    value: Vec<u8>,
 ) -> Result<TxnResponse, Failure> {
     let txn = Txn::new()
         .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
         .and_then([
-            TxnOp::put(key.clone(), "", Some(PutOptions::new().with_lease(lease))),
+            TxnOp::put(
+                key.clone(),
+                value,
+                Some(PutOptions::new().with_lease(lease)),
+            ),
             TxnOp::get(queue.clone(), Some(get_holder(&queue))),
             // Our fresh key is the newest; the one after it is our predecessor.
             TxnOp::get(queue.clone(), Some(get_newest(&queue, 0, 2))),
@@ -219,6 +225,27 @@ pub(crate) async fn oldest(
     let found = rpc
         .retrying("queue read", || {
             let (mut kv, options) = (kv.clone(), get_holder(queue));
+            let queue = queue.to_vec();
+            async move { kv.get(queue, Some(options)).await }
+        })
+        .await?;
+    Ok(found.kvs().first().cloned())
+}
+
+/// The leader of an election: `queue`'s oldest key with its value (the
+/// proposal), as Go's `Election.Leader` reads it.
+pub(crate) async fn leader(
+    rpc: &Rpc,
+    kv: &KvClient,
+    queue: &[u8],
+) -> Result<Option<KeyValue>, Failure> {
+    let found = rpc
+        .retrying("leader read", || {
+            let mut kv = kv.clone();
+            let options = GetOptions::new()
+                .with_range(prefix_end(queue))
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_limit(1);
             let queue = queue.to_vec();
             async move { kv.get(queue, Some(options)).await }
         })

@@ -86,13 +86,19 @@ impl QueueEntry {
 
     /// Step 1 of the protocol: puts our key and reads the holder and our
     /// predecessor ([`protocol::enqueue`]).
-    pub(crate) async fn enqueue(&mut self, queue: &[u8], lease: i64) -> Result<FirstLook, Failure> {
+    pub(crate) async fn enqueue(
+        &mut self,
+        queue: &[u8],
+        lease: i64,
+        value: &[u8],
+    ) -> Result<FirstLook, Failure> {
         let task = tokio::spawn(protocol::enqueue(
             self.rpc.clone(),
             self.kv.clone(),
             queue.to_vec(),
             self.key.clone(),
             lease,
+            value.to_vec(),
         ));
         self.set(Sent::Putting(task));
         let Some(Pending {

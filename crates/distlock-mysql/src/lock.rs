@@ -12,8 +12,8 @@ use crate::version_cas::VersionCas;
 use async_trait::async_trait;
 use distlock_core::toolkit::Inspect;
 use distlock_core::{
-    AcquireOptions, BackendLock, Capabilities, DistributedLock, Lease, LockError, LockKey,
-    MetricsSnapshot,
+    AcquireOptions, BackendLock, Capabilities, DistributedLock, DynElection, Lease, LockError,
+    LockKey, MetricsSnapshot,
 };
 use std::sync::Arc;
 
@@ -45,12 +45,14 @@ impl MySqlLock {
                 BackendLock::new(VersionCas {
                     table: table.clone(),
                 })
+                .with_lock_election()
                 .with_defaults(defaults)?,
             ),
             Strategy::UniqueInsert => Client::UniqueInsert(
                 BackendLock::new(UniqueInsert {
                     table: table.clone(),
                 })
+                .with_lock_election()
                 .with_defaults(defaults)?,
             ),
             Strategy::ForUpdate => Client::ForUpdate(
@@ -115,5 +117,9 @@ impl DistributedLock for MySqlLock {
 
     fn inspect(&self) -> Option<&dyn Inspect> {
         self.lock().inspect()
+    }
+
+    fn election(&self) -> Option<DynElection> {
+        self.lock().election()
     }
 }

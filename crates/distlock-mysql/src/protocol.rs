@@ -16,7 +16,9 @@
 
 use crate::error::BACKEND;
 use crate::keys::{TableName, hex_literal};
-use distlock_core::{Capabilities, FencingGuarantee, LockError, TokenDurability, Wake};
+use distlock_core::{
+    Capabilities, FencingGuarantee, LockError, Primitives, Support, TokenDurability, Wake,
+};
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 use std::str::FromStr;
 use std::time::Duration;
@@ -72,12 +74,25 @@ impl Strategy {
             token_durability: TokenDurability::Persisted,
             min_ttl: MIN_POLLING_TTL,
             ttl_granularity: Duration::from_micros(1),
+            primitives: Primitives {
+                semaphore: Support::NotOffered("the MySQL semaphore is not built yet"),
+                election: Support::Offered,
+            },
         };
         match self {
             Strategy::VersionCas | Strategy::UniqueInsert => polling,
             // InnoDB's lock queue wakes the waiter; the server ends an idle holder's
             // session after `wait_timeout`, whole seconds: the lock's server expiry.
             Strategy::ForUpdate => Capabilities {
+                // Two waiters behind a crashed holder: one can end with
+                // `Timeout` when the server kills the holder's session, long
+                // before its wait is over; elections hit that on every kill.
+                primitives: Primitives {
+                    election: Support::NotOffered(
+                        "for_update: a waiter behind a crashed holder can time out early; use version_cas",
+                    ),
+                    ..polling.primitives
+                },
                 wake: Wake::Push,
                 session_bound: true,
                 min_ttl: Duration::from_secs(1),

@@ -28,7 +28,8 @@ use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Owne
 use distlock_core::toolkit::Timeouts;
 use distlock_core::toolkit::{Inspect, random_owner};
 use distlock_core::{
-    BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError, TokenDurability, Wake,
+    BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError, Primitives, Support,
+    TokenDurability, Wake,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,6 +94,10 @@ impl RedisBackend {
         token_durability: TokenDurability::ServerClock,
         min_ttl: Duration::from_millis(10),
         ttl_granularity: Duration::from_millis(1),
+        primitives: Primitives {
+            semaphore: Support::NotOffered("the Redis semaphore is not built yet"),
+            election: Support::Offered,
+        },
     };
 
     /// Makes the client and loads the scripts, so that a wrong address, password

@@ -343,7 +343,9 @@ impl RedisConfig {
             self.common.restart_guard,
         )
         .await?;
-        BackendLock::new(backend).with_defaults(self.common.defaults)
+        BackendLock::new(backend)
+            .with_lock_election()
+            .with_defaults(self.common.defaults)
     }
 
     /// Connects a [`RedisFence`] to the same server: fenced writes to keys on it,

@@ -15,7 +15,7 @@ use crate::session::{Session, SessionSettings, Sessions};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
 use distlock_core::toolkit::Inspect;
-use distlock_core::{Capabilities, FencingToken, LockError, LossReason};
+use distlock_core::{Capabilities, FencingToken, LockError, LossReason, Primitives};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -118,7 +118,12 @@ impl ZkBackend {
     /// The capabilities against a server whose `minSessionTimeout` is `min_ttl`:
     /// what a harness can know before it connects.
     pub fn capabilities_with_min_ttl(min_ttl: Duration) -> Capabilities {
-        Capabilities::consensus_queue(min_ttl, Duration::from_millis(1))
+        Capabilities {
+            primitives: Primitives::lock_only(
+                "the ZooKeeper semaphore and LeaderLatch election are not built yet",
+            ),
+            ..Capabilities::consensus_queue(min_ttl, Duration::from_millis(1))
+        }
     }
 
     pub(crate) fn error(&self, e: ZkError) -> LockError {

@@ -176,6 +176,12 @@ impl Slot {
         self.number
     }
 
+    /// Stops the lease from taking new keys: this slot's key is abandoned and
+    /// must expire with the lease, which a new key on it would keep alive.
+    pub(crate) fn taint(&self) {
+        lock(&self.lease.state.uses).tainted = true;
+    }
+
     /// Records that no key of this slot exists any more.
     pub(crate) fn mark_clean(&self) {
         self.clean.store(true, Ordering::Release);

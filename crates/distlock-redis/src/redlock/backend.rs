@@ -25,8 +25,8 @@ use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Owne
 use distlock_core::toolkit::Timeouts;
 use distlock_core::toolkit::{Backoff, Inspect, random_owner};
 use distlock_core::{
-    BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError, TokenDurability, Wake,
-    clock_drift,
+    BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError, Primitives, Support,
+    TokenDurability, Wake, clock_drift,
 };
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -85,6 +85,12 @@ impl RedlockBackend {
         token_durability: TokenDurability::ServerClock,
         min_ttl: Duration::from_millis(50),
         ttl_granularity: Duration::from_millis(1),
+        primitives: Primitives {
+            semaphore: Support::NotOffered(
+                "no quorum semaphore on Redlock yet; see docs/backends/redlock.md for the argument",
+            ),
+            election: Support::Offered,
+        },
     };
 
     /// Makes a client per node and loads the scripts on all of them at once; a

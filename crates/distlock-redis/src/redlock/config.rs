@@ -223,7 +223,9 @@ impl RedlockConfig {
             self.common.restart_guard,
         )
         .await?;
-        BackendLock::new(backend).with_defaults(self.common.defaults)
+        BackendLock::new(backend)
+            .with_lock_election()
+            .with_defaults(self.common.defaults)
     }
 }
 

@@ -40,6 +40,23 @@
 //! | 33 | [`multi_lock_opposite_orders_do_not_deadlock`] | `{a, b}` and `{b, a}` taken over and over by two clients: every round completes |
 //! | 34 | [`cancelled_multi_lock_leaves_nothing`] | a dropped or aborted `acquire_all` frees what it took at once and delays nobody |
 //!
+//! Semaphores and elections, where [`Capabilities::primitives`] offers them:
+//!
+//! | case | property |
+//! |---|---|
+//! | [`semaphore_acquire_release_basic`] | `limit` permits with slots `0..limit`, one more refused, a freed slot reused with a higher token, bad limits refused |
+//! | [`semaphore_limit_never_exceeded_under_contention`] | K clients × M rounds: an in-test counter never exceeds the limit, live slots never collide |
+//! | [`semaphore_limit_mismatch_is_an_error`] | another limit while permits are held gives `LimitMismatch` |
+//! | [`semaphore_waiter_wakes_promptly`] | a release hands the freed slot to a waiter within the backend's bound |
+//! | [`semaphore_cancelled_wait_leaves_no_residue`] | dropped, aborted and timed-out waits leave no permit or queue entry |
+//! | [`semaphore_crashed_holder_frees_after_ttl`] | a crashed holder's permit frees at its ttl and its slot is reused |
+//! | [`semaphore_lost_on_external_deletion`] | an operator deletes a permit: `lost()` fires, its release gives `Lost` |
+//! | [`semaphore_lost_on_partition`] | backend unreachable: `lost()` by the local deadline, before another client gets the slot |
+//! | [`election_one_leader_at_a_time`] | resigning, killed and paused leaders: never two at once over the recorded history, terms rise |
+//! | [`election_terms_strictly_rise`] | successive terms rise; observers see the leader and its term |
+//! | [`election_paused_leader_write_refused_by_fence`] | a deposed leader's late write is refused by a fence |
+//! | [`election_cancelled_campaign_delays_nobody`] | cancelled and timed-out campaigns delay nobody |
+//!
 //! The fault hooks a case needs come from the harness: deleting a holder and
 //! counting residue go through the adapter's own
 //! [`Inspect`](distlock_core::toolkit::Inspect) implementation
@@ -47,21 +64,29 @@
 //! restarts through the launcher.
 
 mod basic;
+mod election;
 mod exclusion;
 mod expiry;
 mod loss;
 mod multi;
+mod semaphore;
+mod semaphore_loss;
 mod waiting;
 
 pub use basic::*;
+pub use election::*;
 pub use exclusion::*;
 pub use expiry::*;
 pub use loss::*;
 pub use multi::*;
+pub use semaphore::*;
+pub use semaphore_loss::*;
 pub use waiting::*;
 
 use crate::harness::{Harness, Hooks};
-use distlock_core::{AcquireOptions, Capabilities, DynLock, LockKey, Wait, Wake};
+use distlock_core::{
+    AcquireOptions, Capabilities, DynElection, DynLock, DynSemaphore, LockKey, Wait, Wake,
+};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
@@ -119,6 +144,14 @@ pub struct Case {
 
 fn always(_: &Capabilities, _: &Hooks) -> Option<&'static str> {
     None
+}
+
+fn semaphore(c: &Capabilities, _: &Hooks) -> Option<&'static str> {
+    c.primitives.semaphore.why_not()
+}
+
+fn election(c: &Capabilities, _: &Hooks) -> Option<&'static str> {
+    c.primitives.election.why_not()
 }
 
 macro_rules! case {
@@ -195,6 +228,19 @@ pub fn all() -> Vec<Case> {
         case!(multi_lock_opposite_orders_do_not_deadlock),
         case!(cancelled_multi_lock_leaves_nothing, |_, h| (!h.residue)
             .then_some("needs residue and the inspector")),
+        case!(semaphore_acquire_release_basic, semaphore),
+        case!(semaphore_limit_never_exceeded_under_contention, semaphore),
+        case!(semaphore_limit_mismatch_is_an_error, semaphore),
+        case!(semaphore_waiter_wakes_promptly, semaphore),
+        case!(semaphore_cancelled_wait_leaves_no_residue, semaphore),
+        case!(semaphore_crashed_holder_frees_after_ttl, semaphore),
+        case!(semaphore_lost_on_external_deletion, semaphore),
+        case!(semaphore_lost_on_partition, |c, h| semaphore(c, h)
+            .or((!h.faulty_client).then_some("needs faulty_client"))),
+        case!(election_one_leader_at_a_time, election),
+        case!(election_terms_strictly_rise, election),
+        case!(election_paused_leader_write_refused_by_fence, election),
+        case!(election_cancelled_campaign_delays_nobody, election),
     ]
 }
 
@@ -235,6 +281,22 @@ impl<'a> Scope<'a> {
     /// A new independent client.
     pub async fn client(&self) -> Result<DynLock, CaseError> {
         Ok(self.h.client().await?)
+    }
+
+    /// A new independent semaphore client (the backend offers semaphores).
+    pub async fn semaphore(&self) -> Result<DynSemaphore, CaseError> {
+        let client = self.client().await?;
+        client
+            .semaphore()
+            .ok_or_else(|| CaseError::msg(format!("{} offers no semaphore", client.name())))
+    }
+
+    /// A new independent election client (the backend offers elections).
+    pub async fn election(&self) -> Result<DynElection, CaseError> {
+        let client = self.client().await?;
+        client
+            .election()
+            .ok_or_else(|| CaseError::msg(format!("{} offers no election", client.name())))
     }
 
     /// The shortest ttl worth testing expiry with on this backend: at least

@@ -1,0 +1,116 @@
+//! What `distlock run` and `distlock elect` hold while the command runs: a
+//! lock's lease, a semaphore permit or a leadership. All three are leases, so
+//! the command is supervised the same way; only the acquire and the child's
+//! environment differ.
+
+use distlock::{
+    AcquireOptions, DynLock, FencingToken, Leadership, Lease, LockError, LockKey, Lost, Permit,
+};
+use tokio::process::Command;
+
+/// How to acquire.
+#[derive(Debug, Clone)]
+pub enum Want {
+    /// The lock `key`.
+    Lock,
+    /// One of `limit` permits of the semaphore `key`.
+    Permit { limit: u32 },
+    /// Leadership of the election `key`, campaigning with `proposal`.
+    Leadership { proposal: String },
+}
+
+/// A held lock, permit or leadership.
+#[derive(Debug)]
+pub enum Held {
+    Lock(Lease),
+    Permit(Permit),
+    Leadership(Leadership),
+}
+
+/// A primitive the backend does not offer: a configuration error naming why.
+fn not_offered(lock: &DynLock, what: &str, why: Option<&str>) -> LockError {
+    LockError::config(
+        lock.name(),
+        format!(
+            "this backend offers no {what}{}",
+            why.map(|w| format!(": {w}")).unwrap_or_default()
+        ),
+    )
+}
+
+impl Want {
+    pub async fn acquire(
+        &self,
+        lock: &DynLock,
+        key: &LockKey,
+        opts: &AcquireOptions,
+    ) -> Result<Held, LockError> {
+        let primitives = lock.capabilities().primitives;
+        match self {
+            Want::Lock => Ok(Held::Lock(lock.acquire(key, opts).await?)),
+            Want::Permit { limit } => {
+                let semaphore = lock.semaphore().ok_or_else(|| {
+                    not_offered(lock, "semaphore", primitives.semaphore.why_not())
+                })?;
+                Ok(Held::Permit(semaphore.acquire(key, *limit, opts).await?))
+            }
+            Want::Leadership { proposal } => {
+                let election = lock
+                    .election()
+                    .ok_or_else(|| not_offered(lock, "election", primitives.election.why_not()))?;
+                let leadership = election.campaign(key, proposal, opts).await?;
+                Ok(Held::Leadership(leadership))
+            }
+        }
+    }
+}
+
+impl Held {
+    fn lease(&self) -> &Lease {
+        match self {
+            Held::Lock(lease) => lease,
+            Held::Permit(permit) => permit.lease(),
+            Held::Leadership(leadership) => leadership.lease(),
+        }
+    }
+
+    pub fn key(&self) -> &LockKey {
+        self.lease().key()
+    }
+
+    pub fn token(&self) -> FencingToken {
+        self.lease().token()
+    }
+
+    pub fn lost(&self) -> Lost {
+        self.lease().lost()
+    }
+
+    /// Sets what the child learns: the name, the token, and the slot of a permit.
+    pub fn describe_to(&self, cmd: &mut Command) {
+        cmd.env("DISTLOCK_KEY", self.key().as_str())
+            .env("DISTLOCK_FENCING_TOKEN", self.token().to_string());
+        if let Held::Permit(permit) = self {
+            cmd.env("DISTLOCK_SLOT", permit.slot().to_string());
+        }
+    }
+
+    pub async fn release(self) -> Result<(), LockError> {
+        match self {
+            Held::Lock(lease) => lease.release().await,
+            Held::Permit(permit) => permit.release().await,
+            Held::Leadership(leadership) => leadership.resign().await,
+        }
+    }
+}
+
+/// `--permits` is a whole number from 1 to `MAX_PERMITS`.
+pub fn parse_permits(raw: &str) -> Result<u32, String> {
+    match raw.parse::<u32>() {
+        Ok(n) if (1..=distlock::MAX_PERMITS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "`{raw}` is not a number of permits from 1 to {}",
+            distlock::MAX_PERMITS
+        )),
+    }
+}

@@ -1,0 +1,75 @@
+//! Leader election in etcd's own layout, the one Go's
+//! `client/v3/concurrency.Election` and `etcdctl elect` use: each candidate puts
+//! `<prefix>/<lease-id-hex>` with its proposal as the value, attached to its
+//! lease; the leader is the key with the lowest create revision, and a candidate
+//! waits for the deletion of the key just before it. That is the lock's own
+//! queue with a value, so the protocol is `EtcdBackend::queue_up`'s; the term is
+//! the leader key's create revision.
+
+use crate::backend::EtcdBackend;
+use crate::keys::queue_prefix;
+use crate::protocol;
+use async_trait::async_trait;
+use distlock_core::backend::Acquired;
+use distlock_core::toolkit::Holder;
+use distlock_core::{
+    Bound, CampaignRequest, Capabilities, ElectionBackend, FencingToken, LockError, LockKey,
+};
+use std::sync::Arc;
+
+/// Elections on etcd, interoperable with `etcdctl elect` and Go services using
+/// `concurrency.Election` on the same prefix (the namespace plus the name).
+#[derive(Debug)]
+pub struct EtcdElection {
+    backend: Arc<EtcdBackend>,
+}
+
+impl EtcdElection {
+    /// Elections over `backend`'s connection and leases.
+    pub fn new(backend: Arc<EtcdBackend>) -> Self {
+        EtcdElection { backend }
+    }
+}
+
+#[async_trait]
+impl ElectionBackend for EtcdElection {
+    type Leadership = Bound<EtcdBackend>;
+
+    fn name(&self) -> &'static str {
+        crate::error::BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        distlock_core::backend::Backend::capabilities(&*self.backend)
+    }
+
+    async fn campaign(
+        &self,
+        req: CampaignRequest<'_>,
+    ) -> Result<Acquired<Bound<EtcdBackend>>, LockError> {
+        let won = self
+            .backend
+            .queue_up(req.acquire, req.proposal.as_bytes())
+            .await?;
+        Ok(Acquired {
+            handle: Bound::new(self.backend.clone(), won.handle),
+            token: won.token,
+            sent_at: won.sent_at,
+        })
+    }
+
+    async fn leader(&self, name: &LockKey) -> Result<Option<Holder>, LockError> {
+        let backend = &self.backend;
+        let queue = queue_prefix(&backend.namespace, name);
+        let found = protocol::leader(&backend.rpc, &backend.kv, &queue).await;
+        let Some(oldest) = found.map_err(|f| backend.rpc.endpoints.lock_error(f))? else {
+            return Ok(None);
+        };
+        Ok(Some(Holder {
+            // The leader's proposal, as Go's `Election.Leader` reports it.
+            owner: String::from_utf8_lossy(oldest.value()).into_owned(),
+            token: Some(FencingToken::new(oldest.create_revision().unsigned_abs())),
+            expires_in: self.backend.lease_remaining(oldest.lease()).await?,
+        }))
+    }
+}

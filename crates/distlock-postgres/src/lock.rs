@@ -43,6 +43,7 @@ impl PostgresLock {
                 BackendLock::new(VersionCas {
                     table: table.clone(),
                 })
+                .with_lock_election()
                 .with_defaults(defaults)?,
             ),
             Strategy::Advisory => Client::Advisory(
@@ -50,6 +51,7 @@ impl PostgresLock {
                     table: table.clone(),
                     holders,
                 })
+                .with_lock_election()
                 .with_defaults(defaults)?,
             ),
         };

@@ -15,7 +15,9 @@
 
 use crate::error::BACKEND;
 use crate::keys::TableName;
-use distlock_core::{Capabilities, FencingGuarantee, LockError, TokenDurability, Wake};
+use distlock_core::{
+    Capabilities, FencingGuarantee, LockError, Primitives, Support, TokenDurability, Wake,
+};
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 use std::str::FromStr;
 use std::time::Duration;
@@ -80,6 +82,10 @@ impl Strategy {
             token_durability: TokenDurability::Persisted,
             min_ttl: MIN_CAS_TTL,
             ttl_granularity: Duration::from_micros(1),
+            primitives: Primitives {
+                semaphore: Support::NotOffered("the PostgreSQL semaphore is not built yet"),
+                election: Support::Offered,
+            },
         };
         match self {
             Strategy::VersionCas => cas,

@@ -17,7 +17,9 @@ use crate::watch::{KeyDeletion, OnCreate, Wake, Watches};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
 use distlock_core::toolkit::Inspect;
-use distlock_core::{BackendLock, Capabilities, FencingToken, LockError, LossReason, Primitives};
+use distlock_core::{
+    BackendLock, Capabilities, FencingToken, LockError, LossReason, Primitives, Support,
+};
 use etcd_client::KvClient;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -158,9 +160,10 @@ impl EtcdBackend {
     /// Leases have whole-second ttls.
     pub fn capabilities_with_min_ttl(min_ttl: Duration) -> Capabilities {
         Capabilities {
-            primitives: Primitives::lock_only(
-                "the etcd semaphore and native election are not built yet",
-            ),
+            primitives: Primitives {
+                rwlock: Support::NotOffered("the etcd read-write lock is not built yet"),
+                ..Primitives::lock_only("the etcd semaphore and native election are not built yet")
+            },
             ..Capabilities::consensus_queue(min_ttl, Duration::from_secs(1))
         }
     }

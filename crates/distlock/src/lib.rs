@@ -141,6 +141,8 @@ mod documentation {
     struct ZooKeeper;
     #[doc = include_str!("../../../docs/backends/mysql.md")]
     struct MySql;
+    #[doc = include_str!("../../../docs/rwlock.md")]
+    struct RwLock;
 }
 
 /// `SqlFence`, fencing tokens checked inside your own sqlx transaction, and

@@ -3,9 +3,11 @@
 use crate::backend::{EtcdBackend, EtcdLock};
 use crate::error::{BACKEND, Endpoints};
 use crate::rpc::Rpc;
+use crate::rwlock::EtcdRwLockBackend;
 use distlock_core::toolkit::{Host, LockUrl, Timeouts};
-use distlock_core::{AcquireOptions, BackendLock, LockError};
+use distlock_core::{AcquireOptions, BackendLock, BackendRwLock, LockError};
 use etcd_client::{Client, ConnectOptions};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The namespace used when none is given.
@@ -271,7 +273,11 @@ impl EtcdConfig {
             Some(_) => crate::tls::hint(e),
             None => e,
         });
-        BackendLock::new(backend?).with_defaults(self.defaults)
+        let backend = Arc::new(backend?);
+        let rwlock = BackendRwLock::new(EtcdRwLockBackend::new(backend.clone()));
+        BackendLock::shared(backend)
+            .with_rwlock(Arc::new(rwlock))
+            .with_defaults(self.defaults)
     }
 }
 

@@ -89,12 +89,14 @@ mod metrics;
 mod protocol;
 mod queue;
 mod rpc;
+mod rwlock;
 #[cfg(feature = "tls")]
 mod tls;
 mod watch;
 
 pub use backend::{EtcdBackend, EtcdHandle, EtcdLock, EtcdStats};
 pub use config::{DEFAULT_NAMESPACE, EtcdConfig};
-pub use keys::{escape_name, queue_prefix};
+pub use keys::{escape_name, queue_prefix, rwlock_prefix};
+pub use rwlock::{EtcdRwLock, EtcdRwLockBackend};
 #[cfg(feature = "tls")]
 pub use tls::EtcdTls;

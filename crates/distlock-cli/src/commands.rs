@@ -27,6 +27,9 @@ pub enum Command {
     /// included) is removed from its environment. SIGINT, SIGTERM and SIGHUP sent
     /// to distlock are forwarded to the command's process group; the lock is
     /// released when the command ends.
+    ///
+    /// With --read or --write the command holds a share of the key's read-write
+    /// lock instead: --read runs share it, a --write run holds it alone.
     Run(run::RunArgs),
     /// Run a short live conformance check against your own deployment.
     ///

@@ -7,7 +7,7 @@
 
 use crate::args::{KeyParser, UrlArg, parse_duration, parse_positive_duration, show};
 use crate::exit::{self, Failure};
-use distlock::{AcquireOptions, DynLock, Lease, LockError, LockKey, Renewal, Wait};
+use distlock::{AcquireOptions, DynLock, Lease, LockError, LockKey, Renewal, RwMode, Wait};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use std::ffi::OsString;
@@ -34,6 +34,14 @@ pub struct RunArgs {
     /// Give up at once if the lock is held elsewhere (exit 75).
     #[arg(long)]
     no_wait: bool,
+    /// Take a read share of the key's read-write lock instead of the lock:
+    /// other `--read` runs hold it at the same time, `--write` runs wait.
+    #[arg(long, conflicts_with = "write")]
+    read: bool,
+    /// Take the key's read-write lock for writing: alone, after the readers
+    /// and writers queued before it (see docs/rwlock.md).
+    #[arg(long)]
+    write: bool,
     /// After SIGTERM on lock loss, wait this long before SIGKILL.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     kill_after: Duration,
@@ -126,7 +134,7 @@ async fn hold_and_run(
 ) -> Result<u8, Failure> {
     opts.validate(&lock.capabilities())?;
     let lease = tokio::select! {
-        lease = lock.acquire(&args.key, opts) => lease?,
+        lease = acquire(lock, args, opts) => lease?,
         sig = signals.next() => {
             eprintln!("distlock: {sig} while waiting for `{}`; not acquired", args.key);
             return Ok(128 + sig as u8);
@@ -140,6 +148,36 @@ async fn hold_and_run(
         }
     };
     supervise(child, lease, signals, args.kill_after).await
+}
+
+/// The lock, or a read or write share of the read-write lock of the same name.
+async fn acquire(
+    lock: &DynLock,
+    args: &RunArgs,
+    opts: &AcquireOptions,
+) -> Result<Lease, LockError> {
+    let mode = match (args.read, args.write) {
+        (true, _) => RwMode::Read,
+        (false, true) => RwMode::Write,
+        (false, false) => return lock.acquire(&args.key, opts).await,
+    };
+    let rwlock = lock.rwlock().ok_or_else(|| {
+        let why = lock
+            .capabilities()
+            .primitives
+            .rwlock
+            .why_not()
+            .unwrap_or("");
+        LockError::invalid_options(format!(
+            "--{mode} needs a read-write lock, which the {} backend does not offer ({why})",
+            lock.name()
+        ))
+    })?;
+    let lease = match mode {
+        RwMode::Read => rwlock.read(&args.key, opts).await?,
+        RwMode::Write => rwlock.write(&args.key, opts).await?,
+    };
+    Ok(lease.into_lease())
 }
 
 fn alive_tasks() -> usize {

@@ -61,7 +61,7 @@
 //!
 //! | case | property |
 //! |---|---|
-//! | [`rwlock_readers_share`] | readers on three clients hold at once; a writer waits for them, then excludes readers and writers, with a higher token |
+//! | [`rwlock_readers_share`] | readers on three clients hold at once; a writer waits for them, then excludes readers and writers, with a higher token; the plain lock of the name is independent |
 //! | [`rwlock_writer_excludes_under_contention`] | K clients × M rounds of reads and writes: in-test counters never see a writer with anyone; write tokens rise |
 //! | [`rwlock_writer_not_starved`] | a waiting writer is served before later readers, and gets in amid a steady stream of readers |
 //! | [`rwlock_crashed_shares_free_after_ttl`] | a crashed reader's share and a crashed writer's lock free at their ttl |

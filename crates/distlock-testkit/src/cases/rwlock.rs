@@ -58,6 +58,13 @@ pub async fn rwlock_readers_share(h: &dyn Harness) -> CaseResult {
         a.try_write(&key, &s.long()).await?.is_none(),
         "a second writer got in"
     );
+    let plain = s.client().await?.try_acquire(&key, &s.long()).await?;
+    let plain = plain.ok_or_else(|| {
+        CaseError::msg(
+            "the plain lock of the name was held: it must be independent of its read-write lock",
+        )
+    })?;
+    plain.release().await?;
     let owned = a
         .read(&key, &s.long().owner(distlock_core::Owner::new("me")?))
         .await;

@@ -1,22 +1,7 @@
 //! Read-write locks: many readers hold a name at once, a writer holds it alone.
 //! Each share is a lease ([`RwLease`]): renewal, the local deadline, `lost()`,
 //! release and release on drop come from core's lease machinery, exactly as for
-//! the lock.
-//!
-//! **Policy: queue order.** Requests are served in arrival order. A reader is
-//! granted when no writer holds the lock and no writer arrived before it; a
-//! writer when nobody holds the lock and nobody arrived before it. So a waiting
-//! writer is never starved by a stream of readers: readers that arrive after it
-//! queue behind it (Curator's `InterProcessReadWriteLock` and etcd's revision
-//! order give the same).
-//!
-//! **Tokens.** Every share, read or write, gets a token from one counter per
-//! name, rising with each grant. So a write lease's token is greater than the
-//! token of every lease (read or write) granted before it, and a read lease's
-//! token is greater than the token of every write lease that ended before it
-//! began: a store that records the highest write token it applied can refuse a
-//! reader that is older than the last write, and a [`crate::Fence`] refuses a
-//! deposed writer. Readers holding at the same time have distinct tokens.
+//! the lock. The policy and the meaning of tokens are on [`DistributedRwLock`].
 
 use crate::backend::{AcquireRequest, Acquired, Holding, WaitUntil};
 use crate::metrics::Metrics;
@@ -50,8 +35,22 @@ impl std::fmt::Display for RwMode {
 /// name is independent of the plain lock of the same name.
 ///
 /// Both acquire calls are cancel-safe: dropping the future leaves no share or
-/// queue entry behind. Waiting follows the queue-order policy of the
-/// [module docs](self): a waiting writer is not starved by later readers.
+/// queue entry behind.
+///
+/// **Policy: queue order.** Requests are served in arrival order. A reader is
+/// granted when no writer holds the lock and no writer arrived before it; a
+/// writer when nobody holds the lock and nobody arrived before it. So a waiting
+/// writer is never starved by a stream of readers: readers that arrive after it
+/// queue behind it (Curator's `InterProcessReadWriteLock` and etcd's revision
+/// order give the same).
+///
+/// **Tokens.** Every share, read or write, gets a token from one rising source
+/// per name. So a write lease's token is greater than the token of every lease
+/// (read or write) granted before it, and a read lease's token is greater than
+/// the token of every write lease that ended before it began: a store that
+/// records the highest write token it applied can tell a reader that began
+/// before that write, and a [`crate::Fence`] refuses a deposed writer. Readers
+/// holding at the same time have distinct tokens.
 ///
 /// ```
 /// use distlock_core::{AcquireOptions, DistributedRwLock, LockKey, memory::MemoryStore};
@@ -288,7 +287,7 @@ impl RwLease {
 
     /// The fencing token. A write lease's token is greater than every earlier
     /// lease's of this name; a read lease's is greater than every write lease's
-    /// that ended before it began (see the [module docs](self)).
+    /// that ended before it began (see [`DistributedRwLock`]).
     pub fn token(&self) -> FencingToken {
         self.lease.token()
     }

@@ -74,4 +74,6 @@ mod documentation {
     struct Semaphores;
     #[doc = include_str!("../../docs/election.md")]
     struct Election;
+    #[doc = include_str!("../../docs/rwlock.md")]
+    struct RwLock;
 }

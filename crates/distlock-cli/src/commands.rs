@@ -31,6 +31,9 @@ pub enum Command {
     /// With `--permits N`, holds one of N permits of the semaphore KEY instead:
     /// up to N commands run at once, and each gets its slot (0..N, unique among
     /// live holders) in DISTLOCK_SLOT.
+    ///
+    /// With --read or --write the command holds a share of the key's read-write
+    /// lock instead: --read runs share it, a --write run holds it alone.
     Run(run::RunArgs),
     /// Run a command while leader of the election KEY; stop it on loss.
     ///

@@ -1,10 +1,11 @@
 //! What `distlock run` and `distlock elect` hold while the command runs: a
-//! lock's lease, a semaphore permit or a leadership. All three are leases, so
+//! lock's lease (or a read-write lock's share), a semaphore permit or a leadership. All three are leases, so
 //! the command is supervised the same way; only the acquire and the child's
 //! environment differ.
 
 use distlock::{
     AcquireOptions, DynLock, FencingToken, Leadership, Lease, LockError, LockKey, Lost, Permit,
+    RwMode,
 };
 use tokio::process::Command;
 
@@ -17,6 +18,8 @@ pub enum Want {
     Permit { limit: u32 },
     /// Leadership of the election `key`, campaigning with `proposal`.
     Leadership { proposal: String },
+    /// A read or write share of the read-write lock `key`.
+    Share(RwMode),
 }
 
 /// A held lock, permit or leadership.
@@ -60,6 +63,21 @@ impl Want {
                     .ok_or_else(|| not_offered(lock, "election", primitives.election.why_not()))?;
                 let leadership = election.campaign(key, proposal, opts).await?;
                 Ok(Held::Leadership(leadership))
+            }
+            Want::Share(mode) => {
+                let rwlock = lock.rwlock().ok_or_else(|| {
+                    LockError::invalid_options(format!(
+                        "--{mode} needs a read-write lock, which the {} backend does not offer ({})",
+                        lock.name(),
+                        primitives.rwlock.why_not().unwrap_or("")
+                    ))
+                })?;
+                let share = match mode {
+                    RwMode::Read => rwlock.read(key, opts).await?,
+                    RwMode::Write => rwlock.write(key, opts).await?,
+                };
+                // A share is a lease like any other: supervised the same way.
+                Ok(Held::Lock(share.into_lease()))
             }
         }
     }

@@ -9,7 +9,7 @@
 use crate::args::{KeyParser, UrlArg, parse_duration, parse_positive_duration, show};
 use crate::exit::{self, Failure};
 use crate::held::{Held, Want, parse_permits};
-use distlock::{AcquireOptions, DynLock, LockError, LockKey, Renewal, Wait};
+use distlock::{AcquireOptions, DynLock, LockError, LockKey, Renewal, RwMode, Wait};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use std::ffi::OsString;
@@ -25,8 +25,16 @@ pub struct RunArgs {
     hold: HoldArgs,
     /// Hold one of N permits of a semaphore named KEY instead of the lock: up
     /// to N commands run at once, each with its slot (0..N) in DISTLOCK_SLOT.
-    #[arg(long, value_name = "N", value_parser = parse_permits)]
+    #[arg(long, value_name = "N", value_parser = parse_permits, conflicts_with_all = ["read", "write"])]
     permits: Option<u32>,
+    /// Take a read share of the key's read-write lock instead of the lock:
+    /// other `--read` runs hold it at the same time, `--write` runs wait.
+    #[arg(long, conflicts_with = "write")]
+    read: bool,
+    /// Take the key's read-write lock for writing: alone, after the readers
+    /// and writers queued before it (see docs/rwlock.md).
+    #[arg(long)]
+    write: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -103,9 +111,11 @@ impl Signals {
 }
 
 pub async fn run(args: RunArgs) -> Result<u8, Failure> {
-    let want = match args.permits {
-        Some(limit) => Want::Permit { limit },
-        None => Want::Lock,
+    let want = match (args.permits, args.read, args.write) {
+        (Some(limit), _, _) => Want::Permit { limit },
+        (None, true, _) => Want::Share(RwMode::Read),
+        (None, false, true) => Want::Share(RwMode::Write),
+        (None, false, false) => Want::Lock,
     };
     hold(args.hold, want).await
 }

@@ -137,6 +137,47 @@ pub fn signalled_run_forwards_and_releases(url: &str) {
     assert_code(&no_wait_run(url, &key), 0);
 }
 
+/// While a `--read` run holds, another `--read --no-wait` run gets in and a
+/// `--write --no-wait` run exits 75; once the reader ends, the writer gets in.
+#[cfg(feature = "etcd")]
+pub fn readers_share_and_a_writer_waits(url: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let key = fresh_key("rw");
+    let mut reader = Running::start(&mut run_on(
+        url,
+        &key,
+        &["--read", "--ttl", "5s", "--", "sh", "-c", &hold_until(&go)],
+    ));
+    reader.wait_line("holding", Duration::from_secs(30));
+    let share = |mode: &str| output(&mut run_on(url, &key, &[mode, "--no-wait", "--", "true"]));
+    assert_code(&share("--read"), 0);
+    assert_code(&share("--write"), 75);
+    std::fs::write(&go, "").unwrap();
+    let (status, err) = reader.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert_code(&share("--write"), 0);
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd_readers_share_and_a_writer_waits() {
+    readers_share_and_a_writer_waits(&servers::etcd_url());
+}
+
+/// `--read` on a backend without read-write locks is a usage error naming why.
+#[cfg(feature = "redis")]
+#[test]
+fn redis_read_without_a_read_write_lock_exits_2() {
+    let out = output(&mut run_on(
+        &servers::redis_url(),
+        &fresh_key("rw"),
+        &["--read", "--", "true"],
+    ));
+    assert_code(&out, 2);
+    assert!(stderr(&out).contains("read-write lock"), "{}", stderr(&out));
+}
+
 pub fn check_passes(url: &str) {
     let out = run(&["check", "--url", url]);
     assert_code(&out, 0);

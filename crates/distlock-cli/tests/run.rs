@@ -28,6 +28,23 @@ fn exits_with_the_commands_status() {
 }
 
 #[test]
+fn read_and_write_shares_run_the_command_and_exclude_each_other_as_flags() {
+    let out = run_k(&[
+        "--read",
+        "--",
+        "sh",
+        "-c",
+        "echo token=$DISTLOCK_FENCING_TOKEN",
+    ]);
+    assert_code(&out, 0);
+    assert!(stdout(&out).starts_with("token="), "{}", stdout(&out));
+    assert_code(&run_k(&["--write", "--", "true"]), 0);
+    let out = run_k(&["--read", "--write", "--", "true"]);
+    assert_code(&out, 2);
+    assert!(stderr(&out).contains("--write"), "{}", stderr(&out));
+}
+
+#[test]
 fn a_command_killed_by_a_signal_gives_128_plus_the_signal() {
     let out = run_k(&["--", "sh", "-c", "kill -TERM $$"]);
     assert_code(&out, 128 + 15);

@@ -83,27 +83,32 @@ impl Support {
 }
 
 /// The primitives beyond the lock a backend offers. The conformance suite runs
-/// the `semaphore_*` and `election_*` cases only where they are offered.
+/// the `semaphore_*`, `election_*` and `rwlock_*` cases only where they are
+/// offered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Primitives {
     /// Semaphores with numbered permits ([`crate::DistributedSemaphore`]).
     pub semaphore: Support,
     /// Leader election ([`crate::LeaderElection`]).
     pub election: Support,
+    /// Read-write locks ([`crate::DistributedRwLock`]).
+    pub rwlock: Support,
 }
 
 impl Primitives {
-    /// Both the semaphore and election.
+    /// Every primitive: semaphore, election and read-write lock.
     pub const ALL: Primitives = Primitives {
         semaphore: Support::Offered,
         election: Support::Offered,
+        rwlock: Support::Offered,
     };
 
-    /// The lock only, with the reason given for both.
+    /// The lock only, with the reason given for every primitive.
     pub const fn lock_only(why: &'static str) -> Primitives {
         Primitives {
             semaphore: Support::NotOffered(why),
             election: Support::NotOffered(why),
+            rwlock: Support::NotOffered(why),
         }
     }
 }

@@ -16,6 +16,8 @@
 //!   per name, each with a distinct slot); [`LeaderElection`] hands out a
 //!   [`Leadership`] whose token is the term. Both are leases: same renewal,
 //!   deadline and loss as the lock.
+//! - [`DistributedRwLock`] hands out read and write [`RwLease`]s: readers
+//!   share, a writer holds alone, waiters are served in arrival order.
 //! - [`memory`] is an in-process backend for tests and demos.
 //! - [`toolkit`] is what adapters share: the URL grammar, backoff, the cancel
 //!   guard and the [`toolkit::Inspect`] trait.
@@ -58,6 +60,7 @@ mod options;
 mod permit;
 mod reentry;
 mod renewal;
+mod rwlock;
 mod semaphore;
 mod start;
 mod telemetry;
@@ -81,6 +84,10 @@ pub use metrics::MetricsSnapshot;
 pub use multi::{AnyLost, MultiLease};
 pub use options::{AcquireOptions, Owner, Renewal, Wait};
 pub use permit::{Leadership, Permit};
+pub use rwlock::{
+    BackendRwLock, DistributedRwLock, DynRwLock, RwLease, RwLockBackend, RwLockInspect, RwMode,
+    ShareInfo,
+};
 pub use semaphore::{
     AcquiredPermit, BackendSemaphore, DistributedSemaphore, DynSemaphore, MAX_PERMITS, PermitInfo,
     PermitRequest, SemaphoreBackend, SemaphoreInspect, lowest_free_slot,

@@ -8,8 +8,8 @@ use crate::start::{self, Won};
 use crate::telemetry::Attempt;
 use crate::toolkit::Inspect;
 use crate::{
-    AcquireOptions, BackendElection, Capabilities, DynElection, DynSemaphore, LockElection,
-    LockError, LockKey, Owner, Wait,
+    AcquireOptions, BackendElection, Capabilities, DynElection, DynRwLock, DynSemaphore,
+    LockElection, LockError, LockKey, Owner, Wait,
 };
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -89,6 +89,12 @@ pub trait DistributedLock: Send + Sync + std::fmt::Debug {
     fn election(&self) -> Option<DynElection> {
         None
     }
+
+    /// A read-write lock client on this client's connection, when the backend
+    /// offers read-write locks ([`Capabilities::primitives`]).
+    fn rwlock(&self) -> Option<DynRwLock> {
+        None
+    }
 }
 
 /// A shareable lock client of any backend.
@@ -103,6 +109,7 @@ pub struct BackendLock<B: Backend> {
     metrics: Arc<Metrics>,
     semaphore: Option<DynSemaphore>,
     election: Option<DynElection>,
+    rwlock: Option<DynRwLock>,
 }
 
 impl<B: Backend> std::fmt::Debug for BackendLock<B> {
@@ -130,6 +137,7 @@ impl<B: Backend> BackendLock<B> {
             metrics,
             semaphore: None,
             election: None,
+            rwlock: None,
         }
     }
 
@@ -142,6 +150,12 @@ impl<B: Backend> BackendLock<B> {
     /// Offers `election` as [`DistributedLock::election`].
     pub fn with_election(mut self, election: DynElection) -> Self {
         self.election = Some(election);
+        self
+    }
+
+    /// Offers `rwlock` as [`DistributedLock::rwlock`].
+    pub fn with_rwlock(mut self, rwlock: DynRwLock) -> Self {
+        self.rwlock = Some(rwlock);
         self
     }
 
@@ -258,5 +272,9 @@ impl<B: Backend> DistributedLock for BackendLock<B> {
 
     fn election(&self) -> Option<DynElection> {
         self.election.clone()
+    }
+
+    fn rwlock(&self) -> Option<DynRwLock> {
+        self.rwlock.clone()
     }
 }

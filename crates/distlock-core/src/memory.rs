@@ -22,8 +22,8 @@
 use crate::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
 use crate::toolkit::{CancelGuard, Holder, Inspect};
 use crate::{
-    BackendElection, BackendLock, BackendSemaphore, Capabilities, FencingGuarantee, FencingToken,
-    LockElection, LockError, LockKey, LossReason, Primitives, TokenDurability, Wake,
+    BackendElection, BackendLock, BackendRwLock, BackendSemaphore, Capabilities, FencingGuarantee,
+    FencingToken, LockElection, LockError, LockKey, LossReason, Primitives, TokenDurability, Wake,
 };
 use async_trait::async_trait;
 use std::collections::{HashMap, VecDeque};
@@ -31,8 +31,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{Notify, watch};
 
+mod rwlock;
 mod semaphore;
 
+pub use rwlock::{MemoryRwLockBackend, ShareHandle};
 pub use semaphore::{MemorySemaphoreBackend, PermitHandle};
 
 /// A lock client of a [`MemoryStore`].
@@ -40,6 +42,9 @@ pub type MemoryLock = BackendLock<MemoryBackend>;
 
 /// A semaphore client of a [`MemoryStore`].
 pub type MemorySemaphore = BackendSemaphore<MemorySemaphoreBackend>;
+
+/// A read-write lock client of a [`MemoryStore`].
+pub type MemoryRwLock = BackendRwLock<MemoryRwLockBackend>;
 
 /// An election client of a [`MemoryStore`]: elections on its locks.
 pub type MemoryElection = BackendElection<LockElection<MemoryBackend>>;
@@ -58,6 +63,8 @@ struct State {
     counters: HashMap<LockKey, u64>,
     /// Semaphores, a namespace apart from the locks.
     semaphores: HashMap<LockKey, semaphore::SemState>,
+    /// Read-write locks, a namespace apart from the locks.
+    rwlocks: HashMap<LockKey, rwlock::RwState>,
     next_id: u64,
 }
 
@@ -131,20 +138,28 @@ impl MemoryStore {
     }
 
     /// A new independent client of this store. Its
-    /// [`DistributedLock::semaphore`](crate::DistributedLock::semaphore) and
-    /// [`DistributedLock::election`](crate::DistributedLock::election) share its
+    /// [`DistributedLock::semaphore`](crate::DistributedLock::semaphore),
+    /// [`DistributedLock::election`](crate::DistributedLock::election) and
+    /// [`DistributedLock::rwlock`](crate::DistributedLock::rwlock) share its
     /// simulated network, so faults injected into it hit them too.
     pub fn client(&self) -> MemoryLock {
         let network = Arc::new(self.backend());
         let semaphore = BackendSemaphore::new(MemorySemaphoreBackend::new(network.clone()));
+        let rwlock = BackendRwLock::new(MemoryRwLockBackend::new(network.clone()));
         BackendLock::shared(network)
             .with_semaphore(Arc::new(semaphore))
+            .with_rwlock(Arc::new(rwlock))
             .with_lock_election()
     }
 
     /// A new independent semaphore client of this store.
     pub fn semaphore_client(&self) -> MemorySemaphore {
         BackendSemaphore::new(MemorySemaphoreBackend::new(Arc::new(self.backend())))
+    }
+
+    /// A new independent read-write lock client of this store.
+    pub fn rwlock_client(&self) -> MemoryRwLock {
+        BackendRwLock::new(MemoryRwLockBackend::new(Arc::new(self.backend())))
     }
 
     /// A new independent election client of this store (elections on its
@@ -192,6 +207,10 @@ impl MemoryStore {
             sem.revoke_all();
         }
         state.semaphores.clear();
+        for rw in state.rwlocks.values_mut() {
+            rw.revoke_all();
+        }
+        state.rwlocks.clear();
         for entry in state.keys.values_mut() {
             entry.remove_holder();
         }

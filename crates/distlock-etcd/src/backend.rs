@@ -25,6 +25,29 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// A revision queue and which of its older keys block a contender.
+pub(crate) struct Queue<'a> {
+    /// The whole queue: the holder is its oldest key.
+    pub all: &'a [u8],
+    /// Where this contender's key goes (the queue itself, or its `read/` or
+    /// `write/` part).
+    pub key_dir: &'a [u8],
+    /// For a reader: only older keys under this prefix (the writers) block it.
+    /// `None`: every older key blocks.
+    pub blocked_by_writes_under: Option<&'a [u8]>,
+}
+
+impl<'a> Queue<'a> {
+    /// A lock's (or an election's) queue: every older key blocks.
+    pub fn plain(prefix: &'a [u8]) -> Self {
+        Queue {
+            all: prefix,
+            key_dir: prefix,
+            blocked_by_writes_under: None,
+        }
+    }
+}
+
 /// A lock client for etcd. Build it with [`crate::EtcdConfig`].
 pub type EtcdLock = BackendLock<EtcdBackend>;
 
@@ -163,8 +186,38 @@ impl EtcdBackend {
             primitives: Primitives {
                 semaphore: Support::NotOffered("the etcd semaphore is not built yet"),
                 election: Support::Offered,
+                rwlock: Support::Offered,
             },
             ..Capabilities::consensus_queue(min_ttl, Duration::from_secs(1))
+        }
+    }
+
+    /// Queues in `queue` until its turn, on a lease of `req.ttl` (retrying on a
+    /// fresh lease when the server expired the one in use unnoticed).
+    pub(crate) async fn queue_up(
+        &self,
+        req: AcquireRequest<'_>,
+        queue: &Queue<'_>,
+        value: &[u8],
+    ) -> Result<Acquired<EtcdHandle>, LockError> {
+        let ttl_secs = whole_seconds(req.ttl)?;
+        let mut retries = 0;
+        loop {
+            let slot = self
+                .leases
+                .checkout(ttl_secs, queue.all)
+                .await
+                .map_err(|f| self.rpc.endpoints.lock_error(f))?;
+            let lease = slot.lease().clone();
+            match self.contend(&req, queue, slot, value).await {
+                Err(Failure::LeaseNotFound) if retries < LEASE_RETRIES => {
+                    // The lease expired on the server before the client noticed:
+                    // retire it and queue again on a fresh one.
+                    lease.mark_expired();
+                    retries += 1;
+                }
+                outcome => return outcome.map_err(|f| self.rpc.endpoints.lock_error(f)),
+            }
         }
     }
 
@@ -173,12 +226,12 @@ impl EtcdBackend {
     async fn contend(
         &self,
         req: &AcquireRequest<'_>,
-        queue: &[u8],
+        queue: &Queue<'_>,
         slot: Slot,
         value: &[u8],
     ) -> Result<Acquired<EtcdHandle>, Failure> {
         let lease = slot.lease().clone();
-        let key = contender_key(queue, lease.id(), slot.number());
+        let key = contender_key(queue.key_dir, lease.id(), slot.number());
         // The held key's loss watch, asked for before the key is put, so it usually
         // starts before the key is first read as ours and needs no read of its own.
         // Kept through the wait; the loss signal then takes the same watch over.
@@ -186,17 +239,33 @@ impl EtcdBackend {
         let mut entry = QueueEntry::new(self.rpc.clone(), self.kv.clone(), key, slot);
         let sent_at = Instant::now();
         // Step 1: put our key, read the holder and our predecessor.
-        let first = entry.enqueue(queue, lease.id(), value).await?;
+        let first = entry.enqueue(queue.all, lease.id(), value).await?;
         if first.holder {
             return self
                 .claim(entry, &lease, first.revision, first.header, sent_at)
                 .await;
         }
+        let mut predecessor = first.predecessor.map(|key| (key, first.header));
+        if let Some(writes) = queue.blocked_by_writes_under {
+            // A reader is blocked only by an older write key, which the first look
+            // cannot tell: read the newest one now.
+            predecessor = None;
+            let read_at = Instant::now();
+            let check = entry.recheck(writes, first.revision).await?;
+            match check.predecessor {
+                Some(key) => predecessor = Some((key, check.header)),
+                None if check.mine => {
+                    return self
+                        .claim(entry, &lease, first.revision, check.header, read_at)
+                        .await;
+                }
+                None => {}
+            }
+        }
         if req.wait == WaitUntil::NoWait {
             entry.remove().await?;
             return Err(req.not_acquired().into());
         }
-        let mut predecessor = first.predecessor.map(|key| (key, first.header));
         loop {
             // Step 2: watch the predecessor from the current revision, and re-read
             // the queue when it is deleted, or as soon as etcd has created the
@@ -212,7 +281,8 @@ impl EtcdBackend {
                 waited?;
             }
             let read_at = Instant::now();
-            let check = entry.recheck(queue, first.revision).await?;
+            let blockers = queue.blocked_by_writes_under.unwrap_or(queue.all);
+            let check = entry.recheck(blockers, first.revision).await?;
             if !check.mine {
                 entry.mark_gone();
                 let gone = format!("the queued key {} disappeared", printable(entry.key()));
@@ -293,35 +363,6 @@ impl EtcdBackend {
         })
     }
 
-    /// Queues up for `req.key` with `value` (empty for a lock, the proposal for
-    /// an election) and waits per `req.wait` until ours is the oldest key.
-    pub(crate) async fn queue_up(
-        &self,
-        req: AcquireRequest<'_>,
-        value: &[u8],
-    ) -> Result<Acquired<EtcdHandle>, LockError> {
-        let ttl_secs = whole_seconds(req.ttl)?;
-        let queue = queue_prefix(&self.namespace, req.key);
-        let mut retries = 0;
-        loop {
-            let slot = self
-                .leases
-                .checkout(ttl_secs, &queue)
-                .await
-                .map_err(|f| self.rpc.endpoints.lock_error(f))?;
-            let lease = slot.lease().clone();
-            match self.contend(&req, &queue, slot, value).await {
-                Err(Failure::LeaseNotFound) if retries < LEASE_RETRIES => {
-                    // The lease expired on the server before the client noticed:
-                    // retire it and queue again on a fresh one.
-                    lease.mark_expired();
-                    retries += 1;
-                }
-                outcome => return outcome.map_err(|f| self.rpc.endpoints.lock_error(f)),
-            }
-        }
-    }
-
     /// A keep-alive that was not answered: the lease ended, or its stream is down.
     fn refresh_error(&self, end: Option<LeaseEnd>) -> LockError {
         match end {
@@ -353,7 +394,8 @@ impl Backend for EtcdBackend {
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<EtcdHandle>, LockError> {
-        self.queue_up(req, b"").await
+        let prefix = queue_prefix(&self.namespace, req.key);
+        self.queue_up(req, &Queue::plain(&prefix), b"").await
     }
 
     async fn renew(&self, handle: &EtcdHandle, _ttl: Duration) -> Result<Ownership, LockError> {

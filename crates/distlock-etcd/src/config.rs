@@ -4,8 +4,9 @@ use crate::backend::{EtcdBackend, EtcdLock};
 use crate::election::EtcdElection;
 use crate::error::{BACKEND, Endpoints};
 use crate::rpc::Rpc;
+use crate::rwlock::EtcdRwLockBackend;
 use distlock_core::toolkit::{Host, LockUrl, Timeouts};
-use distlock_core::{AcquireOptions, BackendElection, BackendLock, LockError};
+use distlock_core::{AcquireOptions, BackendElection, BackendLock, BackendRwLock, LockError};
 use etcd_client::{Client, ConnectOptions};
 use std::sync::Arc;
 use std::time::Duration;
@@ -275,8 +276,10 @@ impl EtcdConfig {
         });
         let backend = Arc::new(backend?);
         let election = BackendElection::new(EtcdElection::new(backend.clone()));
+        let rwlock = BackendRwLock::new(EtcdRwLockBackend::new(backend.clone()));
         BackendLock::shared(backend)
             .with_election(Arc::new(election))
+            .with_rwlock(Arc::new(rwlock))
             .with_defaults(self.defaults)
     }
 }

@@ -6,7 +6,7 @@
 //! queue with a value, so the protocol is `EtcdBackend::queue_up`'s; the term is
 //! the leader key's create revision.
 
-use crate::backend::EtcdBackend;
+use crate::backend::{EtcdBackend, Queue};
 use crate::keys::queue_prefix;
 use crate::protocol;
 use async_trait::async_trait;
@@ -47,9 +47,10 @@ impl ElectionBackend for EtcdElection {
         &self,
         req: CampaignRequest<'_>,
     ) -> Result<Acquired<Bound<EtcdBackend>>, LockError> {
+        let prefix = queue_prefix(&self.backend.namespace, req.acquire.key);
         let won = self
             .backend
-            .queue_up(req.acquire, req.proposal.as_bytes())
+            .queue_up(req.acquire, &Queue::plain(&prefix), req.proposal.as_bytes())
             .await?;
         Ok(Acquired {
             handle: Bound::new(self.backend.clone(), won.handle),

@@ -63,6 +63,37 @@ pub(crate) fn names_prefix(namespace: &str, prefix: &str) -> Vec<u8> {
     format!("{namespace}{}", escape_name(prefix)).into_bytes()
 }
 
+/// The key range of `key`'s read-write lock under `namespace`:
+/// `namespace + "%rw/" + escape_name(key) + "/"`, with readers' keys in its
+/// `read/` part and writers' in its `write/` part, each `<lease id as %x>` as
+/// in a lock queue. An escaped name never starts with `%rw` (a `%` is always
+/// followed by `25` or `2F`), so no lock queue contains these keys, and the
+/// read-write lock of a name is independent of its lock.
+///
+/// ```
+/// use distlock_core::LockKey;
+/// use distlock_etcd::rwlock_prefix;
+/// let key = LockKey::new("catalog")?;
+/// assert_eq!(rwlock_prefix("distlock/", &key), b"distlock/%rw/catalog/".to_vec());
+/// # Ok::<(), distlock_core::LockError>(())
+/// ```
+pub fn rwlock_prefix(namespace: &str, key: &LockKey) -> Vec<u8> {
+    let mut prefix = rwlock_names_prefix(namespace, key.as_str());
+    prefix.push(b'/');
+    prefix
+}
+
+/// The key prefix of every read-write lock whose name starts with `prefix`.
+pub(crate) fn rwlock_names_prefix(namespace: &str, prefix: &str) -> Vec<u8> {
+    format!("{namespace}%rw/{}", escape_name(prefix)).into_bytes()
+}
+
+/// The part of a read-write lock's range where readers' keys go.
+pub(crate) const READ_DIR: &[u8] = b"read/";
+
+/// The part of a read-write lock's range where writers' keys go.
+pub(crate) const WRITE_DIR: &[u8] = b"write/";
+
 /// One contender's key in a queue: the lease id formatted like Go's `%x` of an
 /// `int64` (so a negative id reads `-1f`), as etcd's own lock does. `slot` is 0
 /// unless the same client already has a key in this queue on the same lease (it

@@ -90,6 +90,7 @@ mod metrics;
 mod protocol;
 mod queue;
 mod rpc;
+mod rwlock;
 #[cfg(feature = "tls")]
 mod tls;
 mod watch;
@@ -97,6 +98,7 @@ mod watch;
 pub use backend::{EtcdBackend, EtcdHandle, EtcdLock, EtcdStats};
 pub use config::{DEFAULT_NAMESPACE, EtcdConfig};
 pub use election::EtcdElection;
-pub use keys::{escape_name, queue_prefix};
+pub use keys::{escape_name, queue_prefix, rwlock_prefix};
+pub use rwlock::{EtcdRwLock, EtcdRwLockBackend};
 #[cfg(feature = "tls")]
 pub use tls::EtcdTls;

@@ -77,6 +77,7 @@ impl Strategy {
             primitives: Primitives {
                 semaphore: Support::NotOffered("the MySQL semaphore is not built yet"),
                 election: Support::Offered,
+                rwlock: Support::NotOffered("the MySQL read-write lock is not built yet"),
             },
         };
         match self {

@@ -85,6 +85,7 @@ impl Strategy {
             primitives: Primitives {
                 semaphore: Support::NotOffered("the PostgreSQL semaphore is not built yet"),
                 election: Support::Offered,
+                rwlock: Support::NotOffered("the PostgreSQL read-write lock is not built yet"),
             },
         };
         match self {

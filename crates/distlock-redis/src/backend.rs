@@ -97,6 +97,7 @@ impl RedisBackend {
         primitives: Primitives {
             semaphore: Support::NotOffered("the Redis semaphore is not built yet"),
             election: Support::Offered,
+            rwlock: Support::NotOffered("the Redis read-write lock is not built yet"),
         },
     };
 

@@ -15,7 +15,7 @@ use crate::session::{Session, SessionSettings, Sessions};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
 use distlock_core::toolkit::Inspect;
-use distlock_core::{Capabilities, FencingToken, LockError, LossReason, Primitives};
+use distlock_core::{Capabilities, FencingToken, LockError, LossReason, Primitives, Support};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -119,9 +119,12 @@ impl ZkBackend {
     /// what a harness can know before it connects.
     pub fn capabilities_with_min_ttl(min_ttl: Duration) -> Capabilities {
         Capabilities {
-            primitives: Primitives::lock_only(
-                "the ZooKeeper semaphore and LeaderLatch election are not built yet",
-            ),
+            primitives: Primitives {
+                rwlock: Support::NotOffered("the ZooKeeper read-write lock is not built yet"),
+                ..Primitives::lock_only(
+                    "the ZooKeeper semaphore and LeaderLatch election are not built yet",
+                )
+            },
             ..Capabilities::consensus_queue(min_ttl, Duration::from_millis(1))
         }
     }

@@ -90,6 +90,9 @@ impl RedlockBackend {
                 "no quorum semaphore on Redlock yet; see docs/backends/redlock.md for the argument",
             ),
             election: Support::Offered,
+            rwlock: Support::NotOffered(
+                "no quorum read-write lock on Redlock: per-node reader sets cannot be voted on safely",
+            ),
         },
     };
 

@@ -57,6 +57,17 @@
 //! | [`election_paused_leader_write_refused_by_fence`] | a deposed leader's late write is refused by a fence |
 //! | [`election_cancelled_campaign_delays_nobody`] | cancelled and timed-out campaigns delay nobody |
 //!
+//! Read-write locks, where [`Capabilities::primitives`] offers them:
+//!
+//! | case | property |
+//! |---|---|
+//! | [`rwlock_readers_share`] | readers on three clients hold at once; a writer waits for them, then excludes readers and writers, with a higher token; the plain lock of the name is independent |
+//! | [`rwlock_writer_excludes_under_contention`] | K clients × M rounds of reads and writes: in-test counters never see a writer with anyone; write tokens rise |
+//! | [`rwlock_writer_not_starved`] | a waiting writer is served before later readers, and gets in amid a steady stream of readers |
+//! | [`rwlock_crashed_shares_free_after_ttl`] | a crashed reader's share and a crashed writer's lock free at their ttl |
+//! | [`rwlock_cancelled_wait_leaves_no_residue`] | dropped, aborted and timed-out reads and writes leave nothing and delay nobody |
+//! | [`rwlock_lost_on_external_deletion`] | an operator deletes the shares: `lost()` fires for readers and writers, stale releases give `Lost` |
+//!
 //! The fault hooks a case needs come from the harness: deleting a holder and
 //! counting residue go through the adapter's own
 //! [`Inspect`](distlock_core::toolkit::Inspect) implementation
@@ -69,6 +80,8 @@ mod exclusion;
 mod expiry;
 mod loss;
 mod multi;
+mod rwlock;
+mod rwlock_loss;
 mod semaphore;
 mod semaphore_loss;
 mod waiting;
@@ -79,6 +92,8 @@ pub use exclusion::*;
 pub use expiry::*;
 pub use loss::*;
 pub use multi::*;
+pub use rwlock::*;
+pub use rwlock_loss::*;
 pub use semaphore::*;
 pub use semaphore_loss::*;
 pub use waiting::*;
@@ -152,6 +167,10 @@ fn semaphore(c: &Capabilities, _: &Hooks) -> Option<&'static str> {
 
 fn election(c: &Capabilities, _: &Hooks) -> Option<&'static str> {
     c.primitives.election.why_not()
+}
+
+fn rwlock(c: &Capabilities, _: &Hooks) -> Option<&'static str> {
+    c.primitives.rwlock.why_not()
 }
 
 macro_rules! case {
@@ -241,6 +260,12 @@ pub fn all() -> Vec<Case> {
         case!(election_terms_strictly_rise, election),
         case!(election_paused_leader_write_refused_by_fence, election),
         case!(election_cancelled_campaign_delays_nobody, election),
+        case!(rwlock_readers_share, rwlock),
+        case!(rwlock_writer_excludes_under_contention, rwlock),
+        case!(rwlock_writer_not_starved, rwlock),
+        case!(rwlock_crashed_shares_free_after_ttl, rwlock),
+        case!(rwlock_cancelled_wait_leaves_no_residue, rwlock),
+        case!(rwlock_lost_on_external_deletion, rwlock),
     ]
 }
 

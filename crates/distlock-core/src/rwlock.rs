@@ -1,0 +1,347 @@
+//! Read-write locks: many readers hold a name at once, a writer holds it alone.
+//! Each share is a lease ([`RwLease`]): renewal, the local deadline, `lost()`,
+//! release and release on drop come from core's lease machinery, exactly as for
+//! the lock. The policy and the meaning of tokens are on [`DistributedRwLock`].
+
+use crate::backend::{AcquireRequest, Acquired, Holding, WaitUntil};
+use crate::metrics::Metrics;
+use crate::start::{self, Won};
+use crate::{AcquireOptions, Capabilities, FencingToken, Lease, LockError, LockKey, Lost, Wait};
+use async_trait::async_trait;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Which share of a read-write lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RwMode {
+    /// A shared read lease: held together with other readers.
+    Read,
+    /// An exclusive write lease: held alone.
+    Write,
+}
+
+impl std::fmt::Display for RwMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RwMode::Read => "read",
+            RwMode::Write => "write",
+        })
+    }
+}
+
+/// A read-write lock client. Every adapter that offers read-write locks
+/// implements it (see [`Capabilities::primitives`]); the read-write lock of a
+/// name is independent of the plain lock of the same name.
+///
+/// Both acquire calls are cancel-safe: dropping the future leaves no share or
+/// queue entry behind.
+///
+/// **Policy: queue order.** Requests are served in arrival order. A reader is
+/// granted when no writer holds the lock and no writer arrived before it; a
+/// writer when nobody holds the lock and nobody arrived before it. So a waiting
+/// writer is never starved by a stream of readers: readers that arrive after it
+/// queue behind it (Curator's `InterProcessReadWriteLock` and etcd's revision
+/// order give the same).
+///
+/// **Tokens.** Every share, read or write, gets a token from one rising source
+/// per name. So a write lease's token is greater than the token of every lease
+/// (read or write) granted before it, and a read lease's token is greater than
+/// the token of every write lease that ended before it began: a store that
+/// records the highest write token it applied can tell a reader that began
+/// before that write, and a [`crate::Fence`] refuses a deposed writer. Readers
+/// holding at the same time have distinct tokens.
+///
+/// ```
+/// use distlock_core::{AcquireOptions, DistributedRwLock, LockKey, memory::MemoryStore};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), distlock_core::LockError> {
+/// let store = MemoryStore::new();
+/// let (a, b) = (store.rwlock_client(), store.rwlock_client());
+/// let key = LockKey::new("catalog")?;
+/// let r1 = a.read(&key, &AcquireOptions::new()).await?;
+/// let r2 = b.read(&key, &AcquireOptions::new()).await?; // readers share
+/// assert!(b.try_write(&key, &AcquireOptions::new()).await?.is_none());
+/// let last_read = r2.token();
+/// r1.release().await?;
+/// r2.release().await?;
+/// let w = b.write(&key, &AcquireOptions::new()).await?;
+/// assert!(w.token() > last_read); // a writer's token is above every earlier share's
+/// w.release().await?;
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait DistributedRwLock: Send + Sync + std::fmt::Debug {
+    /// Takes a read share of `key`, waiting per `opts.wait`. A wait that ends
+    /// first gives `Timeout` (`Busy` for `Wait::No`). `opts.owner` is refused:
+    /// shares are not reentrant.
+    async fn read(&self, key: &LockKey, opts: &AcquireOptions) -> Result<RwLease, LockError>;
+
+    /// Takes `key` for writing, alone, waiting per `opts.wait`.
+    async fn write(&self, key: &LockKey, opts: &AcquireOptions) -> Result<RwLease, LockError>;
+
+    /// One read attempt: `None` when a writer holds `key` or waits for it.
+    async fn try_read(
+        &self,
+        key: &LockKey,
+        opts: &AcquireOptions,
+    ) -> Result<Option<RwLease>, LockError> {
+        busy_as_none(self.read(key, &opts.clone().wait(Wait::No)).await)
+    }
+
+    /// One write attempt: `None` when anyone holds `key` or waits for it.
+    async fn try_write(
+        &self,
+        key: &LockKey,
+        opts: &AcquireOptions,
+    ) -> Result<Option<RwLease>, LockError> {
+        busy_as_none(self.write(key, &opts.clone().wait(Wait::No)).await)
+    }
+
+    /// What this backend guarantees.
+    fn capabilities(&self) -> Capabilities;
+
+    /// A short backend name, such as `etcd`.
+    fn name(&self) -> &'static str;
+
+    /// Server-side inspection of read-write locks, when the backend offers it.
+    fn inspect(&self) -> Option<&dyn RwLockInspect> {
+        None
+    }
+}
+
+fn busy_as_none(result: Result<RwLease, LockError>) -> Result<Option<RwLease>, LockError> {
+    match result {
+        Ok(lease) => Ok(Some(lease)),
+        Err(LockError::Busy { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A shareable read-write lock client of any backend.
+pub type DynRwLock = Arc<dyn DistributedRwLock>;
+
+/// One live share as the server sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareInfo {
+    /// Read or write.
+    pub mode: RwMode,
+    /// Its fencing token.
+    pub token: FencingToken,
+    /// Who holds it, as the backend records it.
+    pub holder: String,
+}
+
+/// Server-side inspection of read-write locks, for operators and the
+/// conformance suite.
+#[async_trait]
+pub trait RwLockInspect: Send + Sync {
+    /// The live shares of `key` (readers, or the one writer).
+    async fn shares(&self, key: &LockKey) -> Result<Vec<ShareInfo>, LockError>;
+
+    /// Deletes every live share of `key` behind its holders' backs, as an
+    /// operator's force-unlock would. Returns how many there were; their
+    /// holders' `lost()` fires.
+    async fn delete_shares(&self, key: &LockKey) -> Result<usize, LockError>;
+
+    /// Shares and queue entries of read-write locks whose name starts with
+    /// `prefix`: what a crashed or cancelled client could leave behind.
+    async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError>;
+}
+
+/// What a read-write lock adapter implements: the two acquire steps. Renewal,
+/// release and loss go through the share's [`Holding`], and core does the rest.
+#[async_trait]
+pub trait RwLockBackend: Send + Sync + 'static {
+    /// A held share: renews and releases itself.
+    type Share: Holding;
+
+    /// A short backend name, such as `etcd`.
+    fn name(&self) -> &'static str;
+
+    /// What the backend guarantees.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Takes a read share, waiting per `req.wait` in queue order; gives
+    /// `req.not_acquired()` when the wait ends. Must be cancel-safe.
+    async fn acquire_read(
+        &self,
+        req: AcquireRequest<'_>,
+    ) -> Result<Acquired<Self::Share>, LockError>;
+
+    /// Takes the write share, waiting per `req.wait` in queue order; gives
+    /// `req.not_acquired()` when the wait ends. Must be cancel-safe.
+    async fn acquire_write(
+        &self,
+        req: AcquireRequest<'_>,
+    ) -> Result<Acquired<Self::Share>, LockError>;
+
+    /// Server-side inspection, when the backend offers it.
+    fn inspect(&self) -> Option<&dyn RwLockInspect> {
+        None
+    }
+}
+
+/// Any [`RwLockBackend`] as a [`DistributedRwLock`], with the lease lifecycle
+/// and metrics provided by core.
+pub struct BackendRwLock<R: RwLockBackend> {
+    backend: Arc<R>,
+    metrics: Arc<Metrics>,
+}
+
+impl<R: RwLockBackend> std::fmt::Debug for BackendRwLock<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendRwLock")
+            .field("backend", &self.backend.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: RwLockBackend> BackendRwLock<R> {
+    /// Wraps a connected adapter.
+    pub fn new(backend: R) -> Self {
+        let metrics = Arc::new(Metrics::new(backend.name()));
+        BackendRwLock {
+            backend: Arc::new(backend),
+            metrics,
+        }
+    }
+
+    /// The adapter, for backend-specific calls.
+    pub fn backend(&self) -> &R {
+        &self.backend
+    }
+
+    async fn acquire(
+        &self,
+        mode: RwMode,
+        key: &LockKey,
+        opts: &AcquireOptions,
+    ) -> Result<RwLease, LockError> {
+        opts.validate(&self.backend.capabilities())?;
+        if opts.get_owner().is_some() {
+            return Err(LockError::invalid_options(
+                "read and write shares are not reentrant (each acquire takes another share); drop the owner",
+            ));
+        }
+        let started = Instant::now();
+        let req = AcquireRequest {
+            key,
+            ttl: opts.get_ttl(),
+            wait: WaitUntil::from_wait(opts.get_wait(), started),
+            started,
+        };
+        let won = match mode {
+            RwMode::Read => self.backend.acquire_read(req).await?,
+            RwMode::Write => self.backend.acquire_write(req).await?,
+        };
+        let won = Won {
+            holding: Arc::new(won.handle),
+            token: won.token,
+            sent_at: won.sent_at,
+        };
+        let lease = start::begin(key, won, opts, started, &self.metrics, None)?;
+        tracing::debug!(backend = self.backend.name(), key = %key, %mode, token = %lease.token(), "share acquired");
+        Ok(RwLease { lease, mode })
+    }
+}
+
+#[async_trait]
+impl<R: RwLockBackend> DistributedRwLock for BackendRwLock<R> {
+    async fn read(&self, key: &LockKey, opts: &AcquireOptions) -> Result<RwLease, LockError> {
+        self.acquire(RwMode::Read, key, opts).await
+    }
+
+    async fn write(&self, key: &LockKey, opts: &AcquireOptions) -> Result<RwLease, LockError> {
+        self.acquire(RwMode::Write, key, opts).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.backend.capabilities()
+    }
+
+    fn name(&self) -> &'static str {
+        self.backend.name()
+    }
+
+    fn inspect(&self) -> Option<&dyn RwLockInspect> {
+        self.backend.inspect()
+    }
+}
+
+/// One held share of a read-write lock: a read share held with other readers,
+/// or the write share held alone. Pass [`RwLease::token`] to fenced writes.
+///
+/// Dropping it stops renewal and gives the share back in the background.
+#[derive(Debug)]
+pub struct RwLease {
+    lease: Lease,
+    mode: RwMode,
+}
+
+impl RwLease {
+    /// Read or write.
+    pub fn mode(&self) -> RwMode {
+        self.mode
+    }
+
+    /// The fencing token. A write lease's token is greater than every earlier
+    /// lease's of this name; a read lease's is greater than every write lease's
+    /// that ended before it began (see [`DistributedRwLock`]).
+    pub fn token(&self) -> FencingToken {
+        self.lease.token()
+    }
+
+    /// The lock's name.
+    pub fn key(&self) -> &LockKey {
+        self.lease.key()
+    }
+
+    /// True while the share is not lost and before its local deadline.
+    pub fn is_held(&self) -> bool {
+        self.lease.is_held()
+    }
+
+    /// Time left before the local deadline.
+    pub fn remaining(&self) -> Duration {
+        self.lease.remaining()
+    }
+
+    /// Completes when the share is known lost (see [`Lease::lost`]).
+    pub fn lost(&self) -> Lost {
+        self.lease.lost()
+    }
+
+    /// Runs `work` until it finishes or the share is lost.
+    pub async fn guard<F: Future>(&self, work: F) -> Result<F::Output, LockError> {
+        self.lease.guard(work).await
+    }
+
+    /// Extends the share by its ttl now (see [`Lease::renew`]).
+    pub async fn renew(&self) -> Result<(), LockError> {
+        self.lease.renew().await
+    }
+
+    /// Gives the share back if it is still ours; a lost share gives
+    /// `LockError::Lost`.
+    pub async fn release(self) -> Result<(), LockError> {
+        self.lease.release().await
+    }
+
+    /// Stops renewal without giving the share back: it frees at its ttl (a
+    /// simulated crash).
+    pub fn abandon(self) {
+        self.lease.abandon()
+    }
+
+    /// The underlying lease.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The underlying lease, for code written against [`Lease`] (the CLI's
+    /// `run`, say).
+    pub fn into_lease(self) -> Lease {
+        self.lease
+    }
+}

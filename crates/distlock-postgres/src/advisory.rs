@@ -56,6 +56,8 @@ pub(crate) struct Session {
     conn: Arc<tokio::sync::Mutex<Slot>>,
     key: i64,
     payload: String,
+    /// The ttl it was acquired with: how long an abandoned session is kept.
+    ttl: Duration,
 }
 
 #[derive(Debug)]
@@ -144,6 +146,7 @@ impl Backend for Advisory {
                             conn: Arc::new(tokio::sync::Mutex::new(Slot::Holding(conn))),
                             key,
                             payload,
+                            ttl: req.ttl,
                         },
                         token: FencingToken::new(fence),
                         sent_at,
@@ -229,6 +232,28 @@ impl Backend for Advisory {
             },
             Err(DbError::TimedOut(_)) => Err(self.unreachable()),
             Err(_) => Ok(Ownership::NotHeld),
+        }
+    }
+
+    /// An abandoned lease must keep others out until its ttl, as on every
+    /// backend, but dropping the session would unlock at once: the connection
+    /// is kept, idle, for the ttl and then closed (which ends the session and
+    /// the lock). A crashed process closes it at once instead: the lock is
+    /// session-bound.
+    fn abandoned(&self, session: &Session) {
+        let Ok(mut slot) = session.conn.try_lock() else {
+            // A keepalive or release is in flight and owns the connection.
+            return;
+        };
+        let Slot::Holding(conn) = std::mem::replace(&mut *slot, Slot::Ended) else {
+            return;
+        };
+        let ttl = session.ttl;
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                tokio::time::sleep(ttl).await;
+                drop(conn);
+            });
         }
     }
 

@@ -11,7 +11,8 @@ use crate::version_cas::VersionCas;
 use async_trait::async_trait;
 use distlock_core::toolkit::Inspect;
 use distlock_core::{
-    AcquireOptions, BackendLock, Capabilities, DistributedLock, Lease, LockError, LockKey,
+    AcquireOptions, BackendLock, Capabilities, DistributedLock, DynElection, Lease, LockError,
+    LockKey,
     MetricsSnapshot,
 };
 use std::sync::Arc;
@@ -113,5 +114,9 @@ impl DistributedLock for PostgresLock {
 
     fn inspect(&self) -> Option<&dyn Inspect> {
         self.lock().inspect()
+    }
+
+    fn election(&self) -> Option<DynElection> {
+        self.lock().election()
     }
 }

@@ -14,6 +14,7 @@ pub mod mysql;
 pub mod redis;
 #[cfg(feature = "redlock")]
 pub mod redlock;
+pub mod topologies;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 

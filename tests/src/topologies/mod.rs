@@ -19,11 +19,11 @@ mod mariadb;
 #[cfg(feature = "zookeeper")]
 mod zk_ensemble;
 
+/// A case's body.
+type Body = fn() -> Pin<Box<dyn Future<Output = Result<(), BoxError>>>>;
+
 /// One case: its name and its body.
-type Case = (
-    &'static str,
-    fn() -> Pin<Box<dyn Future<Output = Result<(), BoxError>>>>,
-);
+type Case = (&'static str, Body);
 
 /// Longest any one case may run.
 const CASE_LIMIT: Duration = Duration::from_secs(240);
@@ -49,7 +49,7 @@ pub fn trials() -> Vec<Trial> {
         .collect()
 }
 
-fn run(body: fn() -> Pin<Box<dyn Future<Output = Result<(), BoxError>>>>) -> Result<(), Failed> {
+fn run(body: Body) -> Result<(), Failed> {
     match launcher() {
         Ok(LauncherKind::Docker) => {}
         Ok(LauncherKind::Native) => {

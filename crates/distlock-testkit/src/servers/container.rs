@@ -149,7 +149,7 @@ impl Container {
     /// Cuts the container off its network: its address stops answering and its
     /// peers stop reaching it, while its processes keep running.
     pub fn disconnect(&self) -> Result<(), ServerError> {
-        docker(&["network", "disconnect", &self.run.network(), &self.name]).map(drop)
+        docker(&["network", "disconnect", self.run.network(), &self.name]).map(drop)
     }
 
     /// Puts a cut-off container back on its network, at its own address.
@@ -159,7 +159,7 @@ impl Container {
             "connect",
             "--ip",
             &self.address.to_string(),
-            &self.run.network(),
+            self.run.network(),
             &self.name,
         ])
         .map(drop)

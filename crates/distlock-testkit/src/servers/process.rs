@@ -180,7 +180,7 @@ impl ServerProcess {
         let check_every = if self.container.is_some() { 10 } else { 1 };
         let mut polls = 0u32;
         loop {
-            if polls % check_every == 0 {
+            if polls.is_multiple_of(check_every) {
                 self.check_running()?;
             }
             polls = polls.wrapping_add(1);

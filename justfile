@@ -106,8 +106,19 @@ docs:
 docker-up:
     for f in docker/*.yml; do docker compose -f "$f" up -d --wait; done
 
-# Run the suite against the docker/ servers: MySQL 8 for every test, then MariaDB for the MySQL cases.
-test-docker:
+# The whole conformance suite with every server in a container of the local images (`just images`
+# first; a Docker engine, no registry): DISTLOCK_LAUNCHER=docker, same cases as `just test`, one backend
+# at a time with a summary line each; or only FILTER (`just test-docker redis::`).
+test-docker *FILTER:
+    scripts/test-docker {{FILTER}}
+
+# Clustered servers in containers on a private network: a 3-member etcd, a ZooKeeper ensemble, MariaDB
+# killed under a holder (`just images` first).
+test-topologies *FILTER:
+    cargo test -p distlock-tests --all-features --test topologies -- {{FILTER}}
+
+# Run the suite against the `just docker-up` servers (Compose v2): MySQL 8 for every test, then MariaDB for the MySQL cases.
+test-compose-servers:
     DISTLOCK_TEST_REDIS_URL=redis://127.0.0.1:16379 \
     DISTLOCK_TEST_REDLOCK_URL=redis://127.0.0.1:16381,redis://127.0.0.1:16382,redis://127.0.0.1:16383,redis://127.0.0.1:16384,redis://127.0.0.1:16385 \
     DISTLOCK_TEST_ETCD_URL=etcd://127.0.0.1:12379 \

@@ -1,6 +1,6 @@
 //! The docker compose files parse, define every service the suite needs with a
 //! healthcheck and a fixed loopback port, and agree with the ports `just
-//! test-docker` points the suite at. No Docker engine is needed: this reads files.
+//! test-compose-servers` points the suite at. No Docker engine is needed: this reads files.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // test code: failing loudly is the point
 
 use std::collections::BTreeMap;
@@ -120,15 +120,15 @@ fn host_ports_are_unique_across_topologies() {
     }
 }
 
-/// `just test-docker` must point each `DISTLOCK_TEST_<BACKEND>_URL` at a port a
+/// `just test-compose-servers` must point each `DISTLOCK_TEST_<BACKEND>_URL` at a port a
 /// compose file publishes.
 #[test]
-fn test_docker_recipe_uses_the_published_ports() {
+fn test_compose_servers_recipe_uses_the_published_ports() {
     let justfile = std::fs::read_to_string(repo().join("justfile")).unwrap();
     let recipe = justfile
-        .split("\ntest-docker:")
+        .split("\ntest-compose-servers:")
         .nth(1)
-        .expect("justfile has a test-docker recipe");
+        .expect("justfile has a test-compose-servers recipe");
     let recipe: String = recipe
         .lines()
         .take_while(|l| l.is_empty() || l.starts_with(' ') || l.starts_with('\t'))
@@ -142,7 +142,7 @@ fn test_docker_recipe_uses_the_published_ports() {
     for backend in ["REDIS", "REDLOCK", "ETCD", "ZOOKEEPER", "MYSQL"] {
         assert!(
             recipe.contains(&format!("DISTLOCK_TEST_{backend}_URL=")),
-            "test-docker sets no {backend} URL"
+            "test-compose-servers sets no {backend} URL"
         );
     }
     let mut used = 0;
@@ -155,9 +155,12 @@ fn test_docker_recipe_uses_the_published_ports() {
             .unwrap();
         assert!(
             published.contains(&port),
-            "test-docker uses port {port}, which no compose file publishes"
+            "test-compose-servers uses port {port}, which no compose file publishes"
         );
         used += 1;
     }
-    assert!(used >= 5, "test-docker names too few servers:\n{recipe}");
+    assert!(
+        used >= 5,
+        "test-compose-servers names too few servers:\n{recipe}"
+    );
 }

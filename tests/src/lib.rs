@@ -18,6 +18,7 @@ pub mod redis;
 pub mod redis_sentinel;
 #[cfg(feature = "redlock")]
 pub mod redlock;
+pub mod topologies;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 

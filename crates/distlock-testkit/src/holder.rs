@@ -5,7 +5,8 @@
 //! the lock, then keep holding until killed.
 
 use crate::servers::ServerError;
-use crate::servers::process::{ManagedChild, log_tail};
+use crate::servers::child::ManagedChild;
+use crate::servers::process::log_tail;
 use nix::sys::signal::Signal;
 use std::io::BufRead;
 use std::process::{Command, Stdio};

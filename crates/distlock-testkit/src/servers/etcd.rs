@@ -2,9 +2,9 @@
 
 use super::process::ServerProcess;
 use super::tls::ServerTls;
-use super::{READY_TIMEOUT, ServerError, find_binary, free_port, retry_on_exit};
+use super::{READY_TIMEOUT, ServerError, find_binary, free_port, place, retry_on_exit};
 use std::ffi::OsString;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use tempfile::TempDir;
@@ -23,6 +23,7 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(2);
 /// The process is killed when this value is dropped.
 pub struct EtcdServer {
     name: String,
+    host: IpAddr,
     client_port: u16,
     tls_port: Option<u16>,
     member_id: u64,
@@ -35,6 +36,7 @@ impl std::fmt::Debug for EtcdServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdServer")
             .field("name", &self.name)
+            .field("host", &self.host)
             .field("client_port", &self.client_port)
             .field("tls_port", &self.tls_port)
             .field("member_id", &self.member_id)
@@ -75,20 +77,21 @@ impl EtcdServer {
             .ok_or_else(|| ServerError::Protocol("etcd started no member".into()))
     }
 
-    /// The TLS client port (`https://127.0.0.1:<port>`) of a member started
+    /// The TLS client port (`https://<host>:<port>`) of a member started
     /// with [`EtcdServer::start_tls`].
     pub fn tls_port(&self) -> Option<u16> {
         self.tls_port
     }
 
-    /// The client URL, `http://127.0.0.1:<port>`.
+    /// The client URL, `http://<host>:<port>` (host `127.0.0.1`, or the
+    /// container's address).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        format!("http://{}", self.addr())
     }
 
-    /// The loopback address clients connect to.
+    /// The address clients connect to: loopback, or the container's own.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.client_port))
+        SocketAddr::new(self.host, self.client_port)
     }
 
     /// The client port; it stays the same across restarts.
@@ -316,36 +319,55 @@ async fn start_members(
     size: usize,
     tls: Option<&ServerTls>,
 ) -> Result<Vec<EtcdServer>, ServerError> {
-    let binary = find_binary("etcd", "etcd-server")?;
+    let placements = (0..size)
+        .map(|_| place("etcd"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let binary = match placements.first() {
+        Some(placement) => placement.binary("etcd", "etcd-server")?,
+        None => return Ok(Vec::new()),
+    };
     retry_on_exit(async || {
         let mut specs = Vec::with_capacity(size);
-        for index in 0..size {
+        for (index, placement) in placements.iter().enumerate() {
             let tls_port = tls.map(|_| free_port()).transpose()?;
-            specs.push((format!("m{index}"), free_port()?, free_port()?, tls_port));
+            specs.push((
+                format!("m{index}"),
+                free_port()?,
+                free_port()?,
+                tls_port,
+                placement,
+            ));
         }
         let initial_cluster: Vec<String> = specs
             .iter()
-            .map(|(name, _, peer, _)| format!("{name}=http://127.0.0.1:{peer}"))
+            .map(|(name, _, peer, _, at)| {
+                format!("{name}=http://{}", SocketAddr::new(at.host(), *peer))
+            })
             .collect();
         let initial_cluster = initial_cluster.join(",");
         let token = format!("distlock-{}", super::random_password());
         let mut spawned = Vec::with_capacity(size);
-        for (name, client_port, peer_port, tls_port) in specs {
+        for (name, client_port, peer_port, tls_port, placement) in specs {
             let dir = tempfile::Builder::new()
                 .prefix("distlock-etcd-")
                 .tempdir()
                 .map_err(ServerError::io("create a temp dir for etcd"))?;
-            let mut client_url = format!("http://127.0.0.1:{client_port}");
-            if let Some(port) = tls_port {
-                client_url.push_str(&format!(",https://127.0.0.1:{port}"));
-            }
-            let peer_url = format!("http://127.0.0.1:{peer_port}");
+            let urls = |ip: IpAddr| {
+                let mut client_url = format!("http://{}", SocketAddr::new(ip, client_port));
+                if let Some(port) = tls_port {
+                    client_url.push_str(&format!(",https://{}", SocketAddr::new(ip, port)));
+                }
+                let peer_url = format!("http://{}", SocketAddr::new(ip, peer_port));
+                (client_url, peer_url)
+            };
+            let (listen_client, listen_peer) = urls(placement.bind());
+            let (client_url, peer_url) = urls(placement.host());
             let args: Vec<OsString> = [
                 format!("--name={name}"),
                 format!("--data-dir={}", dir.path().join("data").display()),
-                format!("--listen-client-urls={client_url}"),
+                format!("--listen-client-urls={listen_client}"),
                 format!("--advertise-client-urls={client_url}"),
-                format!("--listen-peer-urls={peer_url}"),
+                format!("--listen-peer-urls={listen_peer}"),
                 format!("--initial-advertise-peer-urls={peer_url}"),
                 format!("--initial-cluster={initial_cluster}"),
                 "--initial-cluster-state=new".to_owned(),
@@ -357,13 +379,20 @@ async fn start_members(
             .chain(tls.map(ServerTls::etcd_flags).unwrap_or_default())
             .map(OsString::from)
             .collect();
-            let process = ServerProcess::start(&format!("etcd {name}"), &binary, args, dir.path())?;
-            spawned.push((name, client_port, tls_port, process, dir));
+            let process = ServerProcess::start_at(
+                placement,
+                &format!("etcd {name}"),
+                &binary,
+                args,
+                dir.path(),
+            )?;
+            spawned.push((name, placement.host(), client_port, tls_port, process, dir));
         }
         let mut members = Vec::with_capacity(size);
-        for (name, client_port, tls_port, process, dir) in spawned {
+        for (name, host, client_port, tls_port, process, dir) in spawned {
             let mut member = EtcdServer {
                 name,
+                host,
                 client_port,
                 tls_port,
                 member_id: 0,

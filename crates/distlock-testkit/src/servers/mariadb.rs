@@ -3,9 +3,9 @@
 
 use super::process::ServerProcess;
 use super::tls::ServerTls;
-use super::{ServerError, find_binary, free_port, random_password, retry_on_exit, url_encode};
+use super::{Placement, ServerError, free_port, place, random_password, retry_on_exit, url_encode};
 use std::ffi::OsString;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -44,6 +44,7 @@ const SERVER_FLAGS: &[&str] = &[
 ///
 /// The process is killed when this value is dropped.
 pub struct MariaDbServer {
+    host: IpAddr,
     port: u16,
     password: String,
     socket: PathBuf,
@@ -55,6 +56,7 @@ pub struct MariaDbServer {
 impl std::fmt::Debug for MariaDbServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MariaDbServer")
+            .field("host", &self.host)
             .field("port", &self.port)
             .field("user", &USER)
             .field("password", &"<redacted>")
@@ -79,9 +81,10 @@ impl MariaDbServer {
     }
 
     async fn start_inner(tls: Option<&ServerTls>) -> Result<Self, ServerError> {
-        let server = find_binary("mariadbd", "mariadb-server")?;
-        let install = find_binary("mariadb-install-db", "mariadb-server")?;
-        let client = find_binary("mariadb", "mariadb-client")?;
+        let placement = place("mariadb")?;
+        let server = placement.binary("mariadbd", "mariadb-server")?;
+        let install = placement.binary("mariadb-install-db", "mariadb-server")?;
+        let client = placement.binary("mariadb", "mariadb-client")?;
         let dir = tempfile::Builder::new()
             .prefix("distlock-mariadb-")
             .tempdir()
@@ -91,7 +94,8 @@ impl MariaDbServer {
         // A private tmpdir: concurrent installs sharing /tmp collide on temp tables.
         let tmpdir = dir.path().join("tmp");
         std::fs::create_dir_all(&tmpdir).map_err(ServerError::io("create mariadb's tmpdir"))?;
-        install_datadir(&install, &datadir, &tmpdir, &dir.path().join("install.log")).await?;
+        let log = dir.path().join("install.log");
+        install_datadir(&placement, &install, &datadir, &tmpdir, &log).await?;
 
         let (port, process) = retry_on_exit(async || {
             let port = free_port()?;
@@ -102,18 +106,20 @@ impl MariaDbServer {
                 arg("--socket=", &socket),
                 arg("--pid-file=", &dir.path().join("mariadbd.pid")),
                 format!("--port={port}").into(),
-                "--bind-address=127.0.0.1".into(),
+                format!("--bind-address={}", placement.bind()).into(),
             ];
             args.extend(SERVER_FLAGS.iter().map(OsString::from));
             args.extend(run_as_root_flag());
             args.extend(tls.map(ServerTls::mariadb_flags).unwrap_or_default());
-            let process = ServerProcess::start("mariadbd", &server, args, dir.path())?;
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let process =
+                ServerProcess::start_at(&placement, "mariadbd", &server, args, dir.path())?;
+            let addr = SocketAddr::new(placement.host(), port);
             process.wait_ready(READY_TIMEOUT, || greets(addr)).await?;
             Ok((port, process))
         })
         .await?;
         let server = MariaDbServer {
+            host: placement.host(),
             port,
             password: random_password(),
             socket,
@@ -136,18 +142,19 @@ impl MariaDbServer {
         Ok(server)
     }
 
-    /// `mysql://distlock:<password>@127.0.0.1:<port>/distlock`.
+    /// `mysql://distlock:<password>@<host>:<port>/distlock` (host `127.0.0.1`, or
+    /// the container's address).
     pub fn url(&self) -> String {
         format!(
-            "mysql://{USER}:{}@127.0.0.1:{}/{DATABASE}",
+            "mysql://{USER}:{}@{}/{DATABASE}",
             url_encode(&self.password),
-            self.port
+            self.addr()
         )
     }
 
-    /// The loopback address clients connect to.
+    /// The address clients connect to: loopback, or the container's own.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
+        SocketAddr::new(self.host, self.port)
     }
 
     /// The TCP port; it stays the same across restarts.
@@ -195,7 +202,12 @@ impl MariaDbServer {
     /// returns the result rows, tab-separated, without a header. For test control:
     /// `KILL <id>`, `SHOW GLOBAL STATUS`, reading rows behind an adapter's back.
     pub async fn exec_root(&self, sql: &str) -> Result<String, ServerError> {
-        let mut child = tokio::process::Command::new(&self.client)
+        let mut command = match self.process.container() {
+            // The socket is in the mounted scratch dir; the image's client reads it.
+            Some(container) => super::docker::exec_command(container, "mariadb"),
+            None => tokio::process::Command::new(&self.client),
+        };
+        let mut child = command
             .arg("--no-defaults")
             .arg("--protocol=socket")
             .arg(arg("--socket=", &self.socket))
@@ -231,28 +243,43 @@ impl MariaDbServer {
 }
 
 async fn install_datadir(
+    placement: &Placement,
     install: &Path,
     datadir: &Path,
     tmpdir: &Path,
     log: &Path,
 ) -> Result<(), ServerError> {
-    let mut command = tokio::process::Command::new(install);
-    command
-        .arg("--no-defaults")
-        .arg(arg("--datadir=", datadir))
-        .arg(arg("--tmpdir=", tmpdir))
-        .env("TMPDIR", tmpdir)
-        .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
-        .args(SERVER_FLAGS)
-        .args(run_as_root_flag())
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(READY_TIMEOUT, command.output())
+    let mut args: Vec<OsString> = vec![
+        "--no-defaults".into(),
+        arg("--datadir=", datadir),
+        arg("--tmpdir=", tmpdir),
+        "--auth-root-authentication-method=normal".into(),
+        "--skip-test-db".into(),
+    ];
+    args.extend(SERVER_FLAGS.iter().map(OsString::from));
+    args.extend(run_as_root_flag());
+    let scratch = datadir.parent().unwrap_or(datadir);
+    let tmp = tmpdir.as_os_str().to_owned();
+    let output = async {
+        match placement.docker() {
+            Some((_, image)) => {
+                super::docker::run_once(image, install, &args, scratch, &[("TMPDIR", &tmp)]).await
+            }
+            None => tokio::process::Command::new(install)
+                .args(&args)
+                .env("TMPDIR", tmpdir)
+                .kill_on_drop(true)
+                .output()
+                .await
+                .map_err(ServerError::io("run mariadb-install-db")),
+        }
+    };
+    let output = tokio::time::timeout(READY_TIMEOUT, output)
         .await
         .map_err(|_| ServerError::Command {
             command: "mariadb-install-db".into(),
             output: format!("no result within {READY_TIMEOUT:?}"),
-        })?
-        .map_err(ServerError::io("run mariadb-install-db"))?;
+        })??;
     let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
     text.push_str(&String::from_utf8_lossy(&output.stderr));
     // Kept for post-mortems; a failure to write it must not hide the install result.
@@ -282,14 +309,25 @@ fn arg(flag: &str, path: &Path) -> OsString {
     arg
 }
 
-/// Whether a MySQL-protocol greeting (protocol version 10) arrives from `addr`.
+/// Whether a MySQL-protocol greeting (protocol version 10) arrives from `addr`, or
+/// the server's refusal of an unknown host (error 1130), which is what a fresh
+/// server in a container says to the host before the test user exists.
 async fn greets(addr: SocketAddr) -> bool {
+    const HOST_NOT_ALLOWED: u16 = 1130;
     let Ok(mut stream) = TcpStream::connect(addr).await else {
         return false;
     };
-    let mut header = [0u8; 5];
-    // 3-byte length, sequence id, then the protocol version.
-    stream.read_exact(&mut header).await.is_ok() && header[4] == 10
+    // 3-byte length, sequence id, then the protocol version (or 0xFF and an error
+    // code); a greeting is always longer than these 7 bytes.
+    let mut header = [0u8; 7];
+    if stream.read_exact(&mut header).await.is_err() {
+        return false;
+    }
+    match header[4] {
+        10 => true,
+        0xFF => u16::from_le_bytes([header[5], header[6]]) == HOST_NOT_ALLOWED,
+        _ => false,
+    }
 }
 
 /// The process operations (`pid`, `kill`, `pause`, `resume`, `log_tail`...) are

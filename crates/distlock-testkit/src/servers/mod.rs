@@ -1,13 +1,19 @@
-//! Real servers launched as child processes for tests.
+//! Real servers launched as child processes for tests, or in containers.
 //!
-//! Every launcher starts its server on free loopback ports in its own temp dir, waits
+//! `DISTLOCK_LAUNCHER=docker` puts every server in a container of its local image
+//! instead ([`placement`], [`docker`]); the launchers and harnesses are the same.
+//! Every launcher starts its server on free ports in its own temp dir, waits
 //! until the server answers (bounded, with the log tail in the error), and kills the
 //! process when dropped. A missing server binary is an error naming the install
 //! command, never a silent skip: skipping needs an explicit `DISTLOCK_TEST_SKIP`.
 
+pub(crate) mod child;
+mod container;
+pub mod docker;
 pub mod etcd;
 pub mod mariadb;
 pub mod postgres;
+pub mod placement;
 pub mod process;
 pub mod redis;
 pub mod sentinel;
@@ -17,11 +23,12 @@ pub mod zookeeper;
 pub use etcd::{EtcdCluster, EtcdServer, MemberStatus};
 pub use mariadb::MariaDbServer;
 pub use postgres::PostgresServer;
+pub use placement::{LauncherKind, Placement, launcher, place, set_default_launcher};
 pub use process::ServerProcess;
 pub use redis::{RedisOptions, RedisServer};
 pub use sentinel::{SentinelOptions, SentinelTopology};
 pub use tls::{ServerTls, TestCertificates};
-pub use zookeeper::{ZooKeeperOptions, ZooKeeperServer};
+pub use zookeeper::{ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperServer};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

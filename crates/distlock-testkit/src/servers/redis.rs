@@ -3,9 +3,9 @@
 use super::process::ServerProcess;
 use super::tls::ServerTls;
 use super::{
-    READY_TIMEOUT, ServerError, find_binary, free_port, retry_on_exit, url_encode, write_private,
+    READY_TIMEOUT, ServerError, free_port, place, retry_on_exit, url_encode, write_private,
 };
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tempfile::TempDir;
@@ -42,11 +42,13 @@ impl std::fmt::Debug for RedisOptions {
     }
 }
 
-/// A `redis-server` child process on a free loopback port, in its own temp dir.
+/// A `redis-server` child process on a free loopback port, in its own temp dir (or
+/// in a container at its own address, see [`super::placement`]).
 ///
 /// Without [`RedisOptions::aof`] nothing is persisted: a restart starts empty. The
 /// process is killed when this value is dropped.
 pub struct RedisServer {
+    host: IpAddr,
     port: u16,
     tls_port: Option<u16>,
     password: Option<String>,
@@ -58,6 +60,7 @@ pub struct RedisServer {
 impl std::fmt::Debug for RedisServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisServer")
+            .field("host", &self.host)
             .field("port", &self.port)
             .field("tls_port", &self.tls_port)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
@@ -74,7 +77,8 @@ impl RedisServer {
 
     /// Starts a server with `options` and waits until it answers PING.
     pub async fn start_with(options: RedisOptions) -> Result<Self, ServerError> {
-        let binary = find_binary("redis-server", "redis-server")?;
+        let placement = place("redis")?;
+        let binary = placement.binary("redis-server", "redis-server")?;
         let dir = tempfile::Builder::new()
             .prefix("distlock-redis-")
             .tempdir()
@@ -83,24 +87,26 @@ impl RedisServer {
         std::fs::create_dir_all(&data_dir).map_err(ServerError::io("create redis data dir"))?;
         let config = dir.path().join("redis.conf");
         let password = options.password.as_deref();
-        let (port, tls_port, process) = retry_on_exit(async || {
+        let (host, port, tls_port, process) = retry_on_exit(async || {
             let port = free_port()?;
             let tls_port = options.tls.as_ref().map(|_| free_port()).transpose()?;
-            let mut text = config_text(port, &data_dir, &options);
+            let mut text = config_text(placement.bind(), port, &data_dir, &options);
             if let (Some(tls), Some(tls_port)) = (&options.tls, tls_port) {
                 text.push_str(&tls.redis_config(tls_port));
             }
             write_private(&config, &text)?;
             let args = vec![config.clone().into_os_string()];
-            let process = ServerProcess::start("redis-server", &binary, args, dir.path())?;
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let process =
+                ServerProcess::start_at(&placement, "redis-server", &binary, args, dir.path())?;
+            let addr = SocketAddr::new(placement.host(), port);
             process
                 .wait_ready(READY_TIMEOUT, || ping(addr, password))
                 .await?;
-            Ok((port, tls_port, process))
+            Ok((placement.host(), port, tls_port, process))
         })
         .await?;
         Ok(RedisServer {
+            host,
             port,
             tls_port,
             password: options.password.clone(),
@@ -127,21 +133,23 @@ impl RedisServer {
         Ok(servers)
     }
 
-    /// `redis://[:password@]127.0.0.1:<port>/`, ready for a Redis client.
+    /// `redis://[:password@]<host>:<port>/` (host `127.0.0.1`, or the container's
+    /// address), ready for a Redis client.
     pub fn url(&self) -> String {
         match &self.password {
-            Some(password) => format!("redis://:{}@127.0.0.1:{}/", url_encode(password), self.port),
-            None => format!("redis://127.0.0.1:{}/", self.port),
+            Some(password) => format!("redis://:{}@{}/", url_encode(password), self.addr()),
+            None => format!("redis://{}/", self.addr()),
         }
     }
 
-    /// `rediss://[:password@]127.0.0.1:<tls port>/` when the server was started
+    /// `rediss://[:password@]<host>:<tls port>/` when the server was started
     /// with [`RedisOptions::tls`]; add `?ca=…` (and `cert=`, `key=`) to trust it.
     pub fn tls_url(&self) -> Option<String> {
         let port = self.tls_port?;
+        let addr = SocketAddr::new(self.host, port);
         Some(match &self.password {
-            Some(password) => format!("rediss://:{}@127.0.0.1:{port}/", url_encode(password)),
-            None => format!("rediss://127.0.0.1:{port}/"),
+            Some(password) => format!("rediss://:{}@{addr}/", url_encode(password)),
+            None => format!("rediss://{addr}/"),
         })
     }
 
@@ -150,9 +158,9 @@ impl RedisServer {
         self.tls_port
     }
 
-    /// The loopback address the server listens on.
+    /// The address clients dial: loopback, or the container's own.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
+        SocketAddr::new(self.host, self.port)
     }
 
     /// The port the server listens on; it stays the same across restarts.
@@ -202,11 +210,16 @@ impl RedisServer {
     }
 }
 
-fn config_text(port: u16, data_dir: &Path, options: &RedisOptions) -> String {
+fn config_text(bind: IpAddr, port: u16, data_dir: &Path, options: &RedisOptions) -> String {
     let mut text = format!(
-        "port {port}\nbind 127.0.0.1\ndaemonize no\nlogfile \"\"\ndir \"{}\"\nsave \"\"\n",
+        "port {port}\nbind {bind}\ndaemonize no\nlogfile \"\"\ndir \"{}\"\nsave \"\"\n",
         data_dir.display()
     );
+    if bind.is_unspecified() {
+        // In a container, clients come from outside; without this, a server with no
+        // password answers them only `-DENIED`.
+        text.push_str("protected-mode no\n");
+    }
     if options.aof {
         text.push_str("appendonly yes\nappendfsync always\n");
     } else {

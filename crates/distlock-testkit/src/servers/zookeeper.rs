@@ -1,12 +1,18 @@
 //! ZooKeeper launcher: a standalone `ZooKeeperServerMain` on a short tickTime, so
 //! sessions can expire within a second.
 
+mod ensemble;
+
+pub use ensemble::{Mode, ZooKeeperEnsemble};
+
 use super::process::ServerProcess;
 use super::tls::ServerTls;
-use super::{READY_TIMEOUT, ServerError, find_binary, free_port, retry_on_exit, write_private};
+use super::{
+    Placement, READY_TIMEOUT, ServerError, free_port, place, retry_on_exit, write_private,
+};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 use tempfile::TempDir;
@@ -86,6 +92,7 @@ impl std::fmt::Debug for ZooKeeperOptions {
 /// The process is killed when this value is dropped.
 #[derive(Debug)]
 pub struct ZooKeeperServer {
+    host: IpAddr,
     port: u16,
     tls_port: Option<u16>,
     process: ServerProcess,
@@ -100,15 +107,16 @@ impl ZooKeeperServer {
 
     /// Starts a server with `options` and waits until `ruok` answers `imok`.
     pub async fn start_with(options: ZooKeeperOptions) -> Result<Self, ServerError> {
-        let java = find_binary("java", "default-jre-headless")?;
-        let classpath = classpath()?;
+        let placement = place("zookeeper")?;
+        let java = placement.binary("java", "default-jre-headless")?;
+        let classpath = classpath(&placement)?;
         let dir = tempfile::Builder::new()
             .prefix("distlock-zookeeper-")
             .tempdir()
             .map_err(ServerError::io("create a temp dir for zookeeper"))?;
         let mut jvm_args: Vec<OsString> = JVM_FLAGS.iter().map(OsString::from).collect();
         if let Some(password) = &options.super_password {
-            let digest = super_digest(&java, &classpath, password).await?;
+            let digest = super_digest(&placement, &java, &classpath, password, dir.path()).await?;
             jvm_args.push(
                 format!("-Dzookeeper.DigestAuthenticationProvider.superDigest={digest}").into(),
             );
@@ -117,7 +125,7 @@ impl ZooKeeperServer {
         let (port, tls_port, process) = retry_on_exit(async || {
             let port = free_port()?;
             let tls_port = options.tls.as_ref().map(|_| free_port()).transpose()?;
-            let mut text = config_text(port, &dir.path().join("data"), &options);
+            let mut text = config_text(placement.bind(), port, &dir.path().join("data"), &options);
             if let (Some(tls), Some(tls_port)) = (&options.tls, tls_port) {
                 text.push_str(&tls.zookeeper_config(tls_port));
             }
@@ -126,8 +134,9 @@ impl ZooKeeperServer {
             args.extend(["-cp".into(), classpath.clone().into()]);
             args.push("org.apache.zookeeper.server.ZooKeeperServerMain".into());
             args.push(config.clone().into());
-            let process = ServerProcess::start("zookeeper", &java, args, dir.path())?;
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let process =
+                ServerProcess::start_at(&placement, "zookeeper", &java, args, dir.path())?;
+            let addr = SocketAddr::new(placement.host(), port);
             process
                 .wait_ready(READY_TIMEOUT, || ready(addr, tls_port))
                 .await?;
@@ -135,6 +144,7 @@ impl ZooKeeperServer {
         })
         .await?;
         Ok(ZooKeeperServer {
+            host: placement.host(),
             port,
             tls_port,
             process,
@@ -142,9 +152,10 @@ impl ZooKeeperServer {
         })
     }
 
-    /// The connect string, `127.0.0.1:<port>`, as ZooKeeper clients take it.
+    /// The connect string, `<host>:<port>` (host `127.0.0.1`, or the container's
+    /// address), as ZooKeeper clients take it.
     pub fn url(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        self.addr().to_string()
     }
 
     /// The `secureClientPort` of a server started with [`ZooKeeperOptions::tls`].
@@ -152,9 +163,9 @@ impl ZooKeeperServer {
         self.tls_port
     }
 
-    /// The loopback address clients connect to.
+    /// The address clients connect to: loopback, or the container's own.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
+        SocketAddr::new(self.host, self.port)
     }
 
     /// The client port; it stays the same across restarts.
@@ -205,8 +216,16 @@ impl ZooKeeperServer {
     }
 }
 
-/// The JVM classpath: `DISTLOCK_ZOOKEEPER_CLASSPATH` if set, else Debian's jar.
-fn classpath() -> Result<String, ServerError> {
+/// The JVM classpath: `DISTLOCK_ZOOKEEPER_CLASSPATH` if set, else Debian's jar
+/// (and the optional jars; in a container, all of them: the JVM skips missing ones).
+fn classpath(placement: &Placement) -> Result<String, ServerError> {
+    if placement.is_container() {
+        let jars: Vec<&str> = [DEBIAN_JAR, SLF4J_SIMPLE_JAR]
+            .into_iter()
+            .chain(NETTY_JARS)
+            .collect();
+        return Ok(jars.join(":"));
+    }
     if let Some(classpath) = std::env::var("DISTLOCK_ZOOKEEPER_CLASSPATH")
         .ok()
         .filter(|cp| !cp.trim().is_empty())
@@ -233,9 +252,9 @@ fn classpath() -> Result<String, ServerError> {
     Ok(classpath)
 }
 
-fn config_text(port: u16, data_dir: &Path, options: &ZooKeeperOptions) -> String {
+fn config_text(bind: IpAddr, port: u16, data_dir: &Path, options: &ZooKeeperOptions) -> String {
     format!(
-        "tickTime={}\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
+        "tickTime={}\ndataDir={}\nclientPort={port}\nclientPortAddress={bind}\n\
          minSessionTimeout={}\nmaxSessionTimeout={}\nmaxClientCnxns=0\n\
          4lw.commands.whitelist=*\nadmin.enableServer=false\n",
         options.tick_time.as_millis(),
@@ -247,16 +266,26 @@ fn config_text(port: u16, data_dir: &Path, options: &ZooKeeperOptions) -> String
 
 /// `super:<base64(sha1("super:password"))>`, computed by ZooKeeper's own
 /// `DigestAuthenticationProvider` so the format is exactly what the server expects.
-async fn super_digest(java: &Path, classpath: &str, password: &str) -> Result<String, ServerError> {
-    let output = tokio::process::Command::new(java)
-        .args(JVM_FLAGS)
-        .args(["-cp", classpath])
-        .arg("org.apache.zookeeper.server.auth.DigestAuthenticationProvider")
-        .arg(format!("super:{password}"))
-        .kill_on_drop(true)
-        .output()
-        .await
-        .map_err(ServerError::io("run DigestAuthenticationProvider"))?;
+async fn super_digest(
+    placement: &Placement,
+    java: &Path,
+    classpath: &str,
+    password: &str,
+    dir: &Path,
+) -> Result<String, ServerError> {
+    let mut args: Vec<OsString> = JVM_FLAGS.iter().map(OsString::from).collect();
+    args.extend(["-cp".into(), classpath.into()]);
+    args.push("org.apache.zookeeper.server.auth.DigestAuthenticationProvider".into());
+    args.push(format!("super:{password}").into());
+    let output = match placement.docker() {
+        Some((_, image)) => super::docker::run_once(image, java, &args, dir, &[]).await?,
+        None => tokio::process::Command::new(java)
+            .args(&args)
+            .kill_on_drop(true)
+            .output()
+            .await
+            .map_err(ServerError::io("run DigestAuthenticationProvider"))?,
+    };
     let stdout = String::from_utf8_lossy(&output.stdout);
     // It prints `super:<password>-><digest>`.
     stdout
@@ -277,7 +306,7 @@ async fn super_digest(java: &Path, classpath: &str, password: &str) -> Result<St
 async fn ready(addr: SocketAddr, tls_port: Option<u16>) -> bool {
     let secure = async {
         match tls_port {
-            Some(port) => TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port)))
+            Some(port) => TcpStream::connect(SocketAddr::new(addr.ip(), port))
                 .await
                 .is_ok(),
             None => true,

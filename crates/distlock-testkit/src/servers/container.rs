@@ -1,0 +1,244 @@
+//! One server's container, and one-shot commands in the server images.
+
+use super::ServerError;
+use super::docker::{DockerRun, PID_LABEL, RUN_LABEL, blocking, docker, docker_os};
+use std::ffi::OsString;
+use std::net::IpAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+/// One server's container: created and started by [`Container::run`], removed
+/// when dropped.
+#[derive(Debug)]
+pub struct Container {
+    name: String,
+    address: IpAddr,
+    run: Arc<DockerRun>,
+}
+
+impl Container {
+    /// Starts `program args` in `image` on the run's network at `address`, with
+    /// `dir` mounted at the same path and the test's uid and gid.
+    pub fn run(
+        run: &Arc<DockerRun>,
+        image: &str,
+        address: IpAddr,
+        program: &Path,
+        args: &[OsString],
+        dir: &Path,
+    ) -> Result<Self, ServerError> {
+        docker(&["image", "inspect", "--format", "{{.Id}}", image]).map_err(|_| {
+            ServerError::Missing {
+                binary: format!("docker image {image}"),
+                install_hint: "`just images` (scripts/build-images; no registry needed)".into(),
+            }
+        })?;
+        let name = format!(
+            "distlock-{}-{}",
+            run.run_id(),
+            address.to_string().replace('.', "-")
+        );
+        let entrypoint = program.file_name().unwrap_or(program.as_os_str());
+        let mount = {
+            let mut mount = dir.as_os_str().to_owned();
+            mount.push(":");
+            mount.push(dir);
+            mount
+        };
+        let mut command: Vec<OsString> = [
+            "run",
+            "-d",
+            "--name",
+            &name,
+            "--label",
+            &format!("{RUN_LABEL}={}", run.run_id()),
+            "--label",
+            &format!("{PID_LABEL}={}", std::process::id()),
+            "--network",
+            run.network(),
+            "--ip",
+            &address.to_string(),
+            "--user",
+            &format!("{}:{}", nix::unistd::getuid(), nix::unistd::getgid()),
+            "--workdir",
+        ]
+        .into_iter()
+        .map(OsString::from)
+        .collect();
+        command.push(dir.into());
+        command.push("-v".into());
+        command.push(mount);
+        command.push("--entrypoint".into());
+        command.push(entrypoint.into());
+        command.push(image.into());
+        command.extend(args.iter().cloned());
+        let container = Container {
+            name,
+            address,
+            run: run.clone(),
+        };
+        docker_os(command)?;
+        Ok(container)
+    }
+
+    /// The container's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its address on the run's network.
+    pub fn address(&self) -> IpAddr {
+        self.address
+    }
+
+    /// `running`, `paused`, `exited`... and the exit code and host pid.
+    pub fn state(&self) -> Result<(String, i64, u32), ServerError> {
+        let out = docker(&[
+            "inspect",
+            "--format",
+            "{{.State.Status}} {{.State.ExitCode}} {{.State.Pid}}",
+            &self.name,
+        ])?;
+        let mut fields = out.split_whitespace();
+        let status = fields.next().unwrap_or("unknown").to_owned();
+        let code = fields
+            .next()
+            .and_then(|code| code.parse().ok())
+            .unwrap_or(-1);
+        let pid = fields.next().and_then(|pid| pid.parse().ok()).unwrap_or(0);
+        Ok((status, code, pid))
+    }
+
+    /// Freezes every process of the container (cgroup freezer).
+    pub fn pause(&self) -> Result<(), ServerError> {
+        docker(&["pause", &self.name]).map(drop)
+    }
+
+    /// Thaws a paused container.
+    pub fn unpause(&self) -> Result<(), ServerError> {
+        docker(&["unpause", &self.name]).map(drop)
+    }
+
+    /// SIGKILLs the container's processes and waits until it has stopped.
+    pub fn kill(&self) {
+        if docker(&["kill", &self.name]).is_ok() {
+            let _ = docker(&["wait", &self.name]);
+        }
+    }
+
+    /// Starts the stopped container again: the same command, address and mounts.
+    pub fn start(&self) -> Result<(), ServerError> {
+        docker(&["start", &self.name]).map(drop)
+    }
+
+    /// SIGTERM, then SIGKILL after `grace` seconds; returns once it has stopped.
+    pub async fn stop(&self, grace: std::time::Duration) {
+        let seconds = grace.as_secs().max(1).to_string();
+        let name = self.name.clone();
+        let stopped = tokio::task::spawn_blocking(move || {
+            let _ = docker(&["unpause", &name]);
+            docker(&["stop", "-t", &seconds, &name])
+        })
+        .await;
+        if !matches!(stopped, Ok(Ok(_))) {
+            tracing::warn!(name = %self.name, "docker stop failed");
+        }
+    }
+
+    /// Cuts the container off its network: its address stops answering and its
+    /// peers stop reaching it, while its processes keep running.
+    pub fn disconnect(&self) -> Result<(), ServerError> {
+        docker(&["network", "disconnect", self.run.network(), &self.name]).map(drop)
+    }
+
+    /// Puts a cut-off container back on its network, at its own address.
+    pub fn connect(&self) -> Result<(), ServerError> {
+        docker(&[
+            "network",
+            "connect",
+            "--ip",
+            &self.address.to_string(),
+            self.run.network(),
+            &self.name,
+        ])
+        .map(drop)
+    }
+
+    /// The last `lines` lines of the container's output (stdout, then stderr).
+    pub fn log_tail(&self, lines: usize) -> String {
+        let output = blocking(|| {
+            Command::new("docker")
+                .args(["logs", "--tail", &lines.to_string(), &self.name])
+                .stdin(Stdio::null())
+                .output()
+        });
+        match output {
+            Ok(output) => {
+                let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+                text.push_str(&String::from_utf8_lossy(&output.stderr));
+                text
+            }
+            Err(error) => format!("(no docker logs for {}: {error})", self.name),
+        }
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = docker(&["rm", "-f", "-v", &self.name]);
+    }
+}
+
+/// A command for `program` inside the running container (`docker exec -i`), with
+/// the container's user and environment.
+pub fn exec_command(container: &Container, program: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new("docker");
+    command.args(["exec", "-i", container.name(), program]);
+    command
+}
+
+/// Runs `program args` to its end in a throwaway container of `placement`'s image
+/// (no network, `dir` mounted at the same path, the test's uid), and returns its
+/// output. For one-shot helpers: `mariadb-install-db`, a ZooKeeper digest.
+pub async fn run_once(
+    image: &str,
+    program: &Path,
+    args: &[OsString],
+    dir: &Path,
+    env: &[(&str, &OsString)],
+) -> Result<std::process::Output, ServerError> {
+    let entrypoint = program.file_name().unwrap_or(program.as_os_str());
+    let mut mount = dir.as_os_str().to_owned();
+    mount.push(":");
+    mount.push(dir);
+    let mut command = tokio::process::Command::new("docker");
+    command
+        .args(["run", "--rm", "--network", "none", "--label"])
+        .arg(format!("{PID_LABEL}={}", std::process::id()))
+        .arg("--user")
+        .arg(format!(
+            "{}:{}",
+            nix::unistd::getuid(),
+            nix::unistd::getgid()
+        ))
+        .arg("-v")
+        .arg(mount);
+    for (key, value) in env {
+        let mut pair = OsString::from(*key);
+        pair.push("=");
+        pair.push(value);
+        command.arg("-e").arg(pair);
+    }
+    command
+        .arg("--entrypoint")
+        .arg(entrypoint)
+        .arg(image)
+        .args(args)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command.output().await.map_err(ServerError::io(format!(
+        "run {} in {image}",
+        entrypoint.to_string_lossy()
+    )))
+}

@@ -1,0 +1,115 @@
+//! The `topologies` target: clustered servers in containers, one network each run.
+//!
+//! Every case starts its own servers through the testkit's launchers with the
+//! docker launcher as the default (`DISTLOCK_LAUNCHER=native` is refused: a native
+//! server has no network of its own to cut), and removes them when it ends.
+
+use distlock_core::{BoxError, Lease};
+use distlock_testkit::history::History;
+use distlock_testkit::servers::{LauncherKind, launcher, set_default_launcher};
+use libtest_mimic::{Failed, Trial};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+#[cfg(feature = "etcd")]
+mod etcd_cluster;
+#[cfg(feature = "mysql")]
+mod mariadb;
+#[cfg(feature = "zookeeper")]
+mod zk_ensemble;
+
+/// A case's body.
+type Body = fn() -> Pin<Box<dyn Future<Output = Result<(), BoxError>>>>;
+
+/// One case: its name and its body.
+type Case = (&'static str, Body);
+
+/// Longest any one case may run.
+const CASE_LIMIT: Duration = Duration::from_secs(240);
+
+/// Every case of the enabled backends, named `<topology>::<case>`.
+pub fn trials() -> Vec<Trial> {
+    set_default_launcher(LauncherKind::Docker);
+    #[allow(unused_mut)]
+    let mut cases: Vec<(&str, Vec<Case>)> = Vec::new();
+    #[cfg(feature = "etcd")]
+    cases.push(("etcd_cluster", etcd_cluster::cases()));
+    #[cfg(feature = "zookeeper")]
+    cases.push(("zk_ensemble", zk_ensemble::cases()));
+    #[cfg(feature = "mysql")]
+    cases.push(("mariadb", mariadb::cases()));
+    cases
+        .into_iter()
+        .flat_map(|(topology, cases)| {
+            cases.into_iter().map(move |(name, body)| {
+                Trial::test(format!("{topology}::{name}"), move || run(body))
+            })
+        })
+        .collect()
+}
+
+fn run(body: Body) -> Result<(), Failed> {
+    match launcher() {
+        Ok(LauncherKind::Docker) => {}
+        Ok(LauncherKind::Native) => {
+            return Err("the topologies need containers (network cuts): unset DISTLOCK_LAUNCHER or set it to `docker`".into());
+        }
+        Err(error) => return Err(error.to_string().into()),
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|error| format!("tokio runtime: {error}"))?;
+    runtime.block_on(async {
+        match tokio::time::timeout(CASE_LIMIT, body()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(error.to_string().into()),
+            Err(_) => Err(format!("the case did not finish within {CASE_LIMIT:?}").into()),
+        }
+    })
+}
+
+/// Fails with every violation if `history` has two holders at once or a token
+/// that did not rise; otherwise returns how many sections it holds.
+pub(crate) fn check_history(history: &History) -> Result<usize, BoxError> {
+    let violations = history.check();
+    if violations.is_empty() {
+        Ok(history.len())
+    } else {
+        Err(format!("the history is unsafe: {violations:?}").into())
+    }
+}
+
+/// Holds `lease` for `work` as client `client` and records the section, which
+/// ends early, at once, if `lost()` fires. Returns whether the lease was lost.
+pub(crate) async fn hold(history: &History, client: usize, lease: &Lease, work: Duration) -> bool {
+    let entered = Instant::now();
+    let lost = tokio::select! {
+        () = tokio::time::sleep(work) => !lease.is_held(),
+        _ = lease.lost() => true,
+    };
+    history.record_lease(client, lease, entered);
+    lost
+}
+
+/// Polls `condition` every 50 ms until it holds or `limit` passes.
+pub(crate) async fn until<F, Fut>(
+    limit: Duration,
+    what: &str,
+    mut condition: F,
+) -> Result<(), BoxError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !condition().await {
+        if Instant::now() >= deadline {
+            return Err(format!("{what}: not within {limit:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}

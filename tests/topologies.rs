@@ -1,0 +1,15 @@
+//! Clustered servers in containers on a private network, each at its own address:
+//! `etcd_cluster::…` (3 members), `zk_ensemble::…` (3 servers), `mariadb::…`.
+//! Leaders are killed and partitioned away (`docker network disconnect`) under
+//! held locks, and every case checks a recorded history: no two holders at once,
+//! tokens rising. Needs the local images (`just images`) and a Docker engine:
+//! `cargo test -p distlock-tests --all-features --test topologies`.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let mut args = libtest_mimic::Arguments::from_args();
+    // Each case runs a cluster of JVMs or etcds: a few at a time on 2 cores.
+    args.test_threads.get_or_insert(2);
+    libtest_mimic::run(&args, distlock_tests::topologies::trials()).exit_code()
+}

@@ -12,8 +12,7 @@ use async_trait::async_trait;
 use distlock_core::toolkit::Inspect;
 use distlock_core::{
     AcquireOptions, BackendLock, Capabilities, DistributedLock, DynElection, Lease, LockError,
-    LockKey,
-    MetricsSnapshot,
+    LockKey, MetricsSnapshot,
 };
 use std::sync::Arc;
 

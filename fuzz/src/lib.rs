@@ -33,6 +33,9 @@ mod exit;
 #[path = "../../crates/distlock-cli/src/fence.rs"]
 mod fence;
 #[allow(dead_code, unused_imports)]
+#[path = "../../crates/distlock-cli/src/held.rs"]
+mod held;
+#[allow(dead_code, unused_imports)]
 #[path = "../../crates/distlock-cli/src/plot.rs"]
 mod plot;
 #[allow(dead_code, unused_imports)]

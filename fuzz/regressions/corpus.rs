@@ -60,6 +60,7 @@ replays! {
     etcd_url => targets::etcd_url,
     zk_url => targets::zk_url,
     mysql_url => targets::mysql_url,
+    postgres_url => targets::postgres_url,
     backend_kind => targets::backend_kind,
     cli_args => cli::cli_args,
 }

@@ -233,6 +233,14 @@ pub fn mysql_url(data: &[u8]) {
     });
 }
 
+/// `PostgresConfig::from_url` (certificate paths are kept, not read, when
+/// parsing).
+pub fn postgres_url(data: &[u8]) {
+    scheme(data, |t| {
+        result_texts(&distlock_postgres::PostgresConfig::from_url(t))
+    });
+}
+
 /// The facade's `BackendKind::from_url` and `redact_url`.
 pub fn backend_kind(data: &[u8]) {
     scheme(data, |t| {

@@ -95,9 +95,9 @@ impl RedisBackend {
         min_ttl: Duration::from_millis(10),
         ttl_granularity: Duration::from_millis(1),
         primitives: Primitives {
-            semaphore: Support::NotOffered("the Redis semaphore is not built yet"),
+            semaphore: Support::Offered,
             election: Support::Offered,
-            rwlock: Support::NotOffered("the Redis read-write lock is not built yet"),
+            rwlock: Support::Offered,
         },
     };
 

@@ -6,9 +6,14 @@ use crate::connection::{DEFAULT_PORT, ServerAddress};
 use crate::fence::RedisFence;
 use crate::sentinel::read_sentinels;
 use crate::tls::TlsFiles;
+use crate::{RedisRwLockBackend, RedisSemaphoreBackend};
 pub(crate) use common::{Common, check_timeout};
 use distlock_core::toolkit::{LockUrl, Timeouts, redact};
-use distlock_core::{AcquireOptions, BackendLock, LockError};
+use distlock_core::{
+    AcquireOptions, BackendLock, BackendRwLock, BackendSemaphore, DynRwLock, DynSemaphore,
+    LockError,
+};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Settings for [`RedisLock`]. Build it with [`RedisConfig::from_url`] or
@@ -343,7 +348,10 @@ impl RedisConfig {
             self.common.restart_guard,
         )
         .await?;
+        let (semaphore, rwlock) = shares(&backend);
         BackendLock::new(backend)
+            .with_semaphore(semaphore)
+            .with_rwlock(rwlock)
             .with_lock_election()
             .with_defaults(self.common.defaults)
     }
@@ -359,6 +367,19 @@ impl RedisConfig {
         let (namespace, timeouts) = (self.common.namespace, self.common.timeouts);
         RedisFence::connect(&self.server, namespace, timeouts, self.replicas).await
     }
+}
+
+/// The semaphore and read-write lock on `backend`'s connection.
+fn shares(backend: &RedisBackend) -> (DynSemaphore, DynRwLock) {
+    let (server, namespace) = (&backend.server, backend.namespace());
+    let (budget, capabilities) = (backend.timeout, RedisBackend::CAPABILITIES);
+    let semaphore =
+        RedisSemaphoreBackend::new(server.clone(), namespace.into(), budget, capabilities);
+    let rwlock = RedisRwLockBackend::new(server.clone(), namespace.into(), budget, capabilities);
+    (
+        Arc::new(BackendSemaphore::new(semaphore)),
+        Arc::new(BackendRwLock::new(rwlock)),
+    )
 }
 
 mod common;

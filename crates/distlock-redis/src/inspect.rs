@@ -31,13 +31,21 @@ pub(crate) async fn lock_keys(
     prefix: &str,
     budget: Duration,
 ) -> Result<Vec<String>, CommandError> {
-    let pattern = lock_key_pattern(namespace, prefix);
+    scan_keys(server, &lock_key_pattern(namespace, prefix), budget).await
+}
+
+/// Every key on `server` matching the `SCAN` pattern, sorted.
+pub(crate) async fn scan_keys(
+    server: &ServerClient,
+    pattern: &str,
+    budget: Duration,
+) -> Result<Vec<String>, CommandError> {
     let (mut cursor, mut found) = (0_u64, Vec::new());
     loop {
         let mut scan = redis::cmd("SCAN");
         scan.arg(cursor)
             .arg("MATCH")
-            .arg(&pattern)
+            .arg(pattern)
             .arg("COUNT")
             .arg(1000);
         let (next, keys): (u64, Vec<String>) = server.query(budget, scan.into()).await?;

@@ -82,6 +82,7 @@ mod protocol;
 mod redlock;
 mod restart;
 mod sentinel;
+mod shares;
 mod subscriber;
 mod tls;
 
@@ -91,3 +92,6 @@ pub use fence::{FenceScript, RedisFence};
 pub use keys::{DEFAULT_NAMESPACE, LockKeys};
 pub use redlock::backend::{Redlock, RedlockBackend, RedlockHandle};
 pub use redlock::config::RedlockConfig;
+pub use shares::RedisShare;
+pub use shares::rwlock::{RedisRwLock, RedisRwLockBackend};
+pub use shares::semaphore::{RedisSemaphore, RedisSemaphoreBackend};

@@ -332,7 +332,7 @@ impl ServerClient {
     }
 
     /// Sends a script invocation (`EVALSHA`, loading the script on `NOSCRIPT`).
-    async fn invoke<T>(
+    pub(crate) async fn invoke<T>(
         &self,
         budget: Duration,
         build: impl Fn() -> redis::ScriptInvocation<'static>,

@@ -1,0 +1,340 @@
+//! Shares: the expiring holdings of the semaphore (permits) and of the
+//! read-write lock (read and write shares), written once for both.
+//!
+//! A share is a member (its random owner value) of the primitive's expiry
+//! sorted set, scored by its expiry in server milliseconds, with its
+//! description in a hash under the same member. Every script sweeps the
+//! expired members first, so a crashed holder's share ends at its ttl without
+//! anyone deleting it. Renew and release compare the member, so a client only
+//! ever touches its own share; release publishes on the primitive's channel.
+//!
+//! Waiting is the lock's: the waiter registers on the client's shared
+//! subscriber, attempts only once subscribed, and sleeps until a release
+//! message or the hint the script returned (when the soonest share expires),
+//! polling while the subscriber is down.
+
+use crate::backend::BACKEND;
+use crate::error::CommandError;
+use crate::inspect::scan_keys;
+use crate::keys::{LockKeys, lock_key_pattern};
+use crate::protocol::ServerClient;
+use crate::subscriber::Waiting;
+use async_trait::async_trait;
+use distlock_core::backend::{AcquireRequest, Holding, Ownership, WaitUntil};
+use distlock_core::toolkit::{CancelGuard, UndoFuture};
+use distlock_core::{LockError, LockKey};
+use redis::Script;
+use std::future::Future;
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+pub(crate) mod rwlock;
+pub(crate) mod semaphore;
+
+/// The helpers every share script starts with.
+macro_rules! share_script {
+    ($file:literal) => {
+        concat!(
+            include_str!("../scripts/share_lib.lua"),
+            include_str!(concat!("../scripts/", $file))
+        )
+    };
+}
+pub(crate) use share_script;
+
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(share_script!("share_renew.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(share_script!("share_release.lua")));
+static LIVE: LazyLock<Script> = LazyLock::new(|| Script::new(share_script!("share_live.lua")));
+static DELETE: LazyLock<Script> = LazyLock::new(|| Script::new(share_script!("share_delete.lua")));
+
+/// The Redis names of one semaphore or read-write lock: `<lock key>:<kind>:…`,
+/// so they share the lock's hash tag (one Cluster slot) but never its keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ShareKeys {
+    /// Sorted set: owner value → expiry in server ms.
+    pub expiry: String,
+    /// Hash: owner value → the share's description.
+    pub info: String,
+    /// The token counter; never expires.
+    pub fence: String,
+    /// Releases are published here.
+    pub channel: String,
+    /// Further bookkeeping dropped with the last share (the semaphore's limit).
+    pub extra: Vec<String>,
+}
+
+impl ShareKeys {
+    /// The keys of primitive `kind` (`sem`, `rw`) named `key`.
+    pub fn new(namespace: &str, key: &LockKey, kind: &str) -> Self {
+        let base = format!("{}:{kind}", LockKeys::new(namespace, key).lock);
+        ShareKeys {
+            expiry: format!("{base}:expiry"),
+            info: format!("{base}:info"),
+            fence: format!("{base}:fence"),
+            channel: format!("{base}:ch"),
+            extra: Vec::new(),
+        }
+    }
+
+    /// Another key of the same primitive, `<lock key>:<kind>:<name>`.
+    pub fn sibling(&self, name: &str) -> String {
+        let base = self.expiry.trim_end_matches("expiry");
+        format!("{base}{name}")
+    }
+}
+
+/// One held semaphore permit or read-write lock share: what renewing and
+/// releasing it needs (the lease machinery drives it through `Holding`).
+pub struct RedisShare {
+    server: Arc<ServerClient>,
+    keys: Arc<ShareKeys>,
+    owner: String,
+    budget: Duration,
+}
+
+impl std::fmt::Debug for RedisShare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisShare")
+            .field("expiry", &self.keys.expiry)
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+fn release_invocation(keys: &ShareKeys, owner: &str) -> redis::ScriptInvocation<'static> {
+    let mut invocation = RELEASE.key(&keys.expiry);
+    invocation.key(&keys.info);
+    for extra in &keys.extra {
+        invocation.key(extra);
+    }
+    invocation.arg(owner).arg(&keys.channel);
+    invocation
+}
+
+fn ownership(reply: Result<i64, CommandError>, what: &str) -> Result<Ownership, CommandError> {
+    match reply? {
+        1 => Ok(Ownership::Held),
+        0 => Ok(Ownership::NotHeld),
+        other => Err(CommandError::Reply(format!(
+            "{what} script returned {other}"
+        ))),
+    }
+}
+
+/// A command error as the `LockError` of this server.
+pub(crate) fn fail(server: &ServerClient, e: CommandError) -> LockError {
+    e.into_lock_error(BACKEND, &server.endpoint)
+}
+
+pub(crate) fn ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[async_trait]
+impl Holding for RedisShare {
+    fn backend_name(&self) -> &'static str {
+        BACKEND
+    }
+
+    async fn renew(&self, ttl: Duration) -> Result<Ownership, LockError> {
+        let reply = self
+            .server
+            .invoke(self.budget, || {
+                let mut invocation = RENEW.key(&self.keys.expiry);
+                invocation
+                    .key(&self.keys.info)
+                    .arg(&self.owner)
+                    .arg(ms(ttl));
+                invocation
+            })
+            .await;
+        ownership(reply, "share renew").map_err(|e| fail(&self.server, e))
+    }
+
+    async fn release(&self) -> Result<Ownership, LockError> {
+        let reply = self
+            .server
+            .invoke(self.budget, || release_invocation(&self.keys, &self.owner))
+            .await;
+        ownership(reply, "share release").map_err(|e| fail(&self.server, e))
+    }
+}
+
+/// Builds a script call, once per send.
+pub(crate) type Invocation = Box<dyn Fn() -> redis::ScriptInvocation<'static> + Send + Sync>;
+
+/// One attempt's outcome.
+pub(crate) enum Attempt<T> {
+    /// Won.
+    Won(T),
+    /// Not now: how long in ms until a share expires (-2: none to wait for).
+    Wait(i64),
+}
+
+/// One acquire: the primitive's server, keys and reply budget, and the random
+/// owner value its attempts share (a retried script finds its own share, and
+/// a waiting writer's marker stays one entry).
+pub(crate) struct Acquiring<'a> {
+    pub server: &'a Arc<ServerClient>,
+    pub keys: Arc<ShareKeys>,
+    pub budget: Duration,
+    pub owner: String,
+}
+
+impl Acquiring<'_> {
+    /// The share, once won.
+    pub fn share(&self) -> RedisShare {
+        RedisShare {
+            server: self.server.clone(),
+            keys: self.keys.clone(),
+            owner: self.owner.clone(),
+            budget: self.budget,
+        }
+    }
+
+    /// Gives back whatever this acquire may have taken unless disarmed (it was
+    /// dropped, its wait ended, a reply was lost): the compare-owner release,
+    /// so it can only ever end this acquire's own share. `more` runs after it
+    /// (taking a waiting writer out of the queue).
+    pub fn undo_on_drop(
+        &self,
+        more: Option<Invocation>,
+    ) -> CancelGuard<(), impl FnOnce(()) -> Option<UndoFuture> + use<>> {
+        let (server, budget) = (self.server.clone(), self.budget);
+        let (keys, owner) = (self.keys.clone(), self.owner.clone());
+        let release: Invocation = Box::new(move || release_invocation(&keys, &owner));
+        CancelGuard::new((), move |()| {
+            Some(Box::pin(async move {
+                for build in std::iter::once(release).chain(more) {
+                    let undone: Result<i64, _> = server.invoke(budget, &build).await;
+                    if let Err(e) = undone {
+                        tracing::debug!(endpoint = %server.endpoint, error = %e, "undoing an abandoned share attempt failed; its ttl frees it");
+                    }
+                }
+            }) as UndoFuture)
+        })
+    }
+
+    /// Runs `attempt` (given whether the caller has been waiting) until it wins
+    /// or `req.wait` ends, sleeping between tries until a release message or
+    /// the attempt's hint. Cancel-safe when `attempt` is.
+    pub async fn until_won<T, F, Fut>(
+        &self,
+        req: &AcquireRequest<'_>,
+        mut attempt: F,
+    ) -> Result<T, LockError>
+    where
+        F: FnMut(bool) -> Fut,
+        Fut: Future<Output = Result<Attempt<T>, LockError>>,
+    {
+        // The uncontended path: one round trip, no subscription.
+        if let Attempt::Won(won) = self.raced(req, attempt(false)).await? {
+            return Ok(won);
+        }
+        if req.wait == WaitUntil::NoWait {
+            return Err(req.not_acquired());
+        }
+        // Subscribed before the next attempt: a release from here on wakes us.
+        let until = tokio::time::Instant::now() + self.budget;
+        let mut waiting = tokio::select! {
+            waiting = Waiting::start([&self.server.subscriber], &self.keys.channel, until) => waiting,
+            _ = req.wait.reached() => return Err(req.not_acquired()),
+        };
+        loop {
+            let seen = waiting.seen();
+            let step = self.raced(req, attempt(true)).await?;
+            waiting.handled(seen);
+            let hint = match step {
+                Attempt::Won(won) => return Ok(won),
+                Attempt::Wait(hint) => hint,
+            };
+            let heard = waiting.ready() > 0;
+            if !waiting.nap(hint, heard, req.wait).await {
+                return Err(req.not_acquired());
+            }
+        }
+    }
+
+    /// `attempt`, unless the wait ends first (the attempt's guard then undoes
+    /// whatever it took). A wait that already ended still gets its one try.
+    async fn raced<T>(
+        &self,
+        req: &AcquireRequest<'_>,
+        attempt: impl Future<Output = Result<Attempt<T>, LockError>>,
+    ) -> Result<Attempt<T>, LockError> {
+        let race = req.wait != WaitUntil::NoWait
+            && req.wait.instant().is_none_or(|at| at > Instant::now());
+        tokio::select! {
+            outcome = attempt => outcome,
+            _ = req.wait.reached(), if race => Err(req.not_acquired()),
+        }
+    }
+}
+
+/// The live shares of one primitive: (owner value, description).
+pub(crate) async fn live(
+    server: &ServerClient,
+    expiry: &str,
+    info: &str,
+    budget: Duration,
+) -> Result<Vec<(String, String)>, LockError> {
+    let reply: Vec<String> = server
+        .invoke(budget, || {
+            let mut invocation = LIVE.key(expiry);
+            invocation.key(info);
+            invocation
+        })
+        .await
+        .map_err(|e| fail(server, e))?;
+    Ok(reply
+        .chunks_exact(2)
+        .map(|pair| (pair[0].clone(), pair[1].clone()))
+        .collect())
+}
+
+/// Deletes the live shares of `owners` (all of them when empty) behind their
+/// holders' backs and wakes waiters; returns how many there were.
+pub(crate) async fn delete(
+    server: &ServerClient,
+    keys: &ShareKeys,
+    owners: &[String],
+    budget: Duration,
+) -> Result<usize, LockError> {
+    let deleted: i64 = server
+        .invoke(budget, || {
+            let mut invocation = DELETE.key(&keys.expiry);
+            invocation.key(&keys.info).arg(&keys.channel);
+            for owner in owners {
+                invocation.arg(owner);
+            }
+            invocation
+        })
+        .await
+        .map_err(|e| fail(server, e))?;
+    Ok(usize::try_from(deleted).unwrap_or(0))
+}
+
+/// The live entries of every `kind` primitive whose name starts with `prefix`,
+/// in the sets ending in `suffix` (`expiry`, or the writers' queue), as
+/// `<set> <owner>`.
+pub(crate) async fn residue(
+    server: &ServerClient,
+    namespace: &str,
+    prefix: &str,
+    (kind, suffix): (&str, &str),
+    budget: Duration,
+) -> Result<Vec<String>, LockError> {
+    let pattern = format!("{}:{kind}:{suffix}", lock_key_pattern(namespace, prefix));
+    let sets = scan_keys(server, &pattern, budget)
+        .await
+        .map_err(|e| fail(server, e))?;
+    let mut found = Vec::new();
+    for set in sets {
+        let info = format!("{}info", set.trim_end_matches(suffix));
+        for (owner, _) in live(server, &set, &info, budget).await? {
+            found.push(format!("{set} {owner}"));
+        }
+    }
+    Ok(found)
+}

@@ -9,6 +9,7 @@ use crate::error::CommandError;
 use crate::keys::{LockKeys, lock_key_pattern};
 use crate::protocol::{Attempt, ServerClient};
 use crate::restart::RestartGuard;
+use crate::shares::residue;
 use async_trait::async_trait;
 use distlock_core::toolkit::{Holder, Inspect, random_owner};
 use distlock_core::{FencingToken, LockError, LockKey};
@@ -286,9 +287,16 @@ impl Inspect for RedisBackend {
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        lock_keys(&self.server, self.namespace(), prefix, self.timeout)
+        let mut found = lock_keys(&self.server, self.namespace(), prefix, self.timeout)
             .await
-            .map_err(|e| self.error(e))
+            .map_err(|e| self.error(e))?;
+        if self.fair {
+            // The fair lock's live places in its queues.
+            let at = ("queue", "timeouts");
+            let queued = residue(&self.server, self.namespace(), prefix, at, self.timeout);
+            found.extend(queued.await?);
+        }
+        Ok(found)
     }
 
     async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {

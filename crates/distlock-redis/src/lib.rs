@@ -75,6 +75,7 @@ mod backend;
 mod config;
 mod connection;
 mod error;
+mod fair;
 mod fence;
 mod inspect;
 mod keys;

@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 use undo::{UNDO_GRACE, release_invocation, undo_on_connection};
 
 mod acquire;
+pub(crate) mod fair;
 mod undo;
 pub(crate) use acquire::wait_on;
 pub(crate) use undo::release_on_drop;

@@ -2,7 +2,7 @@
 -- KEYS[1] expiry set, KEYS[2] info hash
 -- Returns {owner, description, owner, description, ...} of unexpired shares.
 local now = now_ms()
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], string.format('(%d', now), '+inf')
 local out = {}
 for _, member in ipairs(live) do
   out[#out + 1] = member

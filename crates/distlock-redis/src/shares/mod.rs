@@ -197,7 +197,7 @@ impl Acquiring<'_> {
     /// dropped, its wait ended, a reply was lost): the compare-owner release,
     /// so it can only ever end this acquire's own share. `more` runs after it
     /// (taking a waiting writer out of the queue).
-    pub fn undo_on_drop(
+    fn undo_on_drop(
         &self,
         more: Option<Invocation>,
     ) -> CancelGuard<(), impl FnOnce(()) -> Option<UndoFuture> + use<>> {
@@ -218,8 +218,32 @@ impl Acquiring<'_> {
 
     /// Runs `attempt` (given whether the caller has been waiting) until it wins
     /// or `req.wait` ends, sleeping between tries until a release message or
-    /// the attempt's hint. Cancel-safe when `attempt` is.
+    /// the attempt's hint. Cancel-safe: unless it wins, or its last attempt was
+    /// answered and refused (`Busy`, `LimitMismatch`), the undo
+    /// ([`Acquiring::undo_on_drop`] with `more`) gives back what an attempt
+    /// may have taken.
     pub async fn until_won<T, F, Fut>(
+        &self,
+        req: &AcquireRequest<'_>,
+        more: Option<Invocation>,
+        attempt: F,
+    ) -> Result<T, LockError>
+    where
+        F: FnMut(bool) -> Fut,
+        Fut: Future<Output = Result<Attempt<T>, LockError>>,
+    {
+        let undo = self.undo_on_drop(more);
+        let outcome = self.attempts(req, attempt).await;
+        if matches!(
+            outcome,
+            Ok(_) | Err(LockError::Busy { .. } | LockError::LimitMismatch { .. })
+        ) {
+            undo.disarm();
+        }
+        outcome
+    }
+
+    async fn attempts<T, F, Fut>(
         &self,
         req: &AcquireRequest<'_>,
         mut attempt: F,

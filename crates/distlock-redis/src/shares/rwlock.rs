@@ -99,15 +99,10 @@ impl RedisRwLockBackend {
             budget: self.budget,
             owner,
         };
-        // Armed across every attempt: an acquire that ends without a share
-        // handed out gives back one an attempt may have taken and takes its
-        // writer out of the queue.
-        let undo = on.undo_on_drop(unqueue);
-        let won = on
-            .until_won(&req, |waited| self.attempt(&on, &req, mode, waited))
-            .await?;
-        undo.disarm();
-        Ok(won)
+        on.until_won(&req, unqueue, |waited| {
+            self.attempt(&on, &req, mode, waited)
+        })
+        .await
     }
 
     /// One try of the acquire script.

@@ -143,15 +143,8 @@ impl SemaphoreBackend for RedisSemaphoreBackend {
             budget: self.budget,
             owner: random_owner(),
         };
-        // Armed across every attempt: whatever ends this acquire without a
-        // permit handed out (a drop, the wait's end, an error) gives back a
-        // permit an attempt may have taken.
-        let undo = on.undo_on_drop(None);
-        let won = on
-            .until_won(&req.acquire, |waited| self.attempt(&on, &req, waited))
-            .await?;
-        undo.disarm();
-        Ok(won)
+        on.until_won(&req.acquire, None, |waited| self.attempt(&on, &req, waited))
+            .await
     }
 
     fn inspect(&self) -> Option<&dyn SemaphoreInspect> {

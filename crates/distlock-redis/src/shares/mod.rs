@@ -340,8 +340,8 @@ pub(crate) async fn delete(
 }
 
 /// The live entries of every `kind` primitive whose name starts with `prefix`,
-/// in the sets ending in `suffix` (`expiry`, or the writers' queue), as
-/// `<set> <owner>`.
+/// in the sorted sets named `<lock key>:<kind>:<suffix>` (`rw:expiry`,
+/// `rw:writers`, the fair lock's `queue:timeouts`), as `<set> <owner>`.
 pub(crate) async fn residue(
     server: &ServerClient,
     namespace: &str,

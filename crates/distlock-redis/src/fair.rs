@@ -8,7 +8,7 @@
 //!   queue is empty; the head is removed from the queue as it takes the lock.
 //! - A waiter keeps one owner value for its whole wait and renews its place at
 //!   every attempt; it attempts at least three times per place lifetime
-//!   ([`place_lifetime`]), so a live waiter never loses its place, and one that
+//!   (its ttl, within 300 ms and 5 s), so a live waiter never loses its place, and one that
 //!   vanished (a crash) is dropped by the next script once its place expires.
 //! - A waiter whose wait ends or is dropped leaves the queue at once (the
 //!   leave script, armed in a `CancelGuard`).
@@ -20,21 +20,13 @@
 use crate::backend::{RedisBackend, RedisHandle};
 use crate::keys::LockKeys;
 use crate::protocol::fair::turn_channel;
-use crate::protocol::{Attempt, ServerClient};
-use crate::subscriber::Waiting;
+use crate::protocol::{Attempt as Granted, ServerClient};
+use crate::shares::{Attempt, place_lifetime, queued_wait, take_turns};
 use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};
 use distlock_core::toolkit::{CancelGuard, UndoFuture, random_owner};
 use distlock_core::{FencingToken, LockError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// How long a waiter's place lives without a new attempt: its ttl (a vanished
-/// waiter holds the queue no longer than a crashed holder holds the lock),
-/// within 300 ms (so that short ttls do not make waiters spin) and 5 s (so
-/// that a vanished waiter does not stall the queue for a long ttl).
-pub(crate) fn place_lifetime(ttl: Duration) -> Duration {
-    ttl.clamp(Duration::from_millis(300), Duration::from_secs(5))
-}
 
 /// Takes the waiter out of the queue and releases what it may hold, unless
 /// disarmed.
@@ -61,7 +53,7 @@ impl RedisBackend {
         req: &AcquireRequest<'_>,
         keys: &LockKeys,
         owner: &str,
-    ) -> Result<Result<Acquired<RedisHandle>, i64>, LockError> {
+    ) -> Result<Attempt<Acquired<RedisHandle>>, LockError> {
         let queued = req.wait != WaitUntil::NoWait;
         let place = if queued {
             place_lifetime(req.ttl)
@@ -69,13 +61,12 @@ impl RedisBackend {
             Duration::ZERO
         };
         let sent_at = Instant::now();
-        let race = queued && req.wait.instant().is_none_or(|at| at > Instant::now());
-        let reply = tokio::select! {
-            reply = self.server.fair_acquire(keys, owner, req.ttl, place, self.timeout) => reply,
-            _ = req.wait.reached(), if race => return Err(req.not_acquired()),
-        };
-        match reply.map_err(|e| self.error(e))? {
-            Attempt::Won(token, run_id) => Ok(Ok(Acquired {
+        let reply = self
+            .server
+            .fair_acquire(keys, owner, req.ttl, place, self.timeout)
+            .await;
+        Ok(match reply.map_err(|e| self.error(e))? {
+            Granted::Won(token, run_id) => Attempt::Won(Acquired {
                 handle: RedisHandle {
                     keys: keys.clone(),
                     owner: owner.to_owned(),
@@ -83,14 +74,10 @@ impl RedisBackend {
                 },
                 token: FencingToken::new(token),
                 sent_at,
-            })),
-            // Back before the place expires.
-            Attempt::Held(wait) if queued => {
-                let refresh = i64::try_from((place / 3).as_millis()).unwrap_or(i64::MAX);
-                Ok(Err(if wait < 0 { refresh } else { wait.min(refresh) }))
-            }
-            Attempt::Held(wait) => Ok(Err(wait)),
-        }
+            }),
+            Granted::Held(wait) if queued => Attempt::Wait(queued_wait(wait, place)),
+            Granted::Held(wait) => Attempt::Wait(wait),
+        })
     }
 
     /// Acquires in queue order, waiting per `req.wait`.
@@ -101,46 +88,14 @@ impl RedisBackend {
         let keys = LockKeys::new(self.namespace(), req.key);
         let owner = random_owner();
         let leave = leave_on_drop(&self.server, &keys, &owner, self.timeout);
-        if let Ok(won) = self.fair_attempt(&req, &keys, &owner).await? {
-            leave.disarm();
-            return Ok(won);
-        }
-        if req.wait == WaitUntil::NoWait {
-            leave.disarm();
-            return Err(req.not_acquired());
-        }
-        let until = tokio::time::Instant::now() + self.timeout;
-        let subscriber = [&self.server.subscriber];
         let turn = turn_channel(&keys, &owner);
-        // Subscribed to both before the next attempt: a release or an
-        // operator's delete from here on wakes us.
-        let (mut mine, mut any) = tokio::select! {
-            both = async {
-                (Waiting::start(subscriber, &turn, until).await,
-                 Waiting::start(subscriber, &keys.channel, until).await)
-            } => both,
-            _ = req.wait.reached() => return Err(req.not_acquired()),
-        };
-        loop {
-            let seen = (mine.seen(), any.seen());
-            let step = self.fair_attempt(&req, &keys, &owner).await?;
-            mine.handled(seen.0);
-            any.handled(seen.1);
-            let wait = match step {
-                Ok(won) => {
-                    leave.disarm();
-                    return Ok(won);
-                }
-                Err(wait) => wait,
-            };
-            let heard = mine.ready() > 0 && any.ready() > 0;
-            let more = tokio::select! {
-                more = mine.nap(wait, heard, req.wait) => more,
-                more = any.nap(wait, heard, req.wait) => more,
-            };
-            if !more {
-                return Err(req.not_acquired());
-            }
+        let channels = (keys.channel.as_str(), Some(turn.as_str()));
+        let attempt = |_| self.fair_attempt(&req, &keys, &owner);
+        let outcome = take_turns(&self.server, channels, &req, self.timeout, attempt).await;
+        // Won, or a try refused without taking a place: nothing to leave.
+        if matches!(outcome, Ok(_) | Err(LockError::Busy { .. })) {
+            leave.disarm();
         }
+        outcome
     }
 }

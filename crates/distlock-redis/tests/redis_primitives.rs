@@ -175,8 +175,8 @@ async fn fair_waiters_of_one_client_are_served_in_arrival_order_by_push() {
 }
 
 /// Readers of one client waiting behind a writer all get in when it leaves:
-/// the release message wakes one of them, and each reader that enters passes
-/// the wake on.
+/// the release message wakes one of them, and a reader that enters wakes the
+/// readers at the head of the queue on their own channels.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_of_one_client_all_enter_when_the_writer_leaves() {
     const READERS: usize = 4;
@@ -194,8 +194,9 @@ async fn readers_of_one_client_all_enter_when_the_writer_leaves() {
     eventually(Duration::from_secs(5), "the readers subscribed", || {
         let mut conn = conn.clone();
         async move {
+            // The release channel and each reader's own.
             let channels: Vec<String> = raw(&mut conn, &["PUBSUB", "CHANNELS", "*"]).await;
-            channels.len() == 1
+            channels.len() == 1 + READERS
         }
     })
     .await;
@@ -210,6 +211,59 @@ async fn readers_of_one_client_all_enter_when_the_writer_leaves() {
     for lease in leases {
         lease.release().await.unwrap();
     }
+}
+
+/// A reader waiting behind a writer goes before a writer that arrived after
+/// it (no reader starvation), and each is woken by push when its turn comes,
+/// though both wait in one client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_reader_goes_before_a_writer_that_arrived_after_it() {
+    let server = one_server().await;
+    let holder = client(&server).await.rwlock().unwrap();
+    let waiters = client(&server).await.rwlock().unwrap();
+    let key = LockKey::new("rw-arrival").unwrap();
+    let first = holder.write(&key, &long()).await.unwrap();
+    let conn = admin(&server).await;
+    let queued = |n: usize| {
+        let conn = conn.clone();
+        async move {
+            let mut conn = conn.clone();
+            let queue = "distlock:{rw-arrival}:rw:queue";
+            eventually(Duration::from_secs(5), "the waiter queued", || {
+                let mut conn = conn.clone();
+                async move { raw::<usize>(&mut conn, &["ZCARD", queue]).await == n }
+            })
+            .await;
+            raw::<Vec<String>>(&mut conn, &["ZRANGE", queue, "0", "-1"]).await
+        }
+    };
+    let (rw, k) = (waiters.clone(), key.clone());
+    let reader = tokio::spawn(async move { rw.read(&k, &long()).await });
+    queued(1).await;
+    let (rw, k) = (waiters.clone(), key.clone());
+    let writer = tokio::spawn(async move { rw.write(&k, &long()).await });
+    let order = queued(2).await;
+    assert!(
+        order[0].starts_with("R:") && order[1].starts_with("W:"),
+        "{order:?}"
+    );
+    first.release().await.unwrap();
+    let read = tokio::time::timeout(Duration::from_secs(1), reader)
+        .await
+        .expect("the earlier reader is served first, by push")
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!writer.is_finished(), "the writer got in beside a reader");
+    let read_token = read.token();
+    read.release().await.unwrap();
+    let write = tokio::time::timeout(Duration::from_secs(1), writer)
+        .await
+        .expect("the writer is served next, by push")
+        .unwrap()
+        .unwrap();
+    assert!(write.token() > read_token);
+    write.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,8 +8,8 @@
 //! anyone deleting it. Renew and release compare the member, so a client only
 //! ever touches its own share; release publishes on the primitive's channel.
 //!
-//! Waiting is the lock's: the waiter registers on the client's shared
-//! subscriber, attempts only once subscribed, and sleeps until a release
+//! Waiting is the lock's ([`turns`]): the waiter registers on the client's
+//! shared subscriber, attempts only once subscribed, and sleeps until a
 //! message or the hint the script returned (when the soonest share expires),
 //! polling while the subscriber is down.
 
@@ -18,18 +18,20 @@ use crate::error::CommandError;
 use crate::inspect::scan_keys;
 use crate::keys::{LockKeys, lock_key_pattern};
 use crate::protocol::ServerClient;
-use crate::subscriber::Waiting;
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Holding, Ownership, WaitUntil};
+use distlock_core::backend::{AcquireRequest, Holding, Ownership};
 use distlock_core::toolkit::{CancelGuard, UndoFuture};
 use distlock_core::{LockError, LockKey};
 use redis::Script;
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
+pub(crate) mod turns;
+
+pub(crate) use turns::{Attempt, place_lifetime, queued_wait, take_turns};
 
 /// The helpers every share script starts with.
 macro_rules! share_script {
@@ -164,14 +166,6 @@ impl Holding for RedisShare {
 /// Builds a script call, once per send.
 pub(crate) type Invocation = Box<dyn Fn() -> redis::ScriptInvocation<'static> + Send + Sync>;
 
-/// One attempt's outcome.
-pub(crate) enum Attempt<T> {
-    /// Won.
-    Won(T),
-    /// Not now: how long in ms until a share expires (-2: none to wait for).
-    Wait(i64),
-}
-
 /// One acquire: the primitive's server, keys and reply budget, and the random
 /// owner value its attempts share (a retried script finds its own share, and
 /// a waiting writer's marker stays one entry).
@@ -180,6 +174,8 @@ pub(crate) struct Acquiring<'a> {
     pub keys: Arc<ShareKeys>,
     pub budget: Duration,
     pub owner: String,
+    /// The waiter's own channel, when others hand it the turn by name.
+    pub own_channel: Option<String>,
 }
 
 impl Acquiring<'_> {
@@ -216,9 +212,8 @@ impl Acquiring<'_> {
         })
     }
 
-    /// Runs `attempt` (given whether the caller has been waiting) until it wins
-    /// or `req.wait` ends, sleeping between tries until a release message or
-    /// the attempt's hint. Cancel-safe: unless it wins, or its last attempt was
+    /// Runs `attempt` (told whether the caller has been waiting) in turns
+    /// ([`take_turns`]) until it wins or `req.wait` ends. Cancel-safe: unless it wins, or its last attempt was
     /// answered and refused (`Busy`, `LimitMismatch`), the undo
     /// ([`Acquiring::undo_on_drop`] with `more`) gives back what an attempt
     /// may have taken.
@@ -233,7 +228,8 @@ impl Acquiring<'_> {
         Fut: Future<Output = Result<Attempt<T>, LockError>>,
     {
         let undo = self.undo_on_drop(more);
-        let outcome = self.attempts(req, attempt).await;
+        let channels = (self.keys.channel.as_str(), self.own_channel.as_deref());
+        let outcome = take_turns(self.server, channels, req, self.budget, attempt).await;
         if matches!(
             outcome,
             Ok(_) | Err(LockError::Busy { .. } | LockError::LimitMismatch { .. })
@@ -241,58 +237,6 @@ impl Acquiring<'_> {
             undo.disarm();
         }
         outcome
-    }
-
-    async fn attempts<T, F, Fut>(
-        &self,
-        req: &AcquireRequest<'_>,
-        mut attempt: F,
-    ) -> Result<T, LockError>
-    where
-        F: FnMut(bool) -> Fut,
-        Fut: Future<Output = Result<Attempt<T>, LockError>>,
-    {
-        // The uncontended path: one round trip, no subscription.
-        if let Attempt::Won(won) = self.raced(req, attempt(false)).await? {
-            return Ok(won);
-        }
-        if req.wait == WaitUntil::NoWait {
-            return Err(req.not_acquired());
-        }
-        // Subscribed before the next attempt: a release from here on wakes us.
-        let until = tokio::time::Instant::now() + self.budget;
-        let mut waiting = tokio::select! {
-            waiting = Waiting::start([&self.server.subscriber], &self.keys.channel, until) => waiting,
-            _ = req.wait.reached() => return Err(req.not_acquired()),
-        };
-        loop {
-            let seen = waiting.seen();
-            let step = self.raced(req, attempt(true)).await?;
-            waiting.handled(seen);
-            let hint = match step {
-                Attempt::Won(won) => return Ok(won),
-                Attempt::Wait(hint) => hint,
-            };
-            let heard = waiting.ready() > 0;
-            if !waiting.nap(hint, heard, req.wait).await {
-                return Err(req.not_acquired());
-            }
-        }
-    }
-
-    /// `attempt`, unless the wait ends first (the attempt's guard then undoes
-    /// whatever it took). A wait that already ended still gets its one try.
-    async fn raced<T>(
-        &self,
-        req: &AcquireRequest<'_>,
-        attempt: impl Future<Output = Result<Attempt<T>, LockError>>,
-    ) -> Result<Attempt<T>, LockError> {
-        let race = req.wait != WaitUntil::NoWait
-            && req.wait.instant().is_none_or(|at| at > Instant::now());
-        tokio::select! {
-            outcome = attempt => outcome,
-            _ = req.wait.reached(), if race => Err(req.not_acquired()),
-        }
     }
 }
 

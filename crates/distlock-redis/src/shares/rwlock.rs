@@ -1,28 +1,33 @@
 //! The Redis read-write lock: expiring read shares and one write share of a
-//! name, and a queue of waiting writers that later readers respect.
+//! name, granted in arrival order.
 //!
 //! Keys (all with the lock's hash tag, see [`ShareKeys`]):
 //! `<lock key>:rw:expiry` (owner → expiry ms, every live share),
-//! `…:rw:info` (owner → `R:token` or `W:token`), `…:rw:writers` (waiting
-//! writers: owner → marker expiry ms), `…:rw:fence` (one token counter for both
-//! kinds, never expires) and the channel `…:rw:ch`.
+//! `…:rw:info` (owner → `R:token` or `W:token`), `…:rw:queue` (waiters,
+//! `R:<owner>` or `W:<owner>` → arrival number), `…:rw:places` (the same
+//! members → when their place expires), `…:rw:arrivals` (the arrival counter),
+//! `…:rw:fence` (one token counter for both kinds, never expires), the release
+//! channel `…:rw:ch` and each waiter's own channel `…:rw:ch:<owner>`.
 //!
-//! Invariants: the live shares are either readers only or one writer (a writer
-//! enters only when the expiry set is empty, a reader only when it holds no
-//! writer); a reader does not enter while a writer waits, so a stream of
-//! readers cannot starve a writer. A waiting writer renews its marker at each
-//! attempt (at least every third of its lifetime, the request's ttl), so a
-//! writer that vanished holds readers back at most that long; one whose wait
-//! ends or is dropped takes its marker out at once and wakes the readers.
+//! Invariants: the live shares are either readers only or one writer. A writer
+//! enters when no share lives and nobody arrived before it; a reader when no
+//! writer holds and no writer arrived before it, so readers that come while a
+//! writer waits queue behind it (no writer starvation) and readers waiting
+//! behind a writer go before writers that came after them (no reader
+//! starvation). A waiter renews its place at every attempt, at least every
+//! third of the place's lifetime, so a waiter that vanished holds the queue at
+//! most that long; one whose wait ends or is dropped leaves at once. An attempt
+//! that finds the head's turn has come (after a release woke another waiter of
+//! a client, or a predecessor vanished) wakes the head on its own channel.
 
 use super::{
-    Acquiring, Attempt, Invocation, RedisShare, ShareKeys, delete, fail, live, ms, residue,
-    share_script,
+    Acquiring, Attempt, Invocation, RedisShare, ShareKeys, delete, fail, live, ms, place_lifetime,
+    queued_wait, residue, share_script,
 };
 use crate::backend::BACKEND;
 use crate::protocol::ServerClient;
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired};
+use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};
 use distlock_core::toolkit::random_owner;
 use distlock_core::{
     BackendRwLock, Capabilities, FencingToken, LockError, LockKey, RwLockBackend, RwLockInspect,
@@ -84,25 +89,25 @@ impl RedisRwLockBackend {
     ) -> Result<Acquired<RedisShare>, LockError> {
         let keys = Arc::new(self.keys(req.key));
         let owner = random_owner();
-        let unqueue = (mode == RwMode::Write).then(|| {
-            let (writers, owner, channel) =
-                (keys.sibling("writers"), owner.clone(), keys.channel.clone());
+        let member = format!("{}:{owner}", kind(mode));
+        let unqueue = {
+            let (queue, places) = (keys.sibling("queue"), keys.sibling("places"));
+            let (member, channel) = (member.clone(), keys.channel.clone());
             Box::new(move || {
-                let mut invocation = UNQUEUE.key(&writers);
-                invocation.arg(&owner).arg(&channel);
+                let mut invocation = UNQUEUE.key(&queue);
+                invocation.key(&places).arg(&member).arg(&channel);
                 invocation
             }) as Invocation
-        });
+        };
         let on = Acquiring {
             server: &self.server,
+            own_channel: Some(format!("{}:{owner}", keys.channel)),
             keys,
             budget: self.budget,
             owner,
         };
-        on.until_won(&req, unqueue, |waited| {
-            self.attempt(&on, &req, mode, waited)
-        })
-        .await
+        on.until_won(&req, Some(unqueue), |_| self.attempt(&on, &req, mode))
+            .await
     }
 
     /// One try of the acquire script.
@@ -111,11 +116,14 @@ impl RedisRwLockBackend {
         on: &Acquiring<'_>,
         req: &AcquireRequest<'_>,
         mode: RwMode,
-        waited: bool,
     ) -> Result<Attempt<Acquired<RedisShare>>, LockError> {
         let keys = &on.keys;
-        let queued = mode == RwMode::Write && req.wait != distlock_core::backend::WaitUntil::NoWait;
-        let marker = if queued { req.ttl } else { Duration::ZERO };
+        let queued = req.wait != WaitUntil::NoWait;
+        let place = if queued {
+            place_lifetime(req.ttl)
+        } else {
+            Duration::ZERO
+        };
         let sent_at = Instant::now();
         let reply: Vec<i64> = self
             .server
@@ -123,15 +131,16 @@ impl RedisRwLockBackend {
                 let mut invocation = ACQUIRE.key(&keys.expiry);
                 invocation
                     .key(&keys.info)
-                    .key(keys.sibling("writers"))
+                    .key(keys.sibling("queue"))
+                    .key(keys.sibling("places"))
+                    .key(keys.sibling("arrivals"))
                     .key(&keys.fence);
                 invocation
                     .arg(&on.owner)
                     .arg(ms(req.ttl))
-                    .arg(if mode == RwMode::Read { "R" } else { "W" })
-                    .arg(if waited { "1" } else { "0" })
-                    .arg(&keys.channel)
-                    .arg(ms(marker));
+                    .arg(kind(mode))
+                    .arg(ms(place))
+                    .arg(&keys.channel);
                 invocation
             })
             .await
@@ -142,8 +151,7 @@ impl RedisRwLockBackend {
                 token: FencingToken::new(token.unsigned_abs()),
                 sent_at,
             })),
-            // A queued writer comes back before its marker expires.
-            [0, hint] if queued => Ok(Attempt::Wait(hint.min(ms_i64(marker / 3)))),
+            [0, hint] if queued => Ok(Attempt::Wait(queued_wait(hint, place))),
             [0, hint] => Ok(Attempt::Wait(hint)),
             _ => Err(LockError::backend(
                 BACKEND,
@@ -153,8 +161,12 @@ impl RedisRwLockBackend {
     }
 }
 
-fn ms_i64(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+/// A share's kind as the scripts write it.
+fn kind(mode: RwMode) -> &'static str {
+    match mode {
+        RwMode::Read => "R",
+        RwMode::Write => "W",
+    }
 }
 
 #[async_trait]
@@ -222,7 +234,7 @@ impl RwLockInspect for RedisRwLockBackend {
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
         let (namespace, budget) = (&self.namespace, self.budget);
         let mut found = residue(&self.server, namespace, prefix, ("rw", "expiry"), budget).await?;
-        found.extend(residue(&self.server, namespace, prefix, ("rw", "writers"), budget).await?);
+        found.extend(residue(&self.server, namespace, prefix, ("rw", "places"), budget).await?);
         Ok(found)
     }
 }

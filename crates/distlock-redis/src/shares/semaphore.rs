@@ -142,6 +142,7 @@ impl SemaphoreBackend for RedisSemaphoreBackend {
             keys: Arc::new(self.keys(req.acquire.key)),
             budget: self.budget,
             owner: random_owner(),
+            own_channel: None,
         };
         on.until_won(&req.acquire, None, |waited| self.attempt(&on, &req, waited))
             .await

@@ -26,7 +26,7 @@
 //!   pub/sub on one shared subscriber connection per client.
 //! - On the same connection, `lock.semaphore()` ([`RedisSemaphore`]: numbered,
 //!   expiring permits) and `lock.rwlock()` ([`RedisRwLock`]: expiring read
-//!   shares, one writer, waiting writers go first), each step one Lua script;
+//!   shares, one writer, served in arrival order), each step one Lua script;
 //!   and with `fair=true` ([`RedisConfig::fair`]) the lock serves waiters in
 //!   arrival order.
 //! - [`Redlock`]: N independent servers, a majority with validity, and a fencing

@@ -6,14 +6,9 @@ use crate::connection::{DEFAULT_PORT, ServerAddress};
 use crate::fence::RedisFence;
 use crate::sentinel::read_sentinels;
 use crate::tls::TlsFiles;
-use crate::{RedisRwLockBackend, RedisSemaphoreBackend};
 pub(crate) use common::{Common, check_timeout};
 use distlock_core::toolkit::{LockUrl, Timeouts, redact};
-use distlock_core::{
-    AcquireOptions, BackendLock, BackendRwLock, BackendSemaphore, DynRwLock, DynSemaphore,
-    LockError,
-};
-use std::sync::Arc;
+use distlock_core::{AcquireOptions, BackendLock, LockError};
 use std::time::Duration;
 
 /// Settings for [`RedisLock`]. Build it with [`RedisConfig::from_url`] or
@@ -372,7 +367,7 @@ impl RedisConfig {
             self.fair,
         )
         .await?;
-        let (semaphore, rwlock) = shares(&backend);
+        let (semaphore, rwlock) = crate::shares::offered_on(&backend);
         BackendLock::new(backend)
             .with_semaphore(semaphore)
             .with_rwlock(rwlock)
@@ -391,19 +386,6 @@ impl RedisConfig {
         let (namespace, timeouts) = (self.common.namespace, self.common.timeouts);
         RedisFence::connect(&self.server, namespace, timeouts, self.replicas).await
     }
-}
-
-/// The semaphore and read-write lock on `backend`'s connection.
-fn shares(backend: &RedisBackend) -> (DynSemaphore, DynRwLock) {
-    let (server, namespace) = (&backend.server, backend.namespace());
-    let (budget, capabilities) = (backend.timeout, RedisBackend::CAPABILITIES);
-    let semaphore =
-        RedisSemaphoreBackend::new(server.clone(), namespace.into(), budget, capabilities);
-    let rwlock = RedisRwLockBackend::new(server.clone(), namespace.into(), budget, capabilities);
-    (
-        Arc::new(BackendSemaphore::new(semaphore)),
-        Arc::new(BackendRwLock::new(rwlock)),
-    )
 }
 
 mod common;

@@ -13,7 +13,7 @@
 //! message or the hint the script returned (when the soonest share expires),
 //! polling while the subscriber is down.
 
-use crate::backend::BACKEND;
+use crate::backend::{BACKEND, RedisBackend};
 use crate::error::CommandError;
 use crate::inspect::scan_keys;
 use crate::keys::{LockKeys, lock_key_pattern};
@@ -21,8 +21,11 @@ use crate::protocol::ServerClient;
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Holding, Ownership};
 use distlock_core::toolkit::{CancelGuard, UndoFuture};
+use distlock_core::{BackendRwLock, BackendSemaphore, DynRwLock, DynSemaphore};
 use distlock_core::{LockError, LockKey};
 use redis::Script;
+use rwlock::RedisRwLockBackend;
+use semaphore::RedisSemaphoreBackend;
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -49,6 +52,19 @@ static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(share_script!("share_release.lua")));
 static LIVE: LazyLock<Script> = LazyLock::new(|| Script::new(share_script!("share_live.lua")));
 static DELETE: LazyLock<Script> = LazyLock::new(|| Script::new(share_script!("share_delete.lua")));
+
+/// The semaphore and read-write lock on `backend`'s connection.
+pub(crate) fn offered_on(backend: &RedisBackend) -> (DynSemaphore, DynRwLock) {
+    let (server, namespace) = (&backend.server, backend.namespace());
+    let (budget, capabilities) = (backend.timeout, RedisBackend::CAPABILITIES);
+    let semaphore =
+        RedisSemaphoreBackend::new(server.clone(), namespace.into(), budget, capabilities);
+    let rwlock = RedisRwLockBackend::new(server.clone(), namespace.into(), budget, capabilities);
+    (
+        Arc::new(BackendSemaphore::new(semaphore)),
+        Arc::new(BackendRwLock::new(rwlock)),
+    )
+}
 
 /// The Redis names of one semaphore or read-write lock: `<lock key>:<kind>:…`,
 /// so they share the lock's hash tag (one Cluster slot) but never its keys.

@@ -130,7 +130,7 @@ pub(crate) fn loss_signal(
 }
 
 /// A compare-owner script's 1/0 answer.
-fn flag(reply: Result<i64, CommandError>, what: &str) -> Result<bool, CommandError> {
+pub(crate) fn flag(reply: Result<i64, CommandError>, what: &str) -> Result<bool, CommandError> {
     match reply? {
         1 => Ok(true),
         0 => Ok(false),
@@ -140,7 +140,7 @@ fn flag(reply: Result<i64, CommandError>, what: &str) -> Result<bool, CommandErr
     }
 }
 
-fn ttl_ms(ttl: Duration) -> u64 {
+pub(crate) fn ttl_ms(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
 }
 

@@ -17,7 +17,7 @@ use crate::backend::{BACKEND, RedisBackend};
 use crate::error::CommandError;
 use crate::inspect::scan_keys;
 use crate::keys::{LockKeys, lock_key_pattern};
-use crate::protocol::ServerClient;
+use crate::protocol::{ServerClient, flag, ttl_ms as ms};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Holding, Ownership};
 use distlock_core::toolkit::{CancelGuard, UndoFuture};
@@ -131,22 +131,15 @@ fn release_invocation(keys: &ShareKeys, owner: &str) -> redis::ScriptInvocation<
 }
 
 fn ownership(reply: Result<i64, CommandError>, what: &str) -> Result<Ownership, CommandError> {
-    match reply? {
-        1 => Ok(Ownership::Held),
-        0 => Ok(Ownership::NotHeld),
-        other => Err(CommandError::Reply(format!(
-            "{what} script returned {other}"
-        ))),
-    }
+    Ok(match flag(reply, what)? {
+        true => Ownership::Held,
+        false => Ownership::NotHeld,
+    })
 }
 
 /// A command error as the `LockError` of this server.
 pub(crate) fn fail(server: &ServerClient, e: CommandError) -> LockError {
     e.into_lock_error(BACKEND, &server.endpoint)
-}
-
-pub(crate) fn ms(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[async_trait]
@@ -321,4 +314,54 @@ pub(crate) async fn residue(
         }
     }
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::hash_tag;
+    use crate::protocol::fair::{FairQueue, turn_channel};
+
+    #[test]
+    fn every_key_and_channel_of_a_primitive_shares_the_lock_hash_tag() {
+        for name in ["a", "{x}", "a}b{c", "orders/42", "%7B"] {
+            let key = LockKey::new(name).unwrap();
+            let lock = LockKeys::new("ns:", &key);
+            let tag = hash_tag(&lock.lock);
+            for kind in ["sem", "rw"] {
+                let keys = ShareKeys::new("ns:", &key, kind);
+                let names = [
+                    keys.expiry.clone(),
+                    keys.info.clone(),
+                    keys.fence.clone(),
+                    keys.channel.clone(),
+                    keys.sibling("limit"),
+                    keys.sibling("queue"),
+                    format!("{}:owner", keys.channel),
+                ];
+                for each in names {
+                    assert_eq!(hash_tag(&each), tag, "{each}");
+                    assert_ne!(each, lock.lock);
+                    assert_ne!(each, lock.fence);
+                }
+            }
+            let queue = FairQueue::of(&lock);
+            for each in [queue.list, queue.timeouts, turn_channel(&lock, "owner")] {
+                assert_eq!(hash_tag(&each), tag, "{each}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_two_primitives_of_a_name_never_share_a_key() {
+        let key = LockKey::new("jobs").unwrap();
+        let (sem, rw) = (
+            ShareKeys::new("ns:", &key, "sem"),
+            ShareKeys::new("ns:", &key, "rw"),
+        );
+        assert_eq!(sem.expiry, "ns:{jobs}:sem:expiry");
+        assert_eq!(rw.sibling("places"), "ns:{jobs}:rw:places");
+        assert_ne!(sem.fence, rw.fence);
+        assert_ne!(sem.channel, rw.channel);
+    }
 }

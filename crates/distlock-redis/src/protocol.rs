@@ -24,6 +24,7 @@ use undo::{UNDO_GRACE, release_invocation, undo_on_connection};
 mod acquire;
 pub(crate) mod fair;
 mod undo;
+mod undone;
 pub(crate) use acquire::wait_on;
 pub(crate) use undo::release_on_drop;
 

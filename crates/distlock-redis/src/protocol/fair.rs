@@ -5,7 +5,7 @@ use super::{Attempt, ServerClient, flag, ttl_ms};
 use crate::error::CommandError;
 use crate::keys::LockKeys;
 use crate::shares::share_script;
-use redis::Script;
+use redis::{Script, ScriptInvocation};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -32,6 +32,13 @@ impl FairQueue {
     }
 }
 
+fn leave_invocation(keys: &LockKeys, queue: &FairQueue, owner: &str) -> ScriptInvocation<'static> {
+    let mut invocation = FAIR_LEAVE.key(&keys.lock);
+    invocation.key(&queue.list).key(&queue.timeouts);
+    invocation.arg(owner).arg(&keys.channel);
+    invocation
+}
+
 /// The channel on which the waiter `owner` hears that it is its turn.
 pub(crate) fn turn_channel(keys: &LockKeys, owner: &str) -> String {
     format!("{}:{owner}", keys.channel)
@@ -50,22 +57,26 @@ impl ServerClient {
         budget: Duration,
     ) -> Result<Attempt, CommandError> {
         let queue = FairQueue::of(keys);
+        // Cut off or unanswered, the attempt is followed on its connection by
+        // the leave script: nothing it took (the lock, a place) stays behind.
         let (reply, run_id): (Vec<i64>, _) = self
-            .connection
-            .call_linked(budget, |link| {
-                let mut conn = link.conn;
-                let mut invocation = FAIR_ACQUIRE.key(&keys.lock);
-                invocation
-                    .key(&keys.fence)
-                    .key(&queue.list)
-                    .key(&queue.timeouts);
-                invocation
-                    .arg(owner)
-                    .arg(ttl_ms(ttl))
-                    .arg(ttl_ms(place))
-                    .arg(&keys.channel);
-                async move { Ok(invocation.invoke_async(&mut conn).await?) }
-            })
+            .invoke_or_undo(
+                budget,
+                || {
+                    let mut invocation = FAIR_ACQUIRE.key(&keys.lock);
+                    invocation
+                        .key(&keys.fence)
+                        .key(&queue.list)
+                        .key(&queue.timeouts);
+                    invocation
+                        .arg(owner)
+                        .arg(ttl_ms(ttl))
+                        .arg(ttl_ms(place))
+                        .arg(&keys.channel);
+                    invocation
+                },
+                || vec![leave_invocation(keys, &queue, owner)],
+            )
             .await?;
         match reply[..] {
             [1, token] if token > 0 => Ok(Attempt::Won(token.unsigned_abs(), run_id)),
@@ -87,12 +98,7 @@ impl ServerClient {
     ) -> Result<bool, CommandError> {
         let queue = FairQueue::of(keys);
         let reply = self
-            .invoke(budget, || {
-                let mut invocation = FAIR_LEAVE.key(&keys.lock);
-                invocation.key(&queue.list).key(&queue.timeouts);
-                invocation.arg(owner).arg(&keys.channel);
-                invocation
-            })
+            .invoke(budget, || leave_invocation(keys, &queue, owner))
             .await;
         flag(reply, "fair leave")
     }

@@ -173,7 +173,7 @@ impl Holding for RedisShare {
 }
 
 /// Builds a script call, once per send.
-pub(crate) type Invocation = Box<dyn Fn() -> redis::ScriptInvocation<'static> + Send + Sync>;
+pub(crate) type Invocation = Arc<dyn Fn() -> redis::ScriptInvocation<'static> + Send + Sync>;
 
 /// One acquire: the primitive's server, keys and reply budget, and the random
 /// owner value its attempts share (a retried script finds its own share, and
@@ -185,6 +185,8 @@ pub(crate) struct Acquiring<'a> {
     pub owner: String,
     /// The waiter's own channel, when others hand it the turn by name.
     pub own_channel: Option<String>,
+    /// Leaving the queue, for a primitive whose waiters keep a place in one.
+    pub leave: Option<Invocation>,
 }
 
 impl Acquiring<'_> {
@@ -198,21 +200,41 @@ impl Acquiring<'_> {
         }
     }
 
-    /// Gives back whatever this acquire may have taken unless disarmed (it was
-    /// dropped, its wait ended, a reply was lost): the compare-owner release,
-    /// so it can only ever end this acquire's own share. `more` runs after it
-    /// (taking a waiting writer out of the queue).
-    fn undo_on_drop(
+    /// What gives back anything this acquire may have taken: the
+    /// compare-owner release (it can only ever end this acquire's own share),
+    /// then leaving the queue.
+    fn undo_scripts(&self) -> Vec<redis::ScriptInvocation<'static>> {
+        let release = release_invocation(&self.keys, &self.owner);
+        std::iter::once(release)
+            .chain(self.leave.as_ref().map(|leave| leave()))
+            .collect()
+    }
+
+    /// Sends one attempt's script; if it is cut off or unanswered, the undo
+    /// follows it on its connection.
+    pub async fn send<T>(
         &self,
-        more: Option<Invocation>,
-    ) -> CancelGuard<(), impl FnOnce(()) -> Option<UndoFuture> + use<>> {
+        script: impl Fn() -> redis::ScriptInvocation<'static>,
+    ) -> Result<T, LockError>
+    where
+        T: redis::FromRedisValue + Send + 'static,
+    {
+        let sent = self
+            .server
+            .invoke_or_undo(self.budget, script, || self.undo_scripts());
+        Ok(sent.await.map_err(|e| fail(self.server, e))?.0)
+    }
+
+    /// Runs the undo in the background unless disarmed: for an acquire dropped
+    /// or ended while it sleeps between attempts.
+    fn undo_on_drop(&self) -> CancelGuard<(), impl FnOnce(()) -> Option<UndoFuture> + use<>> {
         let (server, budget) = (self.server.clone(), self.budget);
-        let (keys, owner) = (self.keys.clone(), self.owner.clone());
-        let release: Invocation = Box::new(move || release_invocation(&keys, &owner));
+        let (keys, owner, leave) = (self.keys.clone(), self.owner.clone(), self.leave.clone());
+        let release: Invocation = Arc::new(move || release_invocation(&keys, &owner));
         CancelGuard::new((), move |()| {
             Some(Box::pin(async move {
-                for build in std::iter::once(release).chain(more) {
-                    let undone: Result<i64, _> = server.invoke(budget, &build).await;
+                for build in std::iter::once(release).chain(leave) {
+                    let undone: Result<i64, _> = server.invoke(budget, &*build).await;
                     if let Err(e) = undone {
                         tracing::debug!(endpoint = %server.endpoint, error = %e, "undoing an abandoned share attempt failed; its ttl frees it");
                     }
@@ -222,21 +244,19 @@ impl Acquiring<'_> {
     }
 
     /// Runs `attempt` (told whether the caller has been waiting) in turns
-    /// ([`take_turns`]) until it wins or `req.wait` ends. Cancel-safe: unless it wins, or its last attempt was
-    /// answered and refused (`Busy`, `LimitMismatch`), the undo
-    /// ([`Acquiring::undo_on_drop`] with `more`) gives back what an attempt
-    /// may have taken.
+    /// ([`take_turns`]) until it wins or `req.wait` ends. Cancel-safe: unless
+    /// it wins, or its last attempt was answered and refused (`Busy`,
+    /// `LimitMismatch`), the undo gives back what an attempt may have taken.
     pub async fn until_won<T, F, Fut>(
         &self,
         req: &AcquireRequest<'_>,
-        more: Option<Invocation>,
         attempt: F,
     ) -> Result<T, LockError>
     where
         F: FnMut(bool) -> Fut,
         Fut: Future<Output = Result<Attempt<T>, LockError>>,
     {
-        let undo = self.undo_on_drop(more);
+        let undo = self.undo_on_drop();
         let channels = (self.keys.channel.as_str(), self.own_channel.as_deref());
         let outcome = take_turns(self.server, channels, req, self.budget, attempt).await;
         if matches!(

@@ -21,7 +21,7 @@
 //! a client, or a predecessor vanished) wakes the head on its own channel.
 
 use super::{
-    Acquiring, Attempt, Invocation, RedisShare, ShareKeys, delete, fail, live, ms, place_lifetime,
+    Acquiring, Attempt, Invocation, RedisShare, ShareKeys, delete, live, ms, place_lifetime,
     queued_wait, residue, share_script,
 };
 use crate::backend::BACKEND;
@@ -90,10 +90,10 @@ impl RedisRwLockBackend {
         let keys = Arc::new(self.keys(req.key));
         let owner = random_owner();
         let member = format!("{}:{owner}", kind(mode));
-        let unqueue = {
+        let leave = {
             let (queue, places) = (keys.sibling("queue"), keys.sibling("places"));
             let (member, channel) = (member.clone(), keys.channel.clone());
-            Box::new(move || {
+            Arc::new(move || {
                 let mut invocation = UNQUEUE.key(&queue);
                 invocation.key(&places).arg(&member).arg(&channel);
                 invocation
@@ -105,9 +105,9 @@ impl RedisRwLockBackend {
             keys,
             budget: self.budget,
             owner,
+            leave: Some(leave),
         };
-        on.until_won(&req, Some(unqueue), |_| self.attempt(&on, &req, mode))
-            .await
+        on.until_won(&req, |_| self.attempt(&on, &req, mode)).await
     }
 
     /// One try of the acquire script.
@@ -125,9 +125,8 @@ impl RedisRwLockBackend {
             Duration::ZERO
         };
         let sent_at = Instant::now();
-        let reply: Vec<i64> = self
-            .server
-            .invoke(self.budget, || {
+        let reply: Vec<i64> = on
+            .send(|| {
                 let mut invocation = ACQUIRE.key(&keys.expiry);
                 invocation
                     .key(&keys.info)
@@ -143,8 +142,7 @@ impl RedisRwLockBackend {
                     .arg(&keys.channel);
                 invocation
             })
-            .await
-            .map_err(|e| fail(&self.server, e))?;
+            .await?;
         match reply[..] {
             [1, token] if token > 0 => Ok(Attempt::Won(Acquired {
                 handle: on.share(),

@@ -12,7 +12,7 @@
 //! limit is stored with the permits: a client with another limit is refused
 //! while any permit lives, and the limit goes with the last permit.
 
-use super::{Acquiring, Attempt, ShareKeys, delete, fail, live, ms, residue, share_script};
+use super::{Acquiring, Attempt, ShareKeys, delete, live, ms, residue, share_script};
 use crate::backend::BACKEND;
 use crate::protocol::ServerClient;
 use async_trait::async_trait;
@@ -80,9 +80,8 @@ impl RedisSemaphoreBackend {
     ) -> Result<Attempt<AcquiredPermit<super::RedisShare>>, LockError> {
         let keys = &on.keys;
         let sent_at = Instant::now();
-        let reply: Result<Vec<i64>, _> = self
-            .server
-            .invoke(self.budget, || {
+        let reply: Vec<i64> = on
+            .send(|| {
                 let mut invocation = ACQUIRE.key(&keys.expiry);
                 invocation
                     .key(&keys.info)
@@ -96,8 +95,7 @@ impl RedisSemaphoreBackend {
                     .arg(&keys.channel);
                 invocation
             })
-            .await;
-        let reply = reply.map_err(|e| fail(&self.server, e))?;
+            .await?;
         match reply[..] {
             [1, slot, token] if token > 0 => Ok(Attempt::Won(AcquiredPermit {
                 acquired: Acquired {
@@ -143,8 +141,9 @@ impl SemaphoreBackend for RedisSemaphoreBackend {
             budget: self.budget,
             owner: random_owner(),
             own_channel: None,
+            leave: None,
         };
-        on.until_won(&req.acquire, None, |waited| self.attempt(&on, &req, waited))
+        on.until_won(&req.acquire, |waited| self.attempt(&on, &req, waited))
             .await
     }
 

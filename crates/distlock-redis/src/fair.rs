@@ -7,11 +7,13 @@
 //! - The lock is granted only to the head of the queue, or to anyone when the
 //!   queue is empty; the head is removed from the queue as it takes the lock.
 //! - A waiter keeps one owner value for its whole wait and renews its place at
-//!   every attempt; it attempts at least three times per place lifetime
-//!   (its ttl, within 300 ms and 5 s), so a live waiter never loses its place, and one that
-//!   vanished (a crash) is dropped by the next script once its place expires.
+//!   every attempt; it attempts at least three times per place lifetime (its
+//!   ttl, within 300 ms and 5 s), so a live waiter never loses its place, and
+//!   one that vanished (a crash) is dropped by the next script once its place
+//!   expires.
 //! - A waiter whose wait ends or is dropped leaves the queue at once (the
-//!   leave script, armed in a `CancelGuard`).
+//!   leave script, armed in a `CancelGuard`; an attempt cut off in flight is
+//!   followed by the leave script on its own connection).
 //! - Whoever frees the lock (release, leave, or an attempt that finds it free
 //!   but not its turn) publishes on the head's own channel
 //!   (`<lock channel>:<owner>`); waiters also listen on the lock channel, which

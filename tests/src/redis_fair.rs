@@ -11,24 +11,33 @@ use distlock_testkit::runner::BackendSpec;
 use distlock_testkit::servers::{Launched, RedisOptions};
 use std::sync::Arc;
 
+/// The URL parameter every client of this harness carries.
+const FAIR: &str = "fair=true";
+
 /// The fair lock's spec.
 pub fn spec() -> BackendSpec {
     BackendSpec {
         name: "redis_fair".into(),
         capabilities: RedisBackend::FAIR_CAPABILITIES,
         hooks: HOOKS,
-        start: Box::new(|| Box::pin(async { Ok(Arc::new(FairHarness::launch().await?) as _) })),
+        start: Box::new(|| Box::pin(async { Ok(Arc::new(FairHarness::start().await?) as _) })),
     }
 }
 
-/// The single-node harness on a server of its own, every client fair.
+/// The single-node harness, every client fair.
 #[derive(Debug)]
 pub struct FairHarness(RedisHarness);
 
 impl FairHarness {
+    /// A harness on `DISTLOCK_TEST_REDIS_URL` when it is set, else on a server
+    /// of its own.
+    pub async fn start() -> Result<Self, BoxError> {
+        Ok(FairHarness(RedisHarness::start_with(FAIR).await?))
+    }
+
     /// A harness on a server of its own.
     pub async fn launch() -> Result<Self, BoxError> {
-        let fair = RedisHarness::launch_with(RedisOptions::default(), "fair=true");
+        let fair = RedisHarness::launch_with(RedisOptions::default(), FAIR);
         Ok(FairHarness(fair.await?))
     }
 }

@@ -48,6 +48,10 @@ test-redis-sentinel:
     cargo test -p distlock-tests --features redis --test conformance -- redis_sentinel::
     cargo test -p distlock-redis --test redis_sentinel -- --nocapture
 
+# The fair (FIFO) Redis lock, `fair=true`: the whole lock suite, `fifo_order` included.
+test-redis-fair:
+    cargo test -p distlock-tests --features redis --test conformance -- redis_fair::
+
 # Redlock (five launched nodes): conformance cases plus the quorum tests.
 test-redlock:
     cargo test -p distlock-tests --features redlock --test conformance -- redlock::

@@ -107,6 +107,18 @@ impl RedisHarness {
         Self::with(Some(server), url).await
     }
 
+    /// A harness whose clients all carry `params` (such as `fair=true`): on
+    /// `DISTLOCK_TEST_REDIS_URL` when it is set, else on a server of its own.
+    pub async fn start_with(params: &str) -> Result<Self, BoxError> {
+        match external_url("redis") {
+            Some(url) => {
+                let joint = if url.contains('?') { '&' } else { '?' };
+                Self::with(None, format!("{url}{joint}{params}")).await
+            }
+            None => Self::launch_with(RedisOptions::default(), params).await,
+        }
+    }
+
     async fn with(server: Option<RedisServer>, url: String) -> Result<Self, BoxError> {
         let inspector = Self::connect(&url).await?;
         Ok(RedisHarness {

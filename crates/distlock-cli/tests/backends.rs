@@ -139,7 +139,7 @@ pub fn signalled_run_forwards_and_releases(url: &str) {
 
 /// While a `--read` run holds, another `--read --no-wait` run gets in and a
 /// `--write --no-wait` run exits 75; once the reader ends, the writer gets in.
-#[cfg(feature = "etcd")]
+#[cfg(any(feature = "etcd", feature = "redis"))]
 pub fn readers_share_and_a_writer_waits(url: &str) {
     let dir = tempfile::tempdir().unwrap();
     let go = dir.path().join("go");
@@ -165,12 +165,18 @@ fn etcd_readers_share_and_a_writer_waits() {
     readers_share_and_a_writer_waits(&servers::etcd_url());
 }
 
-/// `--read` on a backend without read-write locks is a usage error naming why.
 #[cfg(feature = "redis")]
 #[test]
-fn redis_read_without_a_read_write_lock_exits_2() {
+fn redis_readers_share_and_a_writer_waits() {
+    readers_share_and_a_writer_waits(&servers::redis_url());
+}
+
+/// `--read` on a backend without read-write locks is a usage error naming why.
+#[cfg(feature = "redlock")]
+#[test]
+fn redlock_read_without_a_read_write_lock_exits_2() {
     let out = output(&mut run_on(
-        &servers::redis_url(),
+        &servers::redlock_url(),
         &fresh_key("rw"),
         &["--read", "--", "true"],
     ));

@@ -126,15 +126,15 @@ fn redis_a_second_candidate_leads_after_the_first() {
 }
 
 /// A backend without semaphores says so, with exit 2.
-#[cfg(feature = "redis")]
+#[cfg(feature = "redlock")]
 #[test]
-fn redis_permits_without_a_semaphore_is_a_configuration_error() {
+fn redlock_permits_without_a_semaphore_is_a_configuration_error() {
     let out = output(
         distlock()
             .args([
                 "run",
                 "--url",
-                &servers::redis_url(),
+                &servers::redlock_url(),
                 "--key",
                 "k",
                 "--permits",
@@ -144,4 +144,21 @@ fn redis_permits_without_a_semaphore_is_a_configuration_error() {
     );
     assert_code(&out, 2);
     assert!(stderr(&out).contains("no semaphore"), "{}", stderr(&out));
+}
+
+/// On Redis a permit gives the command its slot and token too.
+#[cfg(feature = "redis")]
+#[test]
+fn redis_a_permit_gives_the_command_its_slot_and_token() {
+    let key = format!("cli-permit-{}", std::process::id());
+    let out = output(
+        distlock()
+            .args(["run", "--url", &servers::redis_url(), "--key", &key])
+            .args(["--permits", "3", "--", "sh", "-c"])
+            .arg("echo slot=$DISTLOCK_SLOT token=$DISTLOCK_FENCING_TOKEN"),
+    );
+    assert_code(&out, 0);
+    let text = stdout(&out);
+    assert_eq!(field(&text, "slot"), "0");
+    assert!(field(&text, "token").parse::<u64>().is_ok(), "{text}");
 }

@@ -57,6 +57,8 @@ pub struct RedisBackend {
     pub(crate) timeout: Duration,
     pub(crate) replicas: Option<ReplicaAck>,
     pub(crate) guard: Option<RestartGuard>,
+    /// Waiters are served in arrival order (`fair=true`, see `fair.rs`).
+    pub(crate) fair: bool,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -72,9 +74,9 @@ impl std::fmt::Debug for RedisBackend {
 /// stored in the lock key, and the server process that granted it.
 #[derive(Debug)]
 pub struct RedisHandle {
-    keys: LockKeys,
-    owner: String,
-    run_id: RunId,
+    pub(crate) keys: LockKeys,
+    pub(crate) owner: String,
+    pub(crate) run_id: RunId,
 }
 
 enum Step {
@@ -95,10 +97,17 @@ impl RedisBackend {
         min_ttl: Duration::from_millis(10),
         ttl_granularity: Duration::from_millis(1),
         primitives: Primitives {
-            semaphore: Support::NotOffered("the Redis semaphore is not built yet"),
+            semaphore: Support::Offered,
             election: Support::Offered,
-            rwlock: Support::NotOffered("the Redis read-write lock is not built yet"),
+            rwlock: Support::Offered,
         },
+    };
+
+    /// [`RedisBackend::CAPABILITIES`] with waiters served in arrival order:
+    /// the fair lock (`fair=true`).
+    pub const FAIR_CAPABILITIES: Capabilities = Capabilities {
+        fifo: true,
+        ..Self::CAPABILITIES
     };
 
     /// Makes the client and loads the scripts, so that a wrong address, password
@@ -110,6 +119,7 @@ impl RedisBackend {
         timeouts: Timeouts,
         replicas: Option<ReplicaAck>,
         restart_guard: Option<Duration>,
+        fair: bool,
     ) -> Result<Self, LockError> {
         let server = Arc::new(ServerClient::new(address, BACKEND, timeouts)?);
         server
@@ -122,6 +132,7 @@ impl RedisBackend {
             namespace,
             timeout: timeouts.reply,
             replicas,
+            fair,
         })
     }
 
@@ -226,10 +237,17 @@ impl Backend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Self::CAPABILITIES
+        if self.fair {
+            Self::FAIR_CAPABILITIES
+        } else {
+            Self::CAPABILITIES
+        }
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<RedisHandle>, LockError> {
+        if self.fair {
+            return self.acquire_fair(req).await;
+        }
         RestartGuard::check(self.guard.as_ref(), req.ttl)?;
         let keys = LockKeys::new(&self.namespace, req.key);
         // The uncontended path: one round trip, no subscription.
@@ -274,11 +292,16 @@ impl Backend for RedisBackend {
     }
 
     async fn release(&self, handle: &RedisHandle) -> Result<Ownership, LockError> {
-        let released = self
-            .server
-            .release(&handle.keys, &handle.owner, self.timeout)
-            .await
-            .map_err(|e| self.error(e))?;
+        let released = if self.fair {
+            self.server
+                .fair_leave(&handle.keys, &handle.owner, self.timeout)
+                .await
+        } else {
+            self.server
+                .release(&handle.keys, &handle.owner, self.timeout)
+                .await
+        };
+        let released = released.map_err(|e| self.error(e))?;
         if !released {
             return Ok(Ownership::NotHeld);
         }

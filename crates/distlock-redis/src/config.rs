@@ -21,6 +21,7 @@ use std::time::Duration;
 /// [`RedisConfig::defaults`]), `connect_timeout` (`5s`), `timeout` (per reply, `5s`),
 /// `restart_guard` (off; see [`RedisConfig::restart_guard`]),
 /// `wait_replicas` and `wait_timeout` (see [`RedisConfig::wait_for_replicas`]),
+/// `fair=true` (waiters served in arrival order; see [`RedisConfig::fair`]),
 /// `protocol` (`resp2`/`resp3`), `insecure=true` (`rediss://` without
 /// certificate checks), and for `rediss://` `ca` (the CA certificate to trust
 /// instead of the system roots), `cert` and `key` (a client certificate), all
@@ -51,6 +52,7 @@ pub struct RedisConfig {
     pub(crate) server: ServerAddress,
     common: Common,
     replicas: Option<ReplicaAck>,
+    fair: bool,
 }
 
 impl Default for RedisConfig {
@@ -191,6 +193,7 @@ impl RedisConfig {
             server: ServerAddress::new(host, port),
             common: Common::new(Self::DEFAULT_TIMEOUT),
             replicas: None,
+            fair: false,
         }
     }
 
@@ -207,6 +210,7 @@ impl RedisConfig {
         config.common.read(&mut url)?;
         let wait_replicas = url.parse_param::<u32>("wait_replicas", "a replica count")?;
         let wait_timeout = url.duration("wait_timeout")?;
+        config.fair = url.bool("fair")?.unwrap_or(false);
         url.finish()?;
         match (wait_replicas, wait_timeout) {
             (Some(n), timeout) => {
@@ -302,6 +306,18 @@ impl RedisConfig {
         self
     }
 
+    /// Serves waiters in arrival order (`fair=true`): a fair lock, in the
+    /// manner of Redisson's `RFairLock`. Each waiter keeps a place in a queue
+    /// beside the lock key; the lock goes only to the first in line, and a
+    /// waiter that vanished loses its place after its ttl (at least 300 ms, at
+    /// most 5 s) without an attempt. Every client of a name must agree: a plain
+    /// client ignores the queue. Not combined with `restart_guard` or
+    /// `wait_replicas`, which the fair scripts do not implement.
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
+        self
+    }
+
     /// The server, without credentials.
     pub fn endpoint(&self) -> String {
         self.server.endpoint()
@@ -313,6 +329,13 @@ impl RedisConfig {
     }
 
     fn validate(&self) -> Result<(), LockError> {
+        if self.fair && (self.replicas.is_some() || self.common.restart_guard.is_some()) {
+            return Err(LockError::config(
+                BACKEND,
+                "fair=true cannot be combined with restart_guard or wait_replicas (the fair \
+                 lock's scripts do not implement them); drop one of them",
+            ));
+        }
         if self.server.host.is_empty() {
             return Err(LockError::config(BACKEND, "the host is empty"));
         }
@@ -341,9 +364,13 @@ impl RedisConfig {
             timeouts,
             self.replicas,
             self.common.restart_guard,
+            self.fair,
         )
         .await?;
+        let (semaphore, rwlock) = crate::shares::offered_on(&backend);
         BackendLock::new(backend)
+            .with_semaphore(semaphore)
+            .with_rwlock(rwlock)
             .with_lock_election()
             .with_defaults(self.common.defaults)
     }

@@ -9,6 +9,7 @@ use crate::error::CommandError;
 use crate::keys::{LockKeys, lock_key_pattern};
 use crate::protocol::{Attempt, ServerClient};
 use crate::restart::RestartGuard;
+use crate::shares::residue;
 use async_trait::async_trait;
 use distlock_core::toolkit::{Holder, Inspect, random_owner};
 use distlock_core::{FencingToken, LockError, LockKey};
@@ -31,13 +32,21 @@ pub(crate) async fn lock_keys(
     prefix: &str,
     budget: Duration,
 ) -> Result<Vec<String>, CommandError> {
-    let pattern = lock_key_pattern(namespace, prefix);
+    scan_keys(server, &lock_key_pattern(namespace, prefix), budget).await
+}
+
+/// Every key on `server` matching the `SCAN` pattern, sorted.
+pub(crate) async fn scan_keys(
+    server: &ServerClient,
+    pattern: &str,
+    budget: Duration,
+) -> Result<Vec<String>, CommandError> {
     let (mut cursor, mut found) = (0_u64, Vec::new());
     loop {
         let mut scan = redis::cmd("SCAN");
         scan.arg(cursor)
             .arg("MATCH")
-            .arg(&pattern)
+            .arg(pattern)
             .arg("COUNT")
             .arg(1000);
         let (next, keys): (u64, Vec<String>) = server.query(budget, scan.into()).await?;
@@ -278,9 +287,16 @@ impl Inspect for RedisBackend {
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        lock_keys(&self.server, self.namespace(), prefix, self.timeout)
+        let mut found = lock_keys(&self.server, self.namespace(), prefix, self.timeout)
             .await
-            .map_err(|e| self.error(e))
+            .map_err(|e| self.error(e))?;
+        if self.fair {
+            // The fair lock's live places in its queues.
+            let at = ("queue", "timeouts");
+            let queued = residue(&self.server, self.namespace(), prefix, at, self.timeout);
+            found.extend(queued.await?);
+        }
+        Ok(found)
     }
 
     async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {

@@ -24,6 +24,11 @@
 //!   does `SET key owner NX PX ttl` and `INCR`s a fence counter that never
 //!   expires); renew and release are compare-owner scripts; waiters wake through
 //!   pub/sub on one shared subscriber connection per client.
+//! - On the same connection, `lock.semaphore()` ([`RedisSemaphore`]: numbered,
+//!   expiring permits) and `lock.rwlock()` ([`RedisRwLock`]: expiring read
+//!   shares, one writer, served in arrival order), each step one Lua script;
+//!   and with `fair=true` ([`RedisConfig::fair`]) the lock serves waiters in
+//!   arrival order.
 //! - [`Redlock`]: N independent servers, a majority with validity, and a fencing
 //!   token kept rising by a fence round (see [`RedlockConfig`]).
 //! - Both offer [`distlock_core::toolkit::Inspect`] through `lock.inspect()`: the
@@ -66,6 +71,9 @@
 //! reconnecting command connection, `sentinel` where it connects to (a fixed
 //! server or the primary Sentinel names), `subscriber` the shared pub/sub wake-up,
 //! `restart` the restart check of held leases and the restart guard;
+//! `fair` the FIFO lock's wait (its scripts in `protocol/fair.rs`); `shares`
+//! the expiring shares of the semaphore and read-write lock
+//! (`scripts/share_*.lua`, `semaphore_acquire.lua`, `rwlock_*.lua`);
 //! `fence` the fenced writes and their scripts (`scripts/fence_*.lua`);
 //! `keys`, `error` and `inspect` as in every adapter; `redlock` the same shape
 //! again over N servers, plus its concurrent rounds and vote tally.
@@ -75,6 +83,7 @@ mod backend;
 mod config;
 mod connection;
 mod error;
+mod fair;
 mod fence;
 mod inspect;
 mod keys;
@@ -82,6 +91,7 @@ mod protocol;
 mod redlock;
 mod restart;
 mod sentinel;
+mod shares;
 mod subscriber;
 mod tls;
 
@@ -91,3 +101,6 @@ pub use fence::{FenceScript, RedisFence};
 pub use keys::{DEFAULT_NAMESPACE, LockKeys};
 pub use redlock::backend::{Redlock, RedlockBackend, RedlockHandle};
 pub use redlock::config::RedlockConfig;
+pub use shares::RedisShare;
+pub use shares::rwlock::{RedisRwLock, RedisRwLockBackend};
+pub use shares::semaphore::{RedisSemaphore, RedisSemaphoreBackend};

@@ -22,7 +22,9 @@ use tokio::sync::mpsc;
 use undo::{UNDO_GRACE, release_invocation, undo_on_connection};
 
 mod acquire;
+pub(crate) mod fair;
 mod undo;
+mod undone;
 pub(crate) use acquire::wait_on;
 pub(crate) use undo::release_on_drop;
 
@@ -129,7 +131,7 @@ pub(crate) fn loss_signal(
 }
 
 /// A compare-owner script's 1/0 answer.
-fn flag(reply: Result<i64, CommandError>, what: &str) -> Result<bool, CommandError> {
+pub(crate) fn flag(reply: Result<i64, CommandError>, what: &str) -> Result<bool, CommandError> {
     match reply? {
         1 => Ok(true),
         0 => Ok(false),
@@ -139,7 +141,7 @@ fn flag(reply: Result<i64, CommandError>, what: &str) -> Result<bool, CommandErr
     }
 }
 
-fn ttl_ms(ttl: Duration) -> u64 {
+pub(crate) fn ttl_ms(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -332,7 +334,7 @@ impl ServerClient {
     }
 
     /// Sends a script invocation (`EVALSHA`, loading the script on `NOSCRIPT`).
-    async fn invoke<T>(
+    pub(crate) async fn invoke<T>(
         &self,
         budget: Duration,
         build: impl Fn() -> redis::ScriptInvocation<'static>,

@@ -1,0 +1,387 @@
+//! Shares: the expiring holdings of the semaphore (permits) and of the
+//! read-write lock (read and write shares), written once for both.
+//!
+//! A share is a member (its random owner value) of the primitive's expiry
+//! sorted set, scored by its expiry in server milliseconds, with its
+//! description in a hash under the same member. Every script sweeps the
+//! expired members first, so a crashed holder's share ends at its ttl without
+//! anyone deleting it. Renew and release compare the member, so a client only
+//! ever touches its own share; release publishes on the primitive's channel.
+//!
+//! Waiting is the lock's ([`turns`]): the waiter registers on the client's
+//! shared subscriber, attempts only once subscribed, and sleeps until a
+//! message or the hint the script returned (when the soonest share expires),
+//! polling while the subscriber is down.
+
+use crate::backend::{BACKEND, RedisBackend};
+use crate::error::CommandError;
+use crate::inspect::scan_keys;
+use crate::keys::{LockKeys, lock_key_pattern};
+use crate::protocol::{ServerClient, flag, ttl_ms as ms};
+use async_trait::async_trait;
+use distlock_core::backend::{AcquireRequest, Holding, Ownership};
+use distlock_core::toolkit::{CancelGuard, UndoFuture};
+use distlock_core::{BackendRwLock, BackendSemaphore, DynRwLock, DynSemaphore};
+use distlock_core::{LockError, LockKey};
+use redis::Script;
+use rwlock::RedisRwLockBackend;
+use semaphore::RedisSemaphoreBackend;
+use std::future::Future;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+pub(crate) mod rwlock;
+pub(crate) mod semaphore;
+pub(crate) mod turns;
+
+pub(crate) use turns::{Attempt, place_lifetime, queued_wait, take_turns};
+
+/// The helpers every share script starts with.
+macro_rules! share_script {
+    ($file:literal) => {
+        concat!(
+            include_str!("../scripts/share_lib.lua"),
+            include_str!(concat!("../scripts/", $file))
+        )
+    };
+}
+pub(crate) use share_script;
+
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(share_script!("share_renew.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(share_script!("share_release.lua")));
+static LIVE: LazyLock<Script> = LazyLock::new(|| Script::new(share_script!("share_live.lua")));
+static DELETE: LazyLock<Script> = LazyLock::new(|| Script::new(share_script!("share_delete.lua")));
+
+/// The semaphore and read-write lock on `backend`'s connection.
+pub(crate) fn offered_on(backend: &RedisBackend) -> (DynSemaphore, DynRwLock) {
+    let (server, namespace) = (&backend.server, backend.namespace());
+    let (budget, capabilities) = (backend.timeout, RedisBackend::CAPABILITIES);
+    let semaphore =
+        RedisSemaphoreBackend::new(server.clone(), namespace.into(), budget, capabilities);
+    let rwlock = RedisRwLockBackend::new(server.clone(), namespace.into(), budget, capabilities);
+    (
+        Arc::new(BackendSemaphore::new(semaphore)),
+        Arc::new(BackendRwLock::new(rwlock)),
+    )
+}
+
+/// The Redis names of one semaphore or read-write lock: `<lock key>:<kind>:…`,
+/// so they share the lock's hash tag (one Cluster slot) but never its keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ShareKeys {
+    /// Sorted set: owner value → expiry in server ms.
+    pub expiry: String,
+    /// Hash: owner value → the share's description.
+    pub info: String,
+    /// The token counter; never expires.
+    pub fence: String,
+    /// Releases are published here.
+    pub channel: String,
+    /// Further bookkeeping dropped with the last share (the semaphore's limit).
+    pub extra: Vec<String>,
+}
+
+impl ShareKeys {
+    /// The keys of primitive `kind` (`sem`, `rw`) named `key`.
+    pub fn new(namespace: &str, key: &LockKey, kind: &str) -> Self {
+        let base = format!("{}:{kind}", LockKeys::new(namespace, key).lock);
+        ShareKeys {
+            expiry: format!("{base}:expiry"),
+            info: format!("{base}:info"),
+            fence: format!("{base}:fence"),
+            channel: format!("{base}:ch"),
+            extra: Vec::new(),
+        }
+    }
+
+    /// Another key of the same primitive, `<lock key>:<kind>:<name>`.
+    pub fn sibling(&self, name: &str) -> String {
+        let base = self.expiry.trim_end_matches("expiry");
+        format!("{base}{name}")
+    }
+}
+
+/// One held semaphore permit or read-write lock share: what renewing and
+/// releasing it needs (the lease machinery drives it through `Holding`).
+pub struct RedisShare {
+    server: Arc<ServerClient>,
+    keys: Arc<ShareKeys>,
+    owner: String,
+    budget: Duration,
+}
+
+impl std::fmt::Debug for RedisShare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisShare")
+            .field("expiry", &self.keys.expiry)
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+fn release_invocation(keys: &ShareKeys, owner: &str) -> redis::ScriptInvocation<'static> {
+    let mut invocation = RELEASE.key(&keys.expiry);
+    invocation.key(&keys.info);
+    for extra in &keys.extra {
+        invocation.key(extra);
+    }
+    invocation.arg(owner).arg(&keys.channel);
+    invocation
+}
+
+fn ownership(reply: Result<i64, CommandError>, what: &str) -> Result<Ownership, CommandError> {
+    Ok(match flag(reply, what)? {
+        true => Ownership::Held,
+        false => Ownership::NotHeld,
+    })
+}
+
+/// A command error as the `LockError` of this server.
+pub(crate) fn fail(server: &ServerClient, e: CommandError) -> LockError {
+    e.into_lock_error(BACKEND, &server.endpoint)
+}
+
+#[async_trait]
+impl Holding for RedisShare {
+    fn backend_name(&self) -> &'static str {
+        BACKEND
+    }
+
+    async fn renew(&self, ttl: Duration) -> Result<Ownership, LockError> {
+        let reply = self
+            .server
+            .invoke(self.budget, || {
+                let mut invocation = RENEW.key(&self.keys.expiry);
+                invocation
+                    .key(&self.keys.info)
+                    .arg(&self.owner)
+                    .arg(ms(ttl));
+                invocation
+            })
+            .await;
+        ownership(reply, "share renew").map_err(|e| fail(&self.server, e))
+    }
+
+    async fn release(&self) -> Result<Ownership, LockError> {
+        let reply = self
+            .server
+            .invoke(self.budget, || release_invocation(&self.keys, &self.owner))
+            .await;
+        ownership(reply, "share release").map_err(|e| fail(&self.server, e))
+    }
+}
+
+/// Builds a script call, once per send.
+pub(crate) type Invocation = Arc<dyn Fn() -> redis::ScriptInvocation<'static> + Send + Sync>;
+
+/// One acquire: the primitive's server, keys and reply budget, and the random
+/// owner value its attempts share (a retried script finds its own share, and
+/// a waiting writer's marker stays one entry).
+pub(crate) struct Acquiring<'a> {
+    pub server: &'a Arc<ServerClient>,
+    pub keys: Arc<ShareKeys>,
+    pub budget: Duration,
+    pub owner: String,
+    /// The waiter's own channel, when others hand it the turn by name.
+    pub own_channel: Option<String>,
+    /// Leaving the queue, for a primitive whose waiters keep a place in one.
+    pub leave: Option<Invocation>,
+}
+
+impl Acquiring<'_> {
+    /// The share, once won.
+    pub fn share(&self) -> RedisShare {
+        RedisShare {
+            server: self.server.clone(),
+            keys: self.keys.clone(),
+            owner: self.owner.clone(),
+            budget: self.budget,
+        }
+    }
+
+    /// What gives back anything this acquire may have taken: the
+    /// compare-owner release (it can only ever end this acquire's own share),
+    /// then leaving the queue.
+    fn undo_scripts(&self) -> Vec<redis::ScriptInvocation<'static>> {
+        let release = release_invocation(&self.keys, &self.owner);
+        std::iter::once(release)
+            .chain(self.leave.as_ref().map(|leave| leave()))
+            .collect()
+    }
+
+    /// Sends one attempt's script; if it is cut off or unanswered, the undo
+    /// follows it on its connection.
+    pub async fn send<T>(
+        &self,
+        script: impl Fn() -> redis::ScriptInvocation<'static>,
+    ) -> Result<T, LockError>
+    where
+        T: redis::FromRedisValue + Send + 'static,
+    {
+        let sent = self
+            .server
+            .invoke_or_undo(self.budget, script, || self.undo_scripts());
+        Ok(sent.await.map_err(|e| fail(self.server, e))?.0)
+    }
+
+    /// Runs the undo in the background unless disarmed: for an acquire dropped
+    /// or ended while it sleeps between attempts.
+    fn undo_on_drop(&self) -> CancelGuard<(), impl FnOnce(()) -> Option<UndoFuture> + use<>> {
+        let (server, budget) = (self.server.clone(), self.budget);
+        let (keys, owner, leave) = (self.keys.clone(), self.owner.clone(), self.leave.clone());
+        let release: Invocation = Arc::new(move || release_invocation(&keys, &owner));
+        CancelGuard::new((), move |()| {
+            Some(Box::pin(async move {
+                for build in std::iter::once(release).chain(leave) {
+                    let undone: Result<i64, _> = server.invoke(budget, &*build).await;
+                    if let Err(e) = undone {
+                        tracing::debug!(endpoint = %server.endpoint, error = %e, "undoing an abandoned share attempt failed; its ttl frees it");
+                    }
+                }
+            }) as UndoFuture)
+        })
+    }
+
+    /// Runs `attempt` (told whether the caller has been waiting) in turns
+    /// ([`take_turns`]) until it wins or `req.wait` ends. Cancel-safe: unless
+    /// it wins, or its last attempt was answered and refused (`Busy`,
+    /// `LimitMismatch`), the undo gives back what an attempt may have taken.
+    pub async fn until_won<T, F, Fut>(
+        &self,
+        req: &AcquireRequest<'_>,
+        attempt: F,
+    ) -> Result<T, LockError>
+    where
+        F: FnMut(bool) -> Fut,
+        Fut: Future<Output = Result<Attempt<T>, LockError>>,
+    {
+        let undo = self.undo_on_drop();
+        let channels = (self.keys.channel.as_str(), self.own_channel.as_deref());
+        let outcome = take_turns(self.server, channels, req, self.budget, attempt).await;
+        if matches!(
+            outcome,
+            Ok(_) | Err(LockError::Busy { .. } | LockError::LimitMismatch { .. })
+        ) {
+            undo.disarm();
+        }
+        outcome
+    }
+}
+
+/// The live shares of one primitive: (owner value, description).
+pub(crate) async fn live(
+    server: &ServerClient,
+    expiry: &str,
+    info: &str,
+    budget: Duration,
+) -> Result<Vec<(String, String)>, LockError> {
+    let reply: Vec<String> = server
+        .invoke(budget, || {
+            let mut invocation = LIVE.key(expiry);
+            invocation.key(info);
+            invocation
+        })
+        .await
+        .map_err(|e| fail(server, e))?;
+    Ok(reply
+        .chunks_exact(2)
+        .map(|pair| (pair[0].clone(), pair[1].clone()))
+        .collect())
+}
+
+/// Deletes the live shares of `owners` (all of them when empty) behind their
+/// holders' backs and wakes waiters; returns how many there were.
+pub(crate) async fn delete(
+    server: &ServerClient,
+    keys: &ShareKeys,
+    owners: &[String],
+    budget: Duration,
+) -> Result<usize, LockError> {
+    let deleted: i64 = server
+        .invoke(budget, || {
+            let mut invocation = DELETE.key(&keys.expiry);
+            invocation.key(&keys.info).arg(&keys.channel);
+            for owner in owners {
+                invocation.arg(owner);
+            }
+            invocation
+        })
+        .await
+        .map_err(|e| fail(server, e))?;
+    Ok(usize::try_from(deleted).unwrap_or(0))
+}
+
+/// The live entries of every `kind` primitive whose name starts with `prefix`,
+/// in the sorted sets named `<lock key>:<kind>:<suffix>` (`rw:expiry`,
+/// `rw:writers`, the fair lock's `queue:timeouts`), as `<set> <owner>`.
+pub(crate) async fn residue(
+    server: &ServerClient,
+    namespace: &str,
+    prefix: &str,
+    (kind, suffix): (&str, &str),
+    budget: Duration,
+) -> Result<Vec<String>, LockError> {
+    let pattern = format!("{}:{kind}:{suffix}", lock_key_pattern(namespace, prefix));
+    let sets = scan_keys(server, &pattern, budget)
+        .await
+        .map_err(|e| fail(server, e))?;
+    let mut found = Vec::new();
+    for set in sets {
+        let info = format!("{}info", set.trim_end_matches(suffix));
+        for (owner, _) in live(server, &set, &info, budget).await? {
+            found.push(format!("{set} {owner}"));
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::hash_tag;
+    use crate::protocol::fair::{FairQueue, turn_channel};
+
+    #[test]
+    fn every_key_and_channel_of_a_primitive_shares_the_lock_hash_tag() {
+        for name in ["a", "{x}", "a}b{c", "orders/42", "%7B"] {
+            let key = LockKey::new(name).unwrap();
+            let lock = LockKeys::new("ns:", &key);
+            let tag = hash_tag(&lock.lock);
+            for kind in ["sem", "rw"] {
+                let keys = ShareKeys::new("ns:", &key, kind);
+                let names = [
+                    keys.expiry.clone(),
+                    keys.info.clone(),
+                    keys.fence.clone(),
+                    keys.channel.clone(),
+                    keys.sibling("limit"),
+                    keys.sibling("queue"),
+                    format!("{}:owner", keys.channel),
+                ];
+                for each in names {
+                    assert_eq!(hash_tag(&each), tag, "{each}");
+                    assert_ne!(each, lock.lock);
+                    assert_ne!(each, lock.fence);
+                }
+            }
+            let queue = FairQueue::of(&lock);
+            for each in [queue.list, queue.timeouts, turn_channel(&lock, "owner")] {
+                assert_eq!(hash_tag(&each), tag, "{each}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_two_primitives_of_a_name_never_share_a_key() {
+        let key = LockKey::new("jobs").unwrap();
+        let (sem, rw) = (
+            ShareKeys::new("ns:", &key, "sem"),
+            ShareKeys::new("ns:", &key, "rw"),
+        );
+        assert_eq!(sem.expiry, "ns:{jobs}:sem:expiry");
+        assert_eq!(rw.sibling("places"), "ns:{jobs}:rw:places");
+        assert_ne!(sem.fence, rw.fence);
+        assert_ne!(sem.channel, rw.channel);
+    }
+}

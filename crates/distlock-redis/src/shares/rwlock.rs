@@ -1,0 +1,238 @@
+//! The Redis read-write lock: expiring read shares and one write share of a
+//! name, granted in arrival order.
+//!
+//! Keys (all with the lock's hash tag, see [`ShareKeys`]):
+//! `<lock key>:rw:expiry` (owner → expiry ms, every live share),
+//! `…:rw:info` (owner → `R:token` or `W:token`), `…:rw:queue` (waiters,
+//! `R:<owner>` or `W:<owner>` → arrival number), `…:rw:places` (the same
+//! members → when their place expires), `…:rw:arrivals` (the arrival counter),
+//! `…:rw:fence` (one token counter for both kinds, never expires), the release
+//! channel `…:rw:ch` and each waiter's own channel `…:rw:ch:<owner>`.
+//!
+//! Invariants: the live shares are either readers only or one writer. A writer
+//! enters when no share lives and nobody arrived before it; a reader when no
+//! writer holds and no writer arrived before it, so readers that come while a
+//! writer waits queue behind it (no writer starvation) and readers waiting
+//! behind a writer go before writers that came after them (no reader
+//! starvation). A waiter renews its place at every attempt, at least every
+//! third of the place's lifetime, so a waiter that vanished holds the queue at
+//! most that long; one whose wait ends or is dropped leaves at once. An attempt
+//! that finds the head's turn has come (after a release woke another waiter of
+//! a client, or a predecessor vanished) wakes the head on its own channel.
+
+use super::{
+    Acquiring, Attempt, Invocation, RedisShare, ShareKeys, delete, live, ms, place_lifetime,
+    queued_wait, residue, share_script,
+};
+use crate::backend::BACKEND;
+use crate::protocol::ServerClient;
+use async_trait::async_trait;
+use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};
+use distlock_core::toolkit::random_owner;
+use distlock_core::{
+    BackendRwLock, Capabilities, FencingToken, LockError, LockKey, RwLockBackend, RwLockInspect,
+    RwMode, ShareInfo,
+};
+use redis::Script;
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(share_script!("rwlock_acquire.lua")));
+static UNQUEUE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/rwlock_unqueue.lua")));
+
+/// A Redis read-write lock client, on the connection of a [`crate::RedisLock`]
+/// (`lock.rwlock()`).
+pub type RedisRwLock = BackendRwLock<RedisRwLockBackend>;
+
+/// The Redis read-write lock adapter.
+pub struct RedisRwLockBackend {
+    server: Arc<ServerClient>,
+    namespace: String,
+    budget: Duration,
+    capabilities: Capabilities,
+}
+
+impl std::fmt::Debug for RedisRwLockBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisRwLockBackend")
+            .field("endpoint", &self.server.endpoint)
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisRwLockBackend {
+    pub(crate) fn new(
+        server: Arc<ServerClient>,
+        namespace: String,
+        budget: Duration,
+        capabilities: Capabilities,
+    ) -> Self {
+        RedisRwLockBackend {
+            server,
+            namespace,
+            budget,
+            capabilities,
+        }
+    }
+
+    fn keys(&self, key: &LockKey) -> ShareKeys {
+        ShareKeys::new(&self.namespace, key, "rw")
+    }
+
+    async fn acquire(
+        &self,
+        req: AcquireRequest<'_>,
+        mode: RwMode,
+    ) -> Result<Acquired<RedisShare>, LockError> {
+        let keys = Arc::new(self.keys(req.key));
+        let owner = random_owner();
+        let member = format!("{}:{owner}", kind(mode));
+        let leave = {
+            let (queue, places) = (keys.sibling("queue"), keys.sibling("places"));
+            let (member, channel) = (member.clone(), keys.channel.clone());
+            Arc::new(move || {
+                let mut invocation = UNQUEUE.key(&queue);
+                invocation.key(&places).arg(&member).arg(&channel);
+                invocation
+            }) as Invocation
+        };
+        let on = Acquiring {
+            server: &self.server,
+            own_channel: Some(format!("{}:{owner}", keys.channel)),
+            keys,
+            budget: self.budget,
+            owner,
+            leave: Some(leave),
+        };
+        on.until_won(&req, |_| self.attempt(&on, &req, mode)).await
+    }
+
+    /// One try of the acquire script.
+    async fn attempt(
+        &self,
+        on: &Acquiring<'_>,
+        req: &AcquireRequest<'_>,
+        mode: RwMode,
+    ) -> Result<Attempt<Acquired<RedisShare>>, LockError> {
+        let keys = &on.keys;
+        let queued = req.wait != WaitUntil::NoWait;
+        let place = if queued {
+            place_lifetime(req.ttl)
+        } else {
+            Duration::ZERO
+        };
+        let sent_at = Instant::now();
+        let reply: Vec<i64> = on
+            .send(|| {
+                let mut invocation = ACQUIRE.key(&keys.expiry);
+                invocation
+                    .key(&keys.info)
+                    .key(keys.sibling("queue"))
+                    .key(keys.sibling("places"))
+                    .key(keys.sibling("arrivals"))
+                    .key(&keys.fence);
+                invocation
+                    .arg(&on.owner)
+                    .arg(ms(req.ttl))
+                    .arg(kind(mode))
+                    .arg(ms(place))
+                    .arg(&keys.channel);
+                invocation
+            })
+            .await?;
+        match reply[..] {
+            [1, token] if token > 0 => Ok(Attempt::Won(Acquired {
+                handle: on.share(),
+                token: FencingToken::new(token.unsigned_abs()),
+                sent_at,
+            })),
+            [0, hint] if queued => Ok(Attempt::Wait(queued_wait(hint, place))),
+            [0, hint] => Ok(Attempt::Wait(hint)),
+            _ => Err(LockError::backend(
+                BACKEND,
+                format!("the read-write lock acquire script returned {reply:?}"),
+            )),
+        }
+    }
+}
+
+/// A share's kind as the scripts write it.
+fn kind(mode: RwMode) -> &'static str {
+    match mode {
+        RwMode::Read => "R",
+        RwMode::Write => "W",
+    }
+}
+
+#[async_trait]
+impl RwLockBackend for RedisRwLockBackend {
+    type Share = RedisShare;
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities
+    }
+
+    async fn acquire_read(
+        &self,
+        req: AcquireRequest<'_>,
+    ) -> Result<Acquired<RedisShare>, LockError> {
+        self.acquire(req, RwMode::Read).await
+    }
+
+    async fn acquire_write(
+        &self,
+        req: AcquireRequest<'_>,
+    ) -> Result<Acquired<RedisShare>, LockError> {
+        self.acquire(req, RwMode::Write).await
+    }
+
+    fn inspect(&self) -> Option<&dyn RwLockInspect> {
+        Some(self)
+    }
+}
+
+/// A share's `R:token` / `W:token` description.
+fn parse_share(owner: String, described: &str) -> Option<ShareInfo> {
+    let (mode, token) = described.split_once(':')?;
+    Some(ShareInfo {
+        mode: match mode {
+            "R" => RwMode::Read,
+            "W" => RwMode::Write,
+            _ => return None,
+        },
+        token: FencingToken::new(token.parse().ok()?),
+        holder: owner,
+    })
+}
+
+#[async_trait]
+impl RwLockInspect for RedisRwLockBackend {
+    async fn shares(&self, key: &LockKey) -> Result<Vec<ShareInfo>, LockError> {
+        let keys = self.keys(key);
+        let shares = live(&self.server, &keys.expiry, &keys.info, self.budget).await?;
+        let mut shares: Vec<ShareInfo> = shares
+            .into_iter()
+            .filter_map(|(owner, described)| parse_share(owner, &described))
+            .collect();
+        shares.sort_by_key(|s| s.token);
+        Ok(shares)
+    }
+
+    async fn delete_shares(&self, key: &LockKey) -> Result<usize, LockError> {
+        delete(&self.server, &self.keys(key), &[], self.budget).await
+    }
+
+    async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let (namespace, budget) = (&self.namespace, self.budget);
+        let mut found = residue(&self.server, namespace, prefix, ("rw", "expiry"), budget).await?;
+        found.extend(residue(&self.server, namespace, prefix, ("rw", "places"), budget).await?);
+        Ok(found)
+    }
+}

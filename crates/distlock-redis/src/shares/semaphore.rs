@@ -1,0 +1,193 @@
+//! The Redis semaphore: `limit` expiring permits of one name, each in the
+//! lowest free slot, taken by one Lua script per attempt.
+//!
+//! Keys (all with the lock's hash tag, see [`ShareKeys`]):
+//! `<lock key>:sem:expiry` (owner → expiry ms), `…:sem:info` (owner →
+//! `slot:token`), `…:sem:limit` (the limit in use), `…:sem:fence` (the token
+//! counter, never expires) and the channel `…:sem:ch`.
+//!
+//! Invariant: after the acquire script's sweep, the expiry set holds exactly
+//! the live permits, fewer than `limit` of them when one is granted, and their
+//! slots are distinct (the new one is the lowest no live permit has). The
+//! limit is stored with the permits: a client with another limit is refused
+//! while any permit lives, and the limit goes with the last permit.
+
+use super::{Acquiring, Attempt, ShareKeys, delete, live, ms, residue, share_script};
+use crate::backend::BACKEND;
+use crate::protocol::ServerClient;
+use async_trait::async_trait;
+use distlock_core::backend::Acquired;
+use distlock_core::toolkit::random_owner;
+use distlock_core::{
+    AcquiredPermit, BackendSemaphore, Capabilities, FencingToken, LockError, LockKey, PermitInfo,
+    PermitRequest, SemaphoreBackend, SemaphoreInspect,
+};
+use redis::Script;
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(share_script!("semaphore_acquire.lua")));
+
+/// A Redis semaphore client, on the connection of a [`crate::RedisLock`]
+/// (`lock.semaphore()`).
+pub type RedisSemaphore = BackendSemaphore<RedisSemaphoreBackend>;
+
+/// The Redis semaphore adapter: permits as expiring members of a sorted set.
+pub struct RedisSemaphoreBackend {
+    server: Arc<ServerClient>,
+    namespace: String,
+    budget: Duration,
+    capabilities: Capabilities,
+}
+
+impl std::fmt::Debug for RedisSemaphoreBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSemaphoreBackend")
+            .field("endpoint", &self.server.endpoint)
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisSemaphoreBackend {
+    pub(crate) fn new(
+        server: Arc<ServerClient>,
+        namespace: String,
+        budget: Duration,
+        capabilities: Capabilities,
+    ) -> Self {
+        RedisSemaphoreBackend {
+            server,
+            namespace,
+            budget,
+            capabilities,
+        }
+    }
+
+    fn keys(&self, key: &LockKey) -> ShareKeys {
+        let mut keys = ShareKeys::new(&self.namespace, key, "sem");
+        keys.extra.push(keys.sibling("limit"));
+        keys
+    }
+
+    /// One try of the acquire script.
+    async fn attempt(
+        &self,
+        on: &Acquiring<'_>,
+        req: &PermitRequest<'_>,
+        waited: bool,
+    ) -> Result<Attempt<AcquiredPermit<super::RedisShare>>, LockError> {
+        let keys = &on.keys;
+        let sent_at = Instant::now();
+        let reply: Vec<i64> = on
+            .send(|| {
+                let mut invocation = ACQUIRE.key(&keys.expiry);
+                invocation
+                    .key(&keys.info)
+                    .key(&keys.extra[0])
+                    .key(&keys.fence);
+                invocation
+                    .arg(&on.owner)
+                    .arg(ms(req.acquire.ttl))
+                    .arg(req.limit)
+                    .arg(if waited { "1" } else { "0" })
+                    .arg(&keys.channel);
+                invocation
+            })
+            .await?;
+        match reply[..] {
+            [1, slot, token] if token > 0 => Ok(Attempt::Won(AcquiredPermit {
+                acquired: Acquired {
+                    handle: on.share(),
+                    token: FencingToken::new(token.unsigned_abs()),
+                    sent_at,
+                },
+                slot: u32::try_from(slot).map_err(|_| bad_reply(&reply))?,
+            })),
+            [0, hint] => Ok(Attempt::Wait(hint)),
+            [3, existing] => Err(req.mismatch(u32::try_from(existing).unwrap_or(u32::MAX))),
+            _ => Err(bad_reply(&reply)),
+        }
+    }
+}
+
+fn bad_reply(reply: &[i64]) -> LockError {
+    LockError::backend(
+        BACKEND,
+        format!("the semaphore acquire script returned {reply:?}"),
+    )
+}
+
+#[async_trait]
+impl SemaphoreBackend for RedisSemaphoreBackend {
+    type Permit = super::RedisShare;
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities
+    }
+
+    async fn acquire_permit(
+        &self,
+        req: PermitRequest<'_>,
+    ) -> Result<AcquiredPermit<super::RedisShare>, LockError> {
+        let on = Acquiring {
+            server: &self.server,
+            keys: Arc::new(self.keys(req.acquire.key)),
+            budget: self.budget,
+            owner: random_owner(),
+            own_channel: None,
+            leave: None,
+        };
+        on.until_won(&req.acquire, |waited| self.attempt(&on, &req, waited))
+            .await
+    }
+
+    fn inspect(&self) -> Option<&dyn SemaphoreInspect> {
+        Some(self)
+    }
+}
+
+/// A permit's `slot:token` description.
+fn parse_permit(owner: String, described: &str) -> Option<PermitInfo> {
+    let (slot, token) = described.split_once(':')?;
+    Some(PermitInfo {
+        slot: slot.parse().ok()?,
+        token: FencingToken::new(token.parse().ok()?),
+        holder: owner,
+    })
+}
+
+#[async_trait]
+impl SemaphoreInspect for RedisSemaphoreBackend {
+    async fn permits(&self, key: &LockKey) -> Result<Vec<PermitInfo>, LockError> {
+        let keys = self.keys(key);
+        let shares = live(&self.server, &keys.expiry, &keys.info, self.budget).await?;
+        let mut permits: Vec<PermitInfo> = shares
+            .into_iter()
+            .filter_map(|(owner, described)| parse_permit(owner, &described))
+            .collect();
+        permits.sort_by_key(|p| p.slot);
+        Ok(permits)
+    }
+
+    async fn delete_permit(&self, key: &LockKey, slot: u32) -> Result<bool, LockError> {
+        let owners: Vec<String> = (self.permits(key).await?.into_iter())
+            .filter(|p| p.slot == slot)
+            .map(|p| p.holder)
+            .collect();
+        if owners.is_empty() {
+            return Ok(false);
+        }
+        Ok(delete(&self.server, &self.keys(key), &owners, self.budget).await? > 0)
+    }
+
+    async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let at = ("sem", "expiry");
+        residue(&self.server, &self.namespace, prefix, at, self.budget).await
+    }
+}

@@ -91,6 +91,7 @@ mod protocol;
 mod queue;
 mod rpc;
 mod rwlock;
+mod semaphore;
 #[cfg(feature = "tls")]
 mod tls;
 mod watch;
@@ -98,7 +99,8 @@ mod watch;
 pub use backend::{EtcdBackend, EtcdHandle, EtcdLock, EtcdStats};
 pub use config::{DEFAULT_NAMESPACE, EtcdConfig};
 pub use election::EtcdElection;
-pub use keys::{escape_name, queue_prefix, rwlock_prefix};
+pub use keys::{escape_name, queue_prefix, rwlock_prefix, semaphore_prefix};
 pub use rwlock::{EtcdRwLock, EtcdRwLockBackend};
+pub use semaphore::{EtcdSemaphore, EtcdSemaphoreBackend};
 #[cfg(feature = "tls")]
 pub use tls::EtcdTls;

@@ -57,7 +57,7 @@ fn get_holder(queue: &[u8]) -> GetOptions {
 }
 
 /// The newest `limit` keys of the queue created at or before `max_revision` (0: any).
-fn get_newest(queue: &[u8], max_revision: i64, limit: i64) -> GetOptions {
+pub(crate) fn get_newest(queue: &[u8], max_revision: i64, limit: i64) -> GetOptions {
     GetOptions::new()
         .with_range(prefix_end(queue))
         .with_sort(SortTarget::Create, SortOrder::Descend)
@@ -66,14 +66,14 @@ fn get_newest(queue: &[u8], max_revision: i64, limit: i64) -> GetOptions {
         .with_keys_only()
 }
 
-fn range(response: Option<&TxnOpResponse>) -> Result<&[KeyValue], Failure> {
+pub(crate) fn range(response: Option<&TxnOpResponse>) -> Result<&[KeyValue], Failure> {
     match response {
         Some(TxnOpResponse::Get(get)) => Ok(get.kvs()),
         _ => Err(protocol("a transaction did not return the ranges it was asked for").into()),
     }
 }
 
-fn header(response: &TxnResponse) -> Result<i64, Failure> {
+pub(crate) fn header(response: &TxnResponse) -> Result<i64, Failure> {
     response
         .header()
         .map(|h| h.revision())

@@ -1,0 +1,249 @@
+//! The semaphore: a FIFO queue of waiting keys and one permit key per slot in
+//! use, under [`crate::semaphore_prefix`].
+//!
+//! Invariants:
+//! - A permit is the key `slots/<n>`, `n` in `0..limit`, on its holder's
+//!   lease, created only if absent: the slot names themselves bound the permits
+//!   to `limit` and keep slots unique, whatever any client believes.
+//! - Only the first waiting key (the oldest under `queue/`) may claim a slot,
+//!   and it does so by trading its queue key for the permit key in one
+//!   transaction, so waiters are served in arrival order.
+//! - Every queue and permit key was written while the `limit` key held its
+//!   client's limit, and that key changes only when nobody waits or holds, so
+//!   all clients of one semaphore agree on the limit.
+//!
+//! No herd: a waiter watches only the key just before its own, which goes when
+//! that waiter claims a slot (or gives up); the first waiter alone watches the
+//! slots, which lose a key when a permit is released or expires. A release
+//! wakes the first waiter, and its claim wakes the next. The token is the permit
+//! key's create revision, so it rises with every permit handed out.
+
+mod inspect;
+mod protocol;
+
+use crate::backend::{EtcdBackend, EtcdHandle};
+use crate::error::{BACKEND, Failure};
+use crate::keys::{contender_key, printable, semaphore_prefix};
+use crate::lease::Slot;
+use crate::queue::QueueEntry;
+use crate::watch::Subscription;
+use async_trait::async_trait;
+use distlock_core::backend::{Acquired, Backend, WaitUntil};
+use distlock_core::{
+    AcquiredPermit, BackendSemaphore, Bound, Capabilities, LockError, PermitRequest,
+    SemaphoreBackend, SemaphoreInspect,
+};
+use protocol::{Layout, Look, Refused};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A semaphore client for etcd, on the connection and leases of an
+/// [`crate::EtcdLock`] (`lock.semaphore()`).
+pub type EtcdSemaphore = BackendSemaphore<EtcdSemaphoreBackend>;
+
+/// How often one acquire stores its limit and finds it replaced before its
+/// key went in: each time another client emptied the semaphore and used
+/// another limit in between.
+const LIMIT_RACES: usize = 3;
+
+/// The etcd semaphore adapter. A permit is held like a lock key (renewed with
+/// its lease, released by create revision, lost when deleted), so its handle
+/// is the lock's own.
+#[derive(Debug)]
+pub struct EtcdSemaphoreBackend {
+    lock: Arc<EtcdBackend>,
+}
+
+impl EtcdSemaphoreBackend {
+    /// Semaphores on `lock`'s connection.
+    pub fn new(lock: Arc<EtcdBackend>) -> Self {
+        EtcdSemaphoreBackend { lock }
+    }
+
+    fn layout(&self, key: &distlock_core::LockKey) -> Layout {
+        Layout::new(&semaphore_prefix(self.lock.namespace(), key))
+    }
+
+    /// One waiter's whole life: enqueue, wait for its turn and a free slot,
+    /// trade its queue key for the permit.
+    async fn contend(
+        &self,
+        req: &PermitRequest<'_>,
+        layout: &Layout,
+        slot: Slot,
+    ) -> Result<AcquiredPermit<EtcdHandle>, Failure> {
+        let lock = &self.lock;
+        let acquire = &req.acquire;
+        let lease = slot.lease().clone();
+        let key = contender_key(&layout.queue, lease.id(), slot.number());
+        let mut entry = QueueEntry::new(lock.rpc.clone(), lock.kv.clone(), key.clone(), slot);
+        let (revision, mut look) = self.enqueue(&mut entry, req, layout, lease.id()).await?;
+        // What we watch: the key before ours, or (`None`) the slots.
+        let mut watching: Option<(Option<Vec<u8>>, Subscription)> = None;
+        loop {
+            if !look.mine {
+                entry.mark_gone();
+                let gone = format!("the queued key {} disappeared", printable(&key));
+                return Err(lock.rpc.endpoints.lease_gone(&gone).into());
+            }
+            // Waiters claim in queue order, as many at once as slots are free:
+            // the one with `ahead` older waiters takes the free slot of that rank.
+            if let Some(n) = nth_free_slot(req.limit, &look.taken, look.ahead) {
+                let permit = layout.permit(n);
+                // The permit's loss watch, asked for before the key exists (as
+                // the lock's is), so the held permit needs no read of its own.
+                let _held = lock.watches.deletion(&permit);
+                let sent_at = Instant::now();
+                let claim = protocol::claim(
+                    lock.rpc.clone(),
+                    lock.kv.clone(),
+                    key.clone(),
+                    revision,
+                    permit.clone(),
+                    lease.id(),
+                );
+                let response = entry.trade(revision, &permit, claim).await?;
+                if response.succeeded() {
+                    let at = crate::protocol::header(&response)?;
+                    let acquired = lock.claim(entry, &lease, at, at, sent_at).await?;
+                    return Ok(AcquiredPermit { acquired, slot: n });
+                }
+                // The slot was taken after our read (by a permit released and
+                // claimed meanwhile) or our key is gone: read again.
+                look =
+                    protocol::look(&lock.rpc, &lock.kv, layout, &key, revision, req.limit).await?;
+                continue;
+            }
+            if acquire.wait == WaitUntil::NoWait {
+                entry.remove().await?;
+                return Err(acquire.not_acquired().into());
+            }
+            // The first waiter watches the slots, any other the key before it.
+            // The same watch is kept while it is the right one: a new watch
+            // asks for a read once etcd has created it.
+            let target = look.predecessor.clone().filter(|_| look.ahead > 0);
+            let watched = match &mut watching {
+                Some((kept, watched)) if *kept == target => watched,
+                _ => {
+                    let watched = match &target {
+                        Some(before) => lock.watches.deletion(before),
+                        None => lock.watches.deletions_under(&layout.slots),
+                    };
+                    &mut watching.insert((target, watched)).1
+                }
+            };
+            lock.wait_in_queue(&mut entry, watched, look.header, &lease, acquire)
+                .await?;
+            // The first waiter woken by a released permit tries that slot at
+            // once: the claim fails harmlessly if it was taken again.
+            if let Some(n) = watched.deleted_key().and_then(|k| layout.slot_of(k)) {
+                look.taken.retain(|taken| *taken != n);
+                continue;
+            }
+            look = protocol::look(&lock.rpc, &lock.kv, layout, &key, revision, req.limit).await?;
+        }
+    }
+
+    /// Puts our key in the queue, storing our limit first if the semaphore is
+    /// unused and holds another. Returns our key's create revision and what
+    /// the queue looks like.
+    async fn enqueue(
+        &self,
+        entry: &mut QueueEntry,
+        req: &PermitRequest<'_>,
+        layout: &Layout,
+        lease: i64,
+    ) -> Result<(i64, Look), Failure> {
+        let lock = &self.lock;
+        for _ in 0..=LIMIT_RACES {
+            let txn = protocol::enqueue(
+                lock.rpc.clone(),
+                lock.kv.clone(),
+                layout.clone(),
+                entry.key().to_vec(),
+                lease,
+                req.limit,
+            );
+            let response = entry.put(txn).await?;
+            match protocol::enqueued(layout, &response)? {
+                Ok(queued) => return Ok(queued),
+                Err(Refused::Adopted(revision)) => {
+                    let (rpc, kv, key) = (&lock.rpc, &lock.kv, entry.key());
+                    let look = protocol::look(rpc, kv, layout, key, revision, req.limit).await?;
+                    return Ok((revision, look));
+                }
+                Err(Refused::Limit {
+                    stored: Some(stored),
+                    in_use: true,
+                }) => {
+                    let existing = protocol::parse_limit(layout, &stored)?;
+                    if existing != req.limit {
+                        return Err(req.mismatch(existing).into());
+                    }
+                }
+                Err(Refused::Limit { .. }) => {
+                    protocol::adopt_limit(&lock.rpc, &lock.kv, layout, req.limit).await?;
+                }
+            }
+        }
+        Err(LockError::backend(
+            BACKEND,
+            format!(
+                "the limit of semaphore `{}` kept changing under this acquire: clients with \
+                 different limits take turns on it; give every client of one name the same limit",
+                req.acquire.key
+            ),
+        )
+        .into())
+    }
+}
+
+/// The free slot of rank `rank` (0: the lowest) in `0..limit`, if there are
+/// that many free.
+fn nth_free_slot(limit: u32, taken: &[u32], rank: usize) -> Option<u32> {
+    let taken: BTreeSet<u32> = taken.iter().copied().collect();
+    (0..limit).filter(|n| !taken.contains(n)).nth(rank)
+}
+
+#[async_trait]
+impl SemaphoreBackend for EtcdSemaphoreBackend {
+    type Permit = Bound<EtcdBackend>;
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.lock.capabilities()
+    }
+
+    async fn acquire_permit(
+        &self,
+        req: PermitRequest<'_>,
+    ) -> Result<AcquiredPermit<Bound<EtcdBackend>>, LockError> {
+        let layout = self.layout(req.acquire.key);
+        let won = (self.lock)
+            .on_lease(req.acquire.ttl, &layout.queue, |slot| {
+                self.contend(&req, &layout, slot)
+            })
+            .await?;
+        let Acquired {
+            handle,
+            token,
+            sent_at,
+        } = won.acquired;
+        Ok(AcquiredPermit {
+            acquired: Acquired {
+                handle: Bound::new(self.lock.clone(), handle),
+                token,
+                sent_at,
+            },
+            slot: won.slot,
+        })
+    }
+
+    fn inspect(&self) -> Option<&dyn SemaphoreInspect> {
+        Some(self)
+    }
+}

@@ -22,8 +22,8 @@ use distlock_core::{
 };
 use etcd_client::KvClient;
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A revision queue and which of its older keys block a contender.
@@ -92,6 +92,9 @@ pub struct EtcdHandle {
     confirmed_at: i64,
     slot: Slot,
     releasing: Arc<AtomicBool>,
+    /// The loss watch the acquire opened, when it is not kept by the stream
+    /// task for the loss signal to find (`Watches::deletion_once`).
+    loss_watch: Mutex<Option<Subscription>>,
 }
 
 impl std::fmt::Debug for EtcdHandle {
@@ -262,7 +265,7 @@ impl EtcdBackend {
         let first = entry.enqueue(queue.all, lease.id(), value).await?;
         if first.holder {
             return self
-                .claim(entry, &lease, first.revision, first.header, sent_at)
+                .claim(entry, &lease, (first.revision, first.header), sent_at, None)
                 .await;
         }
         let mut predecessor = first.predecessor.map(|key| (key, first.header));
@@ -276,7 +279,7 @@ impl EtcdBackend {
                 Some(key) => predecessor = Some((key, check.header)),
                 None if check.mine => {
                     return self
-                        .claim(entry, &lease, first.revision, check.header, read_at)
+                        .claim(entry, &lease, (first.revision, check.header), read_at, None)
                         .await;
                 }
                 None => {}
@@ -309,7 +312,7 @@ impl EtcdBackend {
                 Some(key) => predecessor = Some((key, check.header)),
                 None => {
                     return self
-                        .claim(entry, &lease, first.revision, check.header, read_at)
+                        .claim(entry, &lease, (first.revision, check.header), read_at, None)
                         .await;
                 }
             }
@@ -355,9 +358,9 @@ impl EtcdBackend {
         &self,
         entry: QueueEntry,
         lease: &SessionLease,
-        revision: i64,
-        header: i64,
+        (revision, header): (i64, i64),
         read_at: Instant,
+        loss_watch: Option<Subscription>,
     ) -> Result<Acquired<EtcdHandle>, Failure> {
         if let Some(end) = lease.ended() {
             return Err(self.lease_error(end).into());
@@ -380,6 +383,7 @@ impl EtcdBackend {
                 confirmed_at: header,
                 slot,
                 releasing: Arc::default(),
+                loss_watch: Mutex::new(loss_watch),
             },
             token: FencingToken::new(revision.unsigned_abs()),
             sent_at: read_at.min(valid_from),
@@ -459,7 +463,8 @@ impl Backend for EtcdBackend {
         // The watch the acquire opened, which its end left to the next subscriber
         // of the key. Subscribed now rather than on first poll, so it is in place
         // however soon the lock is released.
-        let first = self.watches.deletion(&handle.key);
+        let handed = handle.loss_watch.lock().ok().and_then(|mut w| w.take());
+        let first = handed.unwrap_or_else(|| self.watches.deletion(&handle.key));
         let deletion = KeyDeletion {
             rpc: self.rpc.clone(),
             kv: self.kv.clone(),

@@ -93,7 +93,9 @@ impl EtcdSemaphoreBackend {
                 let permit = layout.permit(n);
                 // The permit's loss watch, asked for before the key exists (as
                 // the lock's is), so the held permit needs no read of its own.
-                let _held = lock.watches.deletion(&permit);
+                // Other clients take this name after us: the watch goes with
+                // our permit rather than linger for them.
+                let held = lock.watches.deletion_once(&permit);
                 let sent_at = Instant::now();
                 let claim = protocol::claim(
                     lock.rpc.clone(),
@@ -106,7 +108,8 @@ impl EtcdSemaphoreBackend {
                 let response = entry.trade(revision, &permit, claim).await?;
                 if response.succeeded() {
                     let at = crate::protocol::header(&response)?;
-                    let acquired = lock.claim(entry, &lease, at, at, sent_at).await?;
+                    let acquired =
+                        (lock.claim(entry, &lease, (at, at), sent_at, Some(held))).await?;
                     return Ok(AcquiredPermit { acquired, slot: n });
                 }
                 // The slot was taken after our read (by a permit released and

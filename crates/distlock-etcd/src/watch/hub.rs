@@ -45,6 +45,8 @@ struct Entry {
     key: Vec<u8>,
     /// Empty for one key; else the end of the watched range.
     range_end: Vec<u8>,
+    /// Kept for the next subscriber once its subscriber goes.
+    linger: bool,
     /// The revision after which the watch delivers every deletion, once etcd has
     /// confirmed it on the current stream.
     start: Option<i64>,
@@ -123,9 +125,9 @@ impl Hub {
             tokio::select! {
                 command = commands.recv() => match command {
                     None => return,
-                    Some(Command::Add { id, key, range_end, notices }) => {
+                    Some(Command::Add { id, key, range_end, linger, notices }) => {
                         if !self.attach(id, &key, &range_end, &notices)
-                            && !self.create(id, key, range_end, notices).await
+                            && !self.create(id, (key, range_end, linger), notices).await
                         {
                             asked = true;
                             reconnect_at.get_or_insert_with(Instant::now);
@@ -195,8 +197,7 @@ impl Hub {
     async fn create(
         &mut self,
         id: i64,
-        key: Vec<u8>,
-        range_end: Vec<u8>,
+        (key, range_end, linger): (Vec<u8>, Vec<u8>, bool),
         notices: mpsc::UnboundedSender<Notice>,
     ) -> bool {
         let watch = self.next_watch;
@@ -210,6 +211,7 @@ impl Hub {
         let entry = Entry {
             key,
             range_end,
+            linger,
             start: None,
             listener,
             last_deleted: None,
@@ -220,17 +222,14 @@ impl Hub {
     }
 
     /// Subscription `id` is gone: its watch lingers for the next subscriber of the
-    /// key, unless too many already do. A range watch is cancelled at once: it
-    /// sees every release under its range, events nobody would read.
+    /// key, unless too many already do, or it was asked not to (a range, a name
+    /// other clients take in turn): then it is cancelled at once, or it would
+    /// receive events nobody reads.
     async fn detach(&mut self, id: i64) {
         let Some(watch) = self.subscriptions.remove(&id) else {
             return;
         };
-        if self
-            .entries
-            .get(&watch)
-            .is_some_and(|e| !e.range_end.is_empty())
-        {
+        if self.entries.get(&watch).is_some_and(|e| !e.linger) {
             self.entries.remove(&watch);
             self.send_cancel(watch).await;
             return;

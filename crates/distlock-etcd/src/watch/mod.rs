@@ -82,6 +82,8 @@ enum Command {
         key: Vec<u8>,
         /// Empty for one key; else the end of the watched range.
         range_end: Vec<u8>,
+        /// Whether the watch is kept for the next subscriber once this one goes.
+        linger: bool,
         notices: mpsc::UnboundedSender<Notice>,
     },
     Remove {
@@ -131,21 +133,31 @@ impl Watches {
 
     /// Watches `key` for its deletion from the current revision on.
     pub(crate) fn deletion(&self, key: &[u8]) -> Subscription {
-        self.subscribe(key, Vec::new())
+        self.subscribe(key, Vec::new(), true)
+    }
+
+    /// Watches `key` for its deletion from the current revision on, and cancels
+    /// the watch when the subscription goes: for a key whose name every client
+    /// takes in turn (a semaphore's permit key), where a watch kept for reuse
+    /// would receive each later holder's release.
+    pub(crate) fn deletion_once(&self, key: &[u8]) -> Subscription {
+        self.subscribe(key, Vec::new(), false)
     }
 
     /// Watches every key starting with `prefix` for deletions from the current
     /// revision on (a semaphore's first waiter: any released permit lets it in).
+    /// Not kept once the subscription goes: it sees every release under `prefix`.
     pub(crate) fn deletions_under(&self, prefix: &[u8]) -> Subscription {
-        self.subscribe(prefix, prefix_end(prefix))
+        self.subscribe(prefix, prefix_end(prefix), false)
     }
 
-    fn subscribe(&self, key: &[u8], range_end: Vec<u8>) -> Subscription {
-        let (id, notices) = self.add(key, &range_end);
+    fn subscribe(&self, key: &[u8], range_end: Vec<u8>, linger: bool) -> Subscription {
+        let (id, notices) = self.add(key, &range_end, linger);
         Subscription {
             id,
             key: key.to_vec(),
             range_end,
+            linger,
             notices,
             watches: self.clone(),
             deleted: None,
@@ -154,13 +166,19 @@ impl Watches {
 
     /// Asks the stream task for a watch. If the task is gone, the returned
     /// channel is closed, which the subscription reports as an error.
-    fn add(&self, key: &[u8], range_end: &[u8]) -> (i64, mpsc::UnboundedReceiver<Notice>) {
+    fn add(
+        &self,
+        key: &[u8],
+        range_end: &[u8],
+        linger: bool,
+    ) -> (i64, mpsc::UnboundedReceiver<Notice>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (sender, notices) = mpsc::unbounded_channel();
         let _ = self.commands.send(Command::Add {
             id,
             key: key.to_vec(),
             range_end: range_end.to_vec(),
+            linger,
             notices: sender,
         });
         (id, notices)
@@ -173,6 +191,7 @@ pub(crate) struct Subscription {
     id: i64,
     key: Vec<u8>,
     range_end: Vec<u8>,
+    linger: bool,
     notices: mpsc::UnboundedReceiver<Notice>,
     watches: Watches,
     /// The key whose deletion the last [`Wake::Deleted`] reported.
@@ -207,7 +226,8 @@ impl Subscription {
                 Notice::Failed(reason) => return Err(reason),
                 Notice::Resync => {
                     let _ = self.watches.commands.send(Command::Remove { id: self.id });
-                    (self.id, self.notices) = self.watches.add(&self.key, &self.range_end);
+                    (self.id, self.notices) =
+                        self.watches.add(&self.key, &self.range_end, self.linger);
                 }
             }
         }

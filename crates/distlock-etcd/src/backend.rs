@@ -295,8 +295,14 @@ impl EtcdBackend {
             // watch (the predecessor may be gone already).
             if let Some((key, seen)) = predecessor.take() {
                 let mut deletion = self.watches.deletion(&key);
-                self.wait_in_queue(&mut entry, &mut deletion, seen, &lease, req)
-                    .await?;
+                self.wait_in_queue(
+                    &mut entry,
+                    (&mut deletion, OnCreate::Reread),
+                    seen,
+                    &lease,
+                    req,
+                )
+                .await?;
             }
             let read_at = Instant::now();
             let blockers = queue.blocked_by_writes_under.unwrap_or(queue.all);
@@ -329,13 +335,13 @@ impl EtcdBackend {
     pub(crate) async fn wait_in_queue(
         &self,
         entry: &mut QueueEntry,
-        watched: &mut Subscription,
+        (watched, on_create): (&mut Subscription, OnCreate),
         seen: i64,
         lease: &SessionLease,
         req: &AcquireRequest<'_>,
     ) -> Result<(), Failure> {
         let waited = tokio::select! {
-            wake = watched.wake(seen, OnCreate::Reread) => match wake {
+            wake = watched.wake(seen, on_create) => match wake {
                 Ok(Wake::Deleted) => {
                     self.wakeups.fetch_add(1, Ordering::Relaxed);
                     Ok(())

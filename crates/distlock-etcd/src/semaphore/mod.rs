@@ -26,7 +26,7 @@ use crate::error::{BACKEND, Failure};
 use crate::keys::{contender_key, printable, semaphore_prefix};
 use crate::lease::Slot;
 use crate::queue::QueueEntry;
-use crate::watch::Subscription;
+use crate::watch::{OnCreate, Subscription};
 use async_trait::async_trait;
 use distlock_core::backend::{Acquired, Backend, WaitUntil};
 use distlock_core::{
@@ -126,6 +126,14 @@ impl EtcdSemaphoreBackend {
             // The same watch is kept while it is the right one: a new watch
             // asks for a read once etcd has created it.
             let target = look.predecessor.clone().filter(|_| look.ahead > 0);
+            // A slots watch may have been asked for before the read that made
+            // us first (below): it then needs no read of its own unless etcd
+            // started it after that read. (At worst, etcd serves it from its
+            // catch-up path, which delivers a release up to 100 ms late.)
+            let on_create = match &target {
+                Some(_) => OnCreate::Reread,
+                None => OnCreate::RereadIfLater,
+            };
             let watched = match &mut watching {
                 Some((kept, watched)) if *kept == target => watched,
                 _ => {
@@ -136,13 +144,24 @@ impl EtcdSemaphoreBackend {
                     &mut watching.insert((target, watched)).1
                 }
             };
-            lock.wait_in_queue(&mut entry, watched, look.header, &lease, acquire)
-                .await?;
+            lock.wait_in_queue(
+                &mut entry,
+                (watched, on_create),
+                look.header,
+                &lease,
+                acquire,
+            )
+            .await?;
             // The first waiter woken by a released permit tries that slot at
             // once: the claim fails harmlessly if it was taken again.
             if let Some(n) = watched.deleted_key().and_then(|k| layout.slot_of(k)) {
                 look.taken.retain(|taken| *taken != n);
                 continue;
+            }
+            if look.ahead == 1 {
+                // Probably first now: the slots watch is created while we read,
+                // rather than after, so becoming first costs one read.
+                watching = Some((None, lock.watches.deletions_under(&layout.slots)));
             }
             look = protocol::look(&lock.rpc, &lock.kv, layout, &key, revision, req.limit).await?;
         }

@@ -76,7 +76,8 @@
 //! `watch` (the shared watch stream and the held key's loss watch), `rpc`
 //! (timeouts and retries of one request), `keys` (key layout and escaping),
 //! `error` (client errors as `LockError`s), `inspect` (the operator's view),
-//! `metrics` (the members' request counters), `tls` (feature `tls`).
+//! `metrics` (the members' request counters), `election`, `rwlock` and
+//! `semaphore` (the other primitives), `tls` (feature `tls`).
 #![deny(missing_docs)]
 
 mod backend;

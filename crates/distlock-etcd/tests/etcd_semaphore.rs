@@ -1,6 +1,8 @@
 //! The semaphore's costs, counted by etcd itself: RPCs per uncontended permit
 //! cycle, and watch events per release with many waiters (no herd: a release
 //! wakes the first waiter, its claim wakes the next, nobody else).
+// Set-up helpers: a failure there fails the calling test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

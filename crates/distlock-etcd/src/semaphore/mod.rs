@@ -79,8 +79,9 @@ impl EtcdSemaphoreBackend {
         let key = contender_key(&layout.queue, lease.id(), slot.number());
         let mut entry = QueueEntry::new(lock.rpc.clone(), lock.kv.clone(), key.clone(), slot);
         let (revision, mut look) = self.enqueue(&mut entry, req, layout, lease.id()).await?;
-        // What we watch: the key before ours, or (`None`) the slots.
-        let mut watching: Option<(Option<Vec<u8>>, Subscription)> = None;
+        // The watch of the key before ours, and of the slots.
+        let mut watching: Option<(Vec<u8>, Subscription)> = None;
+        let mut slots_watch: Option<Subscription> = None;
         loop {
             if !look.mine {
                 entry.mark_gone();
@@ -123,30 +124,37 @@ impl EtcdSemaphoreBackend {
                 return Err(acquire.not_acquired().into());
             }
             // The first waiter watches the slots, any other the key before it.
-            // The same watch is kept while it is the right one: a new watch
-            // asks for a read once etcd has created it.
+            // The slots watch is asked for once we are second in line, and a
+            // key's watch is kept while it is the right one: etcd may serve a
+            // watch created while writes commit from its catch-up path, which
+            // delivers a deletion up to 100 ms late until it is in sync, so
+            // neither is created at the moment it is needed.
+            if look.ahead <= 1 && slots_watch.is_none() {
+                slots_watch = Some(lock.watches.deletions_under(&layout.slots));
+            }
             let target = look.predecessor.clone().filter(|_| look.ahead > 0);
-            // A slots watch may have been asked for before the read that made
-            // us first (below): it then needs no read of its own unless etcd
-            // started it after that read. (At worst, etcd serves it from its
-            // catch-up path, which delivers a release up to 100 ms late.)
-            let on_create = match &target {
-                Some(_) => OnCreate::Reread,
-                None => OnCreate::RereadIfLater,
-            };
-            let watched = match &mut watching {
-                Some((kept, watched)) if *kept == target => watched,
-                _ => {
-                    let watched = match &target {
-                        Some(before) => lock.watches.deletion(before),
-                        None => lock.watches.deletions_under(&layout.slots),
+            let (watched, on_create) = match target {
+                None => {
+                    let slots = slots_watch
+                        .get_or_insert_with(|| lock.watches.deletions_under(&layout.slots));
+                    // Asked for before our last read, it needs a read of its
+                    // own only if etcd started it after that read.
+                    (slots, OnCreate::RereadIfLater)
+                }
+                Some(before) => {
+                    let watched = match &mut watching {
+                        Some((kept, watched)) if *kept == before => watched,
+                        _ => {
+                            let watched = lock.watches.deletion(&before);
+                            &mut watching.insert((before, watched)).1
+                        }
                     };
-                    &mut watching.insert((target, watched)).1
+                    (watched, OnCreate::Reread)
                 }
             };
             lock.wait_in_queue(
                 &mut entry,
-                (watched, on_create),
+                (&mut *watched, on_create),
                 look.header,
                 &lease,
                 acquire,
@@ -157,11 +165,6 @@ impl EtcdSemaphoreBackend {
             if let Some(n) = watched.deleted_key().and_then(|k| layout.slot_of(k)) {
                 look.taken.retain(|taken| *taken != n);
                 continue;
-            }
-            if look.ahead == 1 {
-                // Probably first now: the slots watch is created while we read,
-                // rather than after, so becoming first costs one read.
-                watching = Some((None, lock.watches.deletions_under(&layout.slots)));
             }
             look = protocol::look(&lock.rpc, &lock.kv, layout, &key, revision, req.limit).await?;
         }

@@ -272,3 +272,39 @@ impl SemaphoreBackend for EtcdSemaphoreBackend {
         Some(self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::nth_free_slot;
+    use super::protocol::{Layout, parse_limit};
+
+    #[test]
+    fn waiters_take_free_slots_by_rank() {
+        assert_eq!(nth_free_slot(4, &[], 0), Some(0));
+        assert_eq!(nth_free_slot(4, &[0, 2], 0), Some(1));
+        assert_eq!(nth_free_slot(4, &[0, 2], 1), Some(3));
+        assert_eq!(nth_free_slot(4, &[0, 2], 2), None);
+        assert_eq!(nth_free_slot(2, &[1, 0], 0), None);
+    }
+
+    #[test]
+    fn only_permit_keys_name_slots() {
+        let layout = Layout::new(b"ns/%sem/workers/");
+        assert_eq!(layout.permit(17), b"ns/%sem/workers/slots/17");
+        assert_eq!(layout.slot_of(b"ns/%sem/workers/slots/17"), Some(17));
+        assert_eq!(layout.slot_of(b"ns/%sem/workers/queue/694d"), None);
+        assert_eq!(layout.slot_of(b"ns/%sem/workers/slots/x"), None);
+        assert_eq!(layout.slot_of(b"ns/%sem/workers/limit"), None);
+    }
+
+    #[test]
+    fn a_limit_not_written_by_distlock_is_a_clear_error() {
+        let layout = Layout::new(b"ns/%sem/workers/");
+        assert_eq!(parse_limit(&layout, b"3").ok(), Some(3));
+        let Err(crate::error::Failure::Other(e)) = parse_limit(&layout, b"three") else {
+            panic!("a non-numeric limit was accepted");
+        };
+        let message = e.to_string();
+        assert!(message.contains("ns/%sem/workers/limit") && message.contains("\"three\""));
+    }
+}

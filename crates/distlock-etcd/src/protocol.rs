@@ -135,12 +135,21 @@ pub(crate) fn first_look(response: &TxnResponse) -> Result<FirstLook, Failure> {
 }
 
 /// The create revision of the key an [`enqueue`] put or found.
+/// A failure branch reads our key first; if it then runs a transaction of its
+/// own (the semaphore's, which may store the limit and put our key), that
+/// transaction's success means our key was put at the reply's revision.
 pub(crate) fn enqueued_revision(response: &TxnResponse) -> Option<i64> {
     if response.succeeded() {
         return response.header().map(|h| h.revision());
     }
-    match response.op_responses().first() {
-        Some(TxnOpResponse::Get(get)) => get.kvs().first().map(KeyValue::create_revision),
+    let ops = response.op_responses();
+    match (ops.first(), ops.get(1)) {
+        (Some(TxnOpResponse::Get(get)), _) if !get.kvs().is_empty() => {
+            get.kvs().first().map(KeyValue::create_revision)
+        }
+        (_, Some(TxnOpResponse::Txn(nested))) if nested.succeeded() => {
+            response.header().map(|h| h.revision())
+        }
         _ => None,
     }
 }

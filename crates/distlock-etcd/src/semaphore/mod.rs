@@ -42,9 +42,9 @@ use std::time::Instant;
 /// [`crate::EtcdLock`] (`lock.semaphore()`).
 pub type EtcdSemaphore = BackendSemaphore<EtcdSemaphoreBackend>;
 
-/// How often one acquire stores its limit and finds it replaced before its
-/// key went in: each time another client emptied the semaphore and used
-/// another limit in between.
+/// How often one acquire retries its enqueue when it found neither its limit
+/// in use nor the semaphore unused: the semaphore emptied or filled between
+/// the comparisons, or its limit key was deleted while permits are held.
 const LIMIT_RACES: usize = 3;
 
 /// The etcd semaphore adapter. A permit is held like a lock key (renewed with
@@ -207,16 +207,17 @@ impl EtcdSemaphoreBackend {
                         return Err(req.mismatch(existing).into());
                     }
                 }
-                Err(Refused::Limit { .. }) => {
-                    protocol::adopt_limit(&lock.rpc, &lock.kv, layout, req.limit).await?;
-                }
+                // Emptied or filled between the two comparisons of one
+                // transaction's branches: look again.
+                Err(Refused::Limit { .. }) => {}
             }
         }
         Err(LockError::backend(
             BACKEND,
             format!(
-                "the limit of semaphore `{}` kept changing under this acquire: clients with \
-                 different limits take turns on it; give every client of one name the same limit",
+                "the limit of semaphore `{}` kept changing under this acquire, or its `limit` key \
+                 was deleted while permits are held or awaited: give every client of one name \
+                 the same limit, and leave the key alone while the semaphore is in use",
                 req.acquire.key
             ),
         )

@@ -2,26 +2,27 @@
 //! transaction each:
 //!
 //! 1. [`enqueue`]: if the stored limit is ours, put our key in the queue on our
-//!    lease and read the key just before ours and the slots in use. Otherwise
-//!    read why: the stored limit and whether anyone waits or holds.
-//! 2. [`adopt_limit`], only when step 1 found another limit (or none): store
-//!    ours, if nobody waits or holds, then step 1 again.
-//! 3. A waiter watches the key before its own; the first waiter watches the
+//!    lease and read the keys ahead of ours and the slots in use. Otherwise, if
+//!    nobody waits or holds, store our limit and do the same, in the same
+//!    transaction; else read why: the stored limit and whether anyone waits or
+//!    holds.
+//! 2. A waiter watches the key before its own; the first waiter watches the
 //!    slots. After each wake it [`look`]s again.
-//! 4. [`claim`]: the first waiter with a free slot trades its queue key for the
+//! 3. [`claim`]: the first waiter with a free slot trades its queue key for the
 //!    permit key `slots/<n>` on the same lease, in one transaction that fails if
 //!    the slot was taken or the queue key is gone.
 //!
 //! Release and every undo delete by create revision (the lock's
 //! `delete_if_created_at`).
 
-use crate::error::{BACKEND, Failure};
+use crate::error::{BACKEND, Failure, protocol};
 use crate::keys::{LIMIT_KEY, QUEUE_DIR, SLOTS_DIR, prefix_end};
 use crate::protocol::{get_newest, header, range};
 use crate::rpc::Rpc;
 use distlock_core::LockError;
 use etcd_client::{
-    Compare, CompareOp, GetOptions, KeyValue, KvClient, PutOptions, Txn, TxnOp, TxnResponse,
+    Compare, CompareOp, GetOptions, KeyValue, KvClient, PutOptions, Txn, TxnOp, TxnOpResponse,
+    TxnResponse,
 };
 
 /// The keys of one semaphore.
@@ -104,8 +105,10 @@ fn any_key(dir: &[u8]) -> GetOptions {
 }
 
 /// Step 1. The reply is read with [`enqueued`]. Its failure branch reads our
-/// key first, as the lock's enqueue does, so the queue entry's undo knows
-/// whether the key exists.
+/// key first, as the lock's enqueue does, then runs step 1 again as one
+/// transaction that also stores our limit, if nobody waits or holds (the
+/// first acquire of a name, or one after every client left): so a new limit
+/// costs no extra round trip.
 pub(crate) async fn enqueue(
     rpc: Rpc,
     kv: KvClient,
@@ -114,13 +117,10 @@ pub(crate) async fn enqueue(
     lease: i64,
     limit: u32,
 ) -> Result<TxnResponse, Failure> {
-    let txn = Txn::new()
-        .when([
-            Compare::value(layout.limit.clone(), CompareOp::Equal, limit.to_string()),
-            Compare::create_revision(key.clone(), CompareOp::Equal, 0),
-        ])
-        .and_then([
-            TxnOp::put(key.clone(), "", Some(PutOptions::new().with_lease(lease))),
+    let absent = Compare::create_revision(key.clone(), CompareOp::Equal, 0);
+    let put_and_look = |key: &[u8]| {
+        [
+            TxnOp::put(key, "", Some(PutOptions::new().with_lease(lease))),
             // Ours is the newest key, then the older ones, newest first (as
             // many as could be served before us: more wait anyway).
             TxnOp::get(
@@ -128,13 +128,30 @@ pub(crate) async fn enqueue(
                 Some(get_newest(&layout.queue, 0, i64::from(limit) + 1)),
             ),
             TxnOp::get(layout.slots.clone(), Some(keys_only(&layout.slots))),
+        ]
+    };
+    let [put, newest, slots] = put_and_look(&key);
+    let [unused_queue, unused_slots] = layout.unused();
+    let adopt = Txn::new()
+        .when([unused_queue, unused_slots, absent.clone()])
+        .and_then([
+            TxnOp::put(layout.limit.clone(), limit.to_string(), None),
+            put,
+            newest,
+            slots,
         ])
         .or_else([
-            TxnOp::get(key, None),
             TxnOp::get(layout.limit.clone(), None),
             TxnOp::get(layout.queue.clone(), Some(any_key(&layout.queue))),
             TxnOp::get(layout.slots.clone(), Some(any_key(&layout.slots))),
         ]);
+    let txn = Txn::new()
+        .when([
+            Compare::value(layout.limit.clone(), CompareOp::Equal, limit.to_string()),
+            absent,
+        ])
+        .and_then(put_and_look(&key))
+        .or_else([TxnOp::get(key, None), TxnOp::txn(adopt)]);
     rpc.txn(&kv, "semaphore enqueue", txn).await
 }
 
@@ -146,41 +163,36 @@ pub(crate) fn enqueued(
 ) -> Result<Result<(i64, Look), Refused>, Failure> {
     let header = header(response)?;
     let ops = response.op_responses();
-    if response.succeeded() {
-        let newest = range(ops.get(1))?;
-        let look = Look {
+    let look = |ops: &[TxnOpResponse], first: usize| -> Result<Look, Failure> {
+        let newest = range(ops.get(first))?;
+        Ok(Look {
             header,
             mine: true,
             predecessor: newest.get(1).map(|kv| kv.key().to_vec()),
             ahead: newest.len().saturating_sub(1),
-            taken: slots(layout, range(ops.get(2))?),
-        };
-        return Ok(Ok((header, look)));
+            taken: slots(layout, range(ops.get(first + 1))?),
+        })
+    };
+    if response.succeeded() {
+        return Ok(Ok((header, look(&ops, 1)?)));
     }
     if let Some(mine) = range(ops.first())?.first() {
         return Ok(Err(Refused::Adopted(mine.create_revision())));
     }
-    let stored = range(ops.get(1))?.first().map(|kv| kv.value().to_vec());
-    let in_use = !range(ops.get(2))?.is_empty() || !range(ops.get(3))?.is_empty();
+    let Some(TxnOpResponse::Txn(adopt)) = ops.get(1) else {
+        return Err(protocol("the semaphore enqueue did not run its limit transaction").into());
+    };
+    let ops = adopt.op_responses();
+    if adopt.succeeded() {
+        // After the limit's put and our key's: the look.
+        return Ok(Ok((header, look(&ops, 2)?)));
+    }
+    let stored = range(ops.first())?.first().map(|kv| kv.value().to_vec());
+    let in_use = !range(ops.get(1))?.is_empty() || !range(ops.get(2))?.is_empty();
     Ok(Err(Refused::Limit { stored, in_use }))
 }
 
-/// Step 2: stores `limit` if nobody waits or holds. Returns whether it did.
-pub(crate) async fn adopt_limit(
-    rpc: &Rpc,
-    kv: &KvClient,
-    layout: &Layout,
-    limit: u32,
-) -> Result<bool, Failure> {
-    let txn = Txn::new().when(layout.unused()).and_then([TxnOp::put(
-        layout.limit.clone(),
-        limit.to_string(),
-        None,
-    )]);
-    Ok(rpc.txn(kv, "semaphore limit", txn).await?.succeeded())
-}
-
-/// Step 3, after a wake-up: the waiting key just before ours (created at
+/// Step 2, after a wake-up: the waiting key just before ours (created at
 /// `revision`), whether ours still exists, and the slots in use.
 pub(crate) async fn look(
     rpc: &Rpc,
@@ -211,7 +223,7 @@ pub(crate) async fn look(
     })
 }
 
-/// Step 4: deletes our queue key (created at `revision`) and creates `permit`
+/// Step 3: deletes our queue key (created at `revision`) and creates `permit`
 /// on `lease`, if the permit key is free and our key still ours. On success
 /// the permit key's create revision is the reply's header revision.
 pub(crate) async fn claim(

@@ -1,9 +1,15 @@
 //! etcd's own `etcdctl lock` (the Go `concurrency.Mutex`) and the etcd adapter
 //! on one name: each keeps the other out in one FIFO queue, and under
-//! contention the two never hold at once.
+//! contention the two never hold at once. `etcdctl elect` against the
+//! adapter's election is in `elect.rs`.
 //!
-//! `etcdctl lock` keeps its locks at the root of the keyspace, the adapter's
-//! namespace `""`, where a name without `/` or `%` is the same queue for both.
+//! `etcdctl` keeps its locks and elections at the root of the keyspace, the
+//! adapter's namespace `""`, where a name without `/` or `%` is the same queue
+//! for both.
+
+mod elect;
+
+pub use elect::{distlock_leads_etcdctl_elect_follows, etcdctl_elect_leads_distlock_follows};
 
 use crate::inspect::{expect_queue, holder};
 use crate::sections::{CONTENDERS, HANDOFF, ROUNDS, Sections, WAIT, distlock_rounds};
@@ -25,6 +31,8 @@ pub fn cases() -> Vec<Named> {
         a_lock_held_by_distlock_blocks_etcdctl_until_released,
         a_slash_name_held_by_distlock_leaves_its_prefix_free,
         mutual_exclusion_under_contention,
+        etcdctl_elect_leads_distlock_follows,
+        distlock_leads_etcdctl_elect_follows,
     )
 }
 
@@ -231,10 +239,7 @@ async fn etcdctl_rounds(
 /// `etcdctl lock NAME` without a command: it prints its key once it holds the
 /// lock and holds it until SIGTERM.
 struct EtcdctlLock {
-    child: Child,
-    /// Kept open: etcdctl writes to it while it unlocks, and a closed pipe
-    /// would kill it (SIGPIPE) before its key is deleted.
-    _stdout: Lines<BufReader<ChildStdout>>,
+    child: EtcdctlChild,
     /// The key it holds the lock with, `NAME/<lease id>`.
     key: String,
 }
@@ -242,18 +247,14 @@ struct EtcdctlLock {
 impl EtcdctlLock {
     /// Starts it and waits until it holds the lock.
     async fn hold(etcd: &EtcdServer, key: &LockKey) -> Result<Self, CaseError> {
-        let mut child = etcdctl(etcd)?
+        let child = etcdctl(etcd)?
             .args(["lock", key.as_str()])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| CaseError::msg("etcdctl's stdout was not piped"))?;
-        let mut lines = BufReader::new(stdout).lines();
-        let line = within(WAIT, "etcdctl lock printing its key", lines.next_line()).await??;
+        let mut child = EtcdctlChild::new(child)?;
+        let line = within(WAIT, "etcdctl lock printing its key", child.line()).await??;
         let printed = line.ok_or_else(|| CaseError::msg("etcdctl lock exited without a key"))?;
         ensure!(
             printed.starts_with(&format!("{key}/")),
@@ -261,18 +262,48 @@ impl EtcdctlLock {
         );
         Ok(EtcdctlLock {
             child,
-            _stdout: lines,
             key: printed,
         })
     }
 
     /// SIGTERM: etcdctl deletes its key, then exits; fails unless it exits cleanly.
     async fn unlock(&mut self) -> CaseResult {
+        self.child.stop().await
+    }
+}
+
+/// A long-running `etcdctl lock` or `etcdctl elect`, its stdout read line by line.
+struct EtcdctlChild {
+    child: Child,
+    /// Kept open: etcdctl writes to it while it unlocks or resigns, and a
+    /// closed pipe would kill it (SIGPIPE) before its key is deleted.
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl EtcdctlChild {
+    fn new(mut child: Child) -> Result<Self, CaseError> {
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| CaseError::msg("etcdctl's stdout was not piped"))?;
+        Ok(EtcdctlChild {
+            child,
+            lines: BufReader::new(stdout).lines(),
+        })
+    }
+
+    /// Its next line of output; `None` once it exited.
+    async fn line(&mut self) -> std::io::Result<Option<String>> {
+        self.lines.next_line().await
+    }
+
+    /// SIGTERM: etcdctl deletes its key, then exits; fails unless it exits cleanly.
+    async fn stop(&mut self) -> CaseResult {
         let pid = self
             .child
             .id()
             .and_then(|pid| i32::try_from(pid).ok())
-            .ok_or_else(|| CaseError::msg("etcdctl exited while holding the lock"))?;
+            .ok_or_else(|| CaseError::msg("etcdctl exited before it was stopped"))?;
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
             nix::sys::signal::Signal::SIGTERM,
@@ -324,6 +355,27 @@ async fn etcdctl_queue(etcd: &EtcdServer, key: &LockKey) -> Result<Vec<String>, 
             &prefix,
             "--prefix",
             "--keys-only",
+            "--sort-by=CREATE",
+            "--order=ASCEND",
+        ])
+        .await?;
+    Ok(listing
+        .lines()
+        .filter(|line| !line.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The values under `key`'s queue as etcdctl reads them, in create order (an
+/// election's proposals, the leader's first).
+async fn etcdctl_run_values(etcd: &EtcdServer, key: &LockKey) -> Result<Vec<String>, CaseError> {
+    let prefix = format!("{key}/");
+    let listing = etcd
+        .etcdctl_run(&[
+            "get",
+            &prefix,
+            "--prefix",
+            "--print-value-only",
             "--sort-by=CREATE",
             "--order=ASCEND",
         ])

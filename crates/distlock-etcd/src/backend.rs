@@ -13,7 +13,7 @@ use crate::lease::{LeaseEnd, Leases, SessionLease, Slot, whole_seconds};
 use crate::protocol::{delete_if_created_at, still_created_at};
 use crate::queue::QueueEntry;
 use crate::rpc::Rpc;
-use crate::watch::{KeyDeletion, OnCreate, Wake, Watches};
+use crate::watch::{KeyDeletion, OnCreate, Subscription, Wake, Watches};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
 use distlock_core::toolkit::Inspect;
@@ -21,8 +21,9 @@ use distlock_core::{
     BackendLock, Capabilities, FencingToken, LockError, LossReason, Primitives, Support,
 };
 use etcd_client::KvClient;
-use std::sync::Arc;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A revision queue and which of its older keys block a contender.
@@ -59,7 +60,7 @@ pub struct EtcdBackend {
     pub(crate) client: etcd_client::Client,
     pub(crate) kv: KvClient,
     pub(crate) leases: Leases,
-    watches: Watches,
+    pub(crate) watches: Watches,
     pub(crate) namespace: String,
     pub(crate) rpc: Rpc,
     min_ttl: Duration,
@@ -91,6 +92,9 @@ pub struct EtcdHandle {
     confirmed_at: i64,
     slot: Slot,
     releasing: Arc<AtomicBool>,
+    /// The loss watch the acquire opened, when it is not kept by the stream
+    /// task for the loss signal to find (`Watches::deletion_once`).
+    loss_watch: Mutex<Option<Subscription>>,
 }
 
 impl std::fmt::Debug for EtcdHandle {
@@ -184,7 +188,7 @@ impl EtcdBackend {
     pub fn capabilities_with_min_ttl(min_ttl: Duration) -> Capabilities {
         Capabilities {
             primitives: Primitives {
-                semaphore: Support::NotOffered("the etcd semaphore is not built yet"),
+                semaphore: Support::Offered,
                 election: Support::Offered,
                 rwlock: Support::Offered,
             },
@@ -200,16 +204,35 @@ impl EtcdBackend {
         queue: &Queue<'_>,
         value: &[u8],
     ) -> Result<Acquired<EtcdHandle>, LockError> {
-        let ttl_secs = whole_seconds(req.ttl)?;
+        self.on_lease(req.ttl, queue.all, |slot| {
+            self.contend(&req, queue, slot, value)
+        })
+        .await
+    }
+
+    /// Runs `attempt` with a slot in `queue` on this client's lease for `ttl`,
+    /// again on a fresh lease when the server expired the one in use before the
+    /// client noticed.
+    pub(crate) async fn on_lease<T, F, A>(
+        &self,
+        ttl: Duration,
+        queue: &[u8],
+        mut attempt: A,
+    ) -> Result<T, LockError>
+    where
+        A: FnMut(Slot) -> F,
+        F: Future<Output = Result<T, Failure>>,
+    {
+        let ttl_secs = whole_seconds(ttl)?;
         let mut retries = 0;
         loop {
             let slot = self
                 .leases
-                .checkout(ttl_secs, queue.all)
+                .checkout(ttl_secs, queue)
                 .await
                 .map_err(|f| self.rpc.endpoints.lock_error(f))?;
             let lease = slot.lease().clone();
-            match self.contend(&req, queue, slot, value).await {
+            match attempt(slot).await {
                 Err(Failure::LeaseNotFound) if retries < LEASE_RETRIES => {
                     // The lease expired on the server before the client noticed:
                     // retire it and queue again on a fresh one.
@@ -242,7 +265,7 @@ impl EtcdBackend {
         let first = entry.enqueue(queue.all, lease.id(), value).await?;
         if first.holder {
             return self
-                .claim(entry, &lease, first.revision, first.header, sent_at)
+                .claim(entry, &lease, (first.revision, first.header), sent_at, None)
                 .await;
         }
         let mut predecessor = first.predecessor.map(|key| (key, first.header));
@@ -256,7 +279,7 @@ impl EtcdBackend {
                 Some(key) => predecessor = Some((key, check.header)),
                 None if check.mine => {
                     return self
-                        .claim(entry, &lease, first.revision, check.header, read_at)
+                        .claim(entry, &lease, (first.revision, check.header), read_at, None)
                         .await;
                 }
                 None => {}
@@ -271,14 +294,15 @@ impl EtcdBackend {
             // the queue when it is deleted, or as soon as etcd has created the
             // watch (the predecessor may be gone already).
             if let Some((key, seen)) = predecessor.take() {
-                let waited = self.wait_for_deletion(&key, seen, &lease, req).await;
-                if waited.is_err() && req.wait.instant().is_some_and(|end| Instant::now() >= end) {
-                    // The wait is over: delete our key before returning, so a process
-                    // that exits right after a timeout leaves no queue entry behind.
-                    // If this fails, the entry's undo retries in the background.
-                    let _ = entry.remove().await;
-                }
-                waited?;
+                let mut deletion = self.watches.deletion(&key);
+                self.wait_in_queue(
+                    &mut entry,
+                    (&mut deletion, OnCreate::Reread),
+                    seen,
+                    &lease,
+                    req,
+                )
+                .await?;
             }
             let read_at = Instant::now();
             let blockers = queue.blocked_by_writes_under.unwrap_or(queue.all);
@@ -294,26 +318,30 @@ impl EtcdBackend {
                 Some(key) => predecessor = Some((key, check.header)),
                 None => {
                     return self
-                        .claim(entry, &lease, first.revision, check.header, read_at)
+                        .claim(entry, &lease, (first.revision, check.header), read_at, None)
                         .await;
                 }
             }
         }
     }
 
-    /// Waits until `key`, read present at revision `seen`, may be gone (deleted,
-    /// or watched only since later), the lease ends, or the caller's wait is over.
-    /// An earlier round's watch of the same key is handed back by the stream task.
-    async fn wait_for_deletion(
+    /// Waits until `watched` (a key, or a range, read at revision `seen`) may
+    /// have lost a key (deleted, or watched only since later), the lease ends,
+    /// or the caller's wait is over. An earlier round's watch of the same key is
+    /// handed back by the stream task. When the wait is over, `entry`'s key is
+    /// deleted before returning, so a process that exits right after a timeout
+    /// leaves no queue entry behind (if that fails, the entry's undo retries in
+    /// the background).
+    pub(crate) async fn wait_in_queue(
         &self,
-        key: &[u8],
+        entry: &mut QueueEntry,
+        (watched, on_create): (&mut Subscription, OnCreate),
         seen: i64,
         lease: &SessionLease,
         req: &AcquireRequest<'_>,
     ) -> Result<(), Failure> {
-        let mut deletion = self.watches.deletion(key);
-        tokio::select! {
-            wake = deletion.wake(seen, OnCreate::Reread) => match wake {
+        let waited = tokio::select! {
+            wake = watched.wake(seen, on_create) => match wake {
                 Ok(Wake::Deleted) => {
                     self.wakeups.fetch_add(1, Ordering::Relaxed);
                     Ok(())
@@ -323,18 +351,22 @@ impl EtcdBackend {
             },
             end = lease.end() => Err(self.lease_error(end).into()),
             _ = req.wait.reached() => Err(req.not_acquired().into()),
+        };
+        if waited.is_err() && req.wait.instant().is_some_and(|end| Instant::now() >= end) {
+            let _ = entry.remove().await;
         }
+        waited
     }
 
     /// Step 3: ours is the oldest key. Before claiming, re-check the lease: the
     /// key's validity is the lease's, measured from its last answered keep-alive.
-    async fn claim(
+    pub(crate) async fn claim(
         &self,
         entry: QueueEntry,
         lease: &SessionLease,
-        revision: i64,
-        header: i64,
+        (revision, header): (i64, i64),
         read_at: Instant,
+        loss_watch: Option<Subscription>,
     ) -> Result<Acquired<EtcdHandle>, Failure> {
         if let Some(end) = lease.ended() {
             return Err(self.lease_error(end).into());
@@ -357,6 +389,7 @@ impl EtcdBackend {
                 confirmed_at: header,
                 slot,
                 releasing: Arc::default(),
+                loss_watch: Mutex::new(loss_watch),
             },
             token: FencingToken::new(revision.unsigned_abs()),
             sent_at: read_at.min(valid_from),
@@ -436,7 +469,8 @@ impl Backend for EtcdBackend {
         // The watch the acquire opened, which its end left to the next subscriber
         // of the key. Subscribed now rather than on first poll, so it is in place
         // however soon the lock is released.
-        let first = self.watches.deletion(&handle.key);
+        let handed = handle.loss_watch.lock().ok().and_then(|mut w| w.take());
+        let first = handed.unwrap_or_else(|| self.watches.deletion(&handle.key));
         let deletion = KeyDeletion {
             rpc: self.rpc.clone(),
             kv: self.kv.clone(),

@@ -5,8 +5,11 @@ use crate::election::EtcdElection;
 use crate::error::{BACKEND, Endpoints};
 use crate::rpc::Rpc;
 use crate::rwlock::EtcdRwLockBackend;
+use crate::semaphore::EtcdSemaphoreBackend;
 use distlock_core::toolkit::{Host, LockUrl, Timeouts};
-use distlock_core::{AcquireOptions, BackendElection, BackendLock, BackendRwLock, LockError};
+use distlock_core::{
+    AcquireOptions, BackendElection, BackendLock, BackendRwLock, BackendSemaphore, LockError,
+};
 use etcd_client::{Client, ConnectOptions};
 use std::sync::Arc;
 use std::time::Duration;
@@ -277,7 +280,9 @@ impl EtcdConfig {
         let backend = Arc::new(backend?);
         let election = BackendElection::new(EtcdElection::new(backend.clone()));
         let rwlock = BackendRwLock::new(EtcdRwLockBackend::new(backend.clone()));
+        let semaphore = BackendSemaphore::new(EtcdSemaphoreBackend::new(backend.clone()));
         BackendLock::shared(backend)
+            .with_semaphore(Arc::new(semaphore))
             .with_election(Arc::new(election))
             .with_rwlock(Arc::new(rwlock))
             .with_defaults(self.defaults)

@@ -88,6 +88,39 @@ pub(crate) fn rwlock_names_prefix(namespace: &str, prefix: &str) -> Vec<u8> {
     format!("{namespace}%rw/{}", escape_name(prefix)).into_bytes()
 }
 
+/// The key range of `key`'s semaphore under `namespace`:
+/// `namespace + "%sem/" + escape_name(key) + "/"`. It holds the limit in use
+/// (`limit`), the waiting keys (`queue/<lease id as %x>`, ordered by create
+/// revision) and the permits (`slots/<n>`, one per slot in use). As for
+/// [`rwlock_prefix`], no lock queue or read-write lock contains these keys.
+///
+/// ```
+/// use distlock_core::LockKey;
+/// use distlock_etcd::semaphore_prefix;
+/// let key = LockKey::new("workers")?;
+/// assert_eq!(semaphore_prefix("distlock/", &key), b"distlock/%sem/workers/".to_vec());
+/// # Ok::<(), distlock_core::LockError>(())
+/// ```
+pub fn semaphore_prefix(namespace: &str, key: &LockKey) -> Vec<u8> {
+    let mut prefix = semaphore_names_prefix(namespace, key.as_str());
+    prefix.push(b'/');
+    prefix
+}
+
+/// The key prefix of every semaphore whose name starts with `prefix`.
+pub(crate) fn semaphore_names_prefix(namespace: &str, prefix: &str) -> Vec<u8> {
+    format!("{namespace}%sem/{}", escape_name(prefix)).into_bytes()
+}
+
+/// Under a semaphore's range: the key holding the limit its clients use.
+pub(crate) const LIMIT_KEY: &[u8] = b"limit";
+
+/// Under a semaphore's range: where waiting keys go.
+pub(crate) const QUEUE_DIR: &[u8] = b"queue/";
+
+/// Under a semaphore's range: where permits go, one key per slot in use.
+pub(crate) const SLOTS_DIR: &[u8] = b"slots/";
+
 /// The part of a read-write lock's range where readers' keys go.
 pub(crate) const READ_DIR: &[u8] = b"read/";
 

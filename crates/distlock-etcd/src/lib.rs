@@ -76,7 +76,8 @@
 //! `watch` (the shared watch stream and the held key's loss watch), `rpc`
 //! (timeouts and retries of one request), `keys` (key layout and escaping),
 //! `error` (client errors as `LockError`s), `inspect` (the operator's view),
-//! `metrics` (the members' request counters), `tls` (feature `tls`).
+//! `metrics` (the members' request counters), `election`, `rwlock` and
+//! `semaphore` (the other primitives), `tls` (feature `tls`).
 #![deny(missing_docs)]
 
 mod backend;
@@ -91,6 +92,7 @@ mod protocol;
 mod queue;
 mod rpc;
 mod rwlock;
+mod semaphore;
 #[cfg(feature = "tls")]
 mod tls;
 mod watch;
@@ -98,7 +100,8 @@ mod watch;
 pub use backend::{EtcdBackend, EtcdHandle, EtcdLock, EtcdStats};
 pub use config::{DEFAULT_NAMESPACE, EtcdConfig};
 pub use election::EtcdElection;
-pub use keys::{escape_name, queue_prefix, rwlock_prefix};
+pub use keys::{escape_name, queue_prefix, rwlock_prefix, semaphore_prefix};
 pub use rwlock::{EtcdRwLock, EtcdRwLockBackend};
+pub use semaphore::{EtcdSemaphore, EtcdSemaphoreBackend};
 #[cfg(feature = "tls")]
 pub use tls::EtcdTls;

@@ -57,7 +57,7 @@ fn get_holder(queue: &[u8]) -> GetOptions {
 }
 
 /// The newest `limit` keys of the queue created at or before `max_revision` (0: any).
-fn get_newest(queue: &[u8], max_revision: i64, limit: i64) -> GetOptions {
+pub(crate) fn get_newest(queue: &[u8], max_revision: i64, limit: i64) -> GetOptions {
     GetOptions::new()
         .with_range(prefix_end(queue))
         .with_sort(SortTarget::Create, SortOrder::Descend)
@@ -66,14 +66,14 @@ fn get_newest(queue: &[u8], max_revision: i64, limit: i64) -> GetOptions {
         .with_keys_only()
 }
 
-fn range(response: Option<&TxnOpResponse>) -> Result<&[KeyValue], Failure> {
+pub(crate) fn range(response: Option<&TxnOpResponse>) -> Result<&[KeyValue], Failure> {
     match response {
         Some(TxnOpResponse::Get(get)) => Ok(get.kvs()),
         _ => Err(protocol("a transaction did not return the ranges it was asked for").into()),
     }
 }
 
-fn header(response: &TxnResponse) -> Result<i64, Failure> {
+pub(crate) fn header(response: &TxnResponse) -> Result<i64, Failure> {
     response
         .header()
         .map(|h| h.revision())
@@ -135,12 +135,21 @@ pub(crate) fn first_look(response: &TxnResponse) -> Result<FirstLook, Failure> {
 }
 
 /// The create revision of the key an [`enqueue`] put or found.
+/// A failure branch reads our key first; if it then runs a transaction of its
+/// own (the semaphore's, which may store the limit and put our key), that
+/// transaction's success means our key was put at the reply's revision.
 pub(crate) fn enqueued_revision(response: &TxnResponse) -> Option<i64> {
     if response.succeeded() {
         return response.header().map(|h| h.revision());
     }
-    match response.op_responses().first() {
-        Some(TxnOpResponse::Get(get)) => get.kvs().first().map(KeyValue::create_revision),
+    let ops = response.op_responses();
+    match (ops.first(), ops.get(1)) {
+        (Some(TxnOpResponse::Get(get)), _) if !get.kvs().is_empty() => {
+            get.kvs().first().map(KeyValue::create_revision)
+        }
+        (_, Some(TxnOpResponse::Txn(nested))) if nested.succeeded() => {
+            response.header().map(|h| h.revision())
+        }
         _ => None,
     }
 }

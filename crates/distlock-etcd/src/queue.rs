@@ -1,5 +1,5 @@
 //! One contender's key in a lock queue, from the enqueue transaction until it is
-//! handed to a held lock.
+//! handed to a held lock (or, for a semaphore, traded for a permit key first).
 //!
 //! A [`QueueEntry`] is armed with a [`CancelGuard`]: dropped before the
 //! hand-over (a cancelled, timed-out or failed acquire), it deletes the key in
@@ -13,6 +13,7 @@ use crate::rpc::Rpc;
 use distlock_core::LockError;
 use distlock_core::toolkit::{CancelGuard, UndoFuture};
 use etcd_client::{KvClient, TxnResponse};
+use std::future::Future;
 use tokio::task::JoinHandle;
 
 /// How far our key got.
@@ -26,6 +27,16 @@ enum Sent {
     Queued(i64),
     /// A request that may have created the key got no answer.
     Unknown,
+    /// The queued key (created at `from`) is being traded for the key `to` in
+    /// one transaction, run in a task of its own as the enqueue is.
+    Trading {
+        from: i64,
+        to: Vec<u8>,
+        task: JoinHandle<Result<TxnResponse, Failure>>,
+    },
+    /// The trade went through: the queued key is gone and `key` exists,
+    /// created at `revision`.
+    Traded { key: Vec<u8>, revision: i64 },
 }
 
 /// What the undo needs: how far the key got, and the lease slot it uses (left
@@ -92,15 +103,27 @@ impl QueueEntry {
         lease: i64,
         value: &[u8],
     ) -> Result<FirstLook, Failure> {
-        let task = tokio::spawn(protocol::enqueue(
-            self.rpc.clone(),
-            self.kv.clone(),
-            queue.to_vec(),
-            self.key.clone(),
-            lease,
-            value.to_vec(),
-        ));
-        self.set(Sent::Putting(task));
+        let response = self
+            .put(protocol::enqueue(
+                self.rpc.clone(),
+                self.kv.clone(),
+                queue.to_vec(),
+                self.key.clone(),
+                lease,
+                value.to_vec(),
+            ))
+            .await?;
+        protocol::first_look(&response)
+    }
+
+    /// Sends `txn`, a transaction that puts our key if absent and otherwise
+    /// reads it first (as [`protocol::enqueue`] does), so the undo knows whether
+    /// the key exists from [`protocol::enqueued_revision`].
+    pub(crate) async fn put<F>(&mut self, txn: F) -> Result<TxnResponse, Failure>
+    where
+        F: Future<Output = Result<TxnResponse, Failure>> + Send + 'static,
+    {
+        self.set(Sent::Putting(tokio::spawn(txn)));
         let Some(Pending {
             sent: Sent::Putting(task),
             ..
@@ -129,9 +152,55 @@ impl QueueEntry {
         };
         match protocol::enqueued_revision(&response) {
             Some(revision) => self.set(Sent::Queued(revision)),
+            // The transaction neither put the key nor found it.
+            None if !response.succeeded() => self.set(Sent::Absent),
             None => self.set(Sent::Unknown),
         }
-        protocol::first_look(&response)
+        Ok(response)
+    }
+
+    /// Trades our queued key (created at `from`) for `to` with `txn`, which
+    /// succeeds only if it deleted ours and created `to` (a semaphore's claim of
+    /// a permit slot). A failed compare leaves our key as it was.
+    pub(crate) async fn trade<F>(
+        &mut self,
+        from: i64,
+        to: &[u8],
+        txn: F,
+    ) -> Result<TxnResponse, Failure>
+    where
+        F: Future<Output = Result<TxnResponse, Failure>> + Send + 'static,
+    {
+        self.set(Sent::Trading {
+            from,
+            to: to.to_vec(),
+            task: tokio::spawn(txn),
+        });
+        let Some(Pending {
+            sent: Sent::Trading { task, .. },
+            ..
+        }) = self.guard.state_mut()
+        else {
+            return Err(protocol("queue entry state changed under it").into());
+        };
+        // As in `put`: nothing is awaited between the task's end and the update.
+        let outcome = match task.await {
+            Ok(outcome) => outcome,
+            Err(e) => Err(LockError::backend(crate::error::BACKEND, e).into()),
+        };
+        match &outcome {
+            Ok(response) if response.succeeded() => match response.header() {
+                Some(header) => self.set(Sent::Traded {
+                    key: to.to_vec(),
+                    revision: header.revision(),
+                }),
+                None => self.set(Sent::Unknown),
+            },
+            Ok(_) => self.set(Sent::Queued(from)),
+            Err(failure) if failure.is_silent() => self.set(Sent::Unknown),
+            Err(_) => self.set(Sent::Queued(from)),
+        }
+        outcome
     }
 
     /// Step 2 of the protocol, after a wake-up: the key before ours, and whether
@@ -160,10 +229,14 @@ impl QueueEntry {
         self.set(Sent::Absent);
     }
 
-    /// Hands the key over to a held lock: it is no longer deleted on drop.
+    /// Hands the key over to a held lock: it is no longer deleted on drop. The
+    /// key is ours, or the one we traded it for.
     pub(crate) fn into_held(self) -> Option<(Vec<u8>, Slot)> {
         let QueueEntry { key, guard, .. } = self;
-        guard.disarm().map(|pending| (key, pending.slot))
+        guard.disarm().map(|pending| match pending.sent {
+            Sent::Traded { key, .. } => (key, pending.slot),
+            _ => (key, pending.slot),
+        })
     }
 }
 
@@ -177,17 +250,17 @@ fn undo(pending: Pending, rpc: Rpc, kv: KvClient, key: Vec<u8>) -> Option<UndoFu
         return None;
     }
     Some(Box::pin(async move {
-        let revision = match sent {
-            Sent::Queued(revision) => Some(revision),
-            Sent::Putting(task) => match task.await {
-                Ok(Ok(response)) => protocol::enqueued_revision(&response),
-                Ok(Err(failure)) if !failure.is_silent() => {
-                    slot.mark_clean();
-                    return;
+        let (key, revision) = match sent {
+            Sent::Traded { key, revision } => (key, Some(revision)),
+            Sent::Trading { from, to, task } => match task.await {
+                Ok(Ok(response)) if response.succeeded() => {
+                    (to, response.header().map(|h| h.revision()))
                 }
-                Ok(Err(_)) | Err(_) => None,
+                Ok(Ok(_)) => (key, Some(from)),
+                Ok(Err(failure)) if !failure.is_silent() => (key, Some(from)),
+                Ok(Err(_)) | Err(_) => (key, None),
             },
-            Sent::Unknown | Sent::Absent => None,
+            sent => (key, queued_revision(sent, &slot).await),
         };
         let Some(revision) = revision else {
             return;
@@ -200,4 +273,28 @@ fn undo(pending: Pending, rpc: Rpc, kv: KvClient, key: Vec<u8>) -> Option<UndoFu
             ),
         }
     }))
+}
+
+/// The create revision of the queued key, once the enqueue's outcome is known;
+/// `None` when it is unknown or the key is known absent (then the slot is
+/// marked clean).
+async fn queued_revision(sent: Sent, slot: &Slot) -> Option<i64> {
+    match sent {
+        Sent::Queued(revision) => Some(revision),
+        Sent::Putting(task) => match task.await {
+            Ok(Ok(response)) => {
+                let revision = protocol::enqueued_revision(&response);
+                if revision.is_none() && !response.succeeded() {
+                    slot.mark_clean();
+                }
+                revision
+            }
+            Ok(Err(failure)) if !failure.is_silent() => {
+                slot.mark_clean();
+                None
+            }
+            Ok(Err(_)) | Err(_) => None,
+        },
+        _ => None,
+    }
 }

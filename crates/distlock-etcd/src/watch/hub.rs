@@ -43,12 +43,17 @@ enum Listener {
 
 struct Entry {
     key: Vec<u8>,
+    /// Empty for one key; else the end of the watched range.
+    range_end: Vec<u8>,
+    /// Kept for the next subscriber once its subscriber goes.
+    linger: bool,
     /// The revision after which the watch delivers every deletion, once etcd has
     /// confirmed it on the current stream.
     start: Option<i64>,
     listener: Listener,
-    /// The latest deletion the watch delivered, for whoever subscribes next.
-    last_deleted: Option<i64>,
+    /// The latest deletion the watch delivered (its revision and key), for
+    /// whoever subscribes next.
+    last_deleted: Option<(i64, Vec<u8>)>,
 }
 
 impl Entry {
@@ -79,12 +84,18 @@ pub(super) struct Hub {
     counts: Arc<Counts>,
 }
 
-/// A watch of one key's deletions from the current revision: no start revision,
-/// so etcd adds it to its synced watchers, not to the catch-up sweep.
-fn create_options(id: i64) -> WatchOptions {
-    WatchOptions::new()
+/// A watch of one key's (or one range's) deletions from the current revision:
+/// no start revision, so etcd adds it to its synced watchers, not to the
+/// catch-up sweep.
+fn create_options(id: i64, range_end: &[u8]) -> WatchOptions {
+    let options = WatchOptions::new()
         .with_watch_id(id)
-        .with_filters([WatchFilterType::NoPut])
+        .with_filters([WatchFilterType::NoPut]);
+    if range_end.is_empty() {
+        options
+    } else {
+        options.with_range(range_end)
+    }
 }
 
 impl Hub {
@@ -114,9 +125,9 @@ impl Hub {
             tokio::select! {
                 command = commands.recv() => match command {
                     None => return,
-                    Some(Command::Add { id, key, notices }) => {
-                        if !self.attach(id, &key, &notices)
-                            && !self.create(id, key, notices).await
+                    Some(Command::Add { id, key, range_end, linger, notices }) => {
+                        if !self.attach(id, &key, &range_end, &notices)
+                            && !self.create(id, (key, range_end, linger), notices).await
                         {
                             asked = true;
                             reconnect_at.get_or_insert_with(Instant::now);
@@ -157,11 +168,17 @@ impl Hub {
     /// it needs to know: since when the watch delivers every deletion, and the
     /// latest deletion it delivered so far (it may postdate what the subscriber
     /// last read, and a subscriber ignores one that does not).
-    fn attach(&mut self, id: i64, key: &[u8], notices: &mpsc::UnboundedSender<Notice>) -> bool {
+    fn attach(
+        &mut self,
+        id: i64,
+        key: &[u8],
+        range_end: &[u8],
+        notices: &mpsc::UnboundedSender<Notice>,
+    ) -> bool {
         let Some((&watch, entry)) = self
             .entries
             .iter_mut()
-            .find(|(_, e)| e.key == key && e.idle_since().is_some())
+            .find(|(_, e)| e.key == key && e.range_end == range_end && e.idle_since().is_some())
         else {
             return false;
         };
@@ -169,8 +186,8 @@ impl Hub {
         if let Some(start) = entry.start {
             entry.send(Notice::Resumed(start));
         }
-        if let Some(at) = entry.last_deleted {
-            entry.send(Notice::Deleted(at));
+        if let Some((at, deleted)) = entry.last_deleted.clone() {
+            entry.send(Notice::Deleted(at, deleted));
         }
         self.subscriptions.insert(id, watch);
         true
@@ -180,7 +197,7 @@ impl Hub {
     async fn create(
         &mut self,
         id: i64,
-        key: Vec<u8>,
+        (key, range_end, linger): (Vec<u8>, Vec<u8>, bool),
         notices: mpsc::UnboundedSender<Notice>,
     ) -> bool {
         let watch = self.next_watch;
@@ -188,11 +205,13 @@ impl Hub {
         self.counts.created.fetch_add(1, Ordering::Relaxed);
         let connected = self.link.is_some();
         if connected {
-            self.send_create(watch, &key).await;
+            self.send_create(watch, &key, &range_end).await;
         }
         let listener = Listener::Subscribed(notices);
         let entry = Entry {
             key,
+            range_end,
+            linger,
             start: None,
             listener,
             last_deleted: None,
@@ -203,11 +222,18 @@ impl Hub {
     }
 
     /// Subscription `id` is gone: its watch lingers for the next subscriber of the
-    /// key, unless too many already do.
+    /// key, unless too many already do, or it was asked not to (a range, a name
+    /// other clients take in turn): then it is cancelled at once, or it would
+    /// receive events nobody reads.
     async fn detach(&mut self, id: i64) {
         let Some(watch) = self.subscriptions.remove(&id) else {
             return;
         };
+        if self.entries.get(&watch).is_some_and(|e| !e.linger) {
+            self.entries.remove(&watch);
+            self.send_cancel(watch).await;
+            return;
+        }
         if let Some(entry) = self.entries.get_mut(&watch) {
             entry.listener = Listener::Idle(Instant::now());
         }
@@ -254,15 +280,18 @@ impl Hub {
     /// starts at the current revision again; its `created` reply tells the
     /// subscriber whether to re-read what it may have missed meanwhile.
     async fn connect(&mut self) -> bool {
-        let mut watches: Vec<(i64, Vec<u8>)> = self
+        let mut watches: Vec<(i64, Vec<u8>, Vec<u8>)> = self
             .entries
             .iter()
-            .map(|(id, e)| (*id, e.key.clone()))
+            .map(|(id, e)| (*id, e.key.clone(), e.range_end.clone()))
             .collect();
         // The stream opens with a create request; with no watch left to create, a
         // placeholder one opens it and is cancelled as an unknown watch.
-        let (first, key) = watches.pop().unwrap_or((PLACEHOLDER_ID, vec![0]));
-        let options = create_options(first);
+        let (first, key, range_end) =
+            watches
+                .pop()
+                .unwrap_or((PLACEHOLDER_ID, vec![0], Vec::new()));
+        let options = create_options(first, &range_end);
         match self
             .rpc
             .call("watch stream", self.client.watch(key, Some(options)))
@@ -275,14 +304,14 @@ impl Hub {
             }
             Err(Failure::LeaseNotFound) => return false,
         }
-        for (id, key) in watches {
-            self.send_create(id, &key).await;
+        for (id, key, range_end) in watches {
+            self.send_create(id, &key, &range_end).await;
         }
         self.link.is_some()
     }
 
-    async fn send_create(&mut self, id: i64, key: &[u8]) {
-        let options = create_options(id);
+    async fn send_create(&mut self, id: i64, key: &[u8], range_end: &[u8]) {
+        let options = create_options(id, range_end);
         let timeout = self.rpc.timeout;
         let Some((sender, _)) = self.link.as_mut() else {
             return;
@@ -345,8 +374,14 @@ impl Hub {
             };
             let at = kv.mod_revision();
             self.counts.delivered.fetch_add(1, Ordering::Relaxed);
-            entry.last_deleted = entry.last_deleted.max(Some(at));
-            entry.send(Notice::Deleted(at));
+            if entry
+                .last_deleted
+                .as_ref()
+                .is_none_or(|(last, _)| *last < at)
+            {
+                entry.last_deleted = Some((at, kv.key().to_vec()));
+            }
+            entry.send(Notice::Deleted(at, kv.key().to_vec()));
         }
     }
 }

@@ -21,6 +21,7 @@
 
 mod hub;
 
+use crate::keys::prefix_end;
 use crate::protocol;
 use crate::rpc::Rpc;
 use distlock_core::LossReason;
@@ -41,8 +42,8 @@ enum Notice {
     /// delivers every deletion after this store revision. The latest deletion it
     /// delivered before follows as a `Deleted`.
     Resumed(i64),
-    /// The key was deleted at this revision.
-    Deleted(i64),
+    /// The key (this one, of a watched range) was deleted at this revision.
+    Deleted(i64, Vec<u8>),
     /// etcd ended the watch for a reason that does not last (a compacted start
     /// revision): subscribe again.
     Resync,
@@ -79,6 +80,10 @@ enum Command {
     Add {
         id: i64,
         key: Vec<u8>,
+        /// Empty for one key; else the end of the watched range.
+        range_end: Vec<u8>,
+        /// Whether the watch is kept for the next subscriber once this one goes.
+        linger: bool,
         notices: mpsc::UnboundedSender<Notice>,
     },
     Remove {
@@ -128,23 +133,52 @@ impl Watches {
 
     /// Watches `key` for its deletion from the current revision on.
     pub(crate) fn deletion(&self, key: &[u8]) -> Subscription {
-        let (id, notices) = self.add(key);
+        self.subscribe(key, Vec::new(), true)
+    }
+
+    /// Watches `key` for its deletion from the current revision on, and cancels
+    /// the watch when the subscription goes: for a key whose name every client
+    /// takes in turn (a semaphore's permit key), where a watch kept for reuse
+    /// would receive each later holder's release.
+    pub(crate) fn deletion_once(&self, key: &[u8]) -> Subscription {
+        self.subscribe(key, Vec::new(), false)
+    }
+
+    /// Watches every key starting with `prefix` for deletions from the current
+    /// revision on (a semaphore's first waiter: any released permit lets it in).
+    /// Not kept once the subscription goes: it sees every release under `prefix`.
+    pub(crate) fn deletions_under(&self, prefix: &[u8]) -> Subscription {
+        self.subscribe(prefix, prefix_end(prefix), false)
+    }
+
+    fn subscribe(&self, key: &[u8], range_end: Vec<u8>, linger: bool) -> Subscription {
+        let (id, notices) = self.add(key, &range_end, linger);
         Subscription {
             id,
             key: key.to_vec(),
+            range_end,
+            linger,
             notices,
             watches: self.clone(),
+            deleted: None,
         }
     }
 
     /// Asks the stream task for a watch. If the task is gone, the returned
     /// channel is closed, which the subscription reports as an error.
-    fn add(&self, key: &[u8]) -> (i64, mpsc::UnboundedReceiver<Notice>) {
+    fn add(
+        &self,
+        key: &[u8],
+        range_end: &[u8],
+        linger: bool,
+    ) -> (i64, mpsc::UnboundedReceiver<Notice>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (sender, notices) = mpsc::unbounded_channel();
         let _ = self.commands.send(Command::Add {
             id,
             key: key.to_vec(),
+            range_end: range_end.to_vec(),
+            linger,
             notices: sender,
         });
         (id, notices)
@@ -156,8 +190,12 @@ impl Watches {
 pub(crate) struct Subscription {
     id: i64,
     key: Vec<u8>,
+    range_end: Vec<u8>,
+    linger: bool,
     notices: mpsc::UnboundedReceiver<Notice>,
     watches: Watches,
+    /// The key whose deletion the last [`Wake::Deleted`] reported.
+    deleted: Option<Vec<u8>>,
 }
 
 impl Subscription {
@@ -169,6 +207,7 @@ impl Subscription {
     /// same name, so it is no news. `Err` carries etcd's reason for refusing the
     /// watch.
     pub(crate) async fn wake(&mut self, seen: i64, on_create: OnCreate) -> Result<Wake, String> {
+        self.deleted = None;
         loop {
             // The stream task lives as long as any subscription does (each holds a
             // sender of its commands), so a closed channel means it crashed.
@@ -179,15 +218,27 @@ impl Subscription {
                 Notice::Created(_) if on_create == OnCreate::Reread => return Ok(Wake::Reread),
                 Notice::Created(start) | Notice::Resumed(start) if start <= seen => {}
                 Notice::Created(_) | Notice::Resumed(_) => return Ok(Wake::Reread),
-                Notice::Deleted(at) if at <= seen => {}
-                Notice::Deleted(_) => return Ok(Wake::Deleted),
+                Notice::Deleted(at, _) if at <= seen => {}
+                Notice::Deleted(_, key) => {
+                    self.deleted = Some(key);
+                    return Ok(Wake::Deleted);
+                }
                 Notice::Failed(reason) => return Err(reason),
                 Notice::Resync => {
                     let _ = self.watches.commands.send(Command::Remove { id: self.id });
-                    (self.id, self.notices) = self.watches.add(&self.key);
+                    (self.id, self.notices) =
+                        self.watches.add(&self.key, &self.range_end, self.linger);
                 }
             }
         }
+    }
+}
+
+impl Subscription {
+    /// The key whose deletion the last wake reported (for a range watch, which
+    /// key of the range went); `None` if the last wake was not a deletion.
+    pub(crate) fn deleted_key(&self) -> Option<&[u8]> {
+        self.deleted.as_deref()
     }
 }
 

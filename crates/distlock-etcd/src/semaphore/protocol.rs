@@ -1,0 +1,291 @@
+//! The semaphore's requests, in the order an acquire sends them, one
+//! transaction each:
+//!
+//! 1. [`enqueue`]: if the stored limit is ours, put our key in the queue on our
+//!    lease and read the keys ahead of ours and the slots in use. Otherwise, if
+//!    nobody waits or holds, store our limit and do the same, in the same
+//!    transaction; else read why: the stored limit and whether anyone waits or
+//!    holds.
+//! 2. A waiter watches the key before its own; the first waiter watches the
+//!    slots. After each wake it [`look`]s again.
+//! 3. [`claim`]: the first waiter with a free slot trades its queue key for the
+//!    permit key `slots/<n>` on the same lease, in one transaction that fails if
+//!    the slot was taken or the queue key is gone.
+//!
+//! Release and every undo delete by create revision (the lock's
+//! `delete_if_created_at`).
+
+use crate::error::{BACKEND, Failure, protocol};
+use crate::keys::{LIMIT_KEY, QUEUE_DIR, SLOTS_DIR, prefix_end};
+use crate::protocol::{get_newest, header, range};
+use crate::rpc::Rpc;
+use distlock_core::LockError;
+use etcd_client::{
+    Compare, CompareOp, GetOptions, KeyValue, KvClient, PutOptions, Txn, TxnOp, TxnOpResponse,
+    TxnResponse,
+};
+
+/// The keys of one semaphore.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    /// `<range>limit`: the limit in use, as decimal text, kept without a lease.
+    pub limit: Vec<u8>,
+    /// `<range>queue/`: the waiting keys.
+    pub queue: Vec<u8>,
+    /// `<range>slots/`: the permits.
+    pub slots: Vec<u8>,
+}
+
+impl Layout {
+    /// The keys under a semaphore's range (`keys::semaphore_prefix`).
+    pub fn new(range: &[u8]) -> Self {
+        Layout {
+            limit: [range, LIMIT_KEY].concat(),
+            queue: [range, QUEUE_DIR].concat(),
+            slots: [range, SLOTS_DIR].concat(),
+        }
+    }
+
+    /// The permit key of `slot`.
+    pub fn permit(&self, slot: u32) -> Vec<u8> {
+        [self.slots.as_slice(), slot.to_string().as_bytes()].concat()
+    }
+
+    /// The slot a permit key names, if it is one of ours.
+    pub fn slot_of(&self, key: &[u8]) -> Option<u32> {
+        let number = key.strip_prefix(self.slots.as_slice())?;
+        std::str::from_utf8(number).ok()?.parse().ok()
+    }
+
+    /// True when nobody waits or holds: both parts of the range are empty.
+    fn unused(&self) -> [Compare; 2] {
+        [&self.queue, &self.slots].map(|dir| {
+            Compare::create_revision(dir.clone(), CompareOp::Equal, 0).with_range(prefix_end(dir))
+        })
+    }
+}
+
+/// What a waiter knows after [`enqueue`] or [`look`].
+#[derive(Debug)]
+pub(crate) struct Look {
+    /// The store revision of the read.
+    pub header: i64,
+    /// Our key still exists with its create revision.
+    pub mine: bool,
+    /// The waiting key just before ours; `None` when ours is the first.
+    pub predecessor: Option<Vec<u8>>,
+    /// How many waiting keys are older than ours.
+    pub ahead: usize,
+    /// The slots in use.
+    pub taken: Vec<u32>,
+}
+
+/// Why [`enqueue`] did not put our key.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// Our key was there already (an earlier reply was lost): it is adopted,
+    /// created at this revision.
+    Adopted(i64),
+    /// Another limit (or none) is stored: `stored` is its text, `in_use`
+    /// whether anyone waits or holds.
+    Limit {
+        stored: Option<Vec<u8>>,
+        in_use: bool,
+    },
+}
+
+fn keys_only(dir: &[u8]) -> GetOptions {
+    GetOptions::new()
+        .with_range(prefix_end(dir))
+        .with_keys_only()
+}
+
+fn any_key(dir: &[u8]) -> GetOptions {
+    keys_only(dir).with_limit(1)
+}
+
+/// Step 1. The reply is read with [`enqueued`]. Its failure branch reads our
+/// key first, as the lock's enqueue does, then runs step 1 again as one
+/// transaction that also stores our limit, if nobody waits or holds (the
+/// first acquire of a name, or one after every client left): so a new limit
+/// costs no extra round trip.
+pub(crate) async fn enqueue(
+    rpc: Rpc,
+    kv: KvClient,
+    layout: Layout,
+    key: Vec<u8>,
+    lease: i64,
+    limit: u32,
+) -> Result<TxnResponse, Failure> {
+    let absent = Compare::create_revision(key.clone(), CompareOp::Equal, 0);
+    let put_and_look = |key: &[u8]| {
+        [
+            TxnOp::put(key, "", Some(PutOptions::new().with_lease(lease))),
+            // Ours is the newest key, then the older ones, newest first (as
+            // many as could be served before us: more wait anyway).
+            TxnOp::get(
+                layout.queue.clone(),
+                Some(get_newest(&layout.queue, 0, i64::from(limit) + 1)),
+            ),
+            TxnOp::get(layout.slots.clone(), Some(keys_only(&layout.slots))),
+        ]
+    };
+    let [put, newest, slots] = put_and_look(&key);
+    let [unused_queue, unused_slots] = layout.unused();
+    let adopt = Txn::new()
+        .when([unused_queue, unused_slots, absent.clone()])
+        .and_then([
+            TxnOp::put(layout.limit.clone(), limit.to_string(), None),
+            put,
+            newest,
+            slots,
+        ])
+        .or_else([
+            TxnOp::get(layout.limit.clone(), None),
+            TxnOp::get(layout.queue.clone(), Some(any_key(&layout.queue))),
+            TxnOp::get(layout.slots.clone(), Some(any_key(&layout.slots))),
+        ]);
+    let txn = Txn::new()
+        .when([
+            Compare::value(layout.limit.clone(), CompareOp::Equal, limit.to_string()),
+            absent,
+        ])
+        .and_then(put_and_look(&key))
+        .or_else([TxnOp::get(key, None), TxnOp::txn(adopt)]);
+    rpc.txn(&kv, "semaphore enqueue", txn).await
+}
+
+/// What an [`enqueue`] reply says: our key's create revision and the first
+/// look, or why nothing was put.
+pub(crate) fn enqueued(
+    layout: &Layout,
+    response: &TxnResponse,
+) -> Result<Result<(i64, Look), Refused>, Failure> {
+    let header = header(response)?;
+    let ops = response.op_responses();
+    let look = |ops: &[TxnOpResponse], first: usize| -> Result<Look, Failure> {
+        let newest = range(ops.get(first))?;
+        Ok(Look {
+            header,
+            mine: true,
+            predecessor: newest.get(1).map(|kv| kv.key().to_vec()),
+            ahead: newest.len().saturating_sub(1),
+            taken: slots(layout, range(ops.get(first + 1))?),
+        })
+    };
+    if response.succeeded() {
+        return Ok(Ok((header, look(&ops, 1)?)));
+    }
+    if let Some(mine) = range(ops.first())?.first() {
+        return Ok(Err(Refused::Adopted(mine.create_revision())));
+    }
+    let Some(TxnOpResponse::Txn(adopt)) = ops.get(1) else {
+        return Err(protocol("the semaphore enqueue did not run its limit transaction").into());
+    };
+    let ops = adopt.op_responses();
+    if adopt.succeeded() {
+        // After the limit's put and our key's: the look.
+        return Ok(Ok((header, look(&ops, 2)?)));
+    }
+    let stored = range(ops.first())?.first().map(|kv| kv.value().to_vec());
+    let in_use = !range(ops.get(1))?.is_empty() || !range(ops.get(2))?.is_empty();
+    Ok(Err(Refused::Limit { stored, in_use }))
+}
+
+/// Step 2, after a wake-up: the waiting key just before ours (created at
+/// `revision`), whether ours still exists, and the slots in use.
+pub(crate) async fn look(
+    rpc: &Rpc,
+    kv: &KvClient,
+    layout: &Layout,
+    key: &[u8],
+    revision: i64,
+    limit: u32,
+) -> Result<Look, Failure> {
+    // The older waiting keys, newest first, up to `limit` of them: with that
+    // many ahead, no slot can be ours yet.
+    let older = get_newest(&layout.queue, revision - 1, i64::from(limit));
+    let txn = Txn::new().and_then([
+        TxnOp::get(layout.queue.clone(), Some(older)),
+        TxnOp::get(key, None),
+        TxnOp::get(layout.slots.clone(), Some(keys_only(&layout.slots))),
+    ]);
+    let response = rpc.txn(kv, "semaphore read", txn).await?;
+    let ops = response.op_responses();
+    Ok(Look {
+        header: header(&response)?,
+        predecessor: range(ops.first())?.first().map(|kv| kv.key().to_vec()),
+        ahead: range(ops.first())?.len(),
+        mine: range(ops.get(1))?
+            .first()
+            .is_some_and(|kv| kv.create_revision() == revision),
+        taken: slots(layout, range(ops.get(2))?),
+    })
+}
+
+/// Step 3: deletes our queue key (created at `revision`) and creates `permit`
+/// on `lease`, if the permit key is free and our key still ours. On success
+/// the permit key's create revision is the reply's header revision.
+pub(crate) async fn claim(
+    rpc: Rpc,
+    kv: KvClient,
+    key: Vec<u8>,
+    revision: i64,
+    permit: Vec<u8>,
+    lease: i64,
+) -> Result<TxnResponse, Failure> {
+    let txn = Txn::new()
+        .when([
+            Compare::create_revision(key.clone(), CompareOp::Equal, revision),
+            Compare::create_revision(permit.clone(), CompareOp::Equal, 0),
+        ])
+        .and_then([
+            TxnOp::delete(key, None),
+            TxnOp::put(permit, "", Some(PutOptions::new().with_lease(lease))),
+        ]);
+    rpc.txn(&kv, "semaphore claim", txn).await
+}
+
+/// The permits of a semaphore, with their leases and create revisions.
+pub(crate) async fn permits(
+    rpc: &Rpc,
+    kv: &KvClient,
+    layout: &Layout,
+) -> Result<Vec<(u32, KeyValue)>, Failure> {
+    let found = rpc
+        .retrying("semaphore permits read", || {
+            let (mut kv, options) = (kv.clone(), keys_only(&layout.slots));
+            let slots = layout.slots.clone();
+            async move { kv.get(slots, Some(options)).await }
+        })
+        .await?;
+    Ok((found.kvs().iter())
+        .filter_map(|kv| Some((layout.slot_of(kv.key())?, kv.clone())))
+        .collect())
+}
+
+fn slots(layout: &Layout, keys: &[KeyValue]) -> Vec<u32> {
+    keys.iter()
+        .filter_map(|kv| layout.slot_of(kv.key()))
+        .collect()
+}
+
+/// The limit a stored text names, or an error saying the key was not written
+/// by a semaphore client.
+pub(crate) fn parse_limit(layout: &Layout, stored: &[u8]) -> Result<u32, Failure> {
+    std::str::from_utf8(stored)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .ok_or_else(|| {
+            LockError::backend(
+                BACKEND,
+                format!(
+                    "the semaphore's limit key {} holds {:?}, not a number of permits; \
+                 it was not written by distlock: delete it once nobody holds or waits",
+                    String::from_utf8_lossy(&layout.limit),
+                    String::from_utf8_lossy(stored)
+                ),
+            )
+            .into()
+        })
+}

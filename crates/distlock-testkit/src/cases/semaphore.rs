@@ -95,6 +95,13 @@ pub async fn semaphore_limit_never_exceeded_under_contention(h: &dyn Harness) ->
                         permit.slot()
                     )));
                 }
+                // Until `LIMIT` holders have overlapped once, a holder stays
+                // inside (bounded): whether the limit is ever reached must not
+                // depend on how fast the backend hands a permit over.
+                let filled_by = Instant::now() + Duration::from_secs(10);
+                while most.load(SeqCst) < LIMIT as usize && Instant::now() < filled_by {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 if let Ok(mut l) = live.lock() {
                     l.remove(&permit.slot());

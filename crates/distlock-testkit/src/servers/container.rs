@@ -127,6 +127,12 @@ impl Container {
         }
     }
 
+    /// Sends `signal` (`SIGINT`, `SIGTERM`...) to the container's main process. A
+    /// paused container receives it once thawed.
+    pub fn signal(&self, signal: &str) -> Result<(), ServerError> {
+        docker(&["kill", "--signal", signal, &self.name]).map(drop)
+    }
+
     /// Starts the stopped container again: the same command, address and mounts.
     pub fn start(&self) -> Result<(), ServerError> {
         docker(&["start", &self.name]).map(drop)

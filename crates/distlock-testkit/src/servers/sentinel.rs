@@ -1,12 +1,15 @@
 //! Redis Sentinel launcher: a primary, one replica and three Sentinels
-//! (Debian's `redis-sentinel`), each a child process on free loopback ports.
+//! (Debian's `redis-sentinel`), each a child process on free loopback ports, or
+//! (`DISTLOCK_LAUNCHER=docker`) each in a container of the `distlock/redis` image
+//! at its own address. The Sentinels then announce the primary's container
+//! address, which the host reaches over the bridge network.
 
 use super::process::ServerProcess;
 use super::redis::{RedisOptions, RedisServer, resp_command};
 use super::{
-    READY_TIMEOUT, ServerError, find_binary, free_port, retry_on_exit, url_encode, write_private,
+    READY_TIMEOUT, ServerError, free_port, place, retry_on_exit, url_encode, write_private,
 };
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -56,15 +59,16 @@ impl Default for SentinelOptions {
 /// One `redis-sentinel` process.
 #[derive(Debug)]
 pub struct SentinelProcess {
+    host: IpAddr,
     port: u16,
     process: ServerProcess,
     _dir: TempDir,
 }
 
 impl SentinelProcess {
-    /// The loopback address it listens on.
+    /// The address clients dial: loopback, or the container's own.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
+        SocketAddr::new(self.host, self.port)
     }
 
     /// Its process, to kill or pause it.
@@ -88,7 +92,6 @@ impl SentinelTopology {
     /// answers PING. [`SentinelTopology::settled`] waits for the Sentinels to
     /// know each other, which a failover needs.
     pub async fn start(options: SentinelOptions) -> Result<Self, ServerError> {
-        let binary = find_binary("redis-sentinel", "redis-sentinel")?;
         let primary = RedisServer::start_with(RedisOptions {
             password: options.password.clone(),
             ..RedisOptions::default()
@@ -96,13 +99,13 @@ impl SentinelTopology {
         .await?;
         let replica = RedisServer::start_with(RedisOptions {
             password: options.password.clone(),
-            replica_of: Some(primary.port()),
+            replica_of: Some(primary.addr()),
             ..RedisOptions::default()
         })
         .await?;
         let mut sentinels = Vec::with_capacity(3);
         for _ in 0..3 {
-            sentinels.push(start_sentinel(&binary, primary.port(), &options).await?);
+            sentinels.push(start_sentinel(primary.addr(), &options).await?);
         }
         Ok(SentinelTopology {
             primary,
@@ -220,10 +223,11 @@ fn field<'a>(pairs: &'a [String], name: &str) -> Option<&'a str> {
 }
 
 async fn start_sentinel(
-    binary: &std::path::Path,
-    primary_port: u16,
+    primary: SocketAddr,
     options: &SentinelOptions,
 ) -> Result<SentinelProcess, ServerError> {
+    let placement = place("redis")?;
+    let binary = placement.binary("redis-sentinel", "redis-sentinel")?;
     let dir = tempfile::Builder::new()
         .prefix("distlock-sentinel-")
         .tempdir()
@@ -233,12 +237,15 @@ async fn start_sentinel(
     let (port, process) = retry_on_exit(async || {
         let port = free_port()?;
         let mut text = format!(
-            "port {port}\nbind 127.0.0.1\ndaemonize no\nlogfile \"\"\ndir \"{dir}\"\n\
-             sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
+            "port {port}\nbind {bind}\ndaemonize no\nlogfile \"\"\ndir \"{dir}\"\n\
+             sentinel monitor {MASTER_NAME} {primary_ip} {primary_port} 2\n\
              sentinel down-after-milliseconds {MASTER_NAME} {down}\n\
              sentinel failover-timeout {MASTER_NAME} {failover}\n\
              sentinel parallel-syncs {MASTER_NAME} 1\n",
+            bind = placement.bind(),
             dir = dir.path().display(),
+            primary_ip = primary.ip(),
+            primary_port = primary.port(),
             down = options.down_after.as_millis(),
             failover = options.failover_timeout.as_millis(),
         );
@@ -254,10 +261,16 @@ async fn start_sentinel(
                 "requirepass {password}\nsentinel sentinel-pass {password}\n"
             ));
         }
+        if placement.is_container() {
+            // Clients come from outside the container; without a password a
+            // protected Sentinel would refuse them.
+            text.push_str("protected-mode no\n");
+        }
         write_private(&config, &text)?;
         let args = vec![config.clone().into_os_string()];
-        let process = ServerProcess::start("redis-sentinel", binary, args, dir.path())?;
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let process =
+            ServerProcess::start_at(&placement, "redis-sentinel", &binary, args, dir.path())?;
+        let addr = SocketAddr::new(placement.host(), port);
         let password = options.sentinel_password.as_deref();
         process
             .wait_ready(READY_TIMEOUT, || super::redis::ping(addr, password))
@@ -266,6 +279,7 @@ async fn start_sentinel(
     })
     .await?;
     Ok(SentinelProcess {
+        host: placement.host(),
         port,
         process,
         _dir: dir,

@@ -5,15 +5,14 @@
 //! address, which the host reaches over the bridge network.
 
 use super::process::ServerProcess;
-use super::redis::{RedisOptions, RedisServer, resp_command};
+use super::redis::{RedisOptions, RedisServer};
+use super::resp::query;
 use super::{
     READY_TIMEOUT, ServerError, free_port, place, retry_on_exit, url_encode, write_private,
 };
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 use tempfile::TempDir;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// The name the Sentinels know the primary by.
 pub const MASTER_NAME: &str = "distlock";
@@ -177,41 +176,67 @@ impl SentinelTopology {
         }
         Ok(())
     }
+
+    /// The primary the Sentinels name now (`SENTINEL GET-MASTER-ADDR-BY-NAME`),
+    /// from the first Sentinel that answers; `None` if none does.
+    pub async fn named_primary(&self) -> Option<SocketAddr> {
+        let password = self.options.sentinel_password.as_deref();
+        for sentinel in &self.sentinels {
+            let args = ["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME];
+            if let Some(reply) = query(sentinel.addr(), password, &args).await
+                && let [ip, port] = reply.as_slice()
+                && let (Ok(ip), Ok(port)) = (ip.parse(), port.parse())
+            {
+                return Some(SocketAddr::new(ip, port));
+            }
+        }
+        None
+    }
+
+    /// `SENTINEL FAILOVER`: the first Sentinel promotes a replica without
+    /// waiting for the primary to fail (it answers at once; the promotion follows).
+    pub async fn force_failover(&self) -> Result<(), ServerError> {
+        let sentinel = self.sentinels.first().ok_or(ServerError::NotRunning {
+            name: "redis-sentinel".into(),
+        })?;
+        let password = self.options.sentinel_password.as_deref();
+        let args = ["SENTINEL", "FAILOVER", MASTER_NAME];
+        match query(sentinel.addr(), password, &args).await.as_deref() {
+            Some([ok]) if ok == "OK" => Ok(()),
+            other => Err(ServerError::Command {
+                command: "SENTINEL FAILOVER".into(),
+                output: format!("{other:?}"),
+            }),
+        }
+    }
+
+    /// Waits (bounded) until the primary reports its replica `online`: past the
+    /// first sync, so a write the replica acknowledges is on it.
+    pub async fn replica_online(&self) -> Result<(), ServerError> {
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        let password = self.options.password.as_deref();
+        loop {
+            let info = query(self.primary.addr(), password, &["INFO", "replication"]).await;
+            if info.is_some_and(|info| info.iter().any(|text| text.contains("state=online"))) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(ServerError::NotReady {
+                    name: "redis replica".into(),
+                    waited: READY_TIMEOUT,
+                    log_tail: self.replica.log_tail(20),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
 
-/// `SENTINEL MASTER distlock` as field/value pairs, over raw RESP (a flat
-/// array of bulk strings, none holding a line break).
+/// `SENTINEL MASTER distlock` as field/value pairs.
 async fn master_state(addr: SocketAddr, password: Option<&str>) -> Option<Vec<String>> {
-    let mut stream = TcpStream::connect(addr).await.ok()?;
-    let mut request = Vec::new();
-    if let Some(password) = password {
-        request.extend_from_slice(&resp_command(&["AUTH", password]));
-    }
-    request.extend_from_slice(&resp_command(&["SENTINEL", "MASTER", MASTER_NAME]));
-    stream.write_all(&request).await.ok()?;
-    let mut reply = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let text = String::from_utf8_lossy(&reply).into_owned();
-        let text = text.strip_prefix("+OK\r\n").unwrap_or(&text);
-        let lines: Vec<&str> = text.split("\r\n").collect();
-        if let Some(count) = lines.first().and_then(|l| l.strip_prefix('*'))
-            && let Ok(count) = count.parse::<usize>()
-            && lines.len() > 2 * count + 1
-        {
-            return Some(
-                lines[1..=2 * count]
-                    .iter()
-                    .filter(|line| !line.starts_with('$'))
-                    .map(|line| (*line).to_owned())
-                    .collect(),
-            );
-        }
-        match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => reply.extend_from_slice(&buf[..n]),
-        }
-    }
+    query(addr, password, &["SENTINEL", "MASTER", MASTER_NAME])
+        .await
+        .filter(|pairs| pairs.len() % 2 == 0)
 }
 
 fn field<'a>(pairs: &'a [String], name: &str) -> Option<&'a str> {

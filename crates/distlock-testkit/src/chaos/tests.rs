@@ -398,5 +398,8 @@ fn every_fault_name_reads_back() {
     for kind in FaultKind::ALL {
         assert_eq!(FaultKind::from_name(kind.name()), Some(kind));
     }
-    assert_eq!(FaultKind::from_name("network-cut"), Some(FaultKind::NetworkCut));
+    assert_eq!(
+        FaultKind::from_name("network-cut"),
+        Some(FaultKind::NetworkCut)
+    );
 }

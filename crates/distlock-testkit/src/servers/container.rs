@@ -115,9 +115,13 @@ impl Container {
         docker(&["pause", &self.name]).map(drop)
     }
 
-    /// Thaws a paused container.
+    /// Thaws a paused container; a running one is left as it is, as SIGCONT
+    /// leaves a running process.
     pub fn unpause(&self) -> Result<(), ServerError> {
-        docker(&["unpause", &self.name]).map(drop)
+        match docker(&["unpause", &self.name]) {
+            Err(ServerError::Command { output, .. }) if output.contains("is not paused") => Ok(()),
+            other => other.map(drop),
+        }
     }
 
     /// SIGKILLs the container's processes and waits until it has stopped.

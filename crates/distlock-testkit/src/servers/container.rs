@@ -156,6 +156,27 @@ impl Container {
         }
     }
 
+    /// Sends `signal` (a server's own fast-shutdown signal), thaws the container
+    /// if it was paused, and waits up to `grace` for it to exit (one blocking
+    /// `docker wait`, no polling), then kills it. Does nothing if it is not running.
+    pub async fn stop_with(&self, signal: &str, grace: std::time::Duration) {
+        if self.signal(signal).is_err() {
+            return;
+        }
+        let _ = self.unpause();
+        let exited = tokio::process::Command::new("docker")
+            .args(["wait", &self.name])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .status();
+        if tokio::time::timeout(grace, exited).await.is_err() {
+            tracing::warn!(name = %self.name, "no clean shutdown in time; killing");
+            self.kill();
+        }
+    }
+
     /// Cuts the container off its network: its address stops answering and its
     /// peers stop reaching it, while its processes keep running.
     pub fn disconnect(&self) -> Result<(), ServerError> {

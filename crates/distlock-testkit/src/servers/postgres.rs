@@ -213,10 +213,13 @@ impl PostgresServer {
     /// everything is written), killing it if that takes too long. SIGTERM would
     /// wait for every client to leave.
     pub async fn stop(&self) {
+        if let Some(container) = self.process.container() {
+            return container.stop_with("SIGINT", STOP_GRACE).await;
+        }
         if self.process.signal(Signal::SIGINT).is_err() {
             return;
         }
-        let _ = self.process.resume();
+        let _ = self.process.signal(Signal::SIGCONT);
         let deadline = tokio::time::Instant::now() + STOP_GRACE;
         while self.process.is_running() {
             if tokio::time::Instant::now() >= deadline {

@@ -274,13 +274,6 @@ impl ServerProcess {
 
     /// Sends `signal` to the running process.
     pub(crate) fn signal(&self, signal: Signal) -> Result<(), ServerError> {
-        if let Some(container) = &self.container {
-            // A frozen container thaws only by `docker unpause`; SIGCONT means that.
-            if signal == Signal::SIGCONT {
-                return container.unpause();
-            }
-            return container.signal(signal.as_str());
-        }
         match self.lock().as_mut() {
             Some(child) => child.signal(signal),
             None => Err(ServerError::NotRunning {

@@ -86,9 +86,10 @@ impl PostgresServer {
     /// returns once the server accepts logins.
     pub async fn start() -> Result<Self, ServerError> {
         let placement = place("postgres")?;
-        let bin = match placement.is_container() {
-            true => PathBuf::from(IMAGE_BIN_DIR),
-            false => server_bin_dir()?,
+        let bin = if placement.is_container() {
+            PathBuf::from(IMAGE_BIN_DIR)
+        } else {
+            server_bin_dir()?
         };
         let (initdb, postgres) = (bin.join("initdb"), bin.join("postgres"));
         let runner = Runner::current()?;

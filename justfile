@@ -117,7 +117,7 @@ test-docker *FILTER:
     scripts/test-docker {{FILTER}}
 
 # Clustered servers in containers on a private network: a 3-member etcd, a ZooKeeper ensemble, MariaDB
-# killed under a holder (`just images` first).
+# killed under a holder, Redis primary + replica + 3 Sentinels failed over (`just images` first).
 test-topologies *FILTER:
     cargo test -p distlock-tests --all-features --test topologies -- {{FILTER}}
 

@@ -1,5 +1,6 @@
 //! Clustered servers in containers on a private network, each at its own address:
-//! `etcd_cluster::…` (3 members), `zk_ensemble::…` (3 servers), `mariadb::…`.
+//! `etcd_cluster::…` (3 members), `zk_ensemble::…` (3 servers), `mariadb::…`,
+//! `redis_sentinel::…` (a primary, a replica, 3 Sentinels).
 //! Leaders are killed and partitioned away (`docker network disconnect`) under
 //! held locks, and every case checks a recorded history: no two holders at once,
 //! tokens rising. Needs the local images (`just images`) and a Docker engine:

@@ -39,12 +39,14 @@ pub struct Spec {
 
 /// Every fault: the backends with a server process and a proxy take them all.
 const ALL: &[FaultKind] = &FaultKind::ALL;
-/// The in-memory backend has no server process and no other process can reach it.
+/// The in-memory backend has no server process and no other process can reach it:
+/// its network cut is the simulated proxy's.
 const MEMORY: &[FaultKind] = &[
     FaultKind::ProxyDelay,
     FaultKind::ProxyBlackhole,
     FaultKind::ProxyReset,
     FaultKind::ProxyClose,
+    FaultKind::NetworkCut,
 ];
 
 /// Clients per trial, of which some go through a fault proxy.

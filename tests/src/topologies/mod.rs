@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 mod etcd_cluster;
 #[cfg(feature = "mysql")]
 mod mariadb;
+#[cfg(feature = "redis")]
+mod redis_sentinel;
 #[cfg(feature = "zookeeper")]
 mod zk_ensemble;
 
@@ -39,6 +41,8 @@ pub fn trials() -> Vec<Trial> {
     cases.push(("zk_ensemble", zk_ensemble::cases()));
     #[cfg(feature = "mysql")]
     cases.push(("mariadb", mariadb::cases()));
+    #[cfg(feature = "redis")]
+    cases.push(("redis_sentinel", redis_sentinel::cases()));
     cases
         .into_iter()
         .flat_map(|(topology, cases)| {

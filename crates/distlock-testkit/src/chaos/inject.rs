@@ -101,6 +101,31 @@ impl<'a> HarnessInjector<'a> {
         Ok((name.clone(), control.clone()))
     }
 
+    /// The launched servers that run in containers (none natively).
+    fn contained(&self) -> Vec<(String, &'a dyn Launched)> {
+        self.servers()
+            .into_iter()
+            .filter(|(_, server)| server.process().container().is_some())
+            .collect()
+    }
+
+    /// Cuts one containerised server off its network for `length` (every
+    /// holder on it loses its traffic; the process keeps running and keeps its
+    /// connections, which resume or time out once it is back), or natively one
+    /// faulty client's proxy, which drops its bytes as a cut link would.
+    async fn network_cut(&self, length: Duration) -> Result<String, BoxError> {
+        let mut contained = self.contained();
+        if contained.is_empty() {
+            return self.proxy_fault(Fault::Blackhole, length).await;
+        }
+        let index = rand::rng().random_range(0..contained.len());
+        let (name, server) = contained.swap_remove(index);
+        server.process().disconnect()?;
+        tokio::time::sleep(length).await;
+        server.process().reconnect()?;
+        Ok(name)
+    }
+
     async fn proxy_fault(&self, fault: Fault, length: Duration) -> Result<String, BoxError> {
         let (name, control) = self.pick_proxy()?;
         control.set_fault(fault).await;
@@ -121,6 +146,7 @@ impl Injector for HarnessInjector<'_> {
             .filter(|kind| match kind {
                 FaultKind::ServerPause | FaultKind::ServerKill => has_servers,
                 FaultKind::HolderPause => false,
+                FaultKind::NetworkCut => has_proxies || !self.contained().is_empty(),
                 _ => has_proxies,
             })
             .collect()
@@ -155,6 +181,7 @@ impl Injector for HarnessInjector<'_> {
             FaultKind::ProxyReset => self.proxy_fault(Fault::Reset, length).await,
             FaultKind::ProxyClose => self.proxy_fault(Fault::Close, length).await,
             FaultKind::HolderPause => Err("holder pauses are run by the driver".into()),
+            FaultKind::NetworkCut => self.network_cut(length).await,
         }
     }
 

@@ -53,11 +53,16 @@ pub enum FaultKind {
     /// A lock holder in another process frozen past its ttl, then woken to
     /// write with its old token.
     HolderPause,
+    /// A holder's traffic cut off for a while: with servers in containers
+    /// (`DISTLOCK_LAUNCHER=docker`) one server's container is taken off its
+    /// network (`docker network disconnect`), cutting every client and peer
+    /// from it; natively one faulty client's proxy drops its bytes.
+    NetworkCut,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 8] = [
         FaultKind::ServerPause,
         FaultKind::ServerKill,
         FaultKind::ProxyDelay,
@@ -65,6 +70,7 @@ impl FaultKind {
         FaultKind::ProxyReset,
         FaultKind::ProxyClose,
         FaultKind::HolderPause,
+        FaultKind::NetworkCut,
     ];
 
     /// The name in histories and reports.
@@ -77,6 +83,7 @@ impl FaultKind {
             FaultKind::ProxyReset => "proxy-reset",
             FaultKind::ProxyClose => "proxy-close",
             FaultKind::HolderPause => "holder-pause",
+            FaultKind::NetworkCut => "network-cut",
         }
     }
 

@@ -392,3 +392,14 @@ fn a_malformed_line_is_refused_by_number() {
         "{error}"
     );
 }
+
+#[test]
+fn every_fault_name_reads_back() {
+    for kind in FaultKind::ALL {
+        assert_eq!(FaultKind::from_name(kind.name()), Some(kind));
+    }
+    assert_eq!(
+        FaultKind::from_name("network-cut"),
+        Some(FaultKind::NetworkCut)
+    );
+}

@@ -115,9 +115,13 @@ impl Container {
         docker(&["pause", &self.name]).map(drop)
     }
 
-    /// Thaws a paused container.
+    /// Thaws a paused container; a running one is left as it is, as SIGCONT
+    /// leaves a running process.
     pub fn unpause(&self) -> Result<(), ServerError> {
-        docker(&["unpause", &self.name]).map(drop)
+        match docker(&["unpause", &self.name]) {
+            Err(ServerError::Command { output, .. }) if output.contains("is not paused") => Ok(()),
+            other => other.map(drop),
+        }
     }
 
     /// SIGKILLs the container's processes and waits until it has stopped.
@@ -125,6 +129,12 @@ impl Container {
         if docker(&["kill", &self.name]).is_ok() {
             let _ = docker(&["wait", &self.name]);
         }
+    }
+
+    /// Sends `signal` (`SIGINT`, `SIGTERM`...) to the container's main process. A
+    /// paused container receives it once thawed.
+    pub fn signal(&self, signal: &str) -> Result<(), ServerError> {
+        docker(&["kill", "--signal", signal, &self.name]).map(drop)
     }
 
     /// Starts the stopped container again: the same command, address and mounts.
@@ -143,6 +153,27 @@ impl Container {
         .await;
         if !matches!(stopped, Ok(Ok(_))) {
             tracing::warn!(name = %self.name, "docker stop failed");
+        }
+    }
+
+    /// Sends `signal` (a server's own fast-shutdown signal), thaws the container
+    /// if it was paused, and waits up to `grace` for it to exit (one blocking
+    /// `docker wait`, no polling), then kills it. Does nothing if it is not running.
+    pub async fn stop_with(&self, signal: &str, grace: std::time::Duration) {
+        if self.signal(signal).is_err() {
+            return;
+        }
+        let _ = self.unpause();
+        let exited = tokio::process::Command::new("docker")
+            .args(["wait", &self.name])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .status();
+        if tokio::time::timeout(grace, exited).await.is_err() {
+            tracing::warn!(name = %self.name, "no clean shutdown in time; killing");
+            self.kill();
         }
     }
 

@@ -240,7 +240,7 @@ fn docker_now(args: impl IntoIterator<Item = OsString>) -> Result<String, Server
     }
 }
 
-/// The image for `server` (`redis`, `etcd`, `zookeeper`, `mariadb`):
+/// The image for `server` (`redis`, `etcd`, `zookeeper`, `mariadb`, `postgres`):
 /// `DISTLOCK_<SERVER>_IMAGE`, as the compose files read it, else
 /// `distlock/<server>:local`.
 pub fn image(server: &str) -> String {

@@ -16,6 +16,7 @@ pub mod placement;
 pub mod postgres;
 pub mod process;
 pub mod redis;
+mod resp;
 pub mod sentinel;
 pub mod tls;
 pub mod zookeeper;

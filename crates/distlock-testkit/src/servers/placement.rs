@@ -60,7 +60,7 @@ pub struct Placement {
 }
 
 /// A place for one server of kind `server` (`redis`, `etcd`, `zookeeper`,
-/// `mariadb`; a later backend adds its image to `scripts/build-images` and
+/// `mariadb`, `postgres`; a later backend adds its image to `scripts/build-images` and
 /// passes its own name) under the launcher `DISTLOCK_LAUNCHER` names.
 pub fn place(server: &str) -> Result<Placement, ServerError> {
     match launcher()? {

@@ -5,12 +5,20 @@
 //! PostgreSQL refuses to run as root, so when the tests run as root every
 //! server command runs as `nobody` (through `setpriv`, which execs: the process
 //! the testkit signals is the server itself), with the temp dir owned by it.
+//!
+//! With `DISTLOCK_LAUNCHER=docker` the same command lines run in the
+//! `distlock/postgres` image: `initdb` in a one-shot container, the server in its
+//! own, and `psql`/`pg_isready` through `docker exec` over the socket in the
+//! mounted temp dir; clients dial the container's address.
 
 use super::process::ServerProcess;
-use super::{ServerError, find_binary, free_port, random_password, retry_on_exit, url_encode};
+use super::{
+    Placement, ServerError, find_binary, free_port, place, random_password, retry_on_exit,
+    url_encode,
+};
 use nix::sys::signal::Signal;
 use std::ffi::OsString;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -28,6 +36,8 @@ const USER: &str = "distlock";
 const SUPERUSER: &str = "postgres";
 /// The Debian package of the server binaries, for the install hint.
 const PACKAGE: &str = "postgresql-15";
+/// Where Debian's package (and so the `distlock/postgres` image) keeps the binaries.
+const IMAGE_BIN_DIR: &str = "/usr/lib/postgresql/15/bin";
 /// Who runs the server when the tests run as root.
 const UNPRIVILEGED: &str = "nobody";
 
@@ -49,6 +59,7 @@ const SERVER_SETTINGS: &[&str] = &[
 ///
 /// The process is killed when this value is dropped.
 pub struct PostgresServer {
+    host: IpAddr,
     port: u16,
     password: String,
     dir_path: PathBuf,
@@ -60,6 +71,7 @@ pub struct PostgresServer {
 impl std::fmt::Debug for PostgresServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresServer")
+            .field("host", &self.host)
             .field("port", &self.port)
             .field("user", &USER)
             .field("password", &"<redacted>")
@@ -73,7 +85,12 @@ impl PostgresServer {
     /// Creates a data dir, starts the server, and creates the role and database;
     /// returns once the server accepts logins.
     pub async fn start() -> Result<Self, ServerError> {
-        let bin = server_bin_dir()?;
+        let placement = place("postgres")?;
+        let bin = if placement.is_container() {
+            PathBuf::from(IMAGE_BIN_DIR)
+        } else {
+            server_bin_dir()?
+        };
         let (initdb, postgres) = (bin.join("initdb"), bin.join("postgres"));
         let runner = Runner::current()?;
         let dir = tempfile::Builder::new()
@@ -82,15 +99,27 @@ impl PostgresServer {
             .map_err(ServerError::io("create a temp dir for postgres"))?;
         runner.own(dir.path())?;
         let data = dir.path().join("data");
-        let mut init = runner.command(&initdb);
-        init.arg("-D")
-            .arg(&data)
-            .args(["-U", SUPERUSER, "-E", "UTF8", "--locale=C", "--no-sync"])
-            // md5, not SCRAM: a SCRAM login costs thousands of hash rounds on both
-            // sides, and the suite opens hundreds of connections at once on a
-            // shared machine (an unoptimised test build computes them slowly).
-            .args(["--auth-local=trust", "--auth-host=md5"]);
-        run_to_end(init, "initdb", &dir.path().join("initdb.log")).await?;
+        let mut init = runner.prefix(&initdb);
+        init.extend(["-D".into(), data.clone().into_os_string()]);
+        init.extend(
+            ["-U", SUPERUSER, "-E", "UTF8", "--locale=C", "--no-sync"]
+                .into_iter()
+                .map(OsString::from),
+        );
+        // md5, not SCRAM: a SCRAM login costs thousands of hash rounds on both
+        // sides, and the suite opens hundreds of connections at once on a
+        // shared machine (an unoptimised test build computes them slowly).
+        init.extend(["--auth-local=trust".into(), "--auth-host=md5".into()]);
+        let log = dir.path().join("initdb.log");
+        run_to_end(&placement, &runner, &initdb, &init, dir.path(), &log).await?;
+        if placement.is_container() {
+            // Clients come from the host, through the network's gateway address.
+            let hba = data.join("pg_hba.conf");
+            let mut text =
+                std::fs::read_to_string(&hba).map_err(ServerError::io("read pg_hba.conf"))?;
+            text.push_str("host all all 0.0.0.0/0 md5\n");
+            std::fs::write(&hba, text).map_err(ServerError::io("write pg_hba.conf"))?;
+        }
 
         let (port, process) = retry_on_exit(async || {
             let port = free_port()?;
@@ -101,14 +130,23 @@ impl PostgresServer {
             for setting in SERVER_SETTINGS {
                 args.extend(["-c".into(), OsString::from(setting)]);
             }
+            // The last setting wins: every interface in a container.
+            args.extend([
+                "-c".into(),
+                format!("listen_addresses={}", placement.bind()).into(),
+            ]);
             let program = runner.program(&postgres);
-            let process = ServerProcess::start("postgres", &program, args, dir.path())?;
+            let process =
+                ServerProcess::start_at(&placement, "postgres", &program, args, dir.path())?;
             let probe = Probe::new(&bin, dir.path(), port);
-            process.wait_ready(READY_TIMEOUT, || probe.ready()).await?;
+            process
+                .wait_ready(READY_TIMEOUT, || probe.ready(&process))
+                .await?;
             Ok((port, process))
         })
         .await?;
         let server = PostgresServer {
+            host: placement.host(),
             port,
             password: random_password(),
             dir_path: dir.path().to_owned(),
@@ -131,18 +169,19 @@ impl PostgresServer {
         Ok(server)
     }
 
-    /// `postgres://distlock:<password>@127.0.0.1:<port>/distlock`.
+    /// `postgres://distlock:<password>@<host>:<port>/distlock` (host `127.0.0.1`,
+    /// or the container's address).
     pub fn url(&self) -> String {
         format!(
-            "postgres://{USER}:{}@127.0.0.1:{}/{DATABASE}",
+            "postgres://{USER}:{}@{}/{DATABASE}",
             url_encode(&self.password),
-            self.port
+            self.addr()
         )
     }
 
-    /// The loopback address clients connect to.
+    /// The address clients connect to: loopback, or the container's own.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
+        SocketAddr::new(self.host, self.port)
     }
 
     /// The TCP port; it stays the same across restarts.
@@ -175,6 +214,9 @@ impl PostgresServer {
     /// everything is written), killing it if that takes too long. SIGTERM would
     /// wait for every client to leave.
     pub async fn stop(&self) {
+        if let Some(container) = self.process.container() {
+            return container.stop_with("SIGINT", STOP_GRACE).await;
+        }
         if self.process.signal(Signal::SIGINT).is_err() {
             return;
         }
@@ -197,7 +239,7 @@ impl PostgresServer {
         self.process.respawn()?;
         let probe = Probe::new(&self.bin, &self.dir_path, self.port);
         self.process
-            .wait_ready(READY_TIMEOUT, || probe.ready())
+            .wait_ready(READY_TIMEOUT, || probe.ready(&self.process))
             .await
     }
 
@@ -210,7 +252,7 @@ impl PostgresServer {
     }
 
     async fn exec_as(&self, database: &str, sql: &str) -> Result<String, ServerError> {
-        let mut child = tokio::process::Command::new(self.bin.join("psql"))
+        let mut child = tool(&self.bin, &self.process, "psql")
             .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
             .arg("-h")
             .arg(&self.dir_path)
@@ -342,30 +384,49 @@ impl Runner {
             None => Vec::new(),
         }
     }
+}
 
-    /// A command running `binary` as the server's user.
-    fn command(&self, binary: &Path) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new(self.program(binary));
-        command.args(self.prefix(binary));
-        command.kill_on_drop(true);
-        command
+/// A client tool of the server (`psql`, `pg_isready`): this machine's, or the
+/// image's through `docker exec` in the server's container.
+fn tool(bin: &Path, process: &ServerProcess, name: &str) -> tokio::process::Command {
+    match process.container() {
+        Some(container) => super::docker::exec_command(container, name),
+        None => tokio::process::Command::new(bin.join(name)),
     }
 }
 
-/// Runs `command` to its end, keeping its output in `log`; a failure carries
-/// the output's tail.
+/// Runs `binary args` (as the runner's user) to its end, natively or in a one-shot
+/// container of the image, keeping its output in `log`; a failure carries the
+/// output's tail.
 async fn run_to_end(
-    mut command: tokio::process::Command,
-    name: &str,
+    placement: &Placement,
+    runner: &Runner,
+    binary: &Path,
+    args: &[OsString],
+    scratch: &Path,
     log: &Path,
 ) -> Result<(), ServerError> {
-    let output = tokio::time::timeout(READY_TIMEOUT, command.output())
+    let name = binary.file_name().unwrap_or_default().to_string_lossy();
+    let program = runner.program(binary);
+    let run = async {
+        match placement.docker() {
+            Some((_, image)) => super::docker::run_once(image, &program, args, scratch, &[]).await,
+            None => {
+                let mut command = tokio::process::Command::new(&program);
+                command.args(args).kill_on_drop(true);
+                command
+                    .output()
+                    .await
+                    .map_err(ServerError::io(format!("run {name}")))
+            }
+        }
+    };
+    let output = tokio::time::timeout(READY_TIMEOUT, run)
         .await
         .map_err(|_| ServerError::Command {
-            command: name.into(),
+            command: name.to_string(),
             output: format!("no result within {READY_TIMEOUT:?}"),
-        })?
-        .map_err(ServerError::io(format!("run {name}")))?;
+        })??;
     let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
     text.push_str(&String::from_utf8_lossy(&output.stderr));
     // Kept for post-mortems; a failure to write it must not hide the result.
@@ -376,14 +437,14 @@ async fn run_to_end(
     let tail: Vec<&str> = text.lines().rev().take(40).collect();
     let tail: Vec<&str> = tail.into_iter().rev().collect();
     Err(ServerError::Command {
-        command: name.into(),
+        command: name.to_string(),
         output: tail.join("\n"),
     })
 }
 
 /// `pg_isready` against the server's socket: true once it accepts logins.
 struct Probe {
-    pg_isready: PathBuf,
+    bin: PathBuf,
     socket_dir: PathBuf,
     port: u16,
 }
@@ -391,14 +452,14 @@ struct Probe {
 impl Probe {
     fn new(bin: &Path, socket_dir: &Path, port: u16) -> Self {
         Probe {
-            pg_isready: bin.join("pg_isready"),
+            bin: bin.to_owned(),
             socket_dir: socket_dir.to_owned(),
             port,
         }
     }
 
-    async fn ready(&self) -> bool {
-        tokio::process::Command::new(&self.pg_isready)
+    async fn ready(&self, process: &ServerProcess) -> bool {
+        tool(&self.bin, process, "pg_isready")
             .arg("-h")
             .arg(&self.socket_dir)
             .args([

@@ -26,9 +26,9 @@ pub struct RedisOptions {
     /// Also listen for TLS on a second port ([`RedisServer::tls_url`]); the plain
     /// port stays for the launcher's readiness check and for test inspection.
     pub tls: Option<ServerTls>,
-    /// Start as a replica of the primary on this loopback port (`replicaof`),
-    /// logging in to it with [`RedisOptions::password`].
-    pub replica_of: Option<u16>,
+    /// Start as a replica of the primary at this address (`replicaof`), logging
+    /// in to it with [`RedisOptions::password`].
+    pub replica_of: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for RedisOptions {
@@ -232,7 +232,7 @@ fn config_text(bind: IpAddr, port: u16, data_dir: &Path, options: &RedisOptions)
         text.push_str(&format!("masterauth \"{quoted}\"\n"));
     }
     if let Some(primary) = options.replica_of {
-        text.push_str(&format!("replicaof 127.0.0.1 {primary}\n"));
+        text.push_str(&format!("replicaof {} {}\n", primary.ip(), primary.port()));
     }
     text
 }

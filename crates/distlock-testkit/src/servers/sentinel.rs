@@ -1,16 +1,18 @@
 //! Redis Sentinel launcher: a primary, one replica and three Sentinels
-//! (Debian's `redis-sentinel`), each a child process on free loopback ports.
+//! (Debian's `redis-sentinel`), each a child process on free loopback ports, or
+//! (`DISTLOCK_LAUNCHER=docker`) each in a container of the `distlock/redis` image
+//! at its own address. The Sentinels then announce the primary's container
+//! address, which the host reaches over the bridge network.
 
 use super::process::ServerProcess;
-use super::redis::{RedisOptions, RedisServer, resp_command};
+use super::redis::{RedisOptions, RedisServer};
+use super::resp::query;
 use super::{
-    READY_TIMEOUT, ServerError, find_binary, free_port, retry_on_exit, url_encode, write_private,
+    READY_TIMEOUT, ServerError, free_port, place, retry_on_exit, url_encode, write_private,
 };
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 use tempfile::TempDir;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// The name the Sentinels know the primary by.
 pub const MASTER_NAME: &str = "distlock";
@@ -56,15 +58,16 @@ impl Default for SentinelOptions {
 /// One `redis-sentinel` process.
 #[derive(Debug)]
 pub struct SentinelProcess {
+    host: IpAddr,
     port: u16,
     process: ServerProcess,
     _dir: TempDir,
 }
 
 impl SentinelProcess {
-    /// The loopback address it listens on.
+    /// The address clients dial: loopback, or the container's own.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
+        SocketAddr::new(self.host, self.port)
     }
 
     /// Its process, to kill or pause it.
@@ -88,7 +91,6 @@ impl SentinelTopology {
     /// answers PING. [`SentinelTopology::settled`] waits for the Sentinels to
     /// know each other, which a failover needs.
     pub async fn start(options: SentinelOptions) -> Result<Self, ServerError> {
-        let binary = find_binary("redis-sentinel", "redis-sentinel")?;
         let primary = RedisServer::start_with(RedisOptions {
             password: options.password.clone(),
             ..RedisOptions::default()
@@ -96,13 +98,13 @@ impl SentinelTopology {
         .await?;
         let replica = RedisServer::start_with(RedisOptions {
             password: options.password.clone(),
-            replica_of: Some(primary.port()),
+            replica_of: Some(primary.addr()),
             ..RedisOptions::default()
         })
         .await?;
         let mut sentinels = Vec::with_capacity(3);
         for _ in 0..3 {
-            sentinels.push(start_sentinel(&binary, primary.port(), &options).await?);
+            sentinels.push(start_sentinel(primary.addr(), &options).await?);
         }
         Ok(SentinelTopology {
             primary,
@@ -174,41 +176,67 @@ impl SentinelTopology {
         }
         Ok(())
     }
+
+    /// The primary the Sentinels name now (`SENTINEL GET-MASTER-ADDR-BY-NAME`),
+    /// from the first Sentinel that answers; `None` if none does.
+    pub async fn named_primary(&self) -> Option<SocketAddr> {
+        let password = self.options.sentinel_password.as_deref();
+        for sentinel in &self.sentinels {
+            let args = ["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME];
+            if let Some(reply) = query(sentinel.addr(), password, &args).await
+                && let [ip, port] = reply.as_slice()
+                && let (Ok(ip), Ok(port)) = (ip.parse(), port.parse())
+            {
+                return Some(SocketAddr::new(ip, port));
+            }
+        }
+        None
+    }
+
+    /// `SENTINEL FAILOVER`: the first Sentinel promotes a replica without
+    /// waiting for the primary to fail (it answers at once; the promotion follows).
+    pub async fn force_failover(&self) -> Result<(), ServerError> {
+        let sentinel = self.sentinels.first().ok_or(ServerError::NotRunning {
+            name: "redis-sentinel".into(),
+        })?;
+        let password = self.options.sentinel_password.as_deref();
+        let args = ["SENTINEL", "FAILOVER", MASTER_NAME];
+        match query(sentinel.addr(), password, &args).await.as_deref() {
+            Some([ok]) if ok == "OK" => Ok(()),
+            other => Err(ServerError::Command {
+                command: "SENTINEL FAILOVER".into(),
+                output: format!("{other:?}"),
+            }),
+        }
+    }
+
+    /// Waits (bounded) until the primary reports its replica `online`: past the
+    /// first sync, so a write the replica acknowledges is on it.
+    pub async fn replica_online(&self) -> Result<(), ServerError> {
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        let password = self.options.password.as_deref();
+        loop {
+            let info = query(self.primary.addr(), password, &["INFO", "replication"]).await;
+            if info.is_some_and(|info| info.iter().any(|text| text.contains("state=online"))) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(ServerError::NotReady {
+                    name: "redis replica".into(),
+                    waited: READY_TIMEOUT,
+                    log_tail: self.replica.log_tail(20),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
 
-/// `SENTINEL MASTER distlock` as field/value pairs, over raw RESP (a flat
-/// array of bulk strings, none holding a line break).
+/// `SENTINEL MASTER distlock` as field/value pairs.
 async fn master_state(addr: SocketAddr, password: Option<&str>) -> Option<Vec<String>> {
-    let mut stream = TcpStream::connect(addr).await.ok()?;
-    let mut request = Vec::new();
-    if let Some(password) = password {
-        request.extend_from_slice(&resp_command(&["AUTH", password]));
-    }
-    request.extend_from_slice(&resp_command(&["SENTINEL", "MASTER", MASTER_NAME]));
-    stream.write_all(&request).await.ok()?;
-    let mut reply = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let text = String::from_utf8_lossy(&reply).into_owned();
-        let text = text.strip_prefix("+OK\r\n").unwrap_or(&text);
-        let lines: Vec<&str> = text.split("\r\n").collect();
-        if let Some(count) = lines.first().and_then(|l| l.strip_prefix('*'))
-            && let Ok(count) = count.parse::<usize>()
-            && lines.len() > 2 * count + 1
-        {
-            return Some(
-                lines[1..=2 * count]
-                    .iter()
-                    .filter(|line| !line.starts_with('$'))
-                    .map(|line| (*line).to_owned())
-                    .collect(),
-            );
-        }
-        match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => reply.extend_from_slice(&buf[..n]),
-        }
-    }
+    query(addr, password, &["SENTINEL", "MASTER", MASTER_NAME])
+        .await
+        .filter(|pairs| pairs.len() % 2 == 0)
 }
 
 fn field<'a>(pairs: &'a [String], name: &str) -> Option<&'a str> {
@@ -220,10 +248,11 @@ fn field<'a>(pairs: &'a [String], name: &str) -> Option<&'a str> {
 }
 
 async fn start_sentinel(
-    binary: &std::path::Path,
-    primary_port: u16,
+    primary: SocketAddr,
     options: &SentinelOptions,
 ) -> Result<SentinelProcess, ServerError> {
+    let placement = place("redis")?;
+    let binary = placement.binary("redis-sentinel", "redis-sentinel")?;
     let dir = tempfile::Builder::new()
         .prefix("distlock-sentinel-")
         .tempdir()
@@ -233,12 +262,15 @@ async fn start_sentinel(
     let (port, process) = retry_on_exit(async || {
         let port = free_port()?;
         let mut text = format!(
-            "port {port}\nbind 127.0.0.1\ndaemonize no\nlogfile \"\"\ndir \"{dir}\"\n\
-             sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
+            "port {port}\nbind {bind}\ndaemonize no\nlogfile \"\"\ndir \"{dir}\"\n\
+             sentinel monitor {MASTER_NAME} {primary_ip} {primary_port} 2\n\
              sentinel down-after-milliseconds {MASTER_NAME} {down}\n\
              sentinel failover-timeout {MASTER_NAME} {failover}\n\
              sentinel parallel-syncs {MASTER_NAME} 1\n",
+            bind = placement.bind(),
             dir = dir.path().display(),
+            primary_ip = primary.ip(),
+            primary_port = primary.port(),
             down = options.down_after.as_millis(),
             failover = options.failover_timeout.as_millis(),
         );
@@ -254,10 +286,16 @@ async fn start_sentinel(
                 "requirepass {password}\nsentinel sentinel-pass {password}\n"
             ));
         }
+        if placement.is_container() {
+            // Clients come from outside the container; without a password a
+            // protected Sentinel would refuse them.
+            text.push_str("protected-mode no\n");
+        }
         write_private(&config, &text)?;
         let args = vec![config.clone().into_os_string()];
-        let process = ServerProcess::start("redis-sentinel", binary, args, dir.path())?;
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let process =
+            ServerProcess::start_at(&placement, "redis-sentinel", &binary, args, dir.path())?;
+        let addr = SocketAddr::new(placement.host(), port);
         let password = options.sentinel_password.as_deref();
         process
             .wait_ready(READY_TIMEOUT, || super::redis::ping(addr, password))
@@ -266,6 +304,7 @@ async fn start_sentinel(
     })
     .await?;
     Ok(SentinelProcess {
+        host: placement.host(),
         port,
         process,
         _dir: dir,

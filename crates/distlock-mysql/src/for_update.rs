@@ -158,6 +158,30 @@ fn kill_on_drop(table: &Arc<Table>, connection_id: u64) -> KillGuard {
     CancelGuard::new(state, undo)
 }
 
+/// The instant a lease's validity is measured from, once the row lock is held.
+///
+/// It must not be later than the moment the server starts the session's idle
+/// clock (`wait_timeout`, the lock's server-side expiry), which is when the
+/// locking statement ends. `sent_at`, the send time of that statement, is such
+/// a moment; but a waiter may have queued in InnoDB for longer than its ttl, and
+/// measured from there its lease would start dead (`Timeout` after a won wait:
+/// two waiters behind a crashed holder saw it on every hand-over). So when the
+/// wait took a real part of the ttl, one keepalive on the holder connection,
+/// sent now, restarts the idle clock after a fresh instant. An uncontended
+/// acquire costs no extra round trip.
+async fn restart_validity(
+    conn: &mut Conn,
+    sent_at: Instant,
+    ttl: Duration,
+) -> Result<Instant, DbError> {
+    if sent_at.elapsed() < ttl / 4 {
+        return Ok(sent_at);
+    }
+    let restarted = Instant::now();
+    conn.execute(sqlx::query(KEEPALIVE)).await?;
+    Ok(restarted)
+}
+
 /// Whole seconds, rounded up, at least 1.
 fn whole_seconds(d: Duration) -> u64 {
     (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1)
@@ -205,6 +229,13 @@ impl Backend for ForUpdate {
                 return Err(req.not_acquired());
             }
             Err(e) => return Err(self.fail(&mut conn, e)),
+        };
+        let sent_at = tokio::select! {
+            biased;
+            restarted = restart_validity(&mut conn, sent_at, req.ttl) => {
+                restarted.map_err(|e| self.fail(&mut conn, e))?
+            }
+            _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
         };
         kill.disarm();
         Ok(Acquired {

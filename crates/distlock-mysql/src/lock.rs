@@ -60,6 +60,7 @@ impl MySqlLock {
                     table: table.clone(),
                     holders,
                 })
+                .with_lock_election()
                 .with_defaults(defaults)?,
             ),
         };

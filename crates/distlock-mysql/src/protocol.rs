@@ -85,15 +85,6 @@ impl Strategy {
             // InnoDB's lock queue wakes the waiter; the server ends an idle holder's
             // session after `wait_timeout`, whole seconds: the lock's server expiry.
             Strategy::ForUpdate => Capabilities {
-                // Two waiters behind a crashed holder: one can end with
-                // `Timeout` when the server kills the holder's session, long
-                // before its wait is over; elections hit that on every kill.
-                primitives: Primitives {
-                    election: Support::NotOffered(
-                        "for_update: a waiter behind a crashed holder can time out early; use version_cas",
-                    ),
-                    ..polling.primitives
-                },
                 wake: Wake::Push,
                 session_bound: true,
                 min_ttl: Duration::from_secs(1),

@@ -90,6 +90,9 @@ mod lock;
 mod poll;
 mod pool;
 mod protocol;
+mod rwlock;
+mod semaphore;
+mod shares;
 mod unique_insert;
 mod version_cas;
 

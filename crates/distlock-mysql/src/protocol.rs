@@ -75,9 +75,9 @@ impl Strategy {
             min_ttl: MIN_POLLING_TTL,
             ttl_granularity: Duration::from_micros(1),
             primitives: Primitives {
-                semaphore: Support::NotOffered("the MySQL semaphore is not built yet"),
+                semaphore: Support::Offered,
                 election: Support::Offered,
-                rwlock: Support::NotOffered("the MySQL read-write lock is not built yet"),
+                rwlock: Support::Offered,
             },
         };
         match self {

@@ -29,6 +29,11 @@ use std::time::Duration;
 const WRITER_SLOT: u32 = 0;
 /// A waiting writer's intent.
 const INTENT_SLOT: u32 = u32::MAX - 1;
+/// How long a waiting writer's intent outlives its last poll (at most the
+/// writer's ttl): a writer polls at least every 250 ms, so this only matters
+/// for one that crashed while waiting, whose intent holds readers off no
+/// longer than this.
+const INTENT_TTL: Duration = Duration::from_secs(2);
 
 /// The read-write lock of a MySQL client.
 #[derive(Debug)]
@@ -41,6 +46,7 @@ struct Share {
     mode: RwMode,
     /// `Wait::No` marks no intent: a refused attempt leaves nothing.
     waits: bool,
+    ttl: Duration,
 }
 
 impl Taker for Share {
@@ -90,8 +96,8 @@ impl Taker for Share {
             .map(|row| row.remaining)
             .min()
             .unwrap_or(Duration::ZERO);
-        let mark =
-            (self.mode == RwMode::Write && self.waits && intent.is_none()).then_some(INTENT_SLOT);
+        let mark = (self.mode == RwMode::Write && self.waits && intent.is_none())
+            .then_some((INTENT_SLOT, self.ttl.min(INTENT_TTL)));
         Plan::Wait { remaining, mark }
     }
 }
@@ -105,6 +111,7 @@ impl MySqlRwLock {
         let share = Share {
             mode,
             waits: req.wait != WaitUntil::NoWait,
+            ttl: req.ttl,
         };
         let (acquired, _) = take(&self.shares, &req, row_name(req.key), &share).await?;
         Ok(acquired)

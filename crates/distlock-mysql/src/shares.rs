@@ -26,7 +26,7 @@ use crate::pool::Conn;
 use crate::protocol::{HELD_FLAG, for_table};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Holding, Ownership, WaitUntil};
-use distlock_core::toolkit::{Backoff, CancelGuard, random_owner};
+use distlock_core::toolkit::{Backoff, CancelGuard, UndoFuture, random_owner};
 use distlock_core::{FencingToken, LockError};
 use sqlx::mysql::MySqlRow;
 use sqlx::{AssertSqlSafe, Row, SqlSafeStr, SqlStr};
@@ -55,6 +55,7 @@ const RENEW: &str = include_str!("sql/shares_renew.sql");
 const RELEASE: &str = include_str!("sql/shares_release.sql");
 const DROP_OWNER: &str = include_str!("sql/shares_drop_owner.sql");
 const DROP_MARK: &str = include_str!("sql/shares_drop_mark.sql");
+const DROP_EXPIRED: &str = include_str!("sql/shares_drop_expired.sql");
 const LIVE: &str = include_str!("sql/shares_live.sql");
 const DELETE_LIVE: &str = include_str!("sql/shares_delete_live.sql");
 
@@ -71,6 +72,7 @@ pub(crate) struct Shares {
     release: SqlStr,
     drop_owner: SqlStr,
     drop_mark: SqlStr,
+    drop_expired: SqlStr,
     pub live: SqlStr,
     pub delete_live: SqlStr,
 }
@@ -113,6 +115,7 @@ impl Shares {
             release: build(RELEASE),
             drop_owner: build(DROP_OWNER),
             drop_mark: build(DROP_MARK),
+            drop_expired: build(DROP_EXPIRED),
             live: build(LIVE),
             delete_live: build(DELETE_LIVE),
             base,
@@ -150,10 +153,10 @@ pub(crate) enum Plan {
     /// Take `slot`; first set the head's limit to `permits` when given.
     Take { slot: u32, permits: Option<u32> },
     /// No room for about `remaining`; `mark` is a slot to hold meanwhile (a
-    /// writer's intent), kept by committing.
+    /// writer's intent) and its ttl, kept by committing.
     Wait {
         remaining: Duration,
-        mark: Option<u32>,
+        mark: Option<(u32, Duration)>,
     },
     /// Give up with this error.
     Refuse(LockError),
@@ -206,6 +209,9 @@ impl Holding for ShareHandle {
     }
 }
 
+/// Undoes an acquire given up on: deletes its owner's rows.
+type ShareGuard = CancelGuard<Undo, fn(Undo) -> Option<UndoFuture>>;
+
 /// The outcome of one attempt.
 enum Attempt {
     Won {
@@ -213,7 +219,11 @@ enum Attempt {
         slot: u32,
         sent_at: Instant,
     },
-    Wait(Duration),
+    /// No room; `marked` when the attempt committed a mark.
+    Wait {
+        remaining: Duration,
+        marked: bool,
+    },
     Refuse(LockError),
 }
 
@@ -233,6 +243,7 @@ pub(crate) async fn take(
     // attempt, is recognised as its own by the next.
     let owner = random_owner();
     let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
+    let mut marked = false;
     let drop_mine = {
         let (sql, name, owner) = (shares.drop_owner.clone(), name.clone(), owner.clone());
         move || {
@@ -243,7 +254,7 @@ pub(crate) async fn take(
     };
     // Armed for the whole acquire: a committed intent is undone on any exit
     // but a win.
-    let mut guard = CancelGuard::new(
+    let mut guard: ShareGuard = CancelGuard::new(
         Undo {
             table: shares.base.clone(),
             in_flight: None,
@@ -294,23 +305,40 @@ pub(crate) async fn take(
                     slot,
                 ));
             }
-            Ok(Attempt::Refuse(e)) => return Err(e),
-            Ok(Attempt::Wait(remaining)) => {
+            Ok(Attempt::Refuse(e)) => return Err(nothing_left(guard, marked, e)),
+            Ok(Attempt::Wait {
+                remaining,
+                marked: now,
+            }) => {
+                marked |= now;
                 // Never sleep past the earliest expiry: a crashed holder's share
                 // is taken over as soon as the server lets us.
                 let bound = remaining + Duration::from_millis(1);
                 if no_wait || !backoff.pause(bound, req.wait).await {
-                    return Err(req.not_acquired());
+                    return Err(nothing_left(guard, marked, req.not_acquired()));
                 }
             }
             Err(e) if e.lost_to_contention() => {
                 if !backoff.pause(MAX_PAUSE, until).await {
-                    return Err(req.not_acquired());
+                    return Err(nothing_left(guard, marked, req.not_acquired()));
                 }
             }
             Err(e) => return Err(shares.base.error(e)),
         }
     }
+}
+
+/// Gives up with `e`. The undo (deleting this acquire's rows) runs only when
+/// something of it may be on the server: a committed mark, or an attempt
+/// whose reply never came; an acquire that only ever read leaves nothing.
+fn nothing_left(mut guard: ShareGuard, marked: bool, e: LockError) -> LockError {
+    let in_flight = guard
+        .state_mut()
+        .is_some_and(|state| state.in_flight.is_some());
+    if !marked && !in_flight {
+        guard.disarm();
+    }
+    e
 }
 
 /// One transaction: raise the head (locking it), read the rows, and take a
@@ -342,22 +370,26 @@ async fn attempt(
         .iter()
         .map(ShareRow::read)
         .collect::<Result<Vec<_>, _>>()?;
-    let write = |slot: u32| {
+    let write = |slot: u32, ttl: Duration| {
         sqlx::query(shares.take.clone())
             .bind(name.to_vec())
             .bind(slot)
             .bind(owner.to_owned())
             .bind(token)
-            .bind(micros(req.ttl))
+            .bind(micros(ttl))
     };
     let (outcome, end) = match taker.plan(&rows, owner.as_bytes()) {
         Plan::Refuse(e) => (Attempt::Refuse(e), "ROLLBACK"),
         Plan::Wait { remaining, mark } => match mark {
-            Some(slot) => {
-                conn.execute(write(slot)).await?;
-                (Attempt::Wait(remaining), "COMMIT")
+            Some((slot, ttl)) => {
+                conn.execute(write(slot, ttl)).await?;
+                let marked = true;
+                (Attempt::Wait { remaining, marked }, "COMMIT")
             }
-            None => (Attempt::Wait(remaining), "ROLLBACK"),
+            None => {
+                let marked = false;
+                (Attempt::Wait { remaining, marked }, "ROLLBACK")
+            }
         },
         Plan::Take { slot, permits } => {
             if let Some(permits) = permits {
@@ -366,8 +398,14 @@ async fn attempt(
                     .bind(name.to_vec());
                 conn.execute(set).await?;
             }
+            // Expired shares are dead (a renewal needs an unexpired row): tidy
+            // them away while the head lock is ours.
+            if rows.iter().any(|row| row.slot != HEAD_SLOT && !row.live) {
+                let expired = sqlx::query(shares.drop_expired.clone()).bind(name.to_vec());
+                conn.execute(expired).await?;
+            }
             let sent_at = Instant::now();
-            conn.execute(write(slot)).await?;
+            conn.execute(write(slot, req.ttl)).await?;
             // The taker's own intent, if it marked one, is no longer needed.
             let marked = rows
                 .iter()

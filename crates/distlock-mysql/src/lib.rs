@@ -39,6 +39,15 @@
 //!   every ttl/3 notices a dead connection and fires `lost()`. Ttls are whole
 //!   seconds.
 //!
+//! # Semaphores, read-write locks, elections
+//!
+//! Every strategy also offers `semaphore()`, `rwlock()` and `election()`.
+//! Elections hold the lock of the same name. Semaphores and read-write locks
+//! keep expiring share rows in tables of their own, `{table}_sem` and
+//! `{table}_rw`, under a head row per name that holds the token counter (and
+//! a semaphore's limit); one transaction that locks the head takes a share, and
+//! waiters poll. A waiting writer marks an intent that new readers respect.
+//!
 //! # Guarantees and failure modes
 //!
 //! - Expiry always compares with `NOW(6)` on the server, never the client clock.

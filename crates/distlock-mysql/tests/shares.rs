@@ -1,0 +1,123 @@
+//! Semaphores and read-write locks: the share tables hold exactly the
+//! documented rows, a foreign writer intent holds readers off until it
+//! expires, and missing tables give a clear error.
+// Test code: a failed expectation should panic with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, Wait};
+use distlock_mysql::{MySqlConfig, Strategy};
+use std::time::{Duration, Instant};
+use support::{client, root_value, server};
+
+/// A permit is one row (slot, owner, token, server-clock expiry) under the
+/// head row that keeps the limit and the last token; release deletes the
+/// permit row and keeps the head.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_permit_is_one_row_under_a_head_that_keeps_limit_and_counter() {
+    let server = server().await;
+    let lock = client(&server, Strategy::VersionCas, "locks").await;
+    let semaphore = lock.semaphore().expect("semaphores are offered");
+    let key = LockKey::new("workers").unwrap();
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(30));
+    let first = semaphore.acquire(&key, 4, &opts).await.unwrap();
+    let second = semaphore.acquire(&key, 4, &opts).await.unwrap();
+    assert_eq!((first.slot(), second.slot()), (0, 1));
+    let rows = |sql: &'static str| root_value(&server, sql);
+    let head = rows(
+        "SELECT CONCAT(permits, ' ', fence) FROM distlock.locks_sem \
+         WHERE name = 'workers' AND slot = 4294967295;",
+    )
+    .await;
+    assert_eq!(head, format!("4 {}", second.token()), "head row");
+    let permit = rows(
+        "SELECT CONCAT(fence, ' ', LENGTH(owner), ' ', \
+         TIMESTAMPDIFF(SECOND, NOW(6), expires_at) BETWEEN 28 AND 30) \
+         FROM distlock.locks_sem WHERE name = 'workers' AND slot = 1;",
+    )
+    .await;
+    assert_eq!(permit, format!("{} 32 1", second.token()), "permit row");
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    let left =
+        rows("SELECT GROUP_CONCAT(slot) FROM distlock.locks_sem WHERE name = 'workers';").await;
+    assert_eq!(left, "4294967295", "only the head row stays");
+}
+
+/// Another writer's intent, left by a writer that crashed while waiting, keeps
+/// new readers out (and `try_write` too) only until it expires on the server.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crashed_writers_intent_holds_readers_off_until_it_expires() {
+    let server = server().await;
+    let lock = client(&server, Strategy::UniqueInsert, "locks").await;
+    let rwlock = lock.rwlock().expect("read-write locks are offered");
+    let key = LockKey::new("catalog").unwrap();
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(30))
+        .wait(Wait::For(Duration::from_secs(10)));
+    // The table exists once the client connected; the intent is a writer's
+    // that will never poll again.
+    server
+        .exec_root(
+            "INSERT INTO distlock.locks_rw (name, slot, owner, fence, expires_at) \
+             VALUES ('catalog', 4294967294, 'crashed-writer', 1, NOW(6) + INTERVAL 1500000 MICROSECOND);",
+        )
+        .await
+        .unwrap();
+    let written_at = Instant::now();
+    assert!(
+        rwlock.try_read(&key, &opts).await.unwrap().is_none(),
+        "a reader overtook a writer's intent"
+    );
+    assert!(
+        rwlock.try_write(&key, &opts).await.unwrap().is_none(),
+        "a writer overtook another writer's intent"
+    );
+    let reader = rwlock.read(&key, &opts).await.unwrap();
+    let waited = written_at.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1000) && waited < Duration::from_secs(4),
+        "the reader got in after {waited:?}, the intent expired after 1.5 s"
+    );
+    reader.release().await.unwrap();
+    let left = root_value(
+        &server,
+        "SELECT COUNT(*) FROM distlock.locks_rw WHERE name = 'catalog' AND slot < 4294967295;",
+    )
+    .await;
+    assert_eq!(left, "0", "the expired intent was tidied away by the grant");
+}
+
+/// With `create_table=false` and no share tables, the lock works and a
+/// semaphore names the missing table and the fix.
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_share_tables_give_a_config_error_naming_the_fix() {
+    let server = server().await;
+    drop(client(&server, Strategy::VersionCas, "made").await);
+    server
+        .exec_root("DROP TABLE distlock.made_sem;")
+        .await
+        .unwrap();
+    let lock = MySqlConfig::from_url(&server.url())
+        .unwrap()
+        .table("made")
+        .create_table(false)
+        .connect()
+        .await
+        .unwrap();
+    let key = LockKey::new("k").unwrap();
+    let lease = lock.acquire(&key, &AcquireOptions::new()).await.unwrap();
+    lease.release().await.unwrap();
+    let refused = lock
+        .semaphore()
+        .unwrap()
+        .acquire(&key, 2, &AcquireOptions::new())
+        .await;
+    match refused {
+        Err(e @ LockError::Config { .. }) => {
+            assert!(e.to_string().contains("create_table"), "{e}")
+        }
+        other => panic!("a missing semaphore table gave {other:?}"),
+    }
+}

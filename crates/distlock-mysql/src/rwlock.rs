@@ -73,15 +73,19 @@ impl Taker for Share {
             let slot = match self.mode {
                 RwMode::Write => WRITER_SLOT,
                 RwMode::Read => {
+                    // Reader slots count from 1: slot `n` is index `n - 1`.
                     let taken = rows
                         .iter()
                         .filter(live)
                         .filter(|row| row.slot != INTENT_SLOT)
-                        .map(|row| row.slot - 1);
+                        .filter_map(|row| row.slot.checked_sub(1));
                     match lowest_free_slot(INTENT_SLOT - 1, taken) {
                         Some(slot) => slot + 1,
                         None => {
-                            return Plan::Refuse(LockError::backend(BACKEND, "too many readers"));
+                            return Plan::Refuse(LockError::backend(
+                                BACKEND,
+                                "every reader slot of this read-write lock is taken; release some",
+                            ));
                         }
                     }
                 }
@@ -188,5 +192,84 @@ impl RwLockInspect for MySqlRwLock {
                 format!("{} {what}", display_name(&name))
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shares::HEAD_SLOT;
+
+    fn row(slot: u32, owner: &str, live: bool) -> ShareRow {
+        ShareRow {
+            slot,
+            permits: None,
+            owner: Some(owner.as_bytes().to_vec()),
+            live,
+            remaining: Duration::from_millis(if live { 700 } else { 0 }),
+        }
+    }
+
+    fn share(mode: RwMode, waits: bool) -> Share {
+        Share {
+            mode,
+            waits,
+            ttl: Duration::from_secs(30),
+        }
+    }
+
+    fn taken_slot(plan: Plan) -> Option<u32> {
+        match plan {
+            Plan::Take { slot, .. } => Some(slot),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn readers_share_and_respect_another_writers_intent_only() {
+        let head = row(HEAD_SLOT, "", false);
+        let readers = [row(1, "r1", true), row(2, "r2", false), row(3, "r3", true)];
+        let mut rows = vec![head];
+        rows.extend(readers);
+        let read = share(RwMode::Read, true);
+        assert_eq!(
+            taken_slot(read.plan(&rows, b"me")),
+            Some(2),
+            "lowest free reader slot"
+        );
+        rows.push(row(INTENT_SLOT, "w", true));
+        assert!(
+            taken_slot(read.plan(&rows, b"me")).is_none(),
+            "a foreign intent blocks"
+        );
+        let write = share(RwMode::Write, true);
+        match write.plan(&rows, b"w") {
+            Plan::Wait { remaining, mark } => {
+                assert_eq!(remaining, Duration::from_millis(700));
+                assert_eq!(
+                    mark,
+                    Some((INTENT_SLOT, INTENT_TTL)),
+                    "its own intent is renewed"
+                );
+            }
+            other => panic!("a writer among readers planned {other:?}"),
+        }
+        match share(RwMode::Write, true).plan(&rows, b"other") {
+            Plan::Wait { mark, .. } => assert_eq!(mark, None, "one intent at a time"),
+            other => panic!("a second writer planned {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_writer_takes_slot_zero_only_alone_and_try_write_marks_nothing() {
+        let expired = vec![row(0, "old", false), row(INTENT_SLOT, "gone", false)];
+        let write = share(RwMode::Write, false);
+        assert_eq!(taken_slot(write.plan(&expired, b"me")), Some(WRITER_SLOT));
+        let held = vec![row(0, "w", true)];
+        match write.plan(&held, b"me") {
+            Plan::Wait { mark, .. } => assert_eq!(mark, None, "Wait::No leaves no intent"),
+            other => panic!("try_write on a held lock planned {other:?}"),
+        }
+        assert!(taken_slot(share(RwMode::Read, true).plan(&held, b"me")).is_none());
     }
 }

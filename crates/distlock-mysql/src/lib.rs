@@ -101,6 +101,7 @@ mod pool;
 mod protocol;
 mod rwlock;
 mod semaphore;
+mod share_take;
 mod shares;
 mod unique_insert;
 mod version_cas;

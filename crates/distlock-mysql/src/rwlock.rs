@@ -15,7 +15,8 @@
 
 use crate::error::BACKEND;
 use crate::keys::{display_name, exact_range, prefix_range, row_name};
-use crate::shares::{Plan, ShareHandle, ShareRow, Shares, Taker, delete_live, live_rows, take};
+use crate::share_take::take;
+use crate::shares::{Plan, ShareHandle, ShareRow, Shares, Taker, delete_live, live_rows};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};
 use distlock_core::{

@@ -10,8 +10,9 @@
 
 use crate::error::BACKEND;
 use crate::keys::{display_name, exact_range, prefix_range, row_name};
+use crate::share_take::take;
+use crate::shares::live_rows;
 use crate::shares::{HEAD_SLOT, Plan, ShareHandle, ShareRow, Shares, Taker, delete_live};
-use crate::shares::{live_rows, take};
 use async_trait::async_trait;
 use distlock_core::{
     AcquiredPermit, Capabilities, FencingToken, LockError, LockKey, PermitInfo, PermitRequest,

@@ -81,11 +81,13 @@
 //!
 //! `config` (URL and settings) → `lock` ([`MySqlLock`], forwarding to one of
 //! the strategies) → `version_cas`, `unique_insert` (both over `poll`, the shared
-//! polling loop) and `for_update`, each its own `Backend` → `backend` (the lock
-//! table they share) → `pool` (connections) → `protocol` (the SQL, in `sql/`)
+//! polling loop) and `for_update` (its held connection in `holder_session`),
+//! each its own `Backend` → `backend` (the lock table they share) → `pool` (connections) → `protocol` (the SQL, in `sql/`)
 //! → `keys` (row layout), `error`. `inspect` implements `Inspect` on the table;
 //! `floor` adds the benchmarks' floor (each strategy's statements with nothing
-//! around them) and the server's statement count.
+//! around them) and the server's statement count. `semaphore` and `rwlock`
+//! are the two primitives' rules over `shares` (their tables, renew, release,
+//! inspection) and `share_take` (the transaction that takes a share).
 #![deny(missing_docs)]
 
 mod backend;
@@ -93,6 +95,7 @@ mod config;
 mod error;
 mod floor;
 mod for_update;
+mod holder_session;
 mod inspect;
 mod keys;
 mod lock;

@@ -1,6 +1,7 @@
 //! Semaphores and read-write locks: the share tables hold exactly the
 //! documented rows, a foreign writer intent holds readers off until it
-//! expires, and missing tables give a clear error.
+//! expires, row-lock contention is waited out, and missing tables give a
+//! clear error.
 // Test code: a failed expectation should panic with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -8,6 +9,7 @@ mod support;
 
 use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, Wait};
 use distlock_mysql::{MySqlConfig, Strategy};
+use sqlx::{Connection, MySqlConnection};
 use std::time::{Duration, Instant};
 use support::{client, root_value, server};
 
@@ -120,4 +122,68 @@ async fn missing_share_tables_give_a_config_error_naming_the_fix() {
         }
         other => panic!("a missing semaphore table gave {other:?}"),
     }
+}
+
+/// Another transaction holding a semaphore's head row (then a permit row) for
+/// longer than the adapter's 1 s lock wait: `Wait::No` answers `Busy`, a
+/// waiting acquire gets its permit once the row is free, and a release waits
+/// the permit row out; none of it surfaces 1205 to the caller.
+#[tokio::test(flavor = "multi_thread")]
+async fn row_lock_contention_on_share_rows_is_waited_out() {
+    const HOLD: Duration = Duration::from_millis(2500);
+    let server = server().await;
+    let lock = client(&server, Strategy::VersionCas, "locks").await;
+    let semaphore = lock.semaphore().expect("semaphores are offered");
+    let key = LockKey::new("blocked").unwrap();
+    let opts = AcquireOptions::new().wait(Wait::For(Duration::from_secs(30)));
+    let first = semaphore.acquire(&key, 2, &opts).await.unwrap();
+    let block = async |slot: u32| {
+        let mut conn = MySqlConnection::connect(&server.url()).await.unwrap();
+        sqlx::raw_sql("START TRANSACTION")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let sql = format!(
+            "SELECT fence FROM locks_sem WHERE name = 'blocked' AND slot = {slot} FOR UPDATE"
+        );
+        let found = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .fetch_optional(&mut conn)
+            .await
+            .unwrap();
+        assert!(found.is_some(), "the row to block exists");
+        tokio::spawn(async move {
+            tokio::time::sleep(HOLD).await;
+            sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.unwrap();
+        })
+    };
+    let head = block(4294967295).await;
+    let started = Instant::now();
+    let busy = semaphore.try_acquire(&key, 2, &opts).await;
+    assert!(
+        matches!(busy, Ok(None)),
+        "Wait::No on a blocked head gave {busy:?}"
+    );
+    let second = semaphore
+        .acquire(&key, 2, &opts)
+        .await
+        .unwrap_or_else(|e| panic!("acquire through a blocked head: {e}"));
+    assert!(
+        started.elapsed() >= HOLD - Duration::from_millis(50),
+        "got a permit after {:?}, before the head was free",
+        started.elapsed()
+    );
+    assert!(second.token() > first.token());
+    head.await.unwrap();
+    let permit = block(first.slot()).await;
+    let started = Instant::now();
+    first
+        .release()
+        .await
+        .unwrap_or_else(|e| panic!("release through a blocked permit row: {e}"));
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "the release never waited"
+    );
+    permit.await.unwrap();
+    second.release().await.unwrap();
 }

@@ -151,12 +151,15 @@ async fn row_lock_contention_on_share_rows_is_waited_out() {
             .await
             .unwrap();
         assert!(found.is_some(), "the row to block exists");
+        conn
+    };
+    let roll_back_after_hold = |mut conn: MySqlConnection| {
         tokio::spawn(async move {
             tokio::time::sleep(HOLD).await;
             sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.unwrap();
         })
     };
-    let head = block(4294967295).await;
+    let head = roll_back_after_hold(block(4294967295).await);
     let started = Instant::now();
     let busy = semaphore.try_acquire(&key, 2, &opts).await;
     assert!(
@@ -174,7 +177,7 @@ async fn row_lock_contention_on_share_rows_is_waited_out() {
     );
     assert!(second.token() > first.token());
     head.await.unwrap();
-    let permit = block(first.slot()).await;
+    let permit = roll_back_after_hold(block(first.slot()).await);
     let started = Instant::now();
     first
         .release()

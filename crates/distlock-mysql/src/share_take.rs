@@ -11,7 +11,7 @@ use crate::shares::{HEAD_SLOT, Plan, ShareHandle, ShareRow, Shares, Taker};
 use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, UndoFuture, random_owner};
 use distlock_core::{FencingToken, LockError};
-use sqlx::SqlSafeStr;
+use sqlx::{SqlSafeStr, SqlStr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,6 +55,8 @@ pub(crate) async fn take(
     let owner = random_owner();
     let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
     let mut marked = false;
+    // After an attempt found no room, the next ones look without locks first.
+    let mut peek = false;
     let drop_mine = {
         let (sql, name, owner) = (shares.drop_owner.clone(), name.clone(), owner.clone());
         move || {
@@ -79,7 +81,12 @@ pub(crate) async fn take(
             if let Some(state) = guard.state_mut() {
                 state.in_flight = Some(conn.id());
             }
-            let attempt = attempt(shares, req, &name, &owner, taker, &mut conn).await;
+            let bid = Bid {
+                name: &name,
+                owner: &owner,
+                peek,
+            };
+            let attempt = attempt(shares, req, &bid, taker, &mut conn).await;
             // Answered: nothing of this attempt still runs on the server.
             if attempt.as_ref().err().is_none_or(DbError::answered)
                 && let Some(state) = guard.state_mut()
@@ -122,6 +129,7 @@ pub(crate) async fn take(
                 marked: now,
             }) => {
                 marked |= now;
+                peek = true;
                 // Never sleep past the earliest expiry: a crashed holder's share
                 // is taken over as soon as the server lets us.
                 let bound = remaining + Duration::from_millis(1);
@@ -152,16 +160,48 @@ fn nothing_left(mut guard: ShareGuard, marked: bool, e: LockError) -> LockError 
     e
 }
 
+/// What one attempt is for.
+struct Bid<'a> {
+    name: &'a [u8],
+    owner: &'a str,
+    /// Look without locks first.
+    peek: bool,
+}
+
+/// The rows of `name` by `sql` (locking or not).
+async fn read_rows(conn: &mut Conn, sql: &SqlStr, name: &[u8]) -> Result<Vec<ShareRow>, DbError> {
+    let rows = conn
+        .fetch_all(sqlx::query(sql.clone()).bind(name.to_vec()))
+        .await?;
+    rows.iter().map(ShareRow::read).collect()
+}
+
 /// One transaction: raise the head (locking it), read the rows, and take a
 /// share, mark an intent, or take nothing, as `taker` plans.
+///
+/// With `bid.peek`, a read without locks comes first: while nothing can be
+/// taken (the usual poll of a full semaphore or a blocked reader) the attempt
+/// is that one statement, and waiters do not queue on the head row. Only the
+/// locked read decides a grant.
 async fn attempt(
     shares: &Shares,
     req: &AcquireRequest<'_>,
-    name: &[u8],
-    owner: &str,
+    bid: &Bid<'_>,
     taker: &dyn Taker,
     conn: &mut Conn,
 ) -> Result<Attempt, DbError> {
+    let (name, owner) = (bid.name, bid.owner);
+    if bid.peek {
+        let rows = read_rows(conn, &shares.peek, name).await?;
+        if let Plan::Wait {
+            remaining,
+            mark: None,
+        } = taker.plan(&rows, owner.as_bytes())
+        {
+            let marked = false;
+            return Ok(Attempt::Wait { remaining, marked });
+        }
+    }
     let limit = shares.base.pool.timeout();
     conn.begin();
     conn.execute_text("BEGIN".into_sql_str(), limit).await?;
@@ -174,13 +214,7 @@ async fn attempt(
             "the share counter returned {token}"
         )));
     }
-    let rows = conn
-        .fetch_all(sqlx::query(shares.rows.clone()).bind(name.to_vec()))
-        .await?;
-    let rows = rows
-        .iter()
-        .map(ShareRow::read)
-        .collect::<Result<Vec<_>, _>>()?;
+    let rows = read_rows(conn, &shares.rows, name).await?;
     let write = |slot: u32, ttl: Duration| {
         sqlx::query(shares.take.clone())
             .bind(name.to_vec())

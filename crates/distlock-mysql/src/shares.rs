@@ -44,6 +44,7 @@ pub(crate) const HEAD_SLOT: u32 = u32::MAX;
 const CREATE: &str = include_str!("sql/shares_create_table.sql");
 const BUMP_HEAD: &str = include_str!("sql/shares_bump_head.sql");
 const ROWS: &str = include_str!("sql/shares_rows.sql");
+const PEEK: &str = include_str!("sql/shares_peek.sql");
 const SET_PERMITS: &str = include_str!("sql/shares_set_permits.sql");
 const TAKE: &str = include_str!("sql/shares_take.sql");
 const RENEW: &str = include_str!("sql/shares_renew.sql");
@@ -61,6 +62,8 @@ pub(crate) struct Shares {
     pub base: Arc<Table>,
     pub bump_head: SqlStr,
     pub rows: SqlStr,
+    /// [`ROWS`] without locks: a waiter's look before it takes the head lock.
+    pub peek: SqlStr,
     pub set_permits: SqlStr,
     pub take: SqlStr,
     pub renew: SqlStr,
@@ -104,6 +107,7 @@ impl Shares {
         Ok(Arc::new(Shares {
             bump_head: build(BUMP_HEAD),
             rows: build(ROWS),
+            peek: build(PEEK),
             set_permits: build(SET_PERMITS),
             take: build(TAKE),
             renew: build(RENEW),

@@ -11,7 +11,7 @@ use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, Wait};
 use distlock_mysql::{MySqlConfig, Strategy};
 use sqlx::{Connection, MySqlConnection};
 use std::time::{Duration, Instant};
-use support::{client, root_value, server};
+use support::{client, questions, root_value, server};
 
 /// A permit is one row (slot, owner, token, server-clock expiry) under the
 /// head row that keeps the limit and the last token; release deletes the
@@ -189,4 +189,53 @@ async fn row_lock_contention_on_share_rows_is_waited_out() {
     );
     permit.await.unwrap();
     second.release().await.unwrap();
+}
+
+/// Statements per uncontended permit cycle and per refused `try_acquire`,
+/// counted by the server: BEGIN, head raise, locked read, permit insert,
+/// COMMIT, and the release's DELETE; a full semaphore's try rolls back after
+/// the read.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_permit_cycle_costs_six_statements_and_a_refused_try_four() {
+    const CYCLES: u64 = 20;
+    let server = server().await;
+    let lock = client(&server, Strategy::VersionCas, "locks").await;
+    let semaphore = lock.semaphore().expect("semaphores are offered");
+    let key = LockKey::new("counted").unwrap();
+    let opts = AcquireOptions::new().renewal(distlock_core::Renewal::Manual);
+    let cycle = async || {
+        let permit = semaphore.acquire(&key, 1, &opts).await.unwrap();
+        permit.release().await.unwrap();
+    };
+    cycle().await;
+    let mut probe = MySqlConnection::connect(&server.url()).await.unwrap();
+    let before = questions(&mut probe).await;
+    for _ in 0..CYCLES {
+        cycle().await;
+    }
+    let after = questions(&mut probe).await;
+    // The second SHOW counts itself.
+    assert_eq!(
+        (after - before - 1) as f64 / CYCLES as f64,
+        6.0,
+        "per cycle"
+    );
+    let held = semaphore.acquire(&key, 1, &opts).await.unwrap();
+    let before = questions(&mut probe).await;
+    for _ in 0..CYCLES {
+        assert!(
+            semaphore
+                .try_acquire(&key, 1, &opts)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+    let after = questions(&mut probe).await;
+    assert_eq!(
+        (after - before - 1) as f64 / CYCLES as f64,
+        4.0,
+        "per refused try"
+    );
+    held.release().await.unwrap();
 }

@@ -7,9 +7,11 @@ use crate::keys::TableName;
 use crate::lock::MySqlLock;
 use crate::pool::Pool;
 use crate::protocol::{HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT, ROW_LOCK_WAIT, Strategy};
+use crate::shares::{RWLOCK_TABLE, SEMAPHORE_TABLE, Shares};
 use distlock_core::toolkit::{LockUrl, Timeouts};
 use distlock_core::{AcquireOptions, LockError};
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where and how to connect. Build it with [`MySqlConfig::from_url`] or
@@ -294,8 +296,11 @@ impl MySqlConfig {
             self.timeouts,
         );
         let endpoint = self.endpoint();
-        let table = Table::open(self.strategy, table, pool, endpoint, self.create_table).await?;
-        MySqlLock::new(table, holders, self.defaults)
+        let create = self.create_table;
+        let table = Arc::new(Table::open(self.strategy, table, pool, endpoint, create).await?);
+        let semaphores = Shares::open(table.clone(), SEMAPHORE_TABLE, create).await?;
+        let rwlocks = Shares::open(table.clone(), RWLOCK_TABLE, create).await?;
+        MySqlLock::new(table, holders, self.defaults, semaphores, rwlocks)
     }
 }
 

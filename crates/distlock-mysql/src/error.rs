@@ -15,6 +15,8 @@ pub(crate) mod code {
     pub const DB_ACCESS_DENIED: u16 = 1044;
     /// Unknown database.
     pub const BAD_DB: u16 = 1049;
+    /// Unknown table.
+    pub const NO_SUCH_TABLE: u16 = 1146;
     /// A command (such as CREATE) is denied to the user on the table.
     pub const TABLE_ACCESS_DENIED: u16 = 1142;
     /// Duplicate entry for a unique key.
@@ -113,6 +115,13 @@ impl DbError {
             Some(code::DB_ACCESS_DENIED | code::BAD_DB) => {
                 return config(format!(
                     "cannot use the database at {endpoint} ({self}); check the database name in the URL and the user's grants"
+                ));
+            }
+            Some(code::NO_SUCH_TABLE) => {
+                return config(format!(
+                    "a table is missing at {endpoint} ({self}); enable create_table, or create it with the SQL in \
+                     the distlock-mysql docs (the semaphore and read-write lock tables are the lock table's name \
+                     plus _sem and _rw)"
                 ));
             }
             Some(code::TABLE_ACCESS_DENIED) => {

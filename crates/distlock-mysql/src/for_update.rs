@@ -26,16 +26,14 @@
 
 use crate::backend::{MakeStatement, Settle, Table, Undo, retry_until, undo};
 use crate::error::{BACKEND, DbError, code};
+use crate::holder_session::{Session, Slot, keepalive};
 use crate::keys::row_name;
 use crate::pool::{Conn, Pool};
-use crate::protocol::{
-    END_TRANSACTION, HOLDER_TIMEOUTS, IN_TRANSACTION, KEEPALIVE, KILL_CONNECTION,
-};
+use crate::protocol::{END_TRANSACTION, HOLDER_TIMEOUTS, KEEPALIVE, KILL_CONNECTION};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, Inspect, UndoFuture};
 use distlock_core::{Capabilities, FencingToken, LockError};
-use sqlx::Row;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,91 +55,6 @@ pub(crate) struct ForUpdate {
     pub holders: Pool,
 }
 
-/// What a held lock keeps: the connection whose transaction holds the row lock.
-/// Shared with a keepalive in flight (see [`ForUpdate::renew`]).
-#[derive(Debug)]
-pub(crate) struct Session {
-    conn: Arc<tokio::sync::Mutex<Slot>>,
-    ttl: Duration,
-}
-
-#[derive(Debug)]
-enum Slot {
-    Holding(Conn),
-    /// A keepalive got no reply: the connection was dropped, but whether the
-    /// server still holds the lock is unknown until its `wait_timeout` ends it.
-    Unreachable,
-    Ended,
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        // Dropped without release (an abandoned lease): keep others out for the
-        // ttl, as the other strategies' rows do, then end the transaction. With
-        // no runtime the connection is simply closed (it counts as in a
-        // transaction, so the pool never takes it back). A keepalive still in
-        // flight keeps the slot: the connection is closed when it ends, and the
-        // server frees the lock then rather than after the ttl.
-        let Ok(mut slot) = self.conn.try_lock() else {
-            return;
-        };
-        let Slot::Holding(conn) = std::mem::replace(&mut *slot, Slot::Ended) else {
-            return;
-        };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let ttl = self.ttl;
-            runtime.spawn(async move {
-                tokio::time::sleep(ttl).await;
-                end_abandoned(conn).await;
-            });
-        }
-    }
-}
-
-/// An abandoned holder's transaction, after its ttl: roll back, then check that
-/// no transaction is open, and only then let the pool have the connection. Any
-/// failure (the server already closed the idle session, no such check on
-/// MySQL) closes it instead.
-async fn end_abandoned(mut conn: Conn) {
-    let ended = async {
-        conn.execute(sqlx::query(END_TRANSACTION)).await?;
-        let row = conn.fetch_one(sqlx::query(IN_TRANSACTION)).await?;
-        Ok::<_, DbError>(row.try_get::<i64, _>(0).map_err(DbError::Sql)? == 0)
-    };
-    match ended.await {
-        Ok(true) => conn.transaction_ended(),
-        Ok(false) => {
-            tracing::warn!("an abandoned for_update session is still in a transaction; closing it")
-        }
-        Err(e) => {
-            tracing::debug!(error = %e, "an abandoned for_update session could not be ended; closing it")
-        }
-    }
-}
-
-/// One keepalive round trip on the held connection, owning the slot until its
-/// reply is read; `None` when the connection stopped answering.
-async fn keepalive(mut slot: tokio::sync::OwnedMutexGuard<Slot>) -> Option<Ownership> {
-    let conn = match &mut *slot {
-        Slot::Holding(conn) => conn,
-        Slot::Unreachable => return None,
-        Slot::Ended => return Some(Ownership::NotHeld),
-    };
-    match conn.execute(sqlx::query(KEEPALIVE)).await {
-        Ok(_) => Some(Ownership::Held),
-        Err(DbError::TimedOut(_)) => {
-            *slot = Slot::Unreachable;
-            None
-        }
-        // The session is gone (killed, reset, server restarted): so is the lock.
-        Err(e) => {
-            tracing::debug!(error = %e, "for_update keepalive failed: the holder session ended");
-            *slot = Slot::Ended;
-            Some(Ownership::NotHeld)
-        }
-    }
-}
-
 /// From the moment the locking statement is sent until the lock is handed over,
 /// giving up must also give back a lock the server may have granted meanwhile:
 /// only ending the session does, with `KILL CONNECTION` from another connection.
@@ -156,6 +69,30 @@ fn kill_on_drop(table: &Arc<Table>, connection_id: u64) -> KillGuard {
         make: kill,
     };
     CancelGuard::new(state, undo)
+}
+
+/// The instant a lease's validity is measured from, once the row lock is held.
+///
+/// It must not be later than the moment the server starts the session's idle
+/// clock (`wait_timeout`, the lock's server-side expiry), which is when the
+/// locking statement ends. `sent_at`, the send time of that statement, is such
+/// a moment; but a waiter may have queued in InnoDB for longer than its ttl, and
+/// measured from there its lease would start dead (`Timeout` after a won wait:
+/// two waiters behind a crashed holder saw it on every hand-over). So when the
+/// wait took a real part of the ttl, one keepalive on the holder connection,
+/// sent now, restarts the idle clock after a fresh instant. An uncontended
+/// acquire costs no extra round trip.
+async fn restart_validity(
+    conn: &mut Conn,
+    sent_at: Instant,
+    ttl: Duration,
+) -> Result<Instant, DbError> {
+    if sent_at.elapsed() < ttl / 4 {
+        return Ok(sent_at);
+    }
+    let restarted = Instant::now();
+    conn.execute(sqlx::query(KEEPALIVE)).await?;
+    Ok(restarted)
 }
 
 /// Whole seconds, rounded up, at least 1.
@@ -205,6 +142,13 @@ impl Backend for ForUpdate {
                 return Err(req.not_acquired());
             }
             Err(e) => return Err(self.fail(&mut conn, e)),
+        };
+        let sent_at = tokio::select! {
+            biased;
+            restarted = restart_validity(&mut conn, sent_at, req.ttl) => {
+                restarted.map_err(|e| self.fail(&mut conn, e))?
+            }
+            _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
         };
         kill.disarm();
         Ok(Acquired {

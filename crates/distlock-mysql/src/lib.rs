@@ -39,6 +39,15 @@
 //!   every ttl/3 notices a dead connection and fires `lost()`. Ttls are whole
 //!   seconds.
 //!
+//! # Semaphores, read-write locks, elections
+//!
+//! Every strategy also offers `semaphore()`, `rwlock()` and `election()`.
+//! Elections hold the lock of the same name. Semaphores and read-write locks
+//! keep expiring share rows in tables of their own, `{table}_sem` and
+//! `{table}_rw`, under a head row per name that holds the token counter (and
+//! a semaphore's limit); one transaction that locks the head takes a share, and
+//! waiters poll. A waiting writer marks an intent that new readers respect.
+//!
 //! # Guarantees and failure modes
 //!
 //! - Expiry always compares with `NOW(6)` on the server, never the client clock.
@@ -72,11 +81,13 @@
 //!
 //! `config` (URL and settings) → `lock` ([`MySqlLock`], forwarding to one of
 //! the strategies) → `version_cas`, `unique_insert` (both over `poll`, the shared
-//! polling loop) and `for_update`, each its own `Backend` → `backend` (the lock
-//! table they share) → `pool` (connections) → `protocol` (the SQL, in `sql/`)
+//! polling loop) and `for_update` (its held connection in `holder_session`),
+//! each its own `Backend` → `backend` (the lock table they share) → `pool` (connections) → `protocol` (the SQL, in `sql/`)
 //! → `keys` (row layout), `error`. `inspect` implements `Inspect` on the table;
 //! `floor` adds the benchmarks' floor (each strategy's statements with nothing
-//! around them) and the server's statement count.
+//! around them) and the server's statement count. `semaphore` and `rwlock`
+//! are the two primitives' rules over `shares` (their tables, renew, release,
+//! inspection) and `share_take` (the transaction that takes a share).
 #![deny(missing_docs)]
 
 mod backend;
@@ -84,12 +95,17 @@ mod config;
 mod error;
 mod floor;
 mod for_update;
+mod holder_session;
 mod inspect;
 mod keys;
 mod lock;
 mod poll;
 mod pool;
 mod protocol;
+mod rwlock;
+mod semaphore;
+mod share_take;
+mod shares;
 mod unique_insert;
 mod version_cas;
 

@@ -7,13 +7,16 @@ use crate::for_update::ForUpdate;
 use crate::keys::TableName;
 use crate::pool::Pool;
 use crate::protocol::Strategy;
+use crate::rwlock::MySqlRwLock;
+use crate::semaphore::MySqlSemaphore;
+use crate::shares::Shares;
 use crate::unique_insert::UniqueInsert;
 use crate::version_cas::VersionCas;
 use async_trait::async_trait;
 use distlock_core::toolkit::Inspect;
 use distlock_core::{
-    AcquireOptions, BackendLock, Capabilities, DistributedLock, DynElection, Lease, LockError,
-    LockKey, MetricsSnapshot,
+    AcquireOptions, BackendLock, BackendRwLock, BackendSemaphore, Capabilities, DistributedLock,
+    DynElection, DynRwLock, DynSemaphore, Lease, LockError, LockKey, MetricsSnapshot,
 };
 use std::sync::Arc;
 
@@ -33,19 +36,27 @@ enum Client {
 
 impl MySqlLock {
     /// A client of `table`'s strategy; `holders` are `for_update`'s connections,
-    /// `defaults` its [`DistributedLock::default_options`].
+    /// `defaults` its [`DistributedLock::default_options`], and the two share
+    /// tables those of its semaphore and read-write lock (the same for every
+    /// strategy).
     pub(crate) fn new(
-        table: Table,
+        table: Arc<Table>,
         holders: Pool,
         defaults: AcquireOptions,
+        semaphores: Arc<Shares>,
+        rwlocks: Arc<Shares>,
     ) -> Result<Self, LockError> {
-        let table = Arc::new(table);
+        let semaphore: DynSemaphore =
+            Arc::new(BackendSemaphore::new(MySqlSemaphore { shares: semaphores }));
+        let rwlock: DynRwLock = Arc::new(BackendRwLock::new(MySqlRwLock { shares: rwlocks }));
         let client = match table.strategy {
             Strategy::VersionCas => Client::VersionCas(
                 BackendLock::new(VersionCas {
                     table: table.clone(),
                 })
                 .with_lock_election()
+                .with_semaphore(semaphore)
+                .with_rwlock(rwlock)
                 .with_defaults(defaults)?,
             ),
             Strategy::UniqueInsert => Client::UniqueInsert(
@@ -53,6 +64,8 @@ impl MySqlLock {
                     table: table.clone(),
                 })
                 .with_lock_election()
+                .with_semaphore(semaphore)
+                .with_rwlock(rwlock)
                 .with_defaults(defaults)?,
             ),
             Strategy::ForUpdate => Client::ForUpdate(
@@ -60,6 +73,9 @@ impl MySqlLock {
                     table: table.clone(),
                     holders,
                 })
+                .with_lock_election()
+                .with_semaphore(semaphore)
+                .with_rwlock(rwlock)
                 .with_defaults(defaults)?,
             ),
         };
@@ -121,5 +137,13 @@ impl DistributedLock for MySqlLock {
 
     fn election(&self) -> Option<DynElection> {
         self.lock().election()
+    }
+
+    fn semaphore(&self) -> Option<DynSemaphore> {
+        self.lock().semaphore()
+    }
+
+    fn rwlock(&self) -> Option<DynRwLock> {
+        self.lock().rwlock()
     }
 }

@@ -210,6 +210,13 @@ impl Conn {
         self.reusable = false;
     }
 
+    /// An explicit transaction (`BEGIN`) starts on this connection: until
+    /// [`Conn::transaction_ended`], dropping it closes it, so no open
+    /// transaction ever goes back to the pool.
+    pub fn begin(&mut self) {
+        self.in_transaction = true;
+    }
+
     /// The server just confirmed that this connection is outside any transaction
     /// (a `ROLLBACK … NO CHAIN NO RELEASE` answered OK, or a check says so,
     /// and nothing ran since):

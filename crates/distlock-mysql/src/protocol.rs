@@ -75,9 +75,9 @@ impl Strategy {
             min_ttl: MIN_POLLING_TTL,
             ttl_granularity: Duration::from_micros(1),
             primitives: Primitives {
-                semaphore: Support::NotOffered("the MySQL semaphore is not built yet"),
+                semaphore: Support::Offered,
                 election: Support::Offered,
-                rwlock: Support::NotOffered("the MySQL read-write lock is not built yet"),
+                rwlock: Support::Offered,
             },
         };
         match self {
@@ -85,15 +85,6 @@ impl Strategy {
             // InnoDB's lock queue wakes the waiter; the server ends an idle holder's
             // session after `wait_timeout`, whole seconds: the lock's server expiry.
             Strategy::ForUpdate => Capabilities {
-                // Two waiters behind a crashed holder: one can end with
-                // `Timeout` when the server kills the holder's session, long
-                // before its wait is over; elections hit that on every kill.
-                primitives: Primitives {
-                    election: Support::NotOffered(
-                        "for_update: a waiter behind a crashed holder can time out early; use version_cas",
-                    ),
-                    ..polling.primitives
-                },
                 wake: Wake::Push,
                 session_bound: true,
                 min_ttl: Duration::from_secs(1),

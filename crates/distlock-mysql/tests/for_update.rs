@@ -187,3 +187,60 @@ async fn an_abandoned_session_never_hands_an_open_transaction_to_the_pool() {
         taken.unwrap().release().await.unwrap();
     }
 }
+
+/// Two waiters queued behind a crashed holder, each with a ttl (1 s) shorter
+/// than its time in the queue: both get the lock in turn, with rising tokens.
+/// A lease's validity must start when the server granted the row lock, not when
+/// the waiter's locking statement was sent (that made a waiter that queued
+/// longer than its ttl give up the lock it had just won, as `Timeout`, after
+/// about a second of a 60 s wait).
+#[tokio::test(flavor = "multi_thread")]
+async fn waiters_queued_longer_than_their_ttl_still_take_the_lock() {
+    let server = server().await;
+    let key = LockKey::new("jobs/queued-past-ttl").unwrap();
+    let ttl = Duration::from_secs(1);
+    let opts = AcquireOptions::new()
+        .ttl(ttl)
+        .wait(Wait::For(Duration::from_secs(60)));
+    let crashed = client(&server, Strategy::ForUpdate, "locks")
+        .await
+        .acquire(&key, &opts)
+        .await
+        .unwrap();
+    let crashed_token = crashed.token();
+    let mut waiters = Vec::new();
+    for _ in 0..2 {
+        let (lock, key, opts) = (
+            client(&server, Strategy::ForUpdate, "locks").await,
+            key.clone(),
+            opts.clone(),
+        );
+        waiters.push(tokio::spawn(async move {
+            let lease = lock.acquire(&key, &opts).await?;
+            let token = lease.token();
+            // Hold past the ttl (renewed), so the other waiter queues longer too.
+            tokio::time::sleep(ttl * 2).await;
+            assert!(lease.is_held(), "a renewed lease was lost");
+            lease.release().await?;
+            Ok::<_, LockError>(token)
+        }));
+    }
+    eventually(Duration::from_secs(10), "both waiters queue", async || {
+        queued_sessions(&server, "locks").await == 2
+    })
+    .await;
+    crashed.abandon();
+    let mut tokens = Vec::new();
+    for waiter in waiters {
+        let token = tokio::time::timeout(Duration::from_secs(20), waiter)
+            .await
+            .expect("each waiter gets the lock in turn")
+            .unwrap()
+            .unwrap_or_else(|e| panic!("a waiter queued past its ttl failed: {e}"));
+        tokens.push(token);
+    }
+    assert!(
+        tokens.iter().all(|t| *t > crashed_token) && tokens[0] != tokens[1],
+        "tokens {tokens:?} not distinct and above the crashed holder's {crashed_token}"
+    );
+}

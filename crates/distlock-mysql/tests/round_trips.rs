@@ -8,19 +8,10 @@ mod support;
 use distlock_core::{AcquireOptions, LockKey, Renewal};
 use distlock_mysql::Strategy;
 use distlock_testkit::servers::MariaDbServer;
-use sqlx::{Connection, MySqlConnection, Row};
-use support::{client, server};
+use sqlx::{Connection, MySqlConnection};
+use support::{client, questions, server};
 
 const CYCLES: u64 = 50;
-
-/// `Questions` as seen from a plain connection; each read costs one statement.
-async fn questions(conn: &mut MySqlConnection) -> u64 {
-    let row = sqlx::query("SHOW GLOBAL STATUS LIKE 'Questions'")
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap();
-    row.get::<String, _>(1).parse().unwrap()
-}
 
 /// Statements per acquire + release cycle on a warm client (row, connections and
 /// prepared statements already there).

@@ -4,6 +4,7 @@
 
 use distlock_mysql::{MySqlConfig, MySqlLock, Strategy};
 use distlock_testkit::servers::MariaDbServer;
+use sqlx::{MySqlConnection, Row};
 use std::time::{Duration, Instant};
 
 /// Starts a server of the test's own (a missing binary fails with the install
@@ -86,4 +87,14 @@ pub async fn row_locked(server: &MariaDbServer, table: &str, key: &str) -> bool 
          SELECT COUNT(*) FROM distlock.`{table}` WHERE name = '{key}' FOR UPDATE SKIP LOCKED;"
     );
     root_value(server, &sql).await == "0"
+}
+
+/// `Questions` (the server's statement count) as seen from a plain
+/// connection; each read costs one statement.
+pub async fn questions(conn: &mut MySqlConnection) -> u64 {
+    let row = sqlx::query("SHOW GLOBAL STATUS LIKE 'Questions'")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    row.get::<String, _>(1).parse().unwrap()
 }

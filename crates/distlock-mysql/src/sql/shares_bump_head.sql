@@ -1,0 +1,3 @@
+INSERT INTO `{table}` (name, slot, permits, fence)
+VALUES (?, 4294967295, ?, LAST_INSERT_ID(CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED)))
+    ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)

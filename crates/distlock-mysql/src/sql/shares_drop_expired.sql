@@ -1,0 +1,1 @@
+DELETE FROM `{table}` WHERE name = ? AND slot < 4294967295 AND expires_at <= NOW(6)

@@ -1,0 +1,3 @@
+UPDATE `{table}`
+   SET expires_at = NOW(6) + INTERVAL ? MICROSECOND
+ WHERE name = ? AND owner = ? AND fence = ? AND expires_at > NOW(6)

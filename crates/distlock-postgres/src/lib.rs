@@ -78,7 +78,10 @@ mod keys;
 mod lock;
 mod pool;
 mod protocol;
+mod rwlock;
+mod semaphore;
 mod version_cas;
+mod waiting;
 mod wake;
 
 pub use config::PostgresConfig;

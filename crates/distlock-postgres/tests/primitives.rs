@@ -1,0 +1,139 @@
+//! The row-based semaphore and read-write lock beyond the conformance suite:
+//! their statements per uncontended cycle (counted by the server's
+//! `pg_stat_statements`), tokens that keep rising after an operator deletes
+//! the counter rows, and the settings that refuse them.
+// Test code: a failed expectation should panic with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use distlock_core::{
+    AcquireOptions, Capabilities, DistributedLock, LockError, LockKey, Renewal, Support,
+};
+use distlock_postgres::{PostgresConfig, Strategy};
+use distlock_testkit::servers::PostgresServer;
+use support::{admin_value, client, server};
+
+const CYCLES: u64 = 20;
+
+/// Statements the server ran so far; each reading counts itself once it ends.
+async fn statements(server: &PostgresServer) -> u64 {
+    admin_value(server, "SELECT sum(calls) FROM pg_stat_statements;")
+        .await
+        .parse()
+        .unwrap()
+}
+
+/// Statements per cycle of `cycle`, after three warm-up cycles.
+async fn per_cycle<F: AsyncFnMut()>(server: &PostgresServer, mut cycle: F) -> f64 {
+    for _ in 0..3 {
+        cycle().await;
+    }
+    let before = statements(server).await;
+    for _ in 0..CYCLES {
+        cycle().await;
+    }
+    let after = statements(server).await;
+    // The first reading is counted in the second.
+    (after - before - 1) as f64 / CYCLES as f64
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn uncontended_cycles_cost_two_or_three_statements() {
+    let server = server().await;
+    let lock = client(&server, Strategy::VersionCas, "trips_primitives").await;
+    let (sem, rw) = (lock.semaphore().unwrap(), lock.rwlock().unwrap());
+    let key = LockKey::new("steady").unwrap();
+    // Manual renewal: a renewal landing inside the window would be counted.
+    let opts = AcquireOptions::new().renewal(Renewal::Manual);
+    let permit = per_cycle(&server, async || {
+        sem.acquire(&key, 4, &opts)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    })
+    .await;
+    assert_eq!(
+        permit, 2.0,
+        "slot CAS with counter bump + release with NOTIFY"
+    );
+    let read = per_cycle(&server, async || {
+        rw.read(&key, &opts).await.unwrap().release().await.unwrap();
+    })
+    .await;
+    assert_eq!(read, 3.0, "queue with ticket + grant + leave with NOTIFY");
+    let write = per_cycle(&server, async || {
+        rw.write(&key, &opts)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    })
+    .await;
+    assert_eq!(write, 3.0, "queue with ticket + grant + leave with NOTIFY");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tokens_keep_rising_after_the_counter_rows_are_deleted() {
+    let server = server().await;
+    let lock = client(&server, Strategy::VersionCas, "wiped").await;
+    let (sem, rw) = (lock.semaphore().unwrap(), lock.rwlock().unwrap());
+    let key = LockKey::new("wiped").unwrap();
+    let opts = AcquireOptions::new();
+    let permit = sem.acquire(&key, 2, &opts).await.unwrap();
+    let (permit_token, _) = (permit.token(), permit.release().await.unwrap());
+    let write = rw.write(&key, &opts).await.unwrap();
+    let (write_token, _) = (write.token(), write.release().await.unwrap());
+    // An operator wipes every row: the next counters are seeded from the
+    // server clock in microseconds, above every earlier token.
+    server
+        .exec_admin(
+            "DELETE FROM wiped_semaphores; DELETE FROM wiped_permits; \
+             DELETE FROM wiped_rwlocks; DELETE FROM wiped_shares;",
+        )
+        .await
+        .unwrap();
+    let permit = sem.acquire(&key, 2, &opts).await.unwrap();
+    assert!(
+        permit.token() > permit_token,
+        "{} after {permit_token}",
+        permit.token()
+    );
+    permit.release().await.unwrap();
+    let read = rw.read(&key, &opts).await.unwrap();
+    assert!(
+        read.token() > write_token,
+        "{} after {write_token}",
+        read.token()
+    );
+    read.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn advisory_offers_neither_and_a_long_table_name_is_refused() {
+    let server = server().await;
+    let advisory = client(&server, Strategy::Advisory, "advisory_locks").await;
+    assert!(advisory.semaphore().is_none() && advisory.rwlock().is_none());
+    let Capabilities { primitives, .. } = advisory.capabilities();
+    for support in [primitives.semaphore, primitives.rwlock] {
+        assert!(
+            matches!(support, Support::NotOffered(why) if why.contains("strategy=version_cas")),
+            "{support:?}"
+        );
+    }
+    let long = "t".repeat(53);
+    let refused = PostgresConfig::from_url(&server.url())
+        .unwrap()
+        .table(long.as_str())
+        .connect()
+        .await;
+    match refused {
+        Err(LockError::Config { reason, .. }) => {
+            assert!(reason.contains("at most 52 bytes"), "{reason}")
+        }
+        other => panic!("a 53-byte version_cas table gave {other:?}"),
+    }
+}

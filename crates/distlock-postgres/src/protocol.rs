@@ -183,8 +183,9 @@ pub(crate) struct SemaphoreSql {
     /// NULL, slot, token, µs until the first live permit expires). Binds:
     /// namespace, name, limit, owner, ttl µs.
     pub acquire: SqlStr,
-    /// Creates the name's row (counter seeded from the clock) and its slot
-    /// rows, when missing. Binds: namespace, name, limit.
+    /// Creates the name's row (counter seeded from the clock) when missing,
+    /// and the slot rows of the limit in use that are missing. Binds:
+    /// namespace, name, limit.
     pub create: SqlStr,
     /// Sets a new limit if no permit is live, judged on the slot rows locked
     /// (their newest versions); returns (limit before, live permits). Binds:

@@ -182,20 +182,7 @@ impl PermitAttempts<'_> {
                         sent_at,
                     }));
                 }
-                (Some(in_use), _, _) if in_use == limit_arg => {
-                    let remaining = remaining.unwrap_or(0).max(0).unsigned_abs();
-                    return Ok(Step::Blocked {
-                        remaining: Duration::from_micros(remaining),
-                    });
-                }
-                (None, _, _) => {
-                    let create = sqlx::query(t.sql.sem.create.clone())
-                        .bind(t.namespace.clone())
-                        .bind(self.name.to_owned())
-                        .bind(limit_arg);
-                    conn.execute(create).await?;
-                }
-                (Some(_), _, _) => {
+                (Some(in_use), _, _) if in_use != limit_arg => {
                     let resize = sqlx::query(t.sql.sem.resize.clone())
                         .bind(t.namespace.clone())
                         .bind(self.name.to_owned())
@@ -209,6 +196,23 @@ impl PermitAttempts<'_> {
                         let existing = u32::try_from(before).unwrap_or(0);
                         return Ok(Step::Refused(self.req.mismatch(existing)));
                     }
+                }
+                (Some(_), _, _) if remaining.is_some() => {
+                    let remaining = remaining.unwrap_or(0).max(0).unsigned_abs();
+                    return Ok(Step::Blocked {
+                        remaining: Duration::from_micros(remaining),
+                    });
+                }
+                // No row yet; or no slot taken although no permit is live:
+                // an operator deleted slot rows, or the free ones all went to
+                // others since this statement's snapshot. Both are settled by
+                // creating whatever slot rows are missing and trying again.
+                _ => {
+                    let create = sqlx::query(t.sql.sem.create.clone())
+                        .bind(t.namespace.clone())
+                        .bind(self.name.to_owned())
+                        .bind(limit_arg);
+                    conn.execute(create).await?;
                 }
             }
         }

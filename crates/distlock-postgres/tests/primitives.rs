@@ -103,6 +103,15 @@ async fn tokens_keep_rising_after_the_counter_rows_are_deleted() {
         permit.token()
     );
     permit.release().await.unwrap();
+    // Only the slot rows deleted: the next acquire re-creates them at once.
+    server
+        .exec_admin("DELETE FROM wiped_permits;")
+        .await
+        .unwrap();
+    let again = sem.try_acquire(&key, 2, &opts).await.unwrap();
+    let again = again.expect("a semaphore whose slot rows were deleted is free");
+    assert_eq!(again.slot(), 0);
+    again.release().await.unwrap();
     let read = rw.read(&key, &opts).await.unwrap();
     assert!(
         read.token() > write_token,

@@ -180,7 +180,8 @@ pub(crate) struct SemaphoreSql {
     /// Locks the name's row, takes the lowest free or expired slot below the
     /// limit (rows locked `FOR UPDATE`, so a slot taken meanwhile is re-checked
     /// and skipped) and raises the counter into it; returns (limit in use or
-    /// NULL, slot, token, µs until the first live permit expires). Binds:
+    /// NULL, slot, token, µs until the first live permit expires or NULL when
+    /// none is live). Binds:
     /// namespace, name, limit, owner, ttl µs.
     pub acquire: SqlStr,
     /// Creates the name's row (counter seeded from the clock) when missing,

@@ -15,4 +15,4 @@ WITH purged AS (
  RETURNING granted
 )
 SELECT (SELECT granted FROM mine),
-       (SELECT GREATEST(0, (EXTRACT(EPOCH FROM min(expires_at) - now()) * 1000000)::BIGINT) FROM ahead)
+       (SELECT (EXTRACT(EPOCH FROM min(expires_at) - now()) * 1000000)::BIGINT FROM ahead)

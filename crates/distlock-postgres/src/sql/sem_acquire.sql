@@ -24,6 +24,6 @@ WITH head AS MATERIALIZED (
  RETURNING s.fence
 )
 SELECT (SELECT permits FROM head), (SELECT slot FROM won), (SELECT fence FROM won),
-       (SELECT GREATEST(0, (EXTRACT(EPOCH FROM min(expires_at) - now()) * 1000000)::BIGINT)
+       (SELECT (EXTRACT(EPOCH FROM min(expires_at) - now()) * 1000000)::BIGINT
           FROM "{table}_permits"
          WHERE namespace = $1 AND name = $2 AND owner IS NOT NULL AND expires_at > now())

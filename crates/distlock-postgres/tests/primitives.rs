@@ -146,3 +146,65 @@ async fn advisory_offers_neither_and_a_long_table_name_is_refused() {
         other => panic!("a 53-byte version_cas table gave {other:?}"),
     }
 }
+
+/// Clients that disagree on the limit race for one semaphore: the limit
+/// changes only while no permit is live, so the permits held at any moment
+/// were all granted under one limit and never exceed it; the others get
+/// `LimitMismatch`, and both limits get their turn.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_limit_changes_only_while_no_permit_is_live() {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+    const ROUNDS: usize = 10;
+    let server = server().await;
+    let key = LockKey::new("flip").unwrap();
+    // The limits of the permits held right now, and what was seen.
+    let live: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let seen: Arc<Mutex<(usize, [bool; 2])>> = Arc::default();
+    let mut tasks = Vec::new();
+    for client in 0..6u32 {
+        let lock = support::client(&server, Strategy::VersionCas, "flip").await;
+        let sem = lock.semaphore().unwrap();
+        let limit = 2 + client % 2;
+        let (key, live, seen) = (key.clone(), live.clone(), seen.clone());
+        tasks.push(tokio::spawn(async move {
+            let _keep_client = lock;
+            let mut granted = 0;
+            while granted < ROUNDS {
+                let permit = match sem.acquire(&key, limit, &AcquireOptions::new()).await {
+                    Ok(permit) => permit,
+                    Err(LockError::LimitMismatch { existing, .. }) => {
+                        assert_ne!(existing, limit);
+                        seen.lock().unwrap().0 += 1;
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        continue;
+                    }
+                    Err(e) => panic!("limit {limit}: {e}"),
+                };
+                {
+                    let mut live = live.lock().unwrap();
+                    live.push(limit);
+                    assert!(
+                        live.iter().all(|l| *l == limit) && live.len() <= limit as usize,
+                        "permits of limits {live:?} held at once"
+                    );
+                    seen.lock().unwrap().1[(limit - 2) as usize] = true;
+                }
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                {
+                    let mut live = live.lock().unwrap();
+                    let at = live.iter().position(|l| *l == limit).unwrap();
+                    live.remove(at);
+                }
+                permit.release().await.unwrap();
+                granted += 1;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let (mismatches, used) = *seen.lock().unwrap();
+    assert!(mismatches > 0, "no client was ever refused");
+    assert_eq!(used, [true, true], "a limit never got its turn");
+}

@@ -177,11 +177,13 @@ pub(crate) struct Statements {
 /// slot). Every statement that locks both locks the name's row first.
 #[derive(Debug)]
 pub(crate) struct SemaphoreSql {
-    /// Locks the name's row, takes the lowest free or expired slot below the
-    /// limit (rows locked `FOR UPDATE`, so a slot taken meanwhile is re-checked
-    /// and skipped) and raises the counter into it; returns (limit in use or
-    /// NULL, slot, token, µs until the first live permit expires or NULL when
-    /// none is live). Binds:
+    /// When its snapshot shows a free slot (else it locks nothing, so a
+    /// waiter's look costs no lock and no commit flush): locks the name's row
+    /// if its limit is this one, takes the lowest slot below the limit that is
+    /// free or expired on its newest version (rows locked `FOR UPDATE` in slot
+    /// order), and raises the counter into it. Returns (limit in use or NULL,
+    /// slot, token, µs until the first live permit expires or NULL when none
+    /// is live). Binds:
     /// namespace, name, limit, owner, ttl µs.
     pub acquire: SqlStr,
     /// Creates the name's row (counter seeded from the clock) when missing,

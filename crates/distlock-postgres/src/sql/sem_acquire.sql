@@ -1,15 +1,20 @@
 WITH head AS MATERIALIZED (
-    SELECT permits, fence FROM "{table}_semaphores"
-     WHERE namespace = $1 AND name = $2
+    SELECT fence FROM "{table}_semaphores"
+     WHERE namespace = $1 AND name = $2 AND permits = $3
+       AND EXISTS (
+           SELECT 1 FROM "{table}_permits"
+            WHERE namespace = $1 AND name = $2 AND slot < $3
+              AND (owner IS NULL OR expires_at IS NULL OR expires_at <= now()))
        FOR UPDATE
 ), free AS MATERIALIZED (
-    SELECT slot FROM "{table}_permits"
-     WHERE namespace = $1 AND name = $2 AND slot < $3
-       AND (owner IS NULL OR expires_at IS NULL OR expires_at <= now())
-       AND (SELECT permits FROM head) = $3
-     ORDER BY slot
+    SELECT slot FROM (
+        SELECT slot, owner, expires_at FROM "{table}_permits"
+         WHERE namespace = $1 AND name = $2 AND slot < $3 AND EXISTS (SELECT 1 FROM head)
+         ORDER BY slot
+           FOR UPDATE
+    ) AS newest
+     WHERE owner IS NULL OR expires_at IS NULL OR expires_at <= now()
      LIMIT 1
-       FOR UPDATE
 ), won AS (
     UPDATE "{table}_permits" p
        SET owner = $4, expires_at = now() + interval '1 microsecond' * $5::float8,
@@ -23,7 +28,8 @@ WITH head AS MATERIALIZED (
      WHERE s.namespace = $1 AND s.name = $2
  RETURNING s.fence
 )
-SELECT (SELECT permits FROM head), (SELECT slot FROM won), (SELECT fence FROM won),
+SELECT (SELECT permits FROM "{table}_semaphores" WHERE namespace = $1 AND name = $2),
+       (SELECT slot FROM won), (SELECT fence FROM won),
        (SELECT (EXTRACT(EPOCH FROM min(expires_at) - now()) * 1000000)::BIGINT
           FROM "{table}_permits"
          WHERE namespace = $1 AND name = $2 AND owner IS NOT NULL AND expires_at > now())

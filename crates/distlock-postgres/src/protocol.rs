@@ -179,12 +179,13 @@ pub(crate) struct Statements {
 pub(crate) struct SemaphoreSql {
     /// When its snapshot shows a free slot (else it locks nothing, so a
     /// waiter's look costs no lock and no commit flush): locks the name's row
-    /// if its limit is this one, takes the lowest slot below the limit that is
-    /// free or expired on its newest version (rows locked `FOR UPDATE` in slot
-    /// order), and raises the counter into it. Returns (limit in use or NULL,
+    /// if its limit is this one and no other acquire holds it (`SKIP LOCKED`:
+    /// never queued behind another acquire's commit), takes the lowest free or
+    /// expired slot below the limit (`FOR UPDATE`, re-checked on its newest
+    /// version) and raises the counter into it. Returns (limit in use or NULL,
     /// slot, token, µs until the first live permit expires or NULL when none
-    /// is live). Binds:
-    /// namespace, name, limit, owner, ttl µs.
+    /// is live, whether a slot looked free). Binds: namespace, name, limit,
+    /// owner, ttl µs.
     pub acquire: SqlStr,
     /// Creates the name's row (counter seeded from the clock) when missing,
     /// and the slot rows of the limit in use that are missing. Binds:

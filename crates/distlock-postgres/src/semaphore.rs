@@ -7,7 +7,10 @@
 //! statement (`RETURNING` hands slot and token back), so tokens strictly rise
 //! per name. It takes the lowest slot below the limit that is free or expired
 //! by the server clock, locking candidates `FOR UPDATE`: a slot taken by a
-//! concurrent statement is re-checked on its newest version and skipped. The
+//! concurrent statement is re-checked on its newest version and skipped. An
+//! acquire never waits for the name's row (`SKIP LOCKED`): its snapshot is
+//! then as new as the lock it holds, and waiters do not queue up behind each
+//! other's commit flushes; one that finds the row taken looks again shortly. The
 //! limit changes only while no permit is live, judged on the slot rows locked
 //! under the name's row; a client with another limit gets `LimitMismatch`.
 
@@ -32,6 +35,10 @@ use std::time::{Duration, Instant};
 /// changing under it (an operator deleting them, clients flipping the limit)
 /// before it counts as blocked.
 const PREPARE_ROUNDS: usize = 3;
+
+/// How long an attempt that found the name's row locked by another acquire
+/// waits before it looks again (about one commit of that acquire).
+const NAME_ROW_BUSY: Duration = Duration::from_millis(3);
 
 /// The semaphore adapter of a `version_cas` client.
 #[derive(Debug)]
@@ -169,6 +176,7 @@ impl PermitAttempts<'_> {
             let slot: Option<i32> = row.try_get(1).map_err(DbError::Sql)?;
             let token: Option<i64> = row.try_get(2).map_err(DbError::Sql)?;
             let remaining: Option<i64> = row.try_get(3).map_err(DbError::Sql)?;
+            let looked_free: Option<bool> = row.try_get(4).map_err(DbError::Sql)?;
             match (in_use, slot, token) {
                 (_, Some(slot), Some(token)) => {
                     let (Ok(slot), Ok(token)) = (u32::try_from(slot), u64::try_from(token)) else {
@@ -196,6 +204,13 @@ impl PermitAttempts<'_> {
                         let existing = u32::try_from(before).unwrap_or(0);
                         return Ok(Step::Refused(self.req.mismatch(existing)));
                     }
+                }
+                // A slot looked free but another acquire held the name's
+                // row: it is taking one now; look again shortly.
+                (Some(_), _, _) if looked_free == Some(true) && remaining.is_some() => {
+                    return Ok(Step::Blocked {
+                        remaining: NAME_ROW_BUSY,
+                    });
                 }
                 (Some(_), _, _) if remaining.is_some() => {
                     let remaining = remaining.unwrap_or(0).max(0).unsigned_abs();

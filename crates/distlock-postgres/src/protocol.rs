@@ -187,6 +187,12 @@ pub(crate) struct SemaphoreSql {
     /// is live, whether a slot looked free). Binds: namespace, name, limit,
     /// owner, ttl µs.
     pub acquire: SqlStr,
+    /// [`SemaphoreSql::acquire`] for when another acquire held the name's
+    /// row: waits for it instead of skipping it, and then judges each slot on
+    /// the version it locked in slot order (under `READ COMMITTED` the newest,
+    /// though the snapshot is older than the wait), up to the first free one.
+    /// Same binds and columns (the last is always false).
+    pub acquire_waiting: SqlStr,
     /// Creates the name's row (counter seeded from the clock) when missing,
     /// and the slot rows of the limit in use that are missing. Binds:
     /// namespace, name, limit.
@@ -251,6 +257,7 @@ impl Statements {
             advisory_release: sql(include_str!("sql/advisory_release.sql")),
             sem: SemaphoreSql {
                 acquire: sql(include_str!("sql/sem_acquire.sql")),
+                acquire_waiting: sql(include_str!("sql/sem_acquire_waiting.sql")),
                 create: sql(include_str!("sql/sem_create.sql")),
                 resize: sql(include_str!("sql/sem_resize.sql")),
                 renew: sql(include_str!("sql/sem_renew.sql")),

@@ -7,10 +7,11 @@
 //! statement (`RETURNING` hands slot and token back), so tokens strictly rise
 //! per name. It takes the lowest slot below the limit that is free or expired
 //! by the server clock, locking candidates `FOR UPDATE`: a slot taken by a
-//! concurrent statement is re-checked on its newest version and skipped. An
-//! acquire never waits for the name's row (`SKIP LOCKED`): its snapshot is
-//! then as new as the lock it holds, and waiters do not queue up behind each
-//! other's commit flushes; one that finds the row taken looks again shortly. The
+//! concurrent statement is re-checked on its newest version and skipped. A
+//! first look skips a name's row another acquire holds (`SKIP LOCKED`), so
+//! waiters of a full semaphore never queue behind each other; only when a
+//! slot looked free does the next statement queue for the row, and then
+//! judges slots on the versions it locks, not on its older snapshot. The
 //! limit changes only while no permit is live, judged on the slot rows locked
 //! under the name's row; a client with another limit gets `LimitMismatch`.
 
@@ -31,14 +32,11 @@ use sqlx::Row;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How often one attempt creates or resizes the name's rows that keep
-/// changing under it (an operator deleting them, clients flipping the limit)
-/// before it counts as blocked.
+/// How many statements one attempt sends at most: creating or resizing the
+/// name's rows that keep changing under it (an operator deleting them,
+/// clients flipping the limit), or queueing for a busy name row, before it
+/// counts as blocked.
 const PREPARE_ROUNDS: usize = 3;
-
-/// How long an attempt that found the name's row locked by another acquire
-/// waits before it looks again (about one commit of that acquire).
-const NAME_ROW_BUSY: Duration = Duration::from_millis(3);
 
 /// The semaphore adapter of a `version_cas` client.
 #[derive(Debug)]
@@ -163,9 +161,10 @@ impl PermitAttempts<'_> {
         let limit_arg = i32::try_from(limit)
             .map_err(|_| DbError::Protocol(format!("limit {limit} out of range")))?;
         let ttl = micros(self.req.acquire.ttl);
+        let mut statement = &t.sql.sem.acquire;
         for _ in 0..PREPARE_ROUNDS {
             let sent_at = Instant::now();
-            let acquire = sqlx::query(t.sql.sem.acquire.clone())
+            let acquire = sqlx::query(statement.clone())
                 .bind(t.namespace.clone())
                 .bind(self.name.to_owned())
                 .bind(limit_arg)
@@ -206,11 +205,10 @@ impl PermitAttempts<'_> {
                     }
                 }
                 // A slot looked free but another acquire held the name's
-                // row: it is taking one now; look again shortly.
+                // row: queue for the row this time, so the next free slot
+                // is taken as soon as that acquire commits.
                 (Some(_), _, _) if looked_free == Some(true) && remaining.is_some() => {
-                    return Ok(Step::Blocked {
-                        remaining: NAME_ROW_BUSY,
-                    });
+                    statement = &t.sql.sem.acquire_waiting;
                 }
                 (Some(_), _, _) if remaining.is_some() => {
                     let remaining = remaining.unwrap_or(0).max(0).unsigned_abs();

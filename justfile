@@ -86,7 +86,7 @@ test-postgres:
 
 # TLS on every backend, with certificates made at test time: each adapter's TLS tests, the facade's, the CLI's.
 test-tls:
-    cargo test --all-features -p distlock-redis --test redis_tls -p distlock-etcd --test etcd_tls -p distlock-mysql --test tls -p distlock-zookeeper --test tls -p distlock --test tls -p distlock-cli --test tls
+    cargo test --all-features -p distlock-redis --test redis_tls -p distlock-etcd --test etcd_tls -p distlock-mysql --test tls -p distlock-postgres --test tls -p distlock-zookeeper --test tls -p distlock --test tls -p distlock-cli --test tls
 
 # Benchmarks (criterion); they report, they do not assert.
 bench:

@@ -8,13 +8,13 @@
 
 use crate::error::{BACKEND, DbError, code};
 use crate::keys::{TableName, wake_payload};
-use crate::pool::{Pool, Statement};
+use crate::pool::{Conn, Pool, Statement};
 use crate::protocol::{BACKEND_LISTED, Statements, Strategy, TABLE_COMMENT, TERMINATE_BACKEND};
 use crate::wake::Wakeups;
 use distlock_core::backend::WaitUntil;
 use distlock_core::toolkit::{Backoff, UndoFuture};
 use distlock_core::{LockError, LockKey};
-use sqlx::Row;
+use sqlx::{Row, SqlStr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,21 +47,19 @@ impl Table {
         endpoint: String,
         create: bool,
     ) -> Result<Table, LockError> {
+        if strategy == Strategy::VersionCas {
+            name.check_room_for_primitives()?;
+        }
         let err = |e: DbError| e.into_lock_error(&endpoint);
         let mut conn = pool.get().await.map_err(err)?;
         if create {
-            // Two clients creating the table at once can both pass IF NOT EXISTS;
-            // the loser fails on the catalog's unique index, and the table is there.
-            match conn
-                .execute(sqlx::query(Statements::create_table(&name)))
+            create_if_missing(&mut conn, Statements::create_table(&name))
                 .await
-            {
-                Err(e)
-                    if e.code().is_some_and(|c| {
-                        c == code::UNIQUE_VIOLATION || c == code::DUPLICATE_TABLE
-                    }) => {}
-                Err(e) => return Err(err(e)),
-                Ok(_) => {}
+                .map_err(err)?;
+            if strategy == Strategy::VersionCas {
+                for create in Statements::create_primitive_tables(&name) {
+                    create_if_missing(&mut conn, create).await.map_err(err)?;
+                }
             }
         }
         let read = sqlx::query(TABLE_COMMENT).bind(name.as_str().to_owned());
@@ -164,6 +162,22 @@ impl Table {
                 )));
             }
         }
+    }
+}
+
+/// Runs one `CREATE TABLE IF NOT EXISTS`. Two clients creating a table at
+/// once can both pass IF NOT EXISTS; the loser fails on the catalog's unique
+/// index, and the table is there.
+async fn create_if_missing(conn: &mut Conn, create: SqlStr) -> Result<(), DbError> {
+    match conn.execute(sqlx::query(create)).await {
+        Err(e)
+            if e.code()
+                .is_some_and(|c| c == code::UNIQUE_VIOLATION || c == code::DUPLICATE_TABLE) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
+        Ok(_) => Ok(()),
     }
 }
 

@@ -32,6 +32,28 @@ pub(crate) mod code {
     pub const IDLE_SESSION_TIMEOUT: &str = "57P05";
 }
 
+/// The message of a failed TLS handshake.
+fn tls_failed(endpoint: &str, e: &dyn std::fmt::Display) -> String {
+    format!(
+        "TLS to {endpoint} failed: {e}; check sslmode and that sslrootcert names the CA \
+         that signed the server's certificate (TLS needs the `tls` feature)"
+    )
+}
+
+/// True when the driver's I/O error is rustls refusing the handshake (an
+/// untrusted certificate, a name mismatch): a setting to fix, not an outage.
+#[cfg(feature = "tls")]
+fn is_tls_refusal(e: &std::io::Error) -> bool {
+    e.get_ref()
+        .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some())
+}
+
+/// Without TLS support no handshake is ever made.
+#[cfg(not(feature = "tls"))]
+fn is_tls_refusal(_: &std::io::Error) -> bool {
+    false
+}
+
 /// What went wrong with one statement or connection.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum DbError {
@@ -119,10 +141,10 @@ impl DbError {
             }
             DbError::Protocol(_) => LockError::backend(BACKEND, self),
             DbError::Sql(sqlx::Error::Configuration(e)) => config(format!("{e}")),
-            DbError::Sql(sqlx::Error::Tls(e)) => config(format!(
-                "TLS to {endpoint} failed: {e}; check sslmode and that sslrootcert names the CA \
-                 that signed the server's certificate (TLS needs the `tls` feature)"
-            )),
+            DbError::Sql(sqlx::Error::Tls(e)) => config(tls_failed(endpoint, &e)),
+            DbError::Sql(sqlx::Error::Io(ref e)) if is_tls_refusal(e) => {
+                config(tls_failed(endpoint, e))
+            }
             other => LockError::Unavailable {
                 backend: BACKEND,
                 endpoint: endpoint.to_owned(),

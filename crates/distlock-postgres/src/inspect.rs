@@ -184,7 +184,8 @@ impl Table {
         for_table(template, &self.name)
     }
 
-    async fn fetch_all(&self, statement: Statement) -> Result<Vec<PgRow>, LockError> {
+    /// Runs a read on a pooled connection.
+    pub(crate) async fn fetch_all(&self, statement: Statement) -> Result<Vec<PgRow>, LockError> {
         let rows = async {
             let mut conn = self.pool.get().await?;
             conn.fetch_all(statement).await
@@ -270,7 +271,7 @@ impl Table {
 }
 
 /// A row's columns as a tuple.
-fn decode<'r, T>(row: &'r PgRow) -> Result<T, DbError>
+pub(crate) fn decode<'r, T>(row: &'r PgRow) -> Result<T, DbError>
 where
     T: sqlx::FromRow<'r, PgRow>,
 {

@@ -37,6 +37,18 @@ pub(crate) fn wake_payload(namespace: &str, name: &str) -> String {
     format!("{namespace}\n{name}")
 }
 
+/// The payload of a semaphore's release notification: the lock's payload and
+/// a line `semaphore`, so a lock waiter of the same name is not woken by it.
+pub(crate) fn semaphore_payload(namespace: &str, name: &str) -> String {
+    format!("{namespace}\n{name}\nsemaphore")
+}
+
+/// The payload of a read-write lock's release notification (see
+/// [`semaphore_payload`]).
+pub(crate) fn rwlock_payload(namespace: &str, name: &str) -> String {
+    format!("{namespace}\n{name}\nrwlock")
+}
+
 /// Checks a namespace: 1 to 128 bytes of UTF-8 without control characters.
 pub(crate) fn validate_namespace(namespace: &str) -> Result<(), LockError> {
     if namespace.is_empty() || namespace.len() > 128 {
@@ -87,6 +99,31 @@ impl TableName {
         Ok(TableName(name.to_owned()))
     }
 
+    /// The longest suffix of the tables a `version_cas` table has beside it
+    /// (`_semaphores`, `_permits`, `_rwlocks`, `_shares`).
+    const LONGEST_SUFFIX: &'static str = "_semaphores";
+
+    /// Checks that the semaphore's and read-write lock's tables beside this
+    /// one fit PostgreSQL's 63-byte identifiers (it would silently truncate
+    /// them, and two tables could then meet).
+    pub(crate) fn check_room_for_primitives(&self) -> Result<(), LockError> {
+        let most = 63 - Self::LONGEST_SUFFIX.len();
+        if self.0.len() > most {
+            return Err(LockError::config(
+                BACKEND,
+                format!(
+                    "table name `{}` is {} bytes; version_cas keeps its semaphores and read-write locks in \
+                     tables named after it (`{}{}`), so it must be at most {most} bytes",
+                    self.0,
+                    self.0.len(),
+                    self.0,
+                    Self::LONGEST_SUFFIX
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The name as validated.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -129,5 +166,13 @@ mod tests {
         for bad in ["", "1locks", "a\"b", "a.b", "a$b", &"a".repeat(64)] {
             assert!(TableName::new(bad).is_err(), "{bad:?}");
         }
+        let longest = TableName::new(&"a".repeat(52)).unwrap();
+        assert!(longest.check_room_for_primitives().is_ok());
+        let too_long = TableName::new(&"a".repeat(53)).unwrap();
+        let refused = too_long
+            .check_room_for_primitives()
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("at most 52 bytes"), "{refused}");
     }
 }

@@ -44,6 +44,16 @@
 //! per client) and also poll with a jittered backoff capped at 250 ms, since
 //! a notification can be lost.
 //!
+//! # Semaphores and read-write locks
+//!
+//! A `version_cas` client also offers `lock.semaphore()` (a row per slot,
+//! taken by one CAS statement under the name's counter row) and
+//! `lock.rwlock()` (a ticket queue of expiring rows, granted in ticket order so
+//! a waiting writer holds back later readers), in four tables named after the
+//! lock table, with the same expiry by the server clock, `LISTEN/NOTIFY`
+//! wake-ups and counters that never reset. `advisory` offers neither (see its
+//! capabilities).
+//!
 //! # Guarantees and failure modes
 //!
 //! - Tokens strictly increase per name across holders, expiry takeovers,
@@ -66,7 +76,8 @@
 //! `backend` (the lock table they share, the undo of a cut-off statement) →
 //! `pool` (connections), `wake` (LISTEN/NOTIFY) → `protocol` (the SQL, in
 //! `sql/`) → `keys` (row layout, advisory keys), `error`. `inspect` implements
-//! `Inspect` on the table.
+//! `Inspect` on the table. `semaphore` and `rwlock` are the two primitives'
+//! adapters (with their inspection), waiting through `waiting`.
 #![deny(missing_docs)]
 
 mod advisory;
@@ -78,7 +89,10 @@ mod keys;
 mod lock;
 mod pool;
 mod protocol;
+mod rwlock;
+mod semaphore;
 mod version_cas;
+mod waiting;
 mod wake;
 
 pub use config::PostgresConfig;

@@ -7,12 +7,14 @@ use crate::backend::Table;
 use crate::keys::TableName;
 use crate::pool::Pool;
 use crate::protocol::Strategy;
+use crate::rwlock::PgRwLock;
+use crate::semaphore::PgSemaphore;
 use crate::version_cas::VersionCas;
 use async_trait::async_trait;
 use distlock_core::toolkit::Inspect;
 use distlock_core::{
-    AcquireOptions, BackendLock, Capabilities, DistributedLock, DynElection, Lease, LockError,
-    LockKey, MetricsSnapshot,
+    AcquireOptions, BackendLock, BackendRwLock, BackendSemaphore, Capabilities, DistributedLock,
+    DynElection, DynRwLock, DynSemaphore, Lease, LockError, LockKey, MetricsSnapshot,
 };
 use std::sync::Arc;
 
@@ -44,6 +46,12 @@ impl PostgresLock {
                     table: table.clone(),
                 })
                 .with_lock_election()
+                .with_semaphore(Arc::new(BackendSemaphore::new(PgSemaphore {
+                    table: table.clone(),
+                })))
+                .with_rwlock(Arc::new(BackendRwLock::new(PgRwLock {
+                    table: table.clone(),
+                })))
                 .with_defaults(defaults)?,
             ),
             Strategy::Advisory => Client::Advisory(
@@ -117,5 +125,13 @@ impl DistributedLock for PostgresLock {
 
     fn election(&self) -> Option<DynElection> {
         self.lock().election()
+    }
+
+    fn semaphore(&self) -> Option<DynSemaphore> {
+        self.lock().semaphore()
+    }
+
+    fn rwlock(&self) -> Option<DynRwLock> {
+        self.lock().rwlock()
     }
 }

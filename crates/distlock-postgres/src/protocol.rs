@@ -39,6 +39,11 @@ pub enum Strategy {
     Advisory,
 }
 
+/// Why `advisory` offers no semaphore or read-write lock.
+const ROWS_NOT_SESSIONS: &str = "an advisory lock lives in one session, so each permit or share would pin a \
+     connection and a crashed reader's share could not expire by ttl; the semaphore and read-write lock are \
+     row-based with expiry by the database clock: connect with strategy=version_cas for them";
+
 /// The smallest ttl of `version_cas`: below it a lease would spend most of its
 /// life in round trips.
 const MIN_CAS_TTL: Duration = Duration::from_millis(10);
@@ -83,9 +88,9 @@ impl Strategy {
             min_ttl: MIN_CAS_TTL,
             ttl_granularity: Duration::from_micros(1),
             primitives: Primitives {
-                semaphore: Support::NotOffered("the PostgreSQL semaphore is not built yet"),
+                semaphore: Support::Offered,
                 election: Support::Offered,
-                rwlock: Support::NotOffered("the PostgreSQL read-write lock is not built yet"),
+                rwlock: Support::Offered,
             },
         };
         match self {
@@ -95,6 +100,11 @@ impl Strategy {
                 session_bound: true,
                 min_ttl: MIN_ADVISORY_TTL,
                 ttl_granularity: Duration::from_millis(1),
+                primitives: Primitives {
+                    semaphore: Support::NotOffered(ROWS_NOT_SESSIONS),
+                    election: Support::Offered,
+                    rwlock: Support::NotOffered(ROWS_NOT_SESSIONS),
+                },
                 ..cas
             },
         }
@@ -154,8 +164,83 @@ pub(crate) struct Statements {
     pub advisory_keepalive: SqlStr,
     /// Unlocks, notifies, clears the idle timeout. Binds: key, channel, payload.
     pub advisory_release: SqlStr,
+    /// The semaphore's statements (`version_cas` only).
+    pub sem: SemaphoreSql,
+    /// The read-write lock's statements (`version_cas` only).
+    pub rw: RwLockSql,
     /// The NOTIFY channel of this table: its name.
     pub channel: String,
+}
+
+/// The semaphore's statements, on `<table>_semaphores` (one row per name: the
+/// limit in use and the token counter) and `<table>_permits` (one row per
+/// slot). Every statement that locks both locks the name's row first.
+#[derive(Debug)]
+pub(crate) struct SemaphoreSql {
+    /// When its snapshot shows a free slot (else it locks nothing, so a
+    /// waiter's look costs no lock and no commit flush): locks the name's row
+    /// if its limit is this one and no other acquire holds it (`SKIP LOCKED`:
+    /// never queued behind another acquire's commit), takes the lowest free or
+    /// expired slot below the limit (`FOR UPDATE`, re-checked on its newest
+    /// version) and raises the counter into it. Returns (limit in use or NULL,
+    /// slot, token, µs until the first live permit expires or NULL when none
+    /// is live, whether a slot looked free). Binds: namespace, name, limit,
+    /// owner, ttl µs.
+    pub acquire: SqlStr,
+    /// [`SemaphoreSql::acquire`] for when another acquire held the name's
+    /// row: waits for it instead of skipping it, and then judges each slot on
+    /// the version it locked in slot order (under `READ COMMITTED` the newest,
+    /// though the snapshot is older than the wait), up to the first free one.
+    /// Same binds and columns (the last is always false).
+    pub acquire_waiting: SqlStr,
+    /// Creates the name's row (counter seeded from the clock) when missing,
+    /// and the slot rows of the limit in use that are missing. Binds:
+    /// namespace, name, limit.
+    pub create: SqlStr,
+    /// Sets a new limit if no permit is live, judged on the slot rows locked
+    /// (their newest versions); returns (limit before, live permits). Binds:
+    /// namespace, name, limit.
+    pub resize: SqlStr,
+    /// Binds: namespace, name, owner, ttl µs.
+    pub renew: SqlStr,
+    /// Frees the owner's slot and notifies; one row when it was ours. Binds:
+    /// namespace, name, owner, channel, payload.
+    pub release: SqlStr,
+    /// Live permits (slot, token, owner). Binds: namespace, name.
+    pub permits: SqlStr,
+    /// An operator's delete of one live permit, notifying. Binds: namespace,
+    /// name, slot, channel, payload.
+    pub delete: SqlStr,
+    /// Live permits (name, slot) under a prefix. Binds: namespace, prefix.
+    pub residue: SqlStr,
+}
+
+/// The read-write lock's statements, on `<table>_rwlocks` (one row per name:
+/// the ticket counter) and `<table>_shares` (one row per request, waiting or
+/// granted, keyed by its ticket).
+#[derive(Debug)]
+pub(crate) struct RwLockSql {
+    /// Raises the counter and queues a waiting row with it as the ticket;
+    /// returns the ticket. Binds: namespace, name, mode, owner, ttl µs.
+    pub enter: SqlStr,
+    /// Deletes expired rows ahead, then grants (and refreshes) the request if
+    /// nothing it must wait for is ahead; returns (granted, or NULL when the
+    /// row is gone; µs until the first blocker expires). Binds: namespace,
+    /// name, ticket, owner, ttl µs, is-write.
+    pub grant: SqlStr,
+    /// Binds: namespace, name, owner, ttl µs.
+    pub renew: SqlStr,
+    /// Deletes the owner's row (release, timeout, undo) and notifies; one row
+    /// when there was one. Binds: namespace, name, owner, channel, payload.
+    pub leave: SqlStr,
+    /// Live granted rows (mode, ticket, owner). Binds: namespace, name.
+    pub shares: SqlStr,
+    /// An operator's delete of every live granted row, notifying; returns how
+    /// many. Binds: namespace, name, channel, payload.
+    pub delete: SqlStr,
+    /// Live rows (name, ticket, mode, granted) under a prefix. Binds:
+    /// namespace, prefix.
+    pub residue: SqlStr,
 }
 
 impl Statements {
@@ -170,6 +255,26 @@ impl Statements {
             advisory_acquire: sql(include_str!("sql/advisory_acquire.sql")),
             advisory_keepalive: sql(include_str!("sql/advisory_keepalive.sql")),
             advisory_release: sql(include_str!("sql/advisory_release.sql")),
+            sem: SemaphoreSql {
+                acquire: sql(include_str!("sql/sem_acquire.sql")),
+                acquire_waiting: sql(include_str!("sql/sem_acquire_waiting.sql")),
+                create: sql(include_str!("sql/sem_create.sql")),
+                resize: sql(include_str!("sql/sem_resize.sql")),
+                renew: sql(include_str!("sql/sem_renew.sql")),
+                release: sql(include_str!("sql/sem_release.sql")),
+                permits: sql(include_str!("sql/sem_permits.sql")),
+                delete: sql(include_str!("sql/sem_delete.sql")),
+                residue: sql(include_str!("sql/sem_residue.sql")),
+            },
+            rw: RwLockSql {
+                enter: sql(include_str!("sql/rw_enter.sql")),
+                grant: sql(include_str!("sql/rw_grant.sql")),
+                renew: sql(include_str!("sql/rw_renew.sql")),
+                leave: sql(include_str!("sql/rw_leave.sql")),
+                shares: sql(include_str!("sql/rw_shares.sql")),
+                delete: sql(include_str!("sql/rw_delete.sql")),
+                residue: sql(include_str!("sql/rw_residue.sql")),
+            },
             channel: table.as_str().to_owned(),
         }
     }
@@ -177,6 +282,18 @@ impl Statements {
     /// The `CREATE TABLE IF NOT EXISTS` for `table`.
     pub fn create_table(table: &TableName) -> SqlStr {
         for_table(CREATE_TABLE, table)
+    }
+
+    /// The `CREATE TABLE IF NOT EXISTS` of the semaphore's and the read-write
+    /// lock's tables beside `table`.
+    pub fn create_primitive_tables(table: &TableName) -> [SqlStr; 4] {
+        [
+            include_str!("sql/create_semaphores.sql"),
+            include_str!("sql/create_permits.sql"),
+            include_str!("sql/create_rwlocks.sql"),
+            include_str!("sql/create_shares.sql"),
+        ]
+        .map(|template| for_table(template, table))
     }
 
     /// The `COMMENT ON TABLE` that marks `table` as owned by `strategy`.

@@ -16,6 +16,7 @@ use super::{
     Placement, ServerError, find_binary, free_port, place, random_password, retry_on_exit,
     url_encode,
 };
+use super::tls::ServerTls;
 use nix::sys::signal::Signal;
 use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr};
@@ -85,6 +86,22 @@ impl PostgresServer {
     /// Creates a data dir, starts the server, and creates the role and database;
     /// returns once the server accepts logins.
     pub async fn start() -> Result<Self, ServerError> {
+        Self::start_inner(None).await
+    }
+
+    /// The same, with `ssl=on` and `tls`'s server certificate on the client
+    /// port: clients choose TLS (`sslmode`), plain connections still work.
+    /// Client certificates are not asked for, so `tls` must not require them.
+    pub async fn start_tls(tls: &ServerTls) -> Result<Self, ServerError> {
+        if tls.require_client_cert {
+            return Err(ServerError::Protocol(
+                "the PostgreSQL launcher does not ask for client certificates; use ServerTls::generate".into(),
+            ));
+        }
+        Self::start_inner(Some(tls)).await
+    }
+
+    async fn start_inner(tls: Option<&ServerTls>) -> Result<Self, ServerError> {
         let placement = place("postgres")?;
         let bin = if placement.is_container() {
             PathBuf::from(IMAGE_BIN_DIR)
@@ -120,6 +137,10 @@ impl PostgresServer {
             text.push_str("host all all 0.0.0.0/0 md5\n");
             std::fs::write(&hba, text).map_err(ServerError::io("write pg_hba.conf"))?;
         }
+        let tls_settings = match tls {
+            Some(tls) => ssl_settings(tls, dir.path(), &runner)?,
+            None => Vec::new(),
+        };
 
         let (port, process) = retry_on_exit(async || {
             let port = free_port()?;
@@ -127,7 +148,11 @@ impl PostgresServer {
             args.extend(["-D".into(), data.clone().into_os_string()]);
             args.extend(["-p".into(), port.to_string().into()]);
             args.extend(["-k".into(), dir.path().as_os_str().to_owned()]);
-            for setting in SERVER_SETTINGS {
+            for setting in SERVER_SETTINGS
+                .iter()
+                .copied()
+                .chain(tls_settings.iter().map(String::as_str))
+            {
                 args.extend(["-c".into(), OsString::from(setting)]);
             }
             // The last setting wins: every interface in a container.
@@ -292,6 +317,26 @@ impl PostgresServer {
         }
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
+}
+
+/// `-c` settings for TLS. The server reads its key only if the key is private
+/// to the user running it, so the certificate and key are copied into the
+/// server's own directory and given to that user.
+fn ssl_settings(tls: &ServerTls, dir: &Path, runner: &Runner) -> Result<Vec<String>, ServerError> {
+    let certs = &tls.certificates;
+    let mut settings = vec!["ssl=on".to_owned()];
+    for (setting, from, file) in [
+        ("ssl_cert_file", certs.server_cert(), "server.crt"),
+        ("ssl_key_file", certs.server_key(), "server.key"),
+    ] {
+        let to = dir.join(file);
+        let pem = std::fs::read_to_string(&from)
+            .map_err(ServerError::io(format!("read {}", from.display())))?;
+        super::write_private(&to, &pem)?;
+        runner.own(&to)?;
+        settings.push(format!("{setting}={}", to.display()));
+    }
+    Ok(settings)
 }
 
 /// The newest `/usr/lib/postgresql/<version>/bin` holding `postgres` (Debian's

@@ -72,6 +72,7 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod cluster;
 mod config;
 mod connection;
 mod error;

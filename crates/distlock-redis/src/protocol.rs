@@ -6,7 +6,7 @@
 //! is sent with `EVALSHA`; the `redis` crate's [`Script`] reloads it on `NOSCRIPT`
 //! (after a server restart or `SCRIPT FLUSH`).
 
-use crate::connection::{Connection, RunId, ServerAddress};
+use crate::connection::{CommandConn, Connection, RunId, ServerAddress};
 use crate::error::CommandError;
 use crate::keys::LockKeys;
 use crate::restart::{self, LossSender, Restarts, Watch};
@@ -242,7 +242,7 @@ impl ServerClient {
         budget: Duration,
     ) -> Result<bool, CommandError> {
         let reply = self
-            .invoke(budget, || release_invocation(keys, owner))
+            .invoke_on(budget, |conn| release_invocation(keys, owner, conn))
             .await;
         flag(reply, "release")
     }
@@ -275,9 +275,9 @@ impl ServerClient {
         budget: Duration,
     ) -> Result<bool, CommandError> {
         let reply = self
-            .invoke(budget, || {
+            .invoke_on(budget, |conn| {
                 let mut invocation = DELETE_HOLDER.key(&keys.lock);
-                invocation.arg(&keys.channel);
+                invocation.arg(&keys.channel).arg(conn.publish_command());
                 invocation
             })
             .await;
@@ -340,9 +340,23 @@ impl ServerClient {
     where
         T: redis::FromRedisValue + Send + 'static,
     {
+        self.invoke_on(budget, |_| build()).await
+    }
+
+    /// [`ServerClient::invoke`] with an invocation built for the connection it
+    /// goes out on (a script that publishes takes
+    /// [`CommandConn::publish_command`]).
+    async fn invoke_on<T>(
+        &self,
+        budget: Duration,
+        build: impl Fn(&CommandConn) -> redis::ScriptInvocation<'static>,
+    ) -> Result<T, CommandError>
+    where
+        T: redis::FromRedisValue + Send + 'static,
+    {
         self.connection
             .call(budget, |mut conn| {
-                let invocation = build();
+                let invocation = build(&conn);
                 async move { Ok(invocation.invoke_async(&mut conn).await?) }
             })
             .await

@@ -1,0 +1,165 @@
+//! Redis Cluster (`redis+cluster://`): where the connections go when the
+//! lock's keys are spread over the slots of several primaries.
+//!
+//! The `redis` crate's cluster client does the routing: every command goes to
+//! the primary of its first key's slot (a script's first `KEYS` entry), a
+//! `MOVED` reply refreshes the slot map and an `ASK` reply is followed once, so
+//! a resharded or failed-over slot is found again without our help. Every lock
+//! script keeps all its keys, and the channel it publishes on, under one
+//! `{hash tag}` (see `keys`), so each runs whole on one primary.
+//!
+//! What cluster mode changes elsewhere:
+//! - the command connection is one `ClusterConnection` (one multiplexed
+//!   connection per primary inside it), dropped after a timeout like the
+//!   single-server one;
+//! - wake-ups use sharded pub/sub: the release scripts `SPUBLISH` on the lock's
+//!   channel, which lives in the lock's slot, and the subscriber `SSUBSCRIBE`s
+//!   it through a RESP3 cluster connection that routes each channel to its
+//!   slot's primary;
+//! - no `run_id` is read: a connection reaches several processes, so a lease
+//!   lost by a failover is noticed by its next renewal, not at reconnect;
+//! - `WAIT` goes to every primary and the smallest count is taken, so with
+//!   `wait_replicas` every primary must have that many replicas.
+
+use crate::connection::ServerAddress;
+use crate::error::CommandError;
+use distlock_core::LockError;
+use redis::cluster::{ClusterClient, ClusterClientBuilder, NodeAddress};
+use redis::cluster_async::ClusterConnection;
+use redis::{ProtocolVersion, PushInfo};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The nodes a `redis+cluster://` URL names, to learn the topology from: any
+/// one that answers is enough.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClusterSeeds {
+    pub nodes: Vec<(String, u16)>,
+    /// Addresses to dial instead of those the cluster announces (a NAT, a
+    /// tunnel, a proxy): `(announced, dialed)`.
+    pub dial_instead: Vec<((String, u16), (String, u16))>,
+}
+
+impl ClusterSeeds {
+    /// `h1:p1,h2:p2`, for endpoints.
+    pub fn describe(&self) -> String {
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|(host, port)| match host.contains(':') {
+                true => format!("[{host}]:{port}"),
+                false => format!("{host}:{port}"),
+            })
+            .collect();
+        nodes.join(",")
+    }
+}
+
+/// The crate does its own per-request timeout and retries inside a cluster
+/// request; ours bound every call, so theirs must never fire first (a `WAIT`
+/// may legitimately block for its whole timeout).
+const NO_CRATE_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How to open connections to one cluster: the seeds' login and TLS settings,
+/// checked once when the client is made so bad TLS files fail at connect time.
+#[derive(Clone)]
+pub(crate) struct ClusterTarget {
+    backend: &'static str,
+    address: ServerAddress,
+    seeds: ClusterSeeds,
+}
+
+impl ClusterTarget {
+    pub fn new(
+        address: &ServerAddress,
+        seeds: &ClusterSeeds,
+        backend: &'static str,
+    ) -> Result<Self, LockError> {
+        let target = ClusterTarget {
+            backend,
+            address: address.clone(),
+            seeds: seeds.clone(),
+        };
+        target.client(None)?;
+        Ok(target)
+    }
+
+    /// The crate's client; `pushes` makes it RESP3 with its push messages
+    /// (sharded pub/sub) sent there.
+    fn client(
+        &self,
+        pushes: Option<mpsc::UnboundedSender<PushInfo>>,
+    ) -> Result<ClusterClient, LockError> {
+        let protocol = match self.address.resp3 || pushes.is_some() {
+            true => ProtocolVersion::RESP3,
+            false => ProtocolVersion::RESP2,
+        };
+        let nodes = self
+            .seeds
+            .nodes
+            .iter()
+            .map(|(host, port)| {
+                let node = ServerAddress {
+                    host: host.clone(),
+                    port: *port,
+                    cluster: None,
+                    ..self.address.clone()
+                };
+                node.connection_info(self.backend, protocol, pushes.is_some())
+            })
+            .collect::<Result<Vec<_>, LockError>>()?;
+        let remap = self
+            .seeds
+            .dial_instead
+            .iter()
+            .map(|((host, port), (to_host, to_port))| {
+                (
+                    NodeAddress::new(host.as_str(), *port),
+                    NodeAddress::new(to_host.as_str(), *to_port),
+                )
+            })
+            .collect();
+        let mut builder = ClusterClientBuilder::new(nodes)
+            .node_address_map(remap)
+            .use_protocol(protocol)
+            .response_timeout(NO_CRATE_TIMEOUT)
+            .overall_response_timeout(None);
+        #[cfg(feature = "tls")]
+        if self.address.tls && self.address.tls_files.is_set() {
+            builder = builder.certs(self.address.tls_files.certificates());
+        }
+        if let Some(pushes) = pushes {
+            builder = builder.push_sender(pushes);
+        }
+        builder.build().map_err(|e| {
+            LockError::config(self.backend, format!("{}: {e}", self.address.endpoint()))
+        })
+    }
+
+    /// A command connection: reads the slot map from the first seed that
+    /// answers, then connects to every primary.
+    pub async fn connect(&self, timeout: Duration) -> Result<ClusterConnection, CommandError> {
+        let client = self
+            .client(None)
+            .map_err(|e| CommandError::Reply(e.to_string()))?;
+        let config = redis::cluster::ClusterConfig::new().set_connection_timeout(timeout);
+        Ok(client.get_async_connection_with_config(config).await?)
+    }
+
+    /// A listening connection for sharded pub/sub and the receiver of its
+    /// messages (including the crate's `Disconnection` notices).
+    pub async fn subscriber(
+        &self,
+        timeout: Duration,
+    ) -> Result<(ClusterConnection, mpsc::UnboundedReceiver<PushInfo>), CommandError> {
+        let (pushes, received) = mpsc::unbounded_channel();
+        let client = self
+            .client(Some(pushes))
+            .map_err(|e| CommandError::Reply(e.to_string()))?;
+        let config = redis::cluster::ClusterConfig::new().set_connection_timeout(timeout);
+        Ok((
+            client.get_async_connection_with_config(config).await?,
+            received,
+        ))
+    }
+}

@@ -21,12 +21,13 @@
 //! - `WAIT` goes to every primary and the smallest count is taken, so with
 //!   `wait_replicas` every primary must have that many replicas.
 
-use crate::connection::ServerAddress;
+use crate::connection::{CommandConn, ServerAddress};
 use crate::error::CommandError;
 use distlock_core::LockError;
 use redis::cluster::{ClusterClient, ClusterClientBuilder, NodeAddress};
 use redis::cluster_async::ClusterConnection;
-use redis::{ProtocolVersion, PushInfo};
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{ProtocolVersion, PushInfo, Value};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -161,5 +162,158 @@ impl ClusterTarget {
             client.get_async_connection_with_config(config).await?,
             received,
         ))
+    }
+}
+
+/// A node's address as the cluster announces it.
+pub(crate) type Node = (String, u16);
+
+/// One primary and what it serves, from `CLUSTER SLOTS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Shard {
+    pub primary: Node,
+    /// Inclusive slot ranges.
+    pub slots: Vec<(u16, u16)>,
+    pub replicas: Vec<Node>,
+}
+
+impl Shard {
+    /// `h:p`.
+    pub fn name(node: &Node) -> String {
+        match node.0.contains(':') {
+            true => format!("[{}]:{}", node.0, node.1),
+            false => format!("{}:{}", node.0, node.1),
+        }
+    }
+}
+
+/// Sends `cmd` to `node` of a cluster connection; a single server's connection
+/// has only the one node.
+pub(crate) async fn on_node(
+    conn: &mut CommandConn,
+    cmd: redis::Cmd,
+    node: &Node,
+) -> Result<Value, CommandError> {
+    match conn {
+        CommandConn::Single(conn) => Ok(cmd.query_async(conn).await?),
+        CommandConn::Cluster(conn) => {
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: node.0.clone(),
+                port: node.1,
+            });
+            Ok(conn.route_command(cmd, routing).await?)
+        }
+    }
+}
+
+/// The primaries, their slot ranges and replicas, from a `CLUSTER SLOTS` reply
+/// (`[[start, end, [host, port, id…], [replica…]…]…]`), in slot order.
+pub(crate) fn shards(reply: &Value) -> Result<Vec<Shard>, CommandError> {
+    let bad = || CommandError::Reply(format!("CLUSTER SLOTS gave {reply:?}"));
+    let Value::Array(ranges) = reply else {
+        return Err(bad());
+    };
+    let mut shards: Vec<Shard> = Vec::new();
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            return Err(bad());
+        };
+        let (Some(start), Some(end)) = (slot(fields.first()), slot(fields.get(1))) else {
+            return Err(bad());
+        };
+        let mut nodes = fields.iter().skip(2).map(node);
+        let primary = nodes.next().flatten().ok_or_else(bad)?;
+        let replicas: Vec<Node> = nodes.flatten().collect();
+        match shards.iter_mut().find(|s| s.primary == primary) {
+            Some(shard) => shard.slots.push((start, end)),
+            None => shards.push(Shard {
+                primary,
+                slots: vec![(start, end)],
+                replicas,
+            }),
+        }
+    }
+    for shard in &mut shards {
+        shard.slots.sort_unstable();
+    }
+    shards.sort_by_key(|s| s.slots.first().copied());
+    Ok(shards)
+}
+
+fn slot(value: Option<&Value>) -> Option<u16> {
+    match value? {
+        Value::Int(n) => u16::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+fn node(value: &Value) -> Option<Node> {
+    let Value::Array(fields) = value else {
+        return None;
+    };
+    let host = match fields.first()? {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok()?,
+        Value::SimpleString(text) => text.clone(),
+        _ => return None,
+    };
+    let port = match fields.get(1)? {
+        Value::Int(n) => u16::try_from(*n).ok()?,
+        _ => return None,
+    };
+    Some((host, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Shard, shards};
+    use redis::Value;
+
+    fn node(host: &str, port: i64) -> Value {
+        Value::Array(vec![
+            Value::BulkString(host.as_bytes().to_vec()),
+            Value::Int(port),
+            Value::BulkString(b"id".to_vec()),
+        ])
+    }
+
+    #[test]
+    fn cluster_slots_are_grouped_by_primary() {
+        let range = |start, end, nodes: Vec<Value>| {
+            let mut fields = vec![Value::Int(start), Value::Int(end)];
+            fields.extend(nodes);
+            Value::Array(fields)
+        };
+        let reply = Value::Array(vec![
+            range(5461, 10922, vec![node("10.0.0.2", 7001)]),
+            range(
+                0,
+                5460,
+                vec![node("10.0.0.1", 7000), node("10.0.0.4", 7003)],
+            ),
+            range(
+                10923,
+                16383,
+                vec![node("10.0.0.1", 7000), node("10.0.0.4", 7003)],
+            ),
+        ]);
+        let found = shards(&reply).expect("a well-formed reply");
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[0].primary, ("10.0.0.1".to_owned(), 7000));
+        assert_eq!(found[0].slots, vec![(0, 5460), (10923, 16383)]);
+        assert_eq!(found[0].replicas, vec![("10.0.0.4".to_owned(), 7003)]);
+        assert_eq!(Shard::name(&found[1].primary), "10.0.0.2:7001");
+        assert!(found[1].replicas.is_empty());
+    }
+
+    #[test]
+    fn a_malformed_reply_is_an_error_not_a_panic() {
+        for reply in [
+            Value::Int(3),
+            Value::Array(vec![Value::Int(1)]),
+            Value::Array(vec![Value::Array(vec![Value::Int(0), Value::Int(99999)])]),
+            Value::Array(vec![Value::Array(vec![Value::Int(0), Value::Int(5)])]),
+        ] {
+            assert!(shards(&reply).is_err(), "{reply:?}");
+        }
     }
 }

@@ -92,6 +92,9 @@ pub(crate) struct ServerClient {
     connection: Arc<Connection>,
     /// Release notifications for this client's waiters.
     pub subscriber: Subscriber,
+    /// A Redis Cluster (`redis+cluster://`), whose nodes are asked one by one
+    /// where a question is about every key or every server.
+    pub cluster: bool,
     restarts: Restarts,
 }
 
@@ -167,6 +170,7 @@ impl ServerClient {
             timeouts.reply,
         );
         Ok(ServerClient {
+            cluster: address.cluster.is_some(),
             endpoint,
             connection,
             subscriber,
@@ -325,6 +329,11 @@ impl ServerClient {
                     Ok(match command {
                         Command::One(cmd) => cmd.query_async(&mut conn).await?,
                         Command::Pipeline(pipe) => pipe.query_async(&mut conn).await?,
+                        Command::OnNode(cmd, node) => {
+                            let value = crate::cluster::on_node(&mut conn, cmd, &node).await?;
+                            T::from_redis_value(value)
+                                .map_err(|e| CommandError::Reply(e.to_string()))?
+                        }
                     })
                 }
             })
@@ -368,6 +377,8 @@ impl ServerClient {
 pub(crate) enum Command {
     One(redis::Cmd),
     Pipeline(redis::Pipeline),
+    /// A command for one node of a Redis Cluster (a `SCAN`, an `INFO`).
+    OnNode(redis::Cmd, crate::cluster::Node),
 }
 
 impl From<redis::Cmd> for Command {

@@ -1,0 +1,180 @@
+//! Redis Cluster mode against three launched primaries: a lock's slot moved to
+//! another primary while clients contend for it (mutual exclusion holds, no
+//! waiter sleeps past the polling bound), and what `distlock check` reports of
+//! the cluster (topology, per-primary warnings).
+// Helpers outside #[test] fns: a failed step fails the test that called them.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use distlock_core::toolkit::Inspect;
+use distlock_core::{AcquireOptions, DistributedLock, LockKey, Renewal, Wait};
+use distlock_redis::{LockKeys, RedisConfig, RedisLock};
+use distlock_testkit::servers::RedisCluster;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+const NAMESPACE: &str = "cluster-test:";
+
+async fn cluster() -> RedisCluster {
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || runtime.block_on(RedisCluster::start(3)))
+        .await
+        .expect("launcher thread")
+        .expect("redis-server and redis-cli must be installed: sudo scripts/install-backends")
+}
+
+async fn client(cluster: &RedisCluster) -> RedisLock {
+    RedisConfig::from_url(&cluster.url())
+        .unwrap()
+        .namespace(NAMESPACE)
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// The slot of `key`'s lock, as the cluster computes it.
+async fn slot_of(cluster: &RedisCluster, key: &LockKey) -> u16 {
+    let keys = LockKeys::new(NAMESPACE, key);
+    let slot = cluster
+        .cli(0, &["CLUSTER", "KEYSLOT", &keys.lock])
+        .await
+        .unwrap();
+    slot.trim().parse().unwrap()
+}
+
+/// What the contending clients saw.
+#[derive(Default)]
+struct Tally {
+    inside: AtomicUsize,
+    overlaps: AtomicUsize,
+    acquired: AtomicUsize,
+    longest_wait_ms: AtomicUsize,
+}
+
+/// One client acquiring and releasing `key` until `stop`, holding it briefly
+/// each time; an acquire that finds someone inside is an overlap.
+async fn contend(lock: RedisLock, key: LockKey, tally: Arc<Tally>, stop: Arc<AtomicBool>) {
+    let options = AcquireOptions::new()
+        .ttl(TTL)
+        .renewal(Renewal::Manual)
+        .wait(Wait::For(Duration::from_secs(20)));
+    while !stop.load(Ordering::SeqCst) {
+        let asked = Instant::now();
+        let lease = lock.acquire(&key, &options).await.unwrap();
+        let waited = usize::try_from(asked.elapsed().as_millis()).unwrap_or(usize::MAX);
+        tally.longest_wait_ms.fetch_max(waited, Ordering::SeqCst);
+        if tally.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+            tally.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        tally.inside.fetch_sub(1, Ordering::SeqCst);
+        tally.acquired.fetch_add(1, Ordering::SeqCst);
+        lease.release().await.unwrap();
+    }
+}
+
+/// The lock's ttl: a waiter whose wake-up was lost sleeps at most the holder's
+/// remaining ttl before it looks again, so no wait may exceed it by much.
+const TTL: Duration = Duration::from_secs(2);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resharding_the_locks_slot_under_contention_keeps_mutual_exclusion() {
+    let cluster = cluster().await;
+    let key = LockKey::new("reshard/counter").unwrap();
+    let slot = slot_of(&cluster, &key).await;
+    let from = cluster.owner_of(slot).await.unwrap();
+    let to = (from + 1) % cluster.nodes().len();
+    let (tally, stop) = (Arc::new(Tally::default()), Arc::new(AtomicBool::new(false)));
+    let mut workers = Vec::new();
+    for _ in 0..6 {
+        let lock = client(&cluster).await;
+        let (key, tally, stop) = (key.clone(), tally.clone(), stop.clone());
+        workers.push(tokio::spawn(contend(lock, key, tally, stop)));
+    }
+    // Contention is under way before the slot moves.
+    let started = Instant::now();
+    while tally.acquired.load(Ordering::SeqCst) < 50 {
+        assert!(started.elapsed() < Duration::from_secs(20), "no progress");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let moving = Instant::now();
+    let before = tally.acquired.load(Ordering::SeqCst);
+    cluster.move_slot(slot, from, to).await.unwrap();
+    let moved_in = moving.elapsed();
+    let during = tally.acquired.load(Ordering::SeqCst) - before;
+    // And goes on after it, on the new owner.
+    let after_move = tally.acquired.load(Ordering::SeqCst);
+    let resumed = Instant::now();
+    while tally.acquired.load(Ordering::SeqCst) < after_move + 50 {
+        assert!(
+            resumed.elapsed() < Duration::from_secs(20),
+            "no progress after the move"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    assert_eq!(cluster.owner_of(slot).await.unwrap(), to);
+    let longest = Duration::from_millis(tally.longest_wait_ms.load(Ordering::SeqCst) as u64);
+    eprintln!(
+        "reshard of slot {slot} from node {from} to node {to}: {moved_in:?}, {during} \
+         acquisitions during it, {} in all, longest wait {longest:?}, {} overlaps",
+        tally.acquired.load(Ordering::SeqCst),
+        tally.overlaps.load(Ordering::SeqCst)
+    );
+    assert_eq!(
+        tally.overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders at once"
+    );
+    assert!(
+        longest < TTL + Duration::from_secs(1),
+        "a waiter slept {longest:?}: a release was not heard and it waited past the ttl"
+    );
+}
+
+#[tokio::test]
+async fn check_reports_every_primary_and_its_warnings() {
+    let cluster = cluster().await;
+    let lock = client(&cluster).await;
+    // One primary that may evict lock keys.
+    cluster
+        .cli(1, &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"])
+        .await
+        .unwrap();
+    let inspect: &dyn Inspect = lock.inspect().expect("the redis adapter inspects");
+    let topology = inspect.topology().await.unwrap().expect("a topology");
+    assert!(
+        topology.contains("a Redis Cluster of 3 primaries"),
+        "{topology}"
+    );
+    for node in cluster.nodes() {
+        assert!(topology.contains(&node.addr().to_string()), "{topology}");
+    }
+    assert!(topology.contains("slots 0-5460"), "{topology}");
+    let pitfalls = inspect.pitfalls().await.unwrap();
+    let evicting: Vec<&String> = pitfalls
+        .iter()
+        .filter(|w| w.contains("maxmemory-policy is allkeys-lru"))
+        .collect();
+    assert_eq!(evicting.len(), 1, "{pitfalls:#?}");
+    assert!(evicting[0].contains(&cluster.nodes()[1].addr().to_string()));
+    let unpersisted = pitfalls
+        .iter()
+        .filter(|w| w.contains("append-only persistence is off") && w.contains("cluster mode"))
+        .count();
+    assert_eq!(unpersisted, 3, "one per primary: {pitfalls:#?}");
+    // Residue is found on whichever primary holds it.
+    let mut leases = Vec::new();
+    for name in ["a", "b", "c", "d", "e", "f"] {
+        let key = LockKey::new(format!("residue/{name}")).unwrap();
+        leases.push(lock.acquire(&key, &AcquireOptions::new()).await.unwrap());
+    }
+    assert_eq!(inspect.residue("residue/").await.unwrap().len(), 6);
+    for lease in leases {
+        lease.release().await.unwrap();
+    }
+    assert!(inspect.residue("residue/").await.unwrap().is_empty());
+}

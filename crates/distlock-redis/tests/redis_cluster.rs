@@ -178,3 +178,77 @@ async fn check_reports_every_primary_and_its_warnings() {
     }
     assert!(inspect.residue("residue/").await.unwrap().is_empty());
 }
+
+/// How long a waiter takes to get `key` once its holder releases it, with a
+/// ttl so long that only the release message can explain a quick wake. With
+/// `reshard`, the slot moves while the waiter waits (subscribed on the old
+/// owner), so the release is heard only if it subscribed again on the new one.
+async fn wake_latency(
+    cluster: &RedisCluster,
+    holder: &RedisLock,
+    key: &LockKey,
+    reshard: Option<(u16, usize, usize)>,
+) -> Duration {
+    let waiter = client(cluster).await;
+    let options = AcquireOptions::new()
+        .ttl(Duration::from_secs(30))
+        .wait(Wait::For(Duration::from_secs(30)));
+    let held = holder.acquire(key, &options).await.unwrap();
+    let waiting = {
+        let (key, options) = (key.clone(), options.clone());
+        tokio::spawn(async move {
+            let lease = waiter.acquire(&key, &options).await.unwrap();
+            let woken = Instant::now();
+            lease.release().await.unwrap();
+            woken
+        })
+    };
+    subscribed(cluster, key).await;
+    if let Some((slot, from, to)) = reshard {
+        cluster.move_slot(slot, from, to).await.unwrap();
+        subscribed(cluster, key).await;
+    }
+    let released = Instant::now();
+    held.release().await.unwrap();
+    waiting.await.unwrap() - released
+}
+
+/// Waits until the primary of `key`'s slot counts one subscriber of its
+/// shard channel.
+async fn subscribed(cluster: &RedisCluster, key: &LockKey) {
+    let channel = LockKeys::new(NAMESPACE, key).channel;
+    let owner = cluster.owner_of(slot_of(cluster, key).await).await.unwrap();
+    let started = Instant::now();
+    loop {
+        let count = cluster
+            .cli(owner, &["PUBSUB", "SHARDNUMSUB", &channel])
+            .await
+            .unwrap();
+        if count.lines().nth(1).map(str::trim) == Some("1") {
+            return;
+        }
+        let waited = started.elapsed();
+        assert!(
+            waited < Duration::from_secs(10),
+            "no subscriber on node {owner}: {count}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_release_wakes_the_waiter_through_sharded_pubsub_even_across_a_reshard() {
+    let cluster = cluster().await;
+    let holder = client(&cluster).await;
+    let key = LockKey::new("wake/me").unwrap();
+    // The polling bound here is the 5 s nap; only a message wakes sooner.
+    let bound = Duration::from_secs(1);
+    let plain = wake_latency(&cluster, &holder, &key, None).await;
+    assert!(plain < bound, "woken after {plain:?}");
+    let slot = slot_of(&cluster, &key).await;
+    let from = cluster.owner_of(slot).await.unwrap();
+    let to = (from + 1) % cluster.nodes().len();
+    let moved = wake_latency(&cluster, &holder, &key, Some((slot, from, to))).await;
+    assert!(moved < bound, "woken after {moved:?} once the slot moved");
+    eprintln!("wake latency: {plain:?}; {moved:?} for a waiter whose slot moved while it waited");
+}

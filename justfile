@@ -48,6 +48,12 @@ test-redis-sentinel:
     cargo test -p distlock-tests --features redis --test conformance -- redis_sentinel::
     cargo test -p distlock-redis --test redis_sentinel -- --nocapture
 
+# Redis Cluster (three launched primaries): conformance cases plus the reshard,
+# wake-up and check tests.
+test-redis-cluster:
+    cargo test -p distlock-tests --features redis --test conformance -- redis_cluster::
+    cargo test -p distlock-redis --test redis_cluster -- --nocapture
+
 # Redlock (five launched nodes): conformance cases plus the quorum tests.
 test-redlock:
     cargo test -p distlock-tests --features redlock --test conformance -- redlock::

@@ -243,6 +243,11 @@ fn config_text(bind: IpAddr, port: u16, data_dir: &Path, options: &RedisOptions)
     }
     if let Some(primary) = options.replica_of {
         text.push_str(&format!("replicaof 127.0.0.1 {primary}\n"));
+        if options.tls.is_some() {
+            // `replica_of` is then the primary's TLS port; the replica also
+            // announces its own TLS port, where Sentinel will reach it.
+            text.push_str("tls-replication yes\n");
+        }
     }
     text
 }

@@ -35,6 +35,11 @@ use std::time::Duration;
 /// `sentinel_user`/`sentinel_password` the Sentinels' own. Every connection
 /// asks the Sentinels for the primary, so the client follows failovers.
 ///
+/// A Redis Cluster: `redis+cluster://[user[:password]@]n1[:6379],n2,…[?…]`
+/// (`rediss+cluster://` for TLS): the hosts are seeds for the slot map, each
+/// lock goes to the primary of its slot, and the parameters are those of
+/// `redis://` (`restart_guard` excepted; database 0 only).
+///
 /// `Debug` never shows the password.
 ///
 /// ```

@@ -20,6 +20,8 @@
 //!
 //! - [`RedisLock`]: one Redis server, or the primary that Sentinel names
 //!   (`redis+sentinel://s1,s2,s3/<master-name>`), followed across failovers.
+//!   Or a Redis Cluster (`redis+cluster://n1,n2,n3`): each lock on its slot's
+//!   primary, waiters woken by sharded pub/sub.
 //!   Acquire is one round trip (a Lua script
 //!   does `SET key owner NX PX ttl` and `INCR`s a fence counter that never
 //!   expires); renew and release are compare-owner scripts; waiters wake through
@@ -64,7 +66,8 @@
 //! `config` reads URLs and builds clients; `backend` is the lock on one server,
 //! `protocol` its Lua scripts (`scripts/*.lua`) and commands, `connection` the
 //! reconnecting command connection, `sentinel` where it connects to (a fixed
-//! server or the primary Sentinel names), `subscriber` the shared pub/sub wake-up,
+//! server or the primary Sentinel names), `cluster` the Redis Cluster
+//! connections, `subscriber` the shared pub/sub wake-up,
 //! `restart` the restart check of held leases and the restart guard;
 //! `fence` the fenced writes and their scripts (`scripts/fence_*.lua`);
 //! `keys`, `error` and `inspect` as in every adapter; `redlock` the same shape

@@ -8,7 +8,7 @@
 use distlock_core::toolkit::Inspect;
 use distlock_core::{AcquireOptions, DistributedLock, LockKey, Renewal, Wait};
 use distlock_redis::{LockKeys, RedisConfig, RedisLock};
-use distlock_testkit::servers::RedisCluster;
+use distlock_testkit::servers::{Launched, RedisCluster};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -251,4 +251,38 @@ async fn a_release_wakes_the_waiter_through_sharded_pubsub_even_across_a_reshard
     let moved = wake_latency(&cluster, &holder, &key, Some((slot, from, to))).await;
     assert!(moved < bound, "woken after {moved:?} once the slot moved");
     eprintln!("wake latency: {plain:?}; {moved:?} for a waiter whose slot moved while it waited");
+}
+
+#[tokio::test]
+async fn leases_in_several_slots_hear_of_a_cluster_restart_that_lost_them() {
+    let cluster = cluster().await;
+    let lock = client(&cluster).await;
+    // Manual renewal and a long ttl: only the restart check can notice.
+    let options = AcquireOptions::new()
+        .ttl(Duration::from_secs(60))
+        .renewal(Renewal::Manual);
+    let mut leases = Vec::new();
+    for name in ["a", "b", "c", "d", "e", "f"] {
+        let key = LockKey::new(format!("restart/{name}")).unwrap();
+        leases.push(lock.acquire(&key, &options).await.unwrap());
+    }
+    let mut slots = Vec::new();
+    for lease in &leases {
+        slots.push(slot_of(&cluster, lease.key()).await);
+    }
+    slots.sort_unstable();
+    slots.dedup();
+    assert!(slots.len() > 1, "the leases must span slots: {slots:?}");
+    Launched::restart(&cluster).await.unwrap();
+    let restarted = Instant::now();
+    for lease in &leases {
+        tokio::time::timeout(Duration::from_secs(10), lease.lost())
+            .await
+            .expect("lost() fires once the subscriber is back and the keys are read");
+    }
+    eprintln!(
+        "six leases over {} slots lost within {:?} of the restart",
+        slots.len(),
+        restarted.elapsed()
+    );
 }

@@ -16,8 +16,10 @@
 //!   channel, which lives in the lock's slot, and the subscriber `SSUBSCRIBE`s
 //!   it through a RESP3 cluster connection that routes each channel to its
 //!   slot's primary;
-//! - no `run_id` is read: a connection reaches several processes, so a lease
-//!   lost by a failover is noticed by its next renewal, not at reconnect;
+//! - no `run_id` is read: a connection reaches several processes. Instead,
+//!   every time the subscriber connects again (a node's connection dropped:
+//!   a restart, a failover), every held lease is read back (one `MGET`, split
+//!   by slot), and one whose key is gone fires `lost()` at once;
 //! - `WAIT` goes to every primary and the smallest count is taken, so with
 //!   `wait_replicas` every primary must have that many replicas.
 

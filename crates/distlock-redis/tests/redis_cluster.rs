@@ -6,7 +6,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use distlock_core::toolkit::Inspect;
-use distlock_core::{AcquireOptions, DistributedLock, LockKey, Renewal, Wait};
+use distlock_core::{AcquireOptions, DistributedLock, Fence, FencedWrite, FencingToken};
+use distlock_core::{LockError, LockKey, Renewal, Wait};
 use distlock_redis::{LockKeys, RedisConfig, RedisLock};
 use distlock_testkit::servers::{Launched, RedisCluster};
 use std::sync::Arc;
@@ -285,4 +286,42 @@ async fn leases_in_several_slots_hear_of_a_cluster_restart_that_lost_them() {
         slots.len(),
         restarted.elapsed()
     );
+}
+
+#[tokio::test]
+async fn fenced_writes_land_in_their_resources_slots_and_warnings_name_each_primary() {
+    let cluster = cluster().await;
+    let fence = RedisConfig::from_url(&cluster.url())
+        .unwrap()
+        .namespace(NAMESPACE)
+        .connect_fence()
+        .await
+        .unwrap();
+    // Resources on different primaries, with and without a hash tag.
+    for resource in ["stock", "{cart}:7", "orders/42", "a", "b", "c"] {
+        let newer = FencingToken::new(20);
+        fence
+            .write(resource, newer, FencedWrite::set("v"))
+            .await
+            .unwrap();
+        let stale = fence
+            .write(resource, FencingToken::new(10), FencedWrite::set("old"))
+            .await;
+        assert!(
+            matches!(stale, Err(LockError::StaleToken { .. })),
+            "{resource}: {stale:?}"
+        );
+        assert_eq!(fence.read(resource).await.unwrap().as_deref(), Some("v"));
+        assert_eq!(fence.highest(resource).await.unwrap(), Some(newer));
+    }
+    let pitfalls = fence.pitfalls().await.unwrap();
+    for node in cluster.nodes() {
+        let node = node.addr().to_string();
+        assert!(
+            pitfalls
+                .iter()
+                .any(|w| w.starts_with(&node) && w.contains("forgets every fence record")),
+            "{node}: {pitfalls:#?}"
+        );
+    }
 }

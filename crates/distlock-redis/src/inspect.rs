@@ -99,17 +99,29 @@ pub(crate) const FLOOR_NAME: &str = "acquire.lua + release.lua (EVALSHA x2)";
 /// The socket reads the server has served (`total_reads_processed`): one per
 /// request, or per batch of pipelined requests that arrived together. Not
 /// `total_commands_processed`, which also counts every command a Lua script
-/// runs inside the server, so one `EVALSHA` would count as five.
+/// runs inside the server, so one `EVALSHA` would count as five. A cluster's
+/// is the sum over its primaries.
 pub(crate) async fn requests_served(
     server: &ServerClient,
     budget: Duration,
 ) -> Result<u64, CommandError> {
-    let mut info = redis::cmd("INFO");
-    info.arg("stats");
-    let stats: String = server.query(budget, info.into()).await?;
-    info_field(&stats, "total_reads_processed")
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| CommandError::Reply("INFO stats without total_reads_processed".into()))
+    let mut served = 0_u64;
+    for node in every_server(server, budget).await? {
+        let at = At {
+            server,
+            node: node.as_ref(),
+        };
+        let mut info = redis::cmd("INFO");
+        info.arg("stats");
+        let stats: String = at.query(budget, info).await?;
+        let reads: u64 = info_field(&stats, "total_reads_processed")
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| {
+                CommandError::Reply("INFO stats without total_reads_processed".into())
+            })?;
+        served = served.saturating_add(reads);
+    }
+    Ok(served)
 }
 
 /// A read for a warning: a server that cannot be reached fails the check, one

@@ -167,6 +167,11 @@ async fn check_reports_every_primary_and_its_warnings() {
         .filter(|w| w.contains("append-only persistence is off") && w.contains("cluster mode"))
         .count();
     assert_eq!(unpersisted, 3, "one per primary: {pitfalls:#?}");
+    // The bench's request count adds up every primary's.
+    let before = inspect.server_requests().await.unwrap().expect("counted");
+    inspect.ping().await.unwrap();
+    let after = inspect.server_requests().await.unwrap().expect("counted");
+    assert!(after > before, "{before} then {after}");
     // Residue is found on whichever primary holds it.
     let mut leases = Vec::new();
     for name in ["a", "b", "c", "d", "e", "f"] {

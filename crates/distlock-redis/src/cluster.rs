@@ -170,7 +170,7 @@ impl ClusterTarget {
 /// A node's address as the cluster announces it.
 pub(crate) type Node = (String, u16);
 
-/// One primary and what it serves, from `CLUSTER SLOTS`.
+/// One primary and what it serves, from `CLUSTER NODES`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Shard {
     pub primary: Node,
@@ -208,114 +208,117 @@ pub(crate) async fn on_node(
     }
 }
 
-/// The primaries, their slot ranges and replicas, from a `CLUSTER SLOTS` reply
-/// (`[[start, end, [host, port, id…], [replica…]…]…]`), in slot order.
-pub(crate) fn shards(reply: &Value) -> Result<Vec<Shard>, CommandError> {
-    let bad = || CommandError::Reply(format!("CLUSTER SLOTS gave {reply:?}"));
-    let Value::Array(ranges) = reply else {
-        return Err(bad());
-    };
-    let mut shards: Vec<Shard> = Vec::new();
-    for range in ranges {
-        let Value::Array(fields) = range else {
-            return Err(bad());
+/// The primaries, their slot ranges and replicas, from a `CLUSTER NODES`
+/// reply, in slot order. Not `CLUSTER SLOTS`: it leaves out replicas that have
+/// not yet replicated anything, so an idle cluster would look unreplicated.
+///
+/// Each line: `id host:port@bus[,hostname] flags primary-id ping pong epoch
+/// link slot…`, a slot being `n`, `a-b`, or a `[…]` migration note (skipped).
+/// A failed or handshaking node is left out.
+pub(crate) fn shards(reply: &str) -> Result<Vec<Shard>, CommandError> {
+    let bad = |line: &str| CommandError::Reply(format!("CLUSTER NODES line {line:?}"));
+    let mut primaries: Vec<(String, Shard)> = Vec::new();
+    let mut replicas: Vec<(String, Node)> = Vec::new();
+    for line in reply.lines().filter(|l| !l.trim().is_empty()) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [id, address, flags, primary_id, ..] = fields[..] else {
+            return Err(bad(line));
         };
-        let (Some(start), Some(end)) = (slot(fields.first()), slot(fields.get(1))) else {
-            return Err(bad());
-        };
-        let mut nodes = fields.iter().skip(2).map(node);
-        let primary = nodes.next().flatten().ok_or_else(bad)?;
-        let replicas: Vec<Node> = nodes.flatten().collect();
-        match shards.iter_mut().find(|s| s.primary == primary) {
-            Some(shard) => shard.slots.push((start, end)),
-            None => shards.push(Shard {
-                primary,
-                slots: vec![(start, end)],
-                replicas,
-            }),
+        let flags: Vec<&str> = flags.split(',').collect();
+        if flags
+            .iter()
+            .any(|f| matches!(*f, "fail" | "handshake" | "noaddr"))
+        {
+            continue;
+        }
+        let node = address_of(address).ok_or_else(|| bad(line))?;
+        if flags.contains(&"slave") {
+            replicas.push((primary_id.to_owned(), node));
+            continue;
+        }
+        let mut slots = Vec::new();
+        for range in fields.iter().skip(8).filter(|r| !r.starts_with('[')) {
+            let (start, end) = range.split_once('-').unwrap_or((range, range));
+            match (start.parse::<u16>(), end.parse::<u16>()) {
+                (Ok(start), Ok(end)) if start <= end && end < 16384 => slots.push((start, end)),
+                _ => return Err(bad(line)),
+            }
+        }
+        if !slots.is_empty() {
+            let replicas = Vec::new();
+            primaries.push((
+                id.to_owned(),
+                Shard {
+                    primary: node,
+                    slots,
+                    replicas,
+                },
+            ));
         }
     }
+    for (primary_id, replica) in replicas {
+        if let Some((_, shard)) = primaries.iter_mut().find(|(id, _)| *id == primary_id) {
+            shard.replicas.push(replica);
+        }
+    }
+    let mut shards: Vec<Shard> = primaries.into_iter().map(|(_, shard)| shard).collect();
     for shard in &mut shards {
         shard.slots.sort_unstable();
+        shard.replicas.sort_unstable();
     }
     shards.sort_by_key(|s| s.slots.first().copied());
     Ok(shards)
 }
 
-fn slot(value: Option<&Value>) -> Option<u16> {
-    match value? {
-        Value::Int(n) => u16::try_from(*n).ok(),
-        _ => None,
-    }
-}
-
-fn node(value: &Value) -> Option<Node> {
-    let Value::Array(fields) = value else {
-        return None;
-    };
-    let host = match fields.first()? {
-        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok()?,
-        Value::SimpleString(text) => text.clone(),
-        _ => return None,
-    };
-    let port = match fields.get(1)? {
-        Value::Int(n) => u16::try_from(*n).ok()?,
-        _ => return None,
-    };
-    Some((host, port))
+/// `host:port` from `host:port@bus[,hostname]` (the host may be an IPv6
+/// address, itself full of colons).
+fn address_of(field: &str) -> Option<Node> {
+    let address = field.split(['@', ',']).next()?;
+    let (host, port) = address.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some((host.to_owned(), port.parse().ok()?))
 }
 
 #[cfg(test)]
 mod tests {
     use super::{Shard, shards};
-    use redis::Value;
 
-    fn node(host: &str, port: i64) -> Value {
-        Value::Array(vec![
-            Value::BulkString(host.as_bytes().to_vec()),
-            Value::Int(port),
-            Value::BulkString(b"id".to_vec()),
-        ])
-    }
+    const NODES: &str = "\
+07c3 10.0.0.4:7003@17003 slave e7d1 0 1426238317239 4 connected
+67ed 10.0.0.2:7001@17001 master - 0 1426238316232 2 connected 5461-10922 [5461->-e7d1]
+292f 10.0.0.3:7002@17002 master,fail - 1426238316232 0 3 disconnected
+e7d1 10.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460 10923-16383
+9a1b ::1:7004@17004,host5 slave e7d1 0 1426238317741 5 connected
+";
 
     #[test]
-    fn cluster_slots_are_grouped_by_primary() {
-        let range = |start, end, nodes: Vec<Value>| {
-            let mut fields = vec![Value::Int(start), Value::Int(end)];
-            fields.extend(nodes);
-            Value::Array(fields)
-        };
-        let reply = Value::Array(vec![
-            range(5461, 10922, vec![node("10.0.0.2", 7001)]),
-            range(
-                0,
-                5460,
-                vec![node("10.0.0.1", 7000), node("10.0.0.4", 7003)],
-            ),
-            range(
-                10923,
-                16383,
-                vec![node("10.0.0.1", 7000), node("10.0.0.4", 7003)],
-            ),
-        ]);
-        let found = shards(&reply).expect("a well-formed reply");
-        assert_eq!(found.len(), 2);
+    fn cluster_nodes_are_grouped_into_primaries_with_their_replicas() {
+        let found = shards(NODES).expect("a well-formed reply");
+        assert_eq!(found.len(), 2, "a failed primary is left out: {found:?}");
         assert_eq!(found[0].primary, ("10.0.0.1".to_owned(), 7000));
         assert_eq!(found[0].slots, vec![(0, 5460), (10923, 16383)]);
-        assert_eq!(found[0].replicas, vec![("10.0.0.4".to_owned(), 7003)]);
-        assert_eq!(Shard::name(&found[1].primary), "10.0.0.2:7001");
+        assert_eq!(
+            found[0].replicas,
+            vec![("10.0.0.4".to_owned(), 7003), ("::1".to_owned(), 7004)]
+        );
+        assert_eq!(Shard::name(&found[0].replicas[1]), "[::1]:7004");
+        assert_eq!(
+            found[1].slots,
+            vec![(5461, 10922)],
+            "migration notes skipped"
+        );
         assert!(found[1].replicas.is_empty());
     }
 
     #[test]
     fn a_malformed_reply_is_an_error_not_a_panic() {
         for reply in [
-            Value::Int(3),
-            Value::Array(vec![Value::Int(1)]),
-            Value::Array(vec![Value::Array(vec![Value::Int(0), Value::Int(99999)])]),
-            Value::Array(vec![Value::Array(vec![Value::Int(0), Value::Int(5)])]),
+            "just-an-id",
+            "e7d1 no-port@1 master - 0 0 1 connected 0-5460",
+            "e7d1 10.0.0.1:7000@17000 master - 0 0 1 connected 0-99999",
+            "e7d1 10.0.0.1:7000@17000 master - 0 0 1 connected 9-3",
         ] {
-            assert!(shards(&reply).is_err(), "{reply:?}");
+            assert!(shards(reply).is_err(), "{reply:?}");
         }
     }
 }

@@ -2,7 +2,7 @@
 //! holds a key, which lock keys are left under a prefix, a force-unlock, and the
 //! server settings that weaken the lock. The per-server parts are shared with
 //! Redlock, which asks every node, and with Redis Cluster mode, which asks
-//! every primary (`CLUSTER SLOTS` names them).
+//! every primary (`CLUSTER NODES` names them).
 
 use crate::backend::RedisBackend;
 use crate::connection::info_field;

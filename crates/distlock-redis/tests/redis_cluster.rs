@@ -9,7 +9,7 @@ use distlock_core::toolkit::Inspect;
 use distlock_core::{AcquireOptions, DistributedLock, Fence, FencedWrite, FencingToken};
 use distlock_core::{LockError, LockKey, Renewal, Wait};
 use distlock_redis::{LockKeys, RedisConfig, RedisLock};
-use distlock_testkit::servers::{Launched, RedisCluster};
+use distlock_testkit::servers::{Launched, RedisCluster, RedisOptions};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -328,5 +328,71 @@ async fn fenced_writes_land_in_their_resources_slots_and_warnings_name_each_prim
                 .any(|w| w.starts_with(&node) && w.contains("forgets every fence record")),
             "{node}: {pitfalls:#?}"
         );
+    }
+}
+
+#[tokio::test]
+async fn replicas_are_reported_and_wait_replicas_counts_them() {
+    let runtime = tokio::runtime::Handle::current();
+    let start = move || {
+        runtime.block_on(RedisCluster::start_replicated(
+            3,
+            1,
+            RedisOptions::default(),
+        ))
+    };
+    let cluster = tokio::task::spawn_blocking(start).await.unwrap().unwrap();
+    let plain = client(&cluster).await;
+    let inspect = plain.inspect().expect("inspect");
+    let topology = inspect.topology().await.unwrap().expect("a topology");
+    assert_eq!(topology.matches("1 replica(s): ").count(), 3, "{topology}");
+    let pitfalls = inspect.pitfalls().await.unwrap();
+    let unacknowledged = pitfalls
+        .iter()
+        .filter(|w| w.contains("has 1 replica(s) and the URL does not set wait_replicas"))
+        .count();
+    assert_eq!(unacknowledged, 3, "one per primary: {pitfalls:#?}");
+
+    let acked = |replicas: u32| {
+        let url = format!(
+            "{}?wait_replicas={replicas}&wait_timeout=300ms",
+            cluster.url()
+        );
+        async move {
+            RedisConfig::from_url(&url)
+                .unwrap()
+                .namespace(NAMESPACE)
+                .connect()
+                .await
+                .unwrap()
+        }
+    };
+    let key = LockKey::new("replicated/job").unwrap();
+    let once = acked(1).await;
+    let lease = once.acquire(&key, &AcquireOptions::new()).await.unwrap();
+    lease.release().await.unwrap();
+    let warnings = once.inspect().expect("inspect").pitfalls().await.unwrap();
+    assert!(
+        !warnings
+            .iter()
+            .any(|w| w.contains("does not set wait_replicas")),
+        "{warnings:#?}"
+    );
+    // Each primary has one replica: asking for two must fail, and undo.
+    let twice = acked(2).await;
+    let refused = twice
+        .acquire(&key, &AcquireOptions::new().wait(Wait::No))
+        .await;
+    let shown = format!("{refused:?}");
+    assert!(shown.contains("only 1 of 2 replicas"), "{shown}");
+    // The undo runs in the background, right after the refusal.
+    let refused_at = Instant::now();
+    while inspect.holder(&key).await.unwrap().is_some() {
+        let waited = refused_at.elapsed();
+        assert!(
+            waited < Duration::from_secs(5),
+            "the acquire was not undone"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

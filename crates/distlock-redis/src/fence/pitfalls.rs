@@ -33,8 +33,8 @@ impl RedisFence {
                 if let CommandConn::Single(_) = conn {
                     return Ok(None);
                 }
-                let reply: redis::Value = redis::cmd("CLUSTER")
-                    .arg("SLOTS")
+                let reply: String = redis::cmd("CLUSTER")
+                    .arg("NODES")
                     .query_async(&mut conn)
                     .await?;
                 Ok(Some(reply))

@@ -1,5 +1,5 @@
 //! The servers an inspection asks: the client's one server, or each primary
-//! of its Redis Cluster, named by `CLUSTER SLOTS`.
+//! of its Redis Cluster, named by `CLUSTER NODES`.
 
 use crate::cluster::{Node, Shard, shards};
 use crate::error::CommandError;
@@ -40,9 +40,9 @@ async fn cluster_shards(
     server: &ServerClient,
     budget: Duration,
 ) -> Result<Vec<Shard>, CommandError> {
-    let mut slots = redis::cmd("CLUSTER");
-    slots.arg("SLOTS");
-    let reply: redis::Value = server.query(budget, slots.into()).await?;
+    let mut nodes = redis::cmd("CLUSTER");
+    nodes.arg("NODES");
+    let reply: String = server.query(budget, nodes.into()).await?;
     shards(&reply)
 }
 
@@ -62,7 +62,7 @@ pub(super) async fn every_server(
     }
 }
 
-/// The primaries of a cluster, their slots and replicas, as `CLUSTER SLOTS`
+/// The primaries of a cluster, their slots and replicas, as `CLUSTER NODES`
 /// gives them.
 pub(super) async fn describe_cluster(
     server: &ServerClient,

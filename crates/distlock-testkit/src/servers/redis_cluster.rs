@@ -1,7 +1,8 @@
-//! Redis Cluster launcher: N primaries (no replicas), each a `redis-server`
-//! child process with `cluster-enabled yes` on free loopback ports, joined with
-//! `redis-cli --cluster create`, ready once every node reports
-//! `cluster_state:ok` with all 16384 slots assigned.
+//! Redis Cluster launcher: N primaries (and optionally R replicas of each),
+//! each a `redis-server` child process with `cluster-enabled yes` on free
+//! loopback ports, joined with `redis-cli --cluster create`, ready once every
+//! node reports `cluster_state:ok` with all 16384 slots assigned and every
+//! replica is linked to its primary.
 
 use super::redis::{RedisOptions, RedisServer};
 use super::{READY_TIMEOUT, ServerError, find_binary, url_encode};
@@ -18,6 +19,7 @@ const MIGRATE_BATCH: usize = 100;
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
     password: Option<String>,
+    replicas: usize,
 }
 
 impl RedisCluster {
@@ -30,18 +32,35 @@ impl RedisCluster {
     /// [`RedisCluster::start`] with these options for every node (`cluster` is
     /// set for you).
     pub async fn start_with(primaries: usize, options: RedisOptions) -> Result<Self, ServerError> {
+        Self::start_replicated(primaries, 0, options).await
+    }
+
+    /// `primaries` primaries with `replicas` replicas each (which node gets
+    /// which role is `redis-cli`'s choice: ask [`RedisCluster::owner_of`]).
+    pub async fn start_replicated(
+        primaries: usize,
+        replicas: usize,
+        options: RedisOptions,
+    ) -> Result<Self, ServerError> {
         let options = RedisOptions {
             cluster: true,
             ..options
         };
-        let nodes = RedisServer::start_many_with(primaries, &options).await?;
+        let count = primaries * (1 + replicas);
+        let nodes = RedisServer::start_many_with(count, &options).await?;
         let cluster = RedisCluster {
             nodes,
             password: options.password,
+            replicas,
         };
+        let replicas = replicas.to_string();
         let mut create = vec!["--cluster".to_owned(), "create".to_owned()];
         create.extend(cluster.nodes.iter().map(|node| node.addr().to_string()));
-        create.extend(["--cluster-replicas", "0", "--cluster-yes"].map(str::to_owned));
+        create.extend([
+            "--cluster-replicas".to_owned(),
+            replicas,
+            "--cluster-yes".to_owned(),
+        ]);
         let create: Vec<&str> = create.iter().map(String::as_str).collect();
         cluster.cli(0, &create).await?;
         cluster.wait_ok().await?;
@@ -61,8 +80,8 @@ impl RedisCluster {
         }
     }
 
-    /// The nodes, in the order they were started (and given slots: node 0 has
-    /// the lowest range).
+    /// The nodes, in the order they were started (without replicas, also the
+    /// order of their slots: node 0 has the lowest range).
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
     }
@@ -195,6 +214,14 @@ impl RedisCluster {
                     .unwrap_or_default();
                 all_ok &=
                     info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384");
+                let replication = self
+                    .cli(index, &["INFO", "replication"])
+                    .await
+                    .unwrap_or_default();
+                all_ok &= match replication.contains("role:master") {
+                    true => replication.contains(&format!("connected_slaves:{}", self.replicas)),
+                    false => replication.contains("master_link_status:up"),
+                };
             }
             if all_ok {
                 return Ok(());

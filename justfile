@@ -49,10 +49,11 @@ test-redis-sentinel:
     cargo test -p distlock-redis --test redis_sentinel -- --nocapture
 
 # Redis Cluster (three launched primaries): conformance cases plus the reshard,
-# wake-up and check tests.
+# wake-up, check and TLS tests (and the Sentinel TLS test).
 test-redis-cluster:
     cargo test -p distlock-tests --features redis --test conformance -- redis_cluster::
     cargo test -p distlock-redis --test redis_cluster -- --nocapture
+    cargo test -p distlock-redis --test redis_cluster_tls --test redis_sentinel_tls
 
 # Redlock (five launched nodes): conformance cases plus the quorum tests.
 test-redlock:

@@ -240,6 +240,11 @@ fn config_text(bind: IpAddr, port: u16, data_dir: &Path, options: &RedisOptions)
         text.push_str(
             "cluster-enabled yes\ncluster-config-file nodes.conf\ncluster-node-timeout 2000\n",
         );
+        if options.tls.is_some() {
+            // The bus and replication speak TLS too; the topology a TLS client
+            // reads then names the TLS ports, a plain client the plain ones.
+            text.push_str("tls-cluster yes\ntls-replication yes\n");
+        }
     }
     if let Some(primary) = options.replica_of {
         text.push_str(&format!("replicaof 127.0.0.1 {primary}\n"));

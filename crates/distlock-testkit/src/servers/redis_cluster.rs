@@ -80,6 +80,24 @@ impl RedisCluster {
         }
     }
 
+    /// `rediss+cluster://[:password@]h1:tls1,…/` when the nodes were started
+    /// with [`RedisOptions::tls`]; add `?ca=…` to trust them.
+    pub fn tls_url(&self) -> Option<String> {
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| Some(format!("{}:{}", n.addr().ip(), n.tls_port()?)))
+            .collect::<Option<_>>()?;
+        Some(match &self.password {
+            Some(password) => format!(
+                "rediss+cluster://:{}@{}/",
+                url_encode(password),
+                nodes.join(",")
+            ),
+            None => format!("rediss+cluster://{}/", nodes.join(",")),
+        })
+    }
+
     /// The nodes, in the order they were started (without replicas, also the
     /// order of their slots: node 0 has the lowest range).
     pub fn nodes(&self) -> &[RedisServer] {

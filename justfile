@@ -53,7 +53,7 @@ test-redis-sentinel:
 test-redis-cluster:
     cargo test -p distlock-tests --features redis --test conformance -- redis_cluster::
     cargo test -p distlock-redis --test redis_cluster -- --nocapture
-    cargo test -p distlock-redis --test redis_cluster_tls --test redis_cluster_faults --test redis_sentinel_tls
+    cargo test -p distlock-redis --test redis_cluster_tls --test redis_cluster_faults --test redis_cluster_round_trips --test redis_sentinel_tls
 
 # Redlock (five launched nodes): conformance cases plus the quorum tests.
 test-redlock:

@@ -4,7 +4,7 @@
 // A failed set-up or step fails the test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use distlock_core::{AcquireOptions, DistributedLock, LockKey};
+use distlock_core::{AcquireOptions, LockKey};
 use distlock_redis::RedisConfig;
 use distlock_testkit::servers::RedisCluster;
 use std::time::Duration;

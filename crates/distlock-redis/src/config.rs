@@ -1,5 +1,6 @@
-//! `RedisConfig`: one Redis server, from a struct or a URL; and the one reader of
-//! `redis://`, `rediss://`, `redlock://` and `redlocks://` URLs.
+//! `RedisConfig`: one Redis server (or a Sentinel-found primary, or a Cluster),
+//! from a struct or a URL; and the one reader of `redis://`, `rediss://` (and
+//! their `+sentinel` and `+cluster` forms), `redlock://` and `redlocks://` URLs.
 
 use crate::backend::{BACKEND, RedisBackend, RedisLock, ReplicaAck};
 use crate::cluster::ClusterSeeds;

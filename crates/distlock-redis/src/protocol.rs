@@ -357,7 +357,7 @@ impl ServerClient {
     /// [`ServerClient::invoke`] with an invocation built for the connection it
     /// goes out on (a script that publishes takes
     /// [`CommandConn::publish_command`]).
-    async fn invoke_on<T>(
+    pub(crate) async fn invoke_on<T>(
         &self,
         budget: Duration,
         build: impl Fn(&CommandConn) -> redis::ScriptInvocation<'static>,

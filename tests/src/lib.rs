@@ -42,6 +42,8 @@ pub fn specs() -> Vec<BackendSpec> {
     specs.push(redis_fair::spec());
     #[cfg(feature = "redis")]
     specs.push(redis_cluster::spec());
+    #[cfg(feature = "redis")]
+    specs.push(redis_cluster::fair_spec());
     #[cfg(feature = "redlock")]
     specs.push(redlock::spec());
     #[cfg(feature = "etcd")]

@@ -5,6 +5,10 @@
 //! seeds are the proxies, and each address the cluster announces is mapped to
 //! its node's proxy (`cluster_dial_instead`), so a fault hits all its traffic,
 //! redirections included. A restart restarts every node.
+//!
+//! `redis_cluster_fair` runs the same harness with every client fair
+//! (`fair=true`): the whole lock suite, `fifo_order` included, on a cluster,
+//! where the turn of each waiter is handed over by `SPUBLISH`.
 
 use crate::redis::{HOOKS, NAMESPACE};
 use async_trait::async_trait;
@@ -22,11 +26,55 @@ pub const PRIMARIES: usize = 3;
 
 /// The Cluster spec.
 pub fn spec() -> BackendSpec {
+    spec_of(Flavour::Plain)
+}
+
+/// The Cluster spec with every client fair (`fair=true`).
+pub fn fair_spec() -> BackendSpec {
+    spec_of(Flavour::Fair)
+}
+
+fn spec_of(flavour: Flavour) -> BackendSpec {
     BackendSpec {
-        name: "redis_cluster".into(),
-        capabilities: RedisBackend::CAPABILITIES,
+        name: flavour.name().into(),
+        capabilities: flavour.capabilities(),
         hooks: HOOKS,
-        start: Box::new(|| Box::pin(async { Ok(Arc::new(ClusterHarness::launch().await?) as _) })),
+        start: Box::new(move || {
+            Box::pin(async move { Ok(Arc::new(ClusterHarness::launch(flavour).await?) as _) })
+        }),
+    }
+}
+
+/// Which lock the harness's clients take.
+#[derive(Debug, Clone, Copy)]
+enum Flavour {
+    /// The plain lock.
+    Plain,
+    /// The fair (FIFO) lock, `fair=true`.
+    Fair,
+}
+
+impl Flavour {
+    fn name(self) -> &'static str {
+        match self {
+            Flavour::Plain => "redis_cluster",
+            Flavour::Fair => "redis_cluster_fair",
+        }
+    }
+
+    fn capabilities(self) -> Capabilities {
+        match self {
+            Flavour::Plain => RedisBackend::CAPABILITIES,
+            Flavour::Fair => RedisBackend::FAIR_CAPABILITIES,
+        }
+    }
+
+    /// The URL's query, after `?`, without the namespace.
+    fn params(self) -> &'static str {
+        match self {
+            Flavour::Plain => "",
+            Flavour::Fair => "fair=true",
+        }
     }
 }
 
@@ -41,18 +89,20 @@ pub async fn launch_cluster(primaries: usize) -> Result<RedisCluster, BoxError> 
 #[derive(Debug)]
 pub struct ClusterHarness {
     cluster: RedisCluster,
+    flavour: Flavour,
     url: String,
     inspector: DynLock,
 }
 
 impl ClusterHarness {
     /// A harness on a cluster of its own.
-    pub async fn launch() -> Result<Self, BoxError> {
+    async fn launch(flavour: Flavour) -> Result<Self, BoxError> {
         let cluster = launch_cluster(PRIMARIES).await?;
-        let url = cluster.url();
+        let url = format!("{}?{}", cluster.url(), flavour.params());
         let inspector = connect(RedisConfig::from_url(&url)?).await?;
         Ok(ClusterHarness {
             cluster,
+            flavour,
             url,
             inspector,
         })
@@ -78,11 +128,11 @@ impl FaultControl for Proxies {
 #[async_trait]
 impl Harness for ClusterHarness {
     fn name(&self) -> &str {
-        "redis_cluster"
+        self.flavour.name()
     }
 
     fn capabilities(&self) -> Capabilities {
-        RedisBackend::CAPABILITIES
+        self.flavour.capabilities()
     }
 
     fn hooks(&self) -> Hooks {
@@ -99,7 +149,8 @@ impl Harness for ClusterHarness {
             proxies.push(FaultProxy::start(node.addr()).await?);
         }
         let seeds: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
-        let mut config = RedisConfig::from_url(&format!("redis+cluster://{}/", seeds.join(",")))?;
+        let (seeds, params) = (seeds.join(","), self.flavour.params());
+        let mut config = RedisConfig::from_url(&format!("redis+cluster://{seeds}/?{params}"))?;
         for proxy in &proxies {
             let (node, dialed) = (proxy.upstream(), proxy.addr());
             config = config.cluster_dial_instead(
@@ -118,7 +169,7 @@ impl Harness for ClusterHarness {
     }
 
     async fn dedicated(&self) -> Result<Arc<dyn Harness>, BoxError> {
-        Ok(Arc::new(Self::launch().await?))
+        Ok(Arc::new(Self::launch(self.flavour).await?))
     }
 
     fn launched(&self) -> Option<&dyn Launched> {
@@ -126,6 +177,6 @@ impl Harness for ClusterHarness {
     }
 
     fn lock_url(&self) -> Option<String> {
-        Some(format!("{}?namespace={NAMESPACE}", self.url))
+        Some(format!("{}&namespace={NAMESPACE}", self.url))
     }
 }

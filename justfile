@@ -56,8 +56,9 @@ test-redis-fair:
 # wake-up, check and TLS tests (and the Sentinel TLS test).
 test-redis-cluster:
     cargo test -p distlock-tests --features redis --test conformance -- redis_cluster::
+    cargo test -p distlock-tests --features redis --test conformance -- redis_cluster_fair::
     cargo test -p distlock-redis --test redis_cluster -- --nocapture
-    cargo test -p distlock-redis --test redis_cluster_tls --test redis_cluster_faults --test redis_cluster_round_trips --test redis_sentinel_tls
+    cargo test -p distlock-redis --test redis_cluster_tls --test redis_cluster_faults --test redis_cluster_round_trips --test redis_cluster_primitives --test redis_sentinel_tls
 
 # Redlock (five launched nodes): conformance cases plus the quorum tests.
 test-redlock:

@@ -349,7 +349,9 @@ impl RedisConfig {
     /// waiter that vanished loses its place after its ttl (at least 300 ms, at
     /// most 5 s) without an attempt. Every client of a name must agree: a plain
     /// client ignores the queue. Not combined with `restart_guard` or
-    /// `wait_replicas`, which the fair scripts do not implement.
+    /// `wait_replicas`, which the fair scripts do not implement. Works in
+    /// Redis Cluster mode too: the queue and the waiters' channels share the
+    /// lock's slot.
     pub fn fair(mut self, fair: bool) -> Self {
         self.fair = fair;
         self

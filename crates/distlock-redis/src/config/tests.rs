@@ -143,6 +143,9 @@ fn cluster_urls_take_every_host_as_a_seed_and_the_usual_parameters() {
     assert!(c.replicas.is_some());
     let shown = format!("{c:?}");
     assert!(!shown.contains("s3cret"), "{shown}");
+    // The fair lock's queue shares the lock's slot: allowed in a cluster.
+    let fair = RedisConfig::from_url("redis+cluster://n1,n2?fair=true").unwrap();
+    assert!(fair.fair && fair.server.cluster.is_some());
 }
 
 #[test]

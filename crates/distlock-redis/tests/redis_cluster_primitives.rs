@@ -39,8 +39,14 @@ async fn client(cluster: &RedisCluster, params: &str) -> RedisLock {
 /// The primary serving `key`'s slot (every key of a name shares it).
 async fn owner_of(cluster: &RedisCluster, key: &LockKey) -> usize {
     let lock = LockKeys::new(NAMESPACE, key).lock;
-    let slot = cluster.cli(0, &["CLUSTER", "KEYSLOT", &lock]).await.unwrap();
-    cluster.owner_of(slot.trim().parse().unwrap()).await.unwrap()
+    let slot = cluster
+        .cli(0, &["CLUSTER", "KEYSLOT", &lock])
+        .await
+        .unwrap();
+    cluster
+        .owner_of(slot.trim().parse().unwrap())
+        .await
+        .unwrap()
 }
 
 /// A ttl so long that, once the waiter is subscribed, only a release message

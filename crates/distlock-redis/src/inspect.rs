@@ -17,7 +17,7 @@ use distlock_core::{FencingToken, LockError, LockKey};
 use std::time::Duration;
 
 mod nodes;
-use nodes::{At, describe_cluster, every_server};
+use nodes::{At, describe, describe_cluster, every_server};
 
 /// How a server is used, for the warnings that depend on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,50 +276,6 @@ async fn persistence_pitfall(
          yes with appendfsync always)",
         at.name()
     )))
-}
-
-/// What `INFO` says of the server a client reached: its role, port and
-/// replicas (`ip:port` and state each).
-pub(crate) async fn describe(
-    server: &ServerClient,
-    budget: Duration,
-) -> Result<String, CommandError> {
-    let mut info = redis::cmd("INFO");
-    info.arg("server").arg("replication");
-    let info: String = server.query(budget, info.into()).await?;
-    let role = match info_field(&info, "role") {
-        Some("master") => "primary",
-        Some("slave") => "replica",
-        _ => "server",
-    };
-    let port = info_field(&info, "tcp_port").unwrap_or("?");
-    let replicas: Vec<String> = info
-        .lines()
-        .filter(|line| line.starts_with("slave") && line.contains("ip="))
-        .filter_map(|line| {
-            let fields = line.split_once(':')?.1;
-            let field = |name: &str| {
-                fields
-                    .split(',')
-                    .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
-            };
-            Some(format!(
-                "{}:{} {}",
-                field("ip")?,
-                field("port")?,
-                field("state")?
-            ))
-        })
-        .collect();
-    Ok(format!(
-        "{}: a {role} (port {port}) with {} replica(s){}",
-        server.endpoint,
-        replicas.len(),
-        match replicas.is_empty() {
-            true => String::new(),
-            false => format!(" ({})", replicas.join(", ")),
-        }
-    ))
 }
 
 #[async_trait]

@@ -1,7 +1,9 @@
 //! The servers an inspection asks: the client's one server, or each primary
-//! of its Redis Cluster, named by `CLUSTER NODES`.
+//! of its Redis Cluster, named by `CLUSTER NODES`; and how the topology
+//! describes either.
 
 use crate::cluster::{Node, Shard, shards};
+use crate::connection::info_field;
 use crate::error::CommandError;
 use crate::protocol::{Command, ServerClient};
 use std::time::Duration;
@@ -95,5 +97,49 @@ pub(super) async fn describe_cluster(
         server.endpoint,
         shards.len(),
         described.join("; ")
+    ))
+}
+
+/// What `INFO` says of the server a client reached: its role, port and
+/// replicas (`ip:port` and state each).
+pub(super) async fn describe(
+    server: &ServerClient,
+    budget: Duration,
+) -> Result<String, CommandError> {
+    let mut info = redis::cmd("INFO");
+    info.arg("server").arg("replication");
+    let info: String = server.query(budget, info.into()).await?;
+    let role = match info_field(&info, "role") {
+        Some("master") => "primary",
+        Some("slave") => "replica",
+        _ => "server",
+    };
+    let port = info_field(&info, "tcp_port").unwrap_or("?");
+    let replicas: Vec<String> = info
+        .lines()
+        .filter(|line| line.starts_with("slave") && line.contains("ip="))
+        .filter_map(|line| {
+            let fields = line.split_once(':')?.1;
+            let field = |name: &str| {
+                fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+            };
+            Some(format!(
+                "{}:{} {}",
+                field("ip")?,
+                field("port")?,
+                field("state")?
+            ))
+        })
+        .collect();
+    Ok(format!(
+        "{}: a {role} (port {port}) with {} replica(s){}",
+        server.endpoint,
+        replicas.len(),
+        match replicas.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", replicas.join(", ")),
+        }
     ))
 }

@@ -52,6 +52,14 @@ test-redis-sentinel:
 test-redis-fair:
     cargo test -p distlock-tests --features redis --test conformance -- redis_fair::
 
+# Redis Cluster (three launched primaries): conformance cases plus the reshard,
+# wake-up, check and TLS tests (and the Sentinel TLS test).
+test-redis-cluster:
+    cargo test -p distlock-tests --features redis --test conformance -- redis_cluster::
+    cargo test -p distlock-tests --features redis --test conformance -- redis_cluster_fair::
+    cargo test -p distlock-redis --test redis_cluster -- --nocapture
+    cargo test -p distlock-redis --test redis_cluster_tls --test redis_cluster_faults --test redis_cluster_round_trips --test redis_cluster_primitives --test redis_sentinel_tls
+
 # Redlock (five launched nodes): conformance cases plus the quorum tests.
 test-redlock:
     cargo test -p distlock-tests --features redlock --test conformance -- redlock::

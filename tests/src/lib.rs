@@ -15,6 +15,8 @@ pub mod postgres;
 #[cfg(any(feature = "redis", feature = "redlock"))]
 pub mod redis;
 #[cfg(feature = "redis")]
+pub mod redis_cluster;
+#[cfg(feature = "redis")]
 pub mod redis_fair;
 #[cfg(feature = "redis")]
 pub mod redis_sentinel;
@@ -38,6 +40,10 @@ pub fn specs() -> Vec<BackendSpec> {
     specs.push(redis_sentinel::spec());
     #[cfg(feature = "redis")]
     specs.push(redis_fair::spec());
+    #[cfg(feature = "redis")]
+    specs.push(redis_cluster::spec());
+    #[cfg(feature = "redis")]
+    specs.push(redis_cluster::fair_spec());
     #[cfg(feature = "redlock")]
     specs.push(redlock::spec());
     #[cfg(feature = "etcd")]

@@ -1,7 +1,9 @@
-//! `RedisConfig`: one Redis server, from a struct or a URL; and the one reader of
-//! `redis://`, `rediss://`, `redlock://` and `redlocks://` URLs.
+//! `RedisConfig`: one Redis server (or a Sentinel-found primary, or a Cluster),
+//! from a struct or a URL; and the one reader of `redis://`, `rediss://` (and
+//! their `+sentinel` and `+cluster` forms), `redlock://` and `redlocks://` URLs.
 
 use crate::backend::{BACKEND, RedisBackend, RedisLock, ReplicaAck};
+use crate::cluster::ClusterSeeds;
 use crate::connection::{DEFAULT_PORT, ServerAddress};
 use crate::fence::RedisFence;
 use crate::sentinel::read_sentinels;
@@ -34,6 +36,11 @@ use std::time::Duration;
 /// they monitor the primary by, the userinfo the data nodes' login, and
 /// `sentinel_user`/`sentinel_password` the Sentinels' own. Every connection
 /// asks the Sentinels for the primary, so the client follows failovers.
+///
+/// A Redis Cluster: `redis+cluster://[user[:password]@]n1[:6379],n2,…[?…]`
+/// (`rediss+cluster://` for TLS): the hosts are seeds for the slot map, each
+/// lock goes to the primary of its slot, and the parameters are those of
+/// `redis://` (`restart_guard` excepted; database 0 only).
 ///
 /// `Debug` never shows the password.
 ///
@@ -88,21 +95,23 @@ pub(crate) fn read_servers(
         ));
     }
     let mut url = LockUrl::parse(backend, text)?;
-    let (scheme, sentinel) = match url.scheme().strip_suffix("+sentinel") {
-        Some(scheme) => (scheme.to_owned(), true),
-        None => (url.scheme().to_owned(), false),
+    let (scheme, mode) = match url.scheme().split_once('+') {
+        Some((scheme, mode)) => (scheme.to_owned(), format!("+{mode}")),
+        None => (url.scheme().to_owned(), String::new()),
     };
+    let (sentinel, cluster) = (mode == "+sentinel", mode == "+cluster");
+    let plain = mode.is_empty();
     let (tls, schemes) = match scheme.as_str() {
-        "redis" | "valkey" => (false, Schemes::Redis),
-        "rediss" | "valkeys" => (true, Schemes::Redis),
-        "redlock" if !sentinel => (false, Schemes::Redlock),
-        "redlocks" if !sentinel => (true, Schemes::Redlock),
+        "redis" | "valkey" if plain || sentinel || cluster => (false, Schemes::Redis),
+        "rediss" | "valkeys" if plain || sentinel || cluster => (true, Schemes::Redis),
+        "redlock" if plain => (false, Schemes::Redlock),
+        "redlocks" if plain => (true, Schemes::Redlock),
         other => {
             return Err(url.error(format_args!(
-                "unsupported scheme `{other}{}://`; use redis:// (rediss:// for TLS) for one server, \
+                "unsupported scheme `{other}{mode}://`; use redis:// (rediss:// for TLS) for one server, \
                  redis+sentinel:// (rediss+sentinel://) for a primary found through Sentinel, \
-                 redlock:// (redlocks://) for several independent ones",
-                if sentinel { "+sentinel" } else { "" }
+                 redis+cluster:// (rediss+cluster://) for a Redis Cluster, \
+                 redlock:// (redlocks://) for several independent ones"
             )));
         }
     };
@@ -122,11 +131,12 @@ pub(crate) fn read_servers(
     if url.hosts().is_empty() {
         return Err(url.error("the URL names no host"));
     }
-    if accepted == Schemes::Redis && !sentinel && url.hosts().len() > 1 {
+    if accepted == Schemes::Redis && plain && url.hosts().len() > 1 {
         return Err(url.error(
             "redis:// takes one server; for a lock over several independent servers write \
              redlock://h1,h2,h3, for a primary found through Sentinel \
-             redis+sentinel://s1,s2,s3/<master-name>",
+             redis+sentinel://s1,s2,s3/<master-name>, for a Redis Cluster \
+             redis+cluster://n1,n2,n3",
         ));
     }
     let (sentinels, db) = match sentinel {
@@ -136,6 +146,18 @@ pub(crate) fn read_servers(
         }
         false => (None, read_db(&url)?),
     };
+    if cluster && db != 0 {
+        return Err(url
+            .error("a Redis Cluster has only database 0; drop the database number from the path"));
+    }
+    let cluster = cluster.then(|| ClusterSeeds {
+        dial_instead: Vec::new(),
+        nodes: url
+            .hosts()
+            .iter()
+            .map(|host| (host.host.clone(), host.port.unwrap_or(DEFAULT_PORT)))
+            .collect(),
+    });
     let resp3 = matches!(
         url.choice("protocol", &["resp2", "resp3", "2", "3"])?,
         Some("resp3" | "3")
@@ -161,8 +183,9 @@ pub(crate) fn read_servers(
             db,
             resp3,
             sentinels: sentinels.clone(),
+            cluster: cluster.clone(),
         })
-        .take(if sentinel { 1 } else { usize::MAX })
+        .take(if plain { usize::MAX } else { 1 })
         .collect();
     Ok((url, servers))
 }
@@ -262,6 +285,20 @@ impl RedisConfig {
         self
     }
 
+    /// In Redis Cluster mode, dials `dialed` whenever the cluster announces a
+    /// node at `announced` (`CLUSTER SLOTS`, `MOVED`): for a cluster behind NAT,
+    /// a tunnel or a port-forward. Errors still name the announced address.
+    /// Ignored outside cluster mode.
+    pub fn cluster_dial_instead(mut self, announced: (&str, u16), dialed: (&str, u16)) -> Self {
+        if let Some(cluster) = &mut self.server.cluster {
+            let announced = (announced.0.to_owned(), announced.1);
+            cluster
+                .dial_instead
+                .push((announced, (dialed.0.to_owned(), dialed.1)));
+        }
+        self
+    }
+
     /// Puts every key under this prefix (default `distlock:`). It must not contain
     /// `{` or `}`, which would move the Redis Cluster hash tag.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
@@ -312,7 +349,9 @@ impl RedisConfig {
     /// waiter that vanished loses its place after its ttl (at least 300 ms, at
     /// most 5 s) without an attempt. Every client of a name must agree: a plain
     /// client ignores the queue. Not combined with `restart_guard` or
-    /// `wait_replicas`, which the fair scripts do not implement.
+    /// `wait_replicas`, which the fair scripts do not implement. Works in
+    /// Redis Cluster mode too: the queue and the waiters' channels share the
+    /// lock's slot.
     pub fn fair(mut self, fair: bool) -> Self {
         self.fair = fair;
         self
@@ -340,6 +379,16 @@ impl RedisConfig {
             return Err(LockError::config(BACKEND, "the host is empty"));
         }
         self.server.tls_files.validate(BACKEND)?;
+        if self.server.cluster.is_some() && self.common.restart_guard.is_some() {
+            // The guard's marker is one key per namespace, in one slot, which
+            // the acquire script of a lock in another slot may not touch.
+            return Err(LockError::config(
+                BACKEND,
+                "restart_guard is not available in Redis Cluster mode (its marker would sit \
+                 in another slot than the lock); enable persistence (appendonly yes) on \
+                 every primary instead",
+            ));
+        }
         if let Some(ack) = self.replicas {
             if ack.replicas == 0 {
                 return Err(LockError::config(

@@ -13,6 +13,7 @@
 //! was granted by that process, and a later connection with another `run_id`
 //! means a restarted server or a failover, which the leases must hear about.
 
+use crate::cluster::ClusterSeeds;
 use crate::error::CommandError;
 use crate::sentinel::{Sentinels, Target, is_primary};
 use crate::tls::TlsFiles;
@@ -24,6 +25,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::watch;
+
+mod command;
+pub(crate) use command::CommandConn;
 
 /// The default Redis port.
 pub(crate) const DEFAULT_PORT: u16 = 6379;
@@ -46,6 +50,9 @@ pub(crate) struct ServerAddress {
     /// Found through these Sentinels (`redis+sentinel://`): `host` and `port`
     /// are then unused, the primary's address is asked at each connect.
     pub sentinels: Option<Sentinels>,
+    /// A Redis Cluster found through these seeds (`redis+cluster://`): `host`
+    /// and `port` are then the first seed's.
+    pub cluster: Option<ClusterSeeds>,
 }
 
 impl std::fmt::Debug for ServerAddress {
@@ -58,6 +65,7 @@ impl std::fmt::Debug for ServerAddress {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("resp3", &self.resp3)
             .field("sentinels", &self.sentinels)
+            .field("cluster", &self.cluster)
             .finish()
     }
 }
@@ -75,13 +83,18 @@ impl ServerAddress {
             db: 0,
             resp3: false,
             sentinels: None,
+            cluster: None,
         }
     }
 
     /// `redis://host:port/db` (or `rediss://`; `redis+sentinel://s1,s2/name?db=`
-    /// through Sentinel), never with credentials.
+    /// through Sentinel, `redis+cluster://n1,n2` for a cluster), never with
+    /// credentials.
     pub fn endpoint(&self) -> String {
         let scheme = if self.tls { "rediss" } else { "redis" };
+        if let Some(cluster) = &self.cluster {
+            return format!("{scheme}+cluster://{}", cluster.describe());
+        }
         if let Some(sentinels) = &self.sentinels {
             return format!(
                 "{scheme}+sentinel://{}?db={}",
@@ -105,6 +118,32 @@ impl ServerAddress {
     /// The `redis` crate's client for this server. `pubsub` forces RESP2: the
     /// subscriber reads RESP2 pub/sub frames whatever protocol commands use.
     pub fn client(&self, backend: &'static str, pubsub: bool) -> Result<redis::Client, LockError> {
+        let protocol = match self.resp3 && !pubsub {
+            true => ProtocolVersion::RESP3,
+            false => ProtocolVersion::RESP2,
+        };
+        let info = self.connection_info(backend, protocol, pubsub)?;
+        #[cfg(feature = "tls")]
+        if self.tls && self.tls_files.is_set() {
+            let certificates = self.tls_files.certificates();
+            return redis::Client::build_with_tls(info, certificates).map_err(|e| {
+                LockError::config(backend, format!("{} (TLS files): {e}", self.endpoint()))
+            });
+        }
+        redis::Client::open(info)
+            .map_err(|e| LockError::config(backend, format!("{}: {e}", self.endpoint())))
+    }
+
+    /// Where and how to log in, in the `redis` crate's form; the TLS files are
+    /// the caller's to add. `quiet` skips `CLIENT SETINFO` for connections that
+    /// only listen: their (re)connects send no command the round-trip
+    /// accounting would have to explain.
+    pub fn connection_info(
+        &self,
+        backend: &'static str,
+        protocol: ProtocolVersion,
+        quiet: bool,
+    ) -> Result<redis::ConnectionInfo, LockError> {
         let addr = if self.tls {
             if !cfg!(feature = "tls") {
                 return Err(LockError::config(
@@ -129,16 +168,10 @@ impl ServerAddress {
         } else {
             ConnectionAddr::Tcp(self.host.clone(), self.port)
         };
-        let protocol = match self.resp3 && !pubsub {
-            true => ProtocolVersion::RESP3,
-            false => ProtocolVersion::RESP2,
-        };
         let mut login = RedisConnectionInfo::default()
             .set_db(self.db)
             .set_protocol(protocol);
-        if pubsub {
-            // The subscriber only listens: its (re)connects send no command the
-            // round-trip accounting would have to explain.
+        if quiet {
             login = login.set_skip_set_lib_name();
         }
         if let Some(user) = &self.username {
@@ -147,19 +180,8 @@ impl ServerAddress {
         if let Some(password) = &self.password {
             login = login.set_password(password);
         }
-        let info = addr
-            .into_connection_info()
-            .map(|info| info.set_redis_settings(login));
-        #[cfg(feature = "tls")]
-        if self.tls && self.tls_files.is_set() {
-            let certificates = self.tls_files.certificates();
-            return info
-                .and_then(|info| redis::Client::build_with_tls(info, certificates))
-                .map_err(|e| {
-                    LockError::config(backend, format!("{} (TLS files): {e}", self.endpoint()))
-                });
-        }
-        info.and_then(redis::Client::open)
+        addr.into_connection_info()
+            .map(|info| info.set_redis_settings(login))
             .map_err(|e| LockError::config(backend, format!("{}: {e}", self.endpoint())))
     }
 }
@@ -171,7 +193,7 @@ pub(crate) type RunId = Option<Arc<str>>;
 /// One live connection and the server process it reached.
 #[derive(Clone)]
 pub(crate) struct Link {
-    pub conn: MultiplexedConnection,
+    pub conn: CommandConn,
     pub run_id: RunId,
     generation: u64,
 }
@@ -224,6 +246,11 @@ impl Connection {
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(None);
         let connect = async {
+            if let Target::Cluster(cluster) = &self.target {
+                // No run_id: the connection reaches every primary.
+                let conn = cluster.connect(self.connect_timeout).await?;
+                return Ok((CommandConn::Cluster(conn), None));
+            }
             let client = self.target.client(self.connect_timeout).await?;
             let mut conn = client
                 .get_multiplexed_async_connection_with_config(&config)
@@ -235,7 +262,7 @@ impl Connection {
                 ));
             }
             let run_id = read_run_id(&mut conn).await?;
-            Ok::<_, CommandError>((conn, run_id))
+            Ok::<_, CommandError>((CommandConn::Single(conn), run_id))
         };
         let (conn, run_id) = tokio::time::timeout(self.connect_timeout, connect)
             .await
@@ -273,7 +300,7 @@ impl Connection {
     /// Runs `request` on the connection, as [`Connection::call_linked`] does.
     pub async fn call<T, F, Fut>(&self, budget: Duration, request: F) -> Result<T, CommandError>
     where
-        F: Fn(MultiplexedConnection) -> Fut,
+        F: Fn(CommandConn) -> Fut,
         Fut: Future<Output = Result<T, CommandError>>,
     {
         let (value, _) = self.call_linked(budget, |link| request(link.conn)).await?;

@@ -101,6 +101,12 @@ impl CommandError {
                     ),
                 );
             }
+            // Every Sentinel refused our TLS: the settings, not the network.
+            CommandError::Sentinel(why)
+                if endpoint.starts_with("rediss+") && is_tls_failure(&why) =>
+            {
+                return tls_refused(backend, endpoint, &why);
+            }
             CommandError::Sentinel(why) => return unavailable(why),
             CommandError::TooFewReplicas { acked, ack } => {
                 return LockError::backend(
@@ -168,22 +174,28 @@ impl CommandError {
                 )
             }
             _ if (e.is_io_error() || e.is_unrecoverable_error())
-                && endpoint.starts_with("rediss://")
+                && endpoint.starts_with("rediss")
                 && is_tls_failure(&text) =>
             {
-                LockError::config(
-                    backend,
-                    format!(
-                        "TLS to {endpoint} failed ({text}); check that `ca=` names the CA that \
-                         signed the server's certificate, and give `cert=` and `key=` if the \
-                         server requires client certificates"
-                    ),
-                )
+                tls_refused(backend, endpoint, &text)
             }
             _ if e.is_io_error() || e.is_unrecoverable_error() => unavailable(text),
             _ => LockError::backend(backend, format!("{endpoint}: {text}")),
         }
     }
+}
+
+/// A TLS handshake that failed on our settings (`rediss://`, and the
+/// `+sentinel` and `+cluster` forms).
+fn tls_refused(backend: &'static str, endpoint: &str, text: &str) -> LockError {
+    LockError::config(
+        backend,
+        format!(
+            "TLS to {endpoint} failed ({text}); check that `ca=` names the CA that signed the \
+             server's certificate, and give `cert=` and `key=` if the server requires client \
+             certificates"
+        ),
+    )
 }
 
 /// Whether `text`, an I/O error on a `rediss://` connection, is a failed TLS

@@ -1,7 +1,8 @@
 //! What an operator (and the conformance suite) can ask of a Redis lock: who
 //! holds a key, which lock keys are left under a prefix, a force-unlock, and the
 //! server settings that weaken the lock. The per-server parts are shared with
-//! Redlock, which asks every node.
+//! Redlock, which asks every node, and with Redis Cluster mode, which asks
+//! every primary (`CLUSTER NODES` names them).
 
 use crate::backend::RedisBackend;
 use crate::connection::info_field;
@@ -15,6 +16,9 @@ use distlock_core::toolkit::{Holder, Inspect, random_owner};
 use distlock_core::{FencingToken, LockError, LockKey};
 use std::time::Duration;
 
+mod nodes;
+use nodes::{At, describe, describe_cluster, every_server};
+
 /// How a server is used, for the warnings that depend on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {
@@ -22,6 +26,8 @@ pub(crate) enum Role {
     Single { waits: bool },
     /// One of a Redlock's independent nodes.
     RedlockNode,
+    /// A primary of a Redis Cluster; `waits` when `wait_replicas` is set.
+    ClusterPrimary { waits: bool },
 }
 
 /// The lock keys (fence counters excluded) on `server` for names starting with
@@ -35,12 +41,28 @@ pub(crate) async fn lock_keys(
     scan_keys(server, &lock_key_pattern(namespace, prefix), budget).await
 }
 
-/// Every key on `server` matching the `SCAN` pattern, sorted.
+/// Every key matching the `SCAN` pattern, sorted: on the one server, or on
+/// each primary of a cluster (a `SCAN` sees only the node it is sent to).
 pub(crate) async fn scan_keys(
     server: &ServerClient,
     pattern: &str,
     budget: Duration,
 ) -> Result<Vec<String>, CommandError> {
+    let mut found = Vec::new();
+    for node in every_server(server, budget).await? {
+        let at = At {
+            server,
+            node: node.as_ref(),
+        };
+        found.extend(scan(at, pattern, budget).await?);
+    }
+    found.sort_unstable();
+    found.dedup();
+    Ok(found)
+}
+
+/// Every key on one server matching `pattern`.
+async fn scan(at: At<'_>, pattern: &str, budget: Duration) -> Result<Vec<String>, CommandError> {
     let (mut cursor, mut found) = (0_u64, Vec::new());
     loop {
         let mut scan = redis::cmd("SCAN");
@@ -49,11 +71,9 @@ pub(crate) async fn scan_keys(
             .arg(pattern)
             .arg("COUNT")
             .arg(1000);
-        let (next, keys): (u64, Vec<String>) = server.query(budget, scan.into()).await?;
+        let (next, keys): (u64, Vec<String>) = at.query(budget, scan).await?;
         found.extend(keys);
         if next == 0 {
-            found.sort_unstable();
-            found.dedup();
             return Ok(found);
         }
         cursor = next;
@@ -89,23 +109,35 @@ pub(crate) const FLOOR_NAME: &str = "acquire.lua + release.lua (EVALSHA x2)";
 /// The socket reads the server has served (`total_reads_processed`): one per
 /// request, or per batch of pipelined requests that arrived together. Not
 /// `total_commands_processed`, which also counts every command a Lua script
-/// runs inside the server, so one `EVALSHA` would count as five.
+/// runs inside the server, so one `EVALSHA` would count as five. A cluster's
+/// is the sum over its primaries.
 pub(crate) async fn requests_served(
     server: &ServerClient,
     budget: Duration,
 ) -> Result<u64, CommandError> {
-    let mut info = redis::cmd("INFO");
-    info.arg("stats");
-    let stats: String = server.query(budget, info.into()).await?;
-    info_field(&stats, "total_reads_processed")
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| CommandError::Reply("INFO stats without total_reads_processed".into()))
+    let mut served = 0_u64;
+    for node in every_server(server, budget).await? {
+        let at = At {
+            server,
+            node: node.as_ref(),
+        };
+        let mut info = redis::cmd("INFO");
+        info.arg("stats");
+        let stats: String = at.query(budget, info).await?;
+        let reads: u64 = info_field(&stats, "total_reads_processed")
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| {
+                CommandError::Reply("INFO stats without total_reads_processed".into())
+            })?;
+        served = served.saturating_add(reads);
+    }
+    Ok(served)
 }
 
 /// A read for a warning: a server that cannot be reached fails the check, one
 /// that refuses the command (an ACL) becomes a warning itself.
 async fn read<T>(
-    server: &ServerClient,
+    at: At<'_>,
     budget: Duration,
     command: redis::Cmd,
     what: &str,
@@ -114,33 +146,51 @@ async fn read<T>(
 where
     T: redis::FromRedisValue + Send + 'static,
 {
-    match server.query(budget, command.into()).await {
+    match at.query(budget, command).await {
         Ok(value) => Ok(Some(value)),
         Err(e) if e.outcome_unknown() => Err(e),
         Err(e) => {
             warnings.push(format!(
                 "{}: cannot read {what} ({e}); check it by hand",
-                server.endpoint
+                at.name()
             ));
             Ok(None)
         }
     }
 }
 
-/// The settings of one server that can silently free a held lock or lower a
-/// token; `guarded` says the client has a restart guard.
+/// The settings of one server (every primary of a cluster) that can silently
+/// free a held lock or lower a token; `guarded` says the client has a restart
+/// guard.
 pub(crate) async fn server_pitfalls(
     server: &ServerClient,
     budget: Duration,
     role: Role,
     guarded: bool,
 ) -> Result<Vec<String>, CommandError> {
-    let host = &server.endpoint;
+    let mut warnings = Vec::new();
+    for node in every_server(server, budget).await? {
+        let at = At {
+            server,
+            node: node.as_ref(),
+        };
+        warnings.extend(pitfalls_at(at, budget, role, guarded).await?);
+    }
+    Ok(warnings)
+}
+
+async fn pitfalls_at(
+    at: At<'_>,
+    budget: Duration,
+    role: Role,
+    guarded: bool,
+) -> Result<Vec<String>, CommandError> {
+    let host = &at.name();
     let mut warnings = Vec::new();
     let mut config = redis::cmd("CONFIG");
     config.arg("GET").arg("maxmemory-policy");
     let policy: Option<Vec<String>> =
-        read(server, budget, config, "maxmemory-policy", &mut warnings).await?;
+        read(at, budget, config, "maxmemory-policy", &mut warnings).await?;
     if let Some([_, policy]) = policy.as_deref()
         && policy != "noeviction"
     {
@@ -152,7 +202,7 @@ pub(crate) async fn server_pitfalls(
     }
     let mut info = redis::cmd("INFO");
     info.arg("replication");
-    let replication: String = read(server, budget, info, "INFO replication", &mut warnings)
+    let replication: String = read(at, budget, info, "INFO replication", &mut warnings)
         .await?
         .unwrap_or_default();
     if info_field(&replication, "role") == Some("slave") {
@@ -163,7 +213,11 @@ pub(crate) async fn server_pitfalls(
     let replicas: u32 = info_field(&replication, "connected_slaves")
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
-    if replicas > 0 && role == (Role::Single { waits: false }) {
+    let waits = matches!(
+        role,
+        Role::Single { waits: true } | Role::ClusterPrimary { waits: true }
+    );
+    if replicas > 0 && role != Role::RedlockNode && !waits {
         warnings.push(format!(
             "{host} has {replicas} replica(s) and the URL does not set wait_replicas: a failover \
              can lose held locks and fence counters (replication is asynchronous); add \
@@ -171,9 +225,7 @@ pub(crate) async fn server_pitfalls(
              survive failover"
         ));
     }
-    if !guarded
-        && let Some(warning) = persistence_pitfall(server, budget, role, &mut warnings).await?
-    {
+    if !guarded && let Some(warning) = persistence_pitfall(at, budget, role, &mut warnings).await? {
         warnings.push(warning);
     }
     Ok(warnings)
@@ -182,21 +234,20 @@ pub(crate) async fn server_pitfalls(
 /// Without AOF a restart forgets locks that holders still believe they hold, and
 /// the server grants them again at once unless a restart guard stops it.
 async fn persistence_pitfall(
-    server: &ServerClient,
+    at: At<'_>,
     budget: Duration,
     role: Role,
     warnings: &mut Vec<String>,
 ) -> Result<Option<String>, CommandError> {
     let mut info = redis::cmd("INFO");
     info.arg("persistence");
-    let persistence: Option<String> =
-        read(server, budget, info, "INFO persistence", warnings).await?;
+    let persistence: Option<String> = read(at, budget, info, "INFO persistence", warnings).await?;
     if persistence.is_none_or(|p| info_field(&p, "aof_enabled") == Some("1")) {
         return Ok(None);
     }
     let mut config = redis::cmd("CONFIG");
     config.arg("GET").arg("save");
-    let save: Option<Vec<String>> = read(server, budget, config, "save", warnings).await?;
+    let save: Option<Vec<String>> = read(at, budget, config, "save", warnings).await?;
     let snapshots = save.is_some_and(|s| s.get(1).is_some_and(|points| !points.is_empty()));
     let (what, forgets) = match snapshots {
         true => (
@@ -208,63 +259,34 @@ async fn persistence_pitfall(
     let rule = match role {
         Role::RedlockNode => ": Redlock's delayed-restart rule, enforced by the node",
         Role::Single { .. } => "",
+        Role::ClusterPrimary { .. } => {
+            return Ok(Some(format!(
+                "{}: append-only persistence is off ({what}): a restart forgets {forgets} in \
+                 this primary's slots, and the primary grants them again at once while their \
+                 holders still run until they notice; restart_guard is not available in \
+                 cluster mode, so set appendonly yes with appendfsync always on every primary",
+                at.name()
+            )));
+        }
     };
     Ok(Some(format!(
         "{}: append-only persistence is off ({what}): a restart forgets {forgets}, and the \
          server grants them again at once while their holders still run until they notice; set \
          restart_guard to at least the longest ttl in use on every client{rule} (or appendonly \
          yes with appendfsync always)",
-        server.endpoint
+        at.name()
     )))
-}
-
-/// What `INFO` says of the server a client reached: its role, port and
-/// replicas (`ip:port` and state each).
-pub(crate) async fn describe(
-    server: &ServerClient,
-    budget: Duration,
-) -> Result<String, CommandError> {
-    let mut info = redis::cmd("INFO");
-    info.arg("server").arg("replication");
-    let info: String = server.query(budget, info.into()).await?;
-    let role = match info_field(&info, "role") {
-        Some("master") => "primary",
-        Some("slave") => "replica",
-        _ => "server",
-    };
-    let port = info_field(&info, "tcp_port").unwrap_or("?");
-    let replicas: Vec<String> = info
-        .lines()
-        .filter(|line| line.starts_with("slave") && line.contains("ip="))
-        .filter_map(|line| {
-            let fields = line.split_once(':')?.1;
-            let field = |name: &str| {
-                fields
-                    .split(',')
-                    .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
-            };
-            Some(format!(
-                "{}:{} {}",
-                field("ip")?,
-                field("port")?,
-                field("state")?
-            ))
-        })
-        .collect();
-    Ok(format!(
-        "{}: a {role} (port {port}) with {} replica(s){}",
-        server.endpoint,
-        replicas.len(),
-        match replicas.is_empty() {
-            true => String::new(),
-            false => format!(" ({})", replicas.join(", ")),
-        }
-    ))
 }
 
 #[async_trait]
 impl Inspect for RedisBackend {
     async fn topology(&self) -> Result<Option<String>, LockError> {
+        if self.server.cluster {
+            return describe_cluster(&self.server, self.timeout)
+                .await
+                .map(Some)
+                .map_err(|e| self.error(e));
+        }
         describe(&self.server, self.timeout)
             .await
             .map(Some)
@@ -308,8 +330,10 @@ impl Inspect for RedisBackend {
     }
 
     async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
-        let role = Role::Single {
-            waits: self.replicas.is_some(),
+        let waits = self.replicas.is_some();
+        let role = match self.server.cluster {
+            true => Role::ClusterPrimary { waits },
+            false => Role::Single { waits },
         };
         server_pitfalls(&self.server, self.timeout, role, self.guard.is_some())
             .await

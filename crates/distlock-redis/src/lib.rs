@@ -20,6 +20,8 @@
 //!
 //! - [`RedisLock`]: one Redis server, or the primary that Sentinel names
 //!   (`redis+sentinel://s1,s2,s3/<master-name>`), followed across failovers.
+//!   Or a Redis Cluster (`redis+cluster://n1,n2,n3`): each lock on its slot's
+//!   primary, waiters woken by sharded pub/sub.
 //!   Acquire is one round trip (a Lua script
 //!   does `SET key owner NX PX ttl` and `INCR`s a fence counter that never
 //!   expires); renew and release are compare-owner scripts; waiters wake through
@@ -69,7 +71,8 @@
 //! `config` reads URLs and builds clients; `backend` is the lock on one server,
 //! `protocol` its Lua scripts (`scripts/*.lua`) and commands, `connection` the
 //! reconnecting command connection, `sentinel` where it connects to (a fixed
-//! server or the primary Sentinel names), `subscriber` the shared pub/sub wake-up,
+//! server or the primary Sentinel names), `cluster` the Redis Cluster
+//! connections, `subscriber` the shared pub/sub wake-up,
 //! `restart` the restart check of held leases and the restart guard;
 //! `fair` the FIFO lock's wait (its scripts in `protocol/fair.rs`); `shares`
 //! the expiring shares of the semaphore and read-write lock
@@ -80,6 +83,7 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod cluster;
 mod config;
 mod connection;
 mod error;

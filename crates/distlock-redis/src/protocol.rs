@@ -6,7 +6,7 @@
 //! is sent with `EVALSHA`; the `redis` crate's [`Script`] reloads it on `NOSCRIPT`
 //! (after a server restart or `SCRIPT FLUSH`).
 
-use crate::connection::{Connection, RunId, ServerAddress};
+use crate::connection::{CommandConn, Connection, RunId, ServerAddress};
 use crate::error::CommandError;
 use crate::keys::LockKeys;
 use crate::restart::{self, LossSender, Restarts, Watch};
@@ -94,6 +94,9 @@ pub(crate) struct ServerClient {
     connection: Arc<Connection>,
     /// Release notifications for this client's waiters.
     pub subscriber: Subscriber,
+    /// A Redis Cluster (`redis+cluster://`), whose nodes are asked one by one
+    /// where a question is about every key or every server.
+    pub cluster: bool,
     restarts: Restarts,
 }
 
@@ -169,6 +172,7 @@ impl ServerClient {
             timeouts.reply,
         );
         Ok(ServerClient {
+            cluster: address.cluster.is_some(),
             endpoint,
             connection,
             subscriber,
@@ -244,7 +248,7 @@ impl ServerClient {
         budget: Duration,
     ) -> Result<bool, CommandError> {
         let reply = self
-            .invoke(budget, || release_invocation(keys, owner))
+            .invoke_on(budget, |conn| release_invocation(keys, owner, conn))
             .await;
         flag(reply, "release")
     }
@@ -277,9 +281,9 @@ impl ServerClient {
         budget: Duration,
     ) -> Result<bool, CommandError> {
         let reply = self
-            .invoke(budget, || {
+            .invoke_on(budget, |conn| {
                 let mut invocation = DELETE_HOLDER.key(&keys.lock);
-                invocation.arg(&keys.channel);
+                invocation.arg(&keys.channel).arg(conn.publish_command());
                 invocation
             })
             .await;
@@ -327,6 +331,11 @@ impl ServerClient {
                     Ok(match command {
                         Command::One(cmd) => cmd.query_async(&mut conn).await?,
                         Command::Pipeline(pipe) => pipe.query_async(&mut conn).await?,
+                        Command::OnNode(cmd, node) => {
+                            let value = crate::cluster::on_node(&mut conn, cmd, &node).await?;
+                            T::from_redis_value(value)
+                                .map_err(|e| CommandError::Reply(e.to_string()))?
+                        }
                     })
                 }
             })
@@ -342,9 +351,23 @@ impl ServerClient {
     where
         T: redis::FromRedisValue + Send + 'static,
     {
+        self.invoke_on(budget, |_| build()).await
+    }
+
+    /// [`ServerClient::invoke`] with an invocation built for the connection it
+    /// goes out on (a script that publishes takes
+    /// [`CommandConn::publish_command`]).
+    pub(crate) async fn invoke_on<T>(
+        &self,
+        budget: Duration,
+        build: impl Fn(&CommandConn) -> redis::ScriptInvocation<'static>,
+    ) -> Result<T, CommandError>
+    where
+        T: redis::FromRedisValue + Send + 'static,
+    {
         self.connection
             .call(budget, |mut conn| {
-                let invocation = build();
+                let invocation = build(&conn);
                 async move { Ok(invocation.invoke_async(&mut conn).await?) }
             })
             .await
@@ -356,6 +379,8 @@ impl ServerClient {
 pub(crate) enum Command {
     One(redis::Cmd),
     Pipeline(redis::Pipeline),
+    /// A command for one node of a Redis Cluster (a `SCAN`, an `INFO`).
+    OnNode(redis::Cmd, crate::cluster::Node),
 }
 
 impl From<redis::Cmd> for Command {

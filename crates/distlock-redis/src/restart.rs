@@ -82,7 +82,7 @@ fn lock(leases: &Mutex<Leases>) -> MutexGuard<'_, Leases> {
     leases.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Key reads per pipeline when many leases must be checked at once.
+/// Keys per `MGET` when many leases must be checked at once.
 const CHUNK: usize = 500;
 /// Pacing of the check while the server does not answer yet.
 const RETRY_FIRST: Duration = Duration::from_millis(10);
@@ -246,15 +246,18 @@ impl Task {
             .map(|(id, e)| (*id, e.lock.clone(), e.owner.clone()))
             .collect();
         for chunk in suspects.chunks(CHUNK) {
-            let mut pipe = redis::pipe();
+            // One `MGET`: a cluster connection splits it by slot and puts the
+            // answers back in order, where a pipeline of `GET`s would be refused
+            // for crossing slots.
+            let mut mget = redis::cmd("MGET");
             for (_, lock_key, _) in chunk {
-                pipe.get(lock_key);
+                mget.arg(lock_key);
             }
             let read = |link: Link| {
-                let pipe = pipe.clone();
+                let mget = mget.clone();
                 async move {
                     let mut conn = link.conn;
-                    let owners: Vec<Option<String>> = pipe.query_async(&mut conn).await?;
+                    let owners: Vec<Option<String>> = mget.query_async(&mut conn).await?;
                     Ok(owners)
                 }
             };

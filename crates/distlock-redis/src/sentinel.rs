@@ -14,6 +14,7 @@
 //! and it has no connect timeout of its own; this lookup is one command and
 //! reuses [`ServerAddress::client`] for both Sentinels and the primary.
 
+use crate::cluster::ClusterTarget;
 use crate::connection::ServerAddress;
 use crate::error::CommandError;
 use distlock_core::LockError;
@@ -101,12 +102,13 @@ pub(crate) fn read_sentinels(url: &mut LockUrl) -> Result<(Sentinels, i64), Lock
     Ok((sentinels, db))
 }
 
-/// Where a connection goes: one fixed server, or whichever node the Sentinels
-/// name as primary when it connects.
+/// Where a connection goes: one fixed server, whichever node the Sentinels
+/// name as primary when it connects, or a Redis Cluster.
 #[derive(Clone)]
 pub(crate) enum Target {
     Direct(Box<redis::Client>),
     Sentinel(Box<SentinelTarget>),
+    Cluster(Box<ClusterTarget>),
 }
 
 /// A primary found through Sentinel: the clients of the Sentinels (made once,
@@ -128,6 +130,11 @@ impl Target {
         backend: &'static str,
         pubsub: bool,
     ) -> Result<Self, LockError> {
+        if let Some(seeds) = &address.cluster {
+            return Ok(Target::Cluster(Box::new(ClusterTarget::new(
+                address, seeds, backend,
+            )?)));
+        }
         let Some(sentinels) = &address.sentinels else {
             return Ok(Target::Direct(Box::new(address.client(backend, pubsub)?)));
         };
@@ -143,6 +150,7 @@ impl Target {
                     db: 0,
                     resp3: false,
                     sentinels: None,
+                    cluster: None,
                     ..address.clone()
                 };
                 Ok((node.endpoint(), node.client(backend, false)?))
@@ -166,10 +174,15 @@ impl Target {
     }
 
     /// The client to connect with now: for Sentinel, of the primary they name.
+    /// A cluster has no one client: its connections are opened by
+    /// [`ClusterTarget`].
     pub async fn client(&self, timeout: Duration) -> Result<redis::Client, CommandError> {
         match self {
             Target::Direct(client) => Ok((**client).clone()),
             Target::Sentinel(target) => target.primary_client(timeout).await,
+            Target::Cluster(_) => Err(CommandError::Reply(
+                "a Redis Cluster is reached through its cluster connection".into(),
+            )),
         }
     }
 }

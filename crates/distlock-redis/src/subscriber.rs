@@ -17,19 +17,18 @@
 //! - A message wakes one waiter of this client (round robin); a waiter that was
 //!   woken and leaves before acting on it passes the wake on.
 
-use crate::error::CommandError;
 use crate::sentinel::Target;
 use distlock_core::toolkit::Backoff;
 use distlock_core::toolkit::Timeouts;
-use futures_core::Stream;
+use feed::{Event, Feed};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
+mod feed;
 mod waiting;
 pub(crate) use waiting::Waiting;
 
@@ -251,8 +250,6 @@ impl Drop for Registration {
 const MIN_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_millis(100);
 
-type Connection = (redis::aio::PubSubSink, Pin<Box<redis::aio::PubSubStream>>);
-
 struct SubscriberTask {
     target: Target,
     endpoint: Arc<str>,
@@ -262,7 +259,7 @@ struct SubscriberTask {
     holds: watch::Receiver<usize>,
     up: Arc<AtomicBool>,
     connected: watch::Sender<u64>,
-    conn: Option<Connection>,
+    conn: Option<Feed>,
     /// What the server has confirmed on the current connection.
     subscribed: HashSet<String>,
     retry_at: Option<Instant>,
@@ -284,12 +281,10 @@ impl SubscriberTask {
                     // The lock client is gone.
                     None => return,
                 },
-                message = next_message(&mut self.conn) => match message {
-                    Some(message) => {
-                        let name = message.get_channel_name().to_owned();
-                        lock(&self.registry).wake_one(&name);
-                    }
-                    None => self.disconnected("the subscriber connection closed"),
+                event = next_event(&mut self.conn) => match event {
+                    Event::Message(name) => lock(&self.registry).wake_one(&name),
+                    Event::Dropped(name) => self.dropped(name).await,
+                    Event::Closed => self.disconnected("the subscriber connection closed"),
                 },
                 _ = sleep_until_some(retry_at) => self.retry_at = None,
                 // A lease is held while there is no connection: make one.
@@ -300,25 +295,22 @@ impl SubscriberTask {
 
     /// Connects and subscribes every wanted channel in one command.
     async fn connect(&mut self) {
-        let connect = async {
-            let client = self.target.client(self.timeouts.connect).await?;
-            Ok::<_, CommandError>(client.get_async_pubsub().await?)
-        };
-        let (mut sink, stream) = match tokio::time::timeout(self.timeouts.connect, connect).await {
-            Ok(Ok(pubsub)) => pubsub.split(),
+        let connect = Feed::open(&self.target, self.timeouts.connect);
+        let mut feed = match tokio::time::timeout(self.timeouts.connect, connect).await {
+            Ok(Ok(feed)) => feed,
             Ok(Err(e)) => return self.disconnected(&e.to_string()),
             Err(_) => return self.disconnected("connect timed out"),
         };
         let wanted: Vec<String> = lock(&self.registry).channels.keys().cloned().collect();
         if !wanted.is_empty() {
-            match tokio::time::timeout(self.timeouts.reply, sink.subscribe(&wanted)).await {
+            match tokio::time::timeout(self.timeouts.reply, feed.subscribe(&wanted)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return self.disconnected(&e.to_string()),
                 Err(_) => return self.disconnected("SUBSCRIBE timed out"),
             }
         }
         self.subscribed = wanted.into_iter().collect();
-        self.conn = Some((sink, Box::pin(stream)));
+        self.conn = Some(feed);
         self.reconnect.reset();
         self.up.store(true, Ordering::SeqCst);
         self.connected.send_modify(|n| *n += 1);
@@ -340,16 +332,17 @@ impl SubscriberTask {
 
     /// Makes the server's subscription of `channel` match the registry.
     async fn reconcile(&mut self, channel: String) {
-        let Some((sink, _)) = self.conn.as_mut() else {
+        let Some(feed) = self.conn.as_mut() else {
             // Subscribed with the others when the connection is made.
             return;
         };
         let wanted = lock(&self.registry).channels.contains_key(&channel);
         let have = self.subscribed.contains(&channel);
         let outcome = if wanted && !have {
-            tokio::time::timeout(self.timeouts.reply, sink.subscribe(&channel)).await
+            let channels = std::slice::from_ref(&channel);
+            tokio::time::timeout(self.timeouts.reply, feed.subscribe(channels)).await
         } else if !wanted && have {
-            tokio::time::timeout(self.timeouts.reply, sink.unsubscribe(&channel)).await
+            tokio::time::timeout(self.timeouts.reply, feed.unsubscribe(&channel)).await
         } else {
             Ok(Ok(()))
         };
@@ -372,6 +365,24 @@ impl SubscriberTask {
         }
     }
 
+    /// The server ended a subscription (a cluster slot moved away): subscribe
+    /// again where the slot is now, and wake the waiters, who may have missed
+    /// a release in between.
+    async fn dropped(&mut self, channel: String) {
+        if !self.subscribed.remove(&channel) {
+            // The confirmation of our own unsubscribe.
+            return;
+        }
+        // Woken after the new subscription is in place (or known down, which
+        // wakes them anyway), so a release from then on reaches them.
+        self.reconcile(channel.clone()).await;
+        if let Some(entry) = lock(&self.registry).channels.get(&channel) {
+            for (_, signal) in &entry.waiters {
+                signal.wake();
+            }
+        }
+    }
+
     fn disconnected(&mut self, why: &str) {
         tracing::debug!(endpoint = %self.endpoint, why, "redis subscriber connection down; waiters poll until it is back");
         self.conn = None;
@@ -385,9 +396,9 @@ impl SubscriberTask {
     }
 }
 
-async fn next_message(conn: &mut Option<Connection>) -> Option<redis::Msg> {
+async fn next_event(conn: &mut Option<Feed>) -> Event {
     match conn {
-        Some((_, stream)) => std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await,
+        Some(feed) => feed.next().await,
         None => std::future::pending().await,
     }
 }

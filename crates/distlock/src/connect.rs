@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 /// | `memory://NAME` | in-process [`crate::memory`] | always on |
 /// | `redis://`, `rediss://` (TLS) | one Redis node | `redis` |
 /// | `redis+sentinel://s1,s2,s3/MASTER`, `rediss+sentinel://` | the Redis primary Sentinel names, followed across failovers | `redis` |
+/// | `redis+cluster://n1,n2,n3`, `rediss+cluster://` | a Redis Cluster, each lock on its slot's primary | `redis` |
 /// | `redlock://h1,h2,h3`, `redlocks://` (TLS) | Redlock over N independent Redis nodes | `redlock` |
 /// | `etcd://h1,h2/namespace`, `etcds://` (TLS) | etcd | `etcd` |
 /// | `zk://h1,h2/chroot`, `zookeeper://` (`?tls=true&ca=…`: TLS) | ZooKeeper | `zookeeper` |

@@ -63,7 +63,14 @@ impl BackendKind {
     pub const fn schemes(self) -> &'static [&'static str] {
         match self {
             BackendKind::Memory => &["memory"],
-            BackendKind::Redis => &["redis", "rediss", "redis+sentinel", "rediss+sentinel"],
+            BackendKind::Redis => &[
+                "redis",
+                "rediss",
+                "redis+sentinel",
+                "rediss+sentinel",
+                "redis+cluster",
+                "rediss+cluster",
+            ],
             BackendKind::Redlock => &["redlock", "redlocks"],
             BackendKind::Etcd => &["etcd", "etcds"],
             BackendKind::ZooKeeper => &["zk", "zookeeper"],

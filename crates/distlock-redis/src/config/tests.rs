@@ -121,3 +121,50 @@ fn bad_sentinel_urls_say_what_to_write() {
         "{err}"
     );
 }
+
+#[test]
+fn cluster_urls_take_every_host_as_a_seed_and_the_usual_parameters() {
+    let c = RedisConfig::from_url(
+        "rediss+cluster://u:s3cret@n1:7000,n2,[::1]:7002/?namespace=app:&timeout=1s&wait_replicas=1&insecure=true",
+    )
+    .unwrap();
+    let seeds = c.server.cluster.as_ref().expect("cluster mode");
+    assert_eq!(
+        seeds.nodes,
+        [
+            ("n1".to_owned(), 7000),
+            ("n2".to_owned(), DEFAULT_PORT),
+            ("::1".to_owned(), 7002)
+        ]
+    );
+    assert!(c.server.tls && c.server.insecure);
+    assert_eq!(c.endpoint(), "rediss+cluster://n1:7000,n2:6379,[::1]:7002");
+    assert_eq!(c.common.timeouts.reply, Duration::from_secs(1));
+    assert!(c.replicas.is_some());
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+    // The fair lock's queue shares the lock's slot: allowed in a cluster.
+    let fair = RedisConfig::from_url("redis+cluster://n1,n2?fair=true").unwrap();
+    assert!(fair.fair && fair.server.cluster.is_some());
+}
+
+#[test]
+fn bad_cluster_urls_say_what_to_write() {
+    for (url, why) in [
+        ("redis+cluster://n1,n2/3", "only database 0"),
+        (
+            "redis+cluster://n1?restart_guard=10s&ttl=5s",
+            "not available in Redis Cluster mode",
+        ),
+        ("redis+cluster://n1?bogus=1", "bogus"),
+        ("redis+clustr://n1", "redis+cluster://"),
+        ("redlock+cluster://n1", "unsupported scheme"),
+    ] {
+        let err = RedisConfig::from_url(url).unwrap_err().to_string();
+        assert!(err.contains(why), "{url}: {err}");
+    }
+    let err = crate::RedlockConfig::from_url("redis+cluster://n1,n2,n3")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("write redlock://h1,h2,h3"), "{err}");
+}

@@ -3,7 +3,7 @@
 
 use super::{ACQUIRE, Attempt, ServerClient, UNDO_GRACE, ttl_ms, undo_on_connection};
 use crate::backend::ReplicaAck;
-use crate::connection::RunId;
+use crate::connection::{CommandConn, RunId};
 use crate::error::CommandError;
 use crate::keys::LockKeys;
 use crate::restart::RestartGuard;
@@ -96,7 +96,7 @@ impl ServerClient {
 
 /// `WAIT` for `ack` on `conn`, within `budget`.
 pub(crate) async fn wait_on(
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut CommandConn,
     ack: ReplicaAck,
     budget: Duration,
 ) -> Result<u32, CommandError> {

@@ -2,6 +2,7 @@
 //! release, or a waiter giving up its place), which tells the next waiter.
 
 use super::{Attempt, ServerClient, flag, ttl_ms};
+use crate::connection::CommandConn;
 use crate::error::CommandError;
 use crate::keys::LockKeys;
 use crate::shares::share_script;
@@ -32,10 +33,18 @@ impl FairQueue {
     }
 }
 
-fn leave_invocation(keys: &LockKeys, queue: &FairQueue, owner: &str) -> ScriptInvocation<'static> {
+fn leave_invocation(
+    keys: &LockKeys,
+    queue: &FairQueue,
+    owner: &str,
+    conn: &CommandConn,
+) -> ScriptInvocation<'static> {
     let mut invocation = FAIR_LEAVE.key(&keys.lock);
     invocation.key(&queue.list).key(&queue.timeouts);
-    invocation.arg(owner).arg(&keys.channel);
+    invocation
+        .arg(owner)
+        .arg(&keys.channel)
+        .arg(conn.publish_command());
     invocation
 }
 
@@ -62,7 +71,7 @@ impl ServerClient {
         let (reply, run_id): (Vec<i64>, _) = self
             .invoke_or_undo(
                 budget,
-                || {
+                |conn| {
                     let mut invocation = FAIR_ACQUIRE.key(&keys.lock);
                     invocation
                         .key(&keys.fence)
@@ -72,10 +81,11 @@ impl ServerClient {
                         .arg(owner)
                         .arg(ttl_ms(ttl))
                         .arg(ttl_ms(place))
-                        .arg(&keys.channel);
+                        .arg(&keys.channel)
+                        .arg(conn.publish_command());
                     invocation
                 },
-                || vec![leave_invocation(keys, &queue, owner)],
+                |conn| vec![leave_invocation(keys, &queue, owner, conn)],
             )
             .await?;
         match reply[..] {
@@ -98,7 +108,7 @@ impl ServerClient {
     ) -> Result<bool, CommandError> {
         let queue = FairQueue::of(keys);
         let reply = self
-            .invoke(budget, || leave_invocation(keys, &queue, owner))
+            .invoke_on(budget, |conn| leave_invocation(keys, &queue, owner, conn))
             .await;
         flag(reply, "fair leave")
     }

@@ -3,6 +3,7 @@
 //! the compare-owner release, so it can only ever delete that attempt's own key.
 
 use super::{RELEASE, ServerClient};
+use crate::connection::CommandConn;
 use crate::keys::LockKeys;
 use distlock_core::toolkit::{CancelGuard, UndoFuture};
 use std::sync::Arc;
@@ -12,23 +13,30 @@ use std::time::Duration;
 /// connection-level timeout gives up on it.
 pub(super) const UNDO_GRACE: Duration = Duration::from_millis(50);
 
-pub(super) fn release_invocation(keys: &LockKeys, owner: &str) -> redis::ScriptInvocation<'static> {
+pub(super) fn release_invocation(
+    keys: &LockKeys,
+    owner: &str,
+    conn: &CommandConn,
+) -> redis::ScriptInvocation<'static> {
     let mut invocation = RELEASE.key(&keys.lock);
-    invocation.arg(owner).arg(&keys.channel);
+    invocation
+        .arg(owner)
+        .arg(&keys.channel)
+        .arg(conn.publish_command());
     invocation
 }
 
 /// Undoes an acquire request that was cancelled or timed out before its reply,
 /// by queueing the compare-owner release on the same connection, behind it.
 pub(super) fn undo_on_connection(
-    mut conn: redis::aio::MultiplexedConnection,
+    mut conn: CommandConn,
     keys: &LockKeys,
     owner: &str,
 ) -> CancelGuard<
     redis::ScriptInvocation<'static>,
     impl FnOnce(redis::ScriptInvocation<'static>) -> Option<UndoFuture>,
 > {
-    CancelGuard::new(release_invocation(keys, owner), move |invocation| {
+    CancelGuard::new(release_invocation(keys, owner, &conn), move |invocation| {
         Some(Box::pin(async move {
             let undone: redis::RedisResult<i64> = invocation.invoke_async(&mut conn).await;
             if let Err(e) = undone {

@@ -4,7 +4,7 @@
 //! cannot overtake it, as it could on a fresh one.
 
 use super::{ServerClient, UNDO_GRACE};
-use crate::connection::RunId;
+use crate::connection::{CommandConn, RunId};
 use crate::error::CommandError;
 use distlock_core::toolkit::{CancelGuard, UndoFuture};
 use redis::ScriptInvocation;
@@ -12,13 +12,15 @@ use std::time::Duration;
 
 impl ServerClient {
     /// Runs `script` within `budget`; if it is cut off or unanswered, the
-    /// `undo` scripts are sent after it on the same connection. Returns the
-    /// reply and the `run_id` of the server that gave it.
+    /// `undo` scripts are sent after it on the same connection. Both are built
+    /// for that connection (a script that publishes takes
+    /// [`CommandConn::publish_command`]). Returns the reply and the `run_id` of
+    /// the server that gave it.
     pub(crate) async fn invoke_or_undo<T>(
         &self,
         budget: Duration,
-        script: impl Fn() -> ScriptInvocation<'static>,
-        undo: impl Fn() -> Vec<ScriptInvocation<'static>>,
+        script: impl Fn(&CommandConn) -> ScriptInvocation<'static>,
+        undo: impl Fn(&CommandConn) -> Vec<ScriptInvocation<'static>>,
     ) -> Result<(T, RunId), CommandError>
     where
         T: redis::FromRedisValue + Send + 'static,
@@ -28,9 +30,9 @@ impl ServerClient {
         self.connection
             .call_linked(budget + UNDO_GRACE, |link| {
                 let mut conn = link.conn;
-                let invocation = script();
+                let invocation = script(&conn);
                 let mut behind = conn.clone();
-                let guard = CancelGuard::new(undo(), move |undo| {
+                let guard = CancelGuard::new(undo(&conn), move |undo| {
                     Some(Box::pin(async move {
                         for invocation in undo {
                             let undone: redis::RedisResult<redis::Value> =

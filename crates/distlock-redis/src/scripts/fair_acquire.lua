@@ -6,7 +6,8 @@
 -- ARGV[1] owner value (one per acquire, kept while it waits), ARGV[2] ttl in
 -- ms, ARGV[3] how long the caller's place lives without a new attempt (0: a
 -- try, no place is taken), ARGV[4] lock channel (a waiter's own channel is
--- '<lock channel>:<owner>')
+-- '<lock channel>:<owner>', both in the keys' slot), ARGV[5] PUBLISH, or
+-- SPUBLISH in a Redis Cluster
 -- Returns {1, token} when won, {0, ms} when it must wait (ms until the holder's
 -- lease or the head's place expires).
 local now = now_ms()
@@ -44,7 +45,7 @@ local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 then
   -- Free, but another waiter's turn: make sure it knows.
   head = redis.call('LINDEX', KEYS[3], 0)
-  redis.call('PUBLISH', ARGV[4] .. ':' .. head, 'turn')
+  redis.call(ARGV[5], ARGV[4] .. ':' .. head, 'turn')
   return {0, math.max(tonumber(redis.call('ZSCORE', KEYS[4], head)) - now, 0)}
 end
 return {0, pttl}

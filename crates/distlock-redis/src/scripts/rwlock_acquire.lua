@@ -6,7 +6,9 @@
 -- expires)
 -- ARGV[1] owner value (one per acquire), ARGV[2] ttl in ms, ARGV[3] 'R' or 'W',
 -- ARGV[4] how long the caller's place lives without a new attempt (0: a try,
--- no place is taken), ARGV[5] channel (a waiter's own is '<channel>:<owner>')
+-- no place is taken), ARGV[5] channel (a waiter's own is '<channel>:<owner>',
+-- both in the keys' slot), ARGV[6] PUBLISH, or SPUBLISH in a Redis
+-- Cluster
 -- Returns {1, token} when won, {0, ms} when it must wait (ms until the soonest
 -- share or place that may be in its way expires).
 local now = now_ms()
@@ -44,7 +46,7 @@ local function wake_turns()
       return
     end
     if waiter ~= member then
-      redis.call('PUBLISH', ARGV[5] .. ':' .. string.sub(waiter, 3), 'turn')
+      redis.call(ARGV[6], ARGV[5] .. ':' .. string.sub(waiter, 3), 'turn')
     end
     if kind == 'W' then
       return

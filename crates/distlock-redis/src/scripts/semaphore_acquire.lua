@@ -2,7 +2,8 @@
 -- KEYS[1] expiry set (owner -> expiry ms), KEYS[2] info hash (owner ->
 -- "slot:token"), KEYS[3] limit, KEYS[4] fence counter (never expires)
 -- ARGV[1] owner value, ARGV[2] ttl in ms, ARGV[3] limit, ARGV[4] '1' when the
--- caller was waiting, ARGV[5] channel
+-- caller was waiting, ARGV[5] channel (in the keys' slot), ARGV[6] PUBLISH,
+-- or SPUBLISH in a Redis Cluster
 -- Returns {1, slot, token} when won, {0, ms} when full (ms until the soonest
 -- permit expires), {3, limit} when the semaphore is in use with another limit.
 local now = now_ms()
@@ -43,6 +44,6 @@ keep_until(KEYS[3], now + ttl, now)
 -- A waiter that got in passes the wake on while permits are left, so waiters
 -- of one client that shared a single release message are not left asleep.
 if ARGV[4] == '1' and live + 1 < limit then
-  redis.call('PUBLISH', ARGV[5], 'released')
+  redis.call(ARGV[6], ARGV[5], 'released')
 end
 return {1, slot, token}

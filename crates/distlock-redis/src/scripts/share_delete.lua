@@ -1,11 +1,12 @@
 -- An operator's delete of live shares behind their holders' backs, waking
--- waiters. KEYS[1] expiry set, KEYS[2] info hash; ARGV[1] channel,
--- ARGV[2..] owner values to delete (none: every share)
+-- waiters. KEYS[1] expiry set, KEYS[2] info hash; ARGV[1] channel (in the keys'
+-- slot), ARGV[2] PUBLISH, or SPUBLISH in a Redis Cluster, ARGV[3..] owner
+-- values to delete (none: every share)
 -- Returns how many live shares were deleted.
 local now = now_ms()
 local members = {}
-if #ARGV > 1 then
-  for i = 2, #ARGV do
+if #ARGV > 2 then
+  for i = 3, #ARGV do
     members[#members + 1] = ARGV[i]
   end
 else
@@ -23,6 +24,6 @@ for _, member in ipairs(members) do
   end
 end
 if deleted > 0 then
-  redis.call('PUBLISH', ARGV[1], 'released')
+  redis.call(ARGV[2], ARGV[1], 'released')
 end
 return deleted

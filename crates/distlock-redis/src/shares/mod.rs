@@ -6,7 +6,9 @@
 //! description in a hash under the same member. Every script sweeps the
 //! expired members first, so a crashed holder's share ends at its ttl without
 //! anyone deleting it. Renew and release compare the member, so a client only
-//! ever touches its own share; release publishes on the primitive's channel.
+//! ever touches its own share; release publishes on the primitive's channel
+//! (with the connection's publish command: `SPUBLISH` in a Redis Cluster, so
+//! the sharded subscriber hears it).
 //!
 //! Waiting is the lock's ([`turns`]): the waiter registers on the client's
 //! shared subscriber, attempts only once subscribed, and sleeps until a
@@ -14,6 +16,7 @@
 //! polling while the subscriber is down.
 
 use crate::backend::{BACKEND, RedisBackend};
+use crate::connection::CommandConn;
 use crate::error::CommandError;
 use crate::inspect::scan_keys;
 use crate::keys::{LockKeys, lock_key_pattern};
@@ -120,13 +123,20 @@ impl std::fmt::Debug for RedisShare {
     }
 }
 
-fn release_invocation(keys: &ShareKeys, owner: &str) -> redis::ScriptInvocation<'static> {
+fn release_invocation(
+    keys: &ShareKeys,
+    owner: &str,
+    conn: &CommandConn,
+) -> redis::ScriptInvocation<'static> {
     let mut invocation = RELEASE.key(&keys.expiry);
     invocation.key(&keys.info);
     for extra in &keys.extra {
         invocation.key(extra);
     }
-    invocation.arg(owner).arg(&keys.channel);
+    invocation
+        .arg(owner)
+        .arg(&keys.channel)
+        .arg(conn.publish_command());
     invocation
 }
 
@@ -166,14 +176,17 @@ impl Holding for RedisShare {
     async fn release(&self) -> Result<Ownership, LockError> {
         let reply = self
             .server
-            .invoke(self.budget, || release_invocation(&self.keys, &self.owner))
+            .invoke_on(self.budget, |conn| {
+                release_invocation(&self.keys, &self.owner, conn)
+            })
             .await;
         ownership(reply, "share release").map_err(|e| fail(&self.server, e))
     }
 }
 
-/// Builds a script call, once per send.
-pub(crate) type Invocation = Arc<dyn Fn() -> redis::ScriptInvocation<'static> + Send + Sync>;
+/// Builds a script call, once per send, for the connection it goes out on.
+pub(crate) type Invocation =
+    Arc<dyn Fn(&CommandConn) -> redis::ScriptInvocation<'static> + Send + Sync>;
 
 /// One acquire: the primitive's server, keys and reply budget, and the random
 /// owner value its attempts share (a retried script finds its own share, and
@@ -203,10 +216,10 @@ impl Acquiring<'_> {
     /// What gives back anything this acquire may have taken: the
     /// compare-owner release (it can only ever end this acquire's own share),
     /// then leaving the queue.
-    fn undo_scripts(&self) -> Vec<redis::ScriptInvocation<'static>> {
-        let release = release_invocation(&self.keys, &self.owner);
+    fn undo_scripts(&self, conn: &CommandConn) -> Vec<redis::ScriptInvocation<'static>> {
+        let release = release_invocation(&self.keys, &self.owner, conn);
         std::iter::once(release)
-            .chain(self.leave.as_ref().map(|leave| leave()))
+            .chain(self.leave.as_ref().map(|leave| leave(conn)))
             .collect()
     }
 
@@ -214,14 +227,14 @@ impl Acquiring<'_> {
     /// follows it on its connection.
     pub async fn send<T>(
         &self,
-        script: impl Fn() -> redis::ScriptInvocation<'static>,
+        script: impl Fn(&CommandConn) -> redis::ScriptInvocation<'static>,
     ) -> Result<T, LockError>
     where
         T: redis::FromRedisValue + Send + 'static,
     {
         let sent = self
             .server
-            .invoke_or_undo(self.budget, script, || self.undo_scripts());
+            .invoke_or_undo(self.budget, script, |conn| self.undo_scripts(conn));
         Ok(sent.await.map_err(|e| fail(self.server, e))?.0)
     }
 
@@ -230,11 +243,11 @@ impl Acquiring<'_> {
     fn undo_on_drop(&self) -> CancelGuard<(), impl FnOnce(()) -> Option<UndoFuture> + use<>> {
         let (server, budget) = (self.server.clone(), self.budget);
         let (keys, owner, leave) = (self.keys.clone(), self.owner.clone(), self.leave.clone());
-        let release: Invocation = Arc::new(move || release_invocation(&keys, &owner));
+        let release: Invocation = Arc::new(move |conn| release_invocation(&keys, &owner, conn));
         CancelGuard::new((), move |()| {
             Some(Box::pin(async move {
                 for build in std::iter::once(release).chain(leave) {
-                    let undone: Result<i64, _> = server.invoke(budget, &*build).await;
+                    let undone: Result<i64, _> = server.invoke_on(budget, &*build).await;
                     if let Err(e) = undone {
                         tracing::debug!(endpoint = %server.endpoint, error = %e, "undoing an abandoned share attempt failed; its ttl frees it");
                     }
@@ -299,9 +312,12 @@ pub(crate) async fn delete(
     budget: Duration,
 ) -> Result<usize, LockError> {
     let deleted: i64 = server
-        .invoke(budget, || {
+        .invoke_on(budget, |conn| {
             let mut invocation = DELETE.key(&keys.expiry);
-            invocation.key(&keys.info).arg(&keys.channel);
+            invocation
+                .key(&keys.info)
+                .arg(&keys.channel)
+                .arg(conn.publish_command());
             for owner in owners {
                 invocation.arg(owner);
             }
@@ -337,51 +353,4 @@ pub(crate) async fn residue(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::keys::hash_tag;
-    use crate::protocol::fair::{FairQueue, turn_channel};
-
-    #[test]
-    fn every_key_and_channel_of_a_primitive_shares_the_lock_hash_tag() {
-        for name in ["a", "{x}", "a}b{c", "orders/42", "%7B"] {
-            let key = LockKey::new(name).unwrap();
-            let lock = LockKeys::new("ns:", &key);
-            let tag = hash_tag(&lock.lock);
-            for kind in ["sem", "rw"] {
-                let keys = ShareKeys::new("ns:", &key, kind);
-                let names = [
-                    keys.expiry.clone(),
-                    keys.info.clone(),
-                    keys.fence.clone(),
-                    keys.channel.clone(),
-                    keys.sibling("limit"),
-                    keys.sibling("queue"),
-                    format!("{}:owner", keys.channel),
-                ];
-                for each in names {
-                    assert_eq!(hash_tag(&each), tag, "{each}");
-                    assert_ne!(each, lock.lock);
-                    assert_ne!(each, lock.fence);
-                }
-            }
-            let queue = FairQueue::of(&lock);
-            for each in [queue.list, queue.timeouts, turn_channel(&lock, "owner")] {
-                assert_eq!(hash_tag(&each), tag, "{each}");
-            }
-        }
-    }
-
-    #[test]
-    fn the_two_primitives_of_a_name_never_share_a_key() {
-        let key = LockKey::new("jobs").unwrap();
-        let (sem, rw) = (
-            ShareKeys::new("ns:", &key, "sem"),
-            ShareKeys::new("ns:", &key, "rw"),
-        );
-        assert_eq!(sem.expiry, "ns:{jobs}:sem:expiry");
-        assert_eq!(rw.sibling("places"), "ns:{jobs}:rw:places");
-        assert_ne!(sem.fence, rw.fence);
-        assert_ne!(sem.channel, rw.channel);
-    }
-}
+mod tests;

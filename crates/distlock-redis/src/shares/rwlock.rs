@@ -25,6 +25,7 @@ use super::{
     queued_wait, residue, share_script,
 };
 use crate::backend::BACKEND;
+use crate::connection::CommandConn;
 use crate::protocol::ServerClient;
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};
@@ -93,9 +94,13 @@ impl RedisRwLockBackend {
         let leave = {
             let (queue, places) = (keys.sibling("queue"), keys.sibling("places"));
             let (member, channel) = (member.clone(), keys.channel.clone());
-            Arc::new(move || {
+            Arc::new(move |conn: &CommandConn| {
                 let mut invocation = UNQUEUE.key(&queue);
-                invocation.key(&places).arg(&member).arg(&channel);
+                invocation
+                    .key(&places)
+                    .arg(&member)
+                    .arg(&channel)
+                    .arg(conn.publish_command());
                 invocation
             }) as Invocation
         };
@@ -126,7 +131,7 @@ impl RedisRwLockBackend {
         };
         let sent_at = Instant::now();
         let reply: Vec<i64> = on
-            .send(|| {
+            .send(|conn| {
                 let mut invocation = ACQUIRE.key(&keys.expiry);
                 invocation
                     .key(&keys.info)
@@ -139,7 +144,8 @@ impl RedisRwLockBackend {
                     .arg(ms(req.ttl))
                     .arg(kind(mode))
                     .arg(ms(place))
-                    .arg(&keys.channel);
+                    .arg(&keys.channel)
+                    .arg(conn.publish_command());
                 invocation
             })
             .await?;

@@ -81,7 +81,7 @@ impl RedisSemaphoreBackend {
         let keys = &on.keys;
         let sent_at = Instant::now();
         let reply: Vec<i64> = on
-            .send(|| {
+            .send(|conn| {
                 let mut invocation = ACQUIRE.key(&keys.expiry);
                 invocation
                     .key(&keys.info)
@@ -92,7 +92,8 @@ impl RedisSemaphoreBackend {
                     .arg(ms(req.acquire.ttl))
                     .arg(req.limit)
                     .arg(if waited { "1" } else { "0" })
-                    .arg(&keys.channel);
+                    .arg(&keys.channel)
+                    .arg(conn.publish_command());
                 invocation
             })
             .await?;

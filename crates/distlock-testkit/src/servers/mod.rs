@@ -16,6 +16,7 @@ pub mod placement;
 pub mod postgres;
 pub mod process;
 pub mod redis;
+pub mod redis_cluster;
 mod resp;
 pub mod sentinel;
 pub mod tls;
@@ -27,6 +28,7 @@ pub use placement::{LauncherKind, Placement, launcher, place, set_default_launch
 pub use postgres::PostgresServer;
 pub use process::ServerProcess;
 pub use redis::{RedisOptions, RedisServer};
+pub use redis_cluster::RedisCluster;
 pub use sentinel::{SentinelOptions, SentinelTopology};
 pub use tls::{ServerTls, TestCertificates};
 pub use zookeeper::{ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperServer};

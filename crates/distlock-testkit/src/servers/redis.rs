@@ -29,6 +29,10 @@ pub struct RedisOptions {
     /// Start as a replica of the primary at this address (`replicaof`), logging
     /// in to it with [`RedisOptions::password`].
     pub replica_of: Option<SocketAddr>,
+    /// Start as a Redis Cluster node (`cluster-enabled yes`, its `nodes.conf`
+    /// in the data dir so a restart keeps its identity and slots); see
+    /// [`super::RedisCluster`], which joins such nodes into a cluster.
+    pub cluster: bool,
 }
 
 impl std::fmt::Debug for RedisOptions {
@@ -38,6 +42,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("aof", &self.aof)
             .field("tls", &self.tls)
             .field("replica_of", &self.replica_of)
+            .field("cluster", &self.cluster)
             .finish()
     }
 }
@@ -231,8 +236,23 @@ fn config_text(bind: IpAddr, port: u16, data_dir: &Path, options: &RedisOptions)
         text.push_str(&format!("requirepass \"{quoted}\"\n"));
         text.push_str(&format!("masterauth \"{quoted}\"\n"));
     }
+    if options.cluster {
+        text.push_str(
+            "cluster-enabled yes\ncluster-config-file nodes.conf\ncluster-node-timeout 2000\n",
+        );
+        if options.tls.is_some() {
+            // The bus and replication speak TLS too; the topology a TLS client
+            // reads then names the TLS ports, a plain client the plain ones.
+            text.push_str("tls-cluster yes\ntls-replication yes\n");
+        }
+    }
     if let Some(primary) = options.replica_of {
         text.push_str(&format!("replicaof {} {}\n", primary.ip(), primary.port()));
+        if options.tls.is_some() {
+            // `replica_of` is then the primary's TLS port; the replica also
+            // announces its own TLS port, where Sentinel will reach it.
+            text.push_str("tls-replication yes\n");
+        }
     }
     text
 }

@@ -7,6 +7,7 @@
 use super::process::ServerProcess;
 use super::redis::{RedisOptions, RedisServer};
 use super::resp::query;
+use super::tls::ServerTls;
 use super::{
     READY_TIMEOUT, ServerError, free_port, place, retry_on_exit, url_encode, write_private,
 };
@@ -30,6 +31,10 @@ pub struct SentinelOptions {
     pub password: Option<String>,
     /// The Sentinels' own `requirepass` (they log in to each other with it).
     pub sentinel_password: Option<String>,
+    /// Speak TLS everywhere: the data nodes replicate and the Sentinels monitor
+    /// over their TLS ports, and [`SentinelTopology::url`] is a
+    /// `rediss+sentinel://` URL of the Sentinels' TLS ports (add `?ca=…`).
+    pub tls: Option<ServerTls>,
 }
 
 impl std::fmt::Debug for SentinelOptions {
@@ -40,6 +45,7 @@ impl std::fmt::Debug for SentinelOptions {
             .field("failover_timeout", &self.failover_timeout)
             .field("password", &hidden(&self.password))
             .field("sentinel_password", &hidden(&self.sentinel_password))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -51,6 +57,7 @@ impl Default for SentinelOptions {
             failover_timeout: Duration::from_secs(10),
             password: None,
             sentinel_password: None,
+            tls: None,
         }
     }
 }
@@ -60,6 +67,7 @@ impl Default for SentinelOptions {
 pub struct SentinelProcess {
     host: IpAddr,
     port: u16,
+    tls_port: Option<u16>,
     process: ServerProcess,
     _dir: TempDir,
 }
@@ -68,6 +76,12 @@ impl SentinelProcess {
     /// The address clients dial: loopback, or the container's own.
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::new(self.host, self.port)
+    }
+
+    /// The loopback address of its TLS port, when started with TLS.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_port
+            .map(|port| SocketAddr::from(([127, 0, 0, 1], port)))
     }
 
     /// Its process, to kill or pause it.
@@ -93,18 +107,25 @@ impl SentinelTopology {
     pub async fn start(options: SentinelOptions) -> Result<Self, ServerError> {
         let primary = RedisServer::start_with(RedisOptions {
             password: options.password.clone(),
+            tls: options.tls.clone(),
             ..RedisOptions::default()
         })
         .await?;
+        // With TLS, replication and monitoring use the TLS port.
+        let primary_addr = SocketAddr::new(
+            primary.addr().ip(),
+            primary.tls_port().unwrap_or(primary.port()),
+        );
         let replica = RedisServer::start_with(RedisOptions {
             password: options.password.clone(),
-            replica_of: Some(primary.addr()),
+            replica_of: Some(primary_addr),
+            tls: options.tls.clone(),
             ..RedisOptions::default()
         })
         .await?;
         let mut sentinels = Vec::with_capacity(3);
         for _ in 0..3 {
-            sentinels.push(start_sentinel(primary.addr(), &options).await?);
+            sentinels.push(start_sentinel(primary_addr, &options).await?);
         }
         Ok(SentinelTopology {
             primary,
@@ -120,8 +141,12 @@ impl SentinelTopology {
         let hosts: Vec<String> = self
             .sentinels
             .iter()
-            .map(|s| s.addr().to_string())
+            .map(|s| s.tls_addr().unwrap_or(s.addr()).to_string())
             .collect();
+        let scheme = match self.options.tls {
+            Some(_) => "rediss",
+            None => "redis",
+        };
         let login = match &self.options.password {
             Some(password) => format!(":{}@", url_encode(password)),
             None => String::new(),
@@ -131,7 +156,7 @@ impl SentinelTopology {
             None => String::new(),
         };
         format!(
-            "redis+sentinel://{login}{}/{MASTER_NAME}{query}",
+            "{scheme}+sentinel://{login}{}/{MASTER_NAME}{query}",
             hosts.join(",")
         )
     }
@@ -259,8 +284,9 @@ async fn start_sentinel(
         .map_err(ServerError::io("create a temp dir for redis-sentinel"))?;
     // Sentinel rewrites its config file, so it lives in the writable temp dir.
     let config = dir.path().join("sentinel.conf");
-    let (port, process) = retry_on_exit(async || {
+    let (port, tls_port, process) = retry_on_exit(async || {
         let port = free_port()?;
+        let tls_port = options.tls.as_ref().map(|_| free_port()).transpose()?;
         let mut text = format!(
             "port {port}\nbind {bind}\ndaemonize no\nlogfile \"\"\ndir \"{dir}\"\n\
              sentinel monitor {MASTER_NAME} {primary_ip} {primary_port} 2\n\
@@ -274,6 +300,12 @@ async fn start_sentinel(
             down = options.down_after.as_millis(),
             failover = options.failover_timeout.as_millis(),
         );
+        if let (Some(tls), Some(tls_port)) = (&options.tls, tls_port) {
+            // Its certificate also serves as the client one towards the data
+            // nodes, which it reaches over TLS.
+            text.push_str(&tls.redis_config(tls_port));
+            text.push_str("tls-replication yes\n");
+        }
         if let Some(password) = &options.password {
             text.push_str(&format!(
                 "sentinel auth-pass {MASTER_NAME} {}\n",
@@ -300,12 +332,13 @@ async fn start_sentinel(
         process
             .wait_ready(READY_TIMEOUT, || super::redis::ping(addr, password))
             .await?;
-        Ok((port, process))
+        Ok((port, tls_port, process))
     })
     .await?;
     Ok(SentinelProcess {
         host: placement.host(),
         port,
+        tls_port,
         process,
         _dir: dir,
     })

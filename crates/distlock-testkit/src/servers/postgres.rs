@@ -12,11 +12,11 @@
 //! mounted temp dir; clients dial the container's address.
 
 use super::process::ServerProcess;
+use super::tls::ServerTls;
 use super::{
     Placement, ServerError, find_binary, free_port, place, random_password, retry_on_exit,
     url_encode,
 };
-use super::tls::ServerTls;
 use nix::sys::signal::Signal;
 use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr};

@@ -72,14 +72,21 @@
 
 mod backend;
 mod config;
+mod election;
 mod error;
 mod inspect;
 pub mod keys;
+mod lease;
 mod protocol;
 mod queue;
+mod rwlock;
+mod semaphore;
 mod session;
 mod tls;
 
 pub use backend::{ZkBackend, ZkHandle, ZkLock};
 pub use config::{AclPolicy, DigestAuth, ZkConfig};
+pub use election::ZkElection;
+pub use rwlock::{ZkRwLock, ZkRwLockBackend};
+pub use semaphore::{ZkSemaphore, ZkSemaphoreBackend};
 pub use tls::ZkTls;

@@ -114,68 +114,6 @@ impl Requests {
         })
     }
 
-    /// Creates our node as [`Requests::create_node`] does and deletes `release`
-    /// in the same transaction, both or neither: a semaphore's lease and its
-    /// guard lock, so the next guard holder is woken by the very write that
-    /// made the lease.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn create_node_releasing(
-        &self,
-        client: &zk::Client,
-        dir: &str,
-        marker: &str,
-        kind: NodeKind,
-        data: &[u8],
-        release: &str,
-    ) -> Result<OwnNode, ZkError> {
-        let prefix = keys::node_path(dir, &format!("{marker}{}", kind.base()));
-        let options = CreateMode::EphemeralSequential.with_acls(Acls::new(&self.acls));
-        let mut multi = client.new_multi_writer();
-        let staged = (multi.add_create(&prefix, data, &options))
-            .and_then(|()| multi.add_delete(release, None));
-        staged.map_err(|source| ZkError::Request {
-            op: "multi",
-            path: prefix.clone(),
-            source,
-        })?;
-        let commit = multi.commit();
-        let results = (self.call("multi", &prefix, async {
-            commit.await.map_err(|e| match e {
-                // Our node to release is gone (an operator deleted it): not
-                // the missing directory a failed create means.
-                zk::MultiWriteError::OperationFailed { index: 1, .. } => {
-                    zk::Error::RuntimeInconsistent
-                }
-                other => zk::Error::from(other),
-            })
-        }))
-        .await?;
-        let Some(zk::MultiWriteResult::Create { path, stat }) = results.into_iter().next() else {
-            return Err(ZkError::Request {
-                op: "multi",
-                path: prefix,
-                source: zk::Error::UnexpectedError("no create result".into()),
-            });
-        };
-        let name = path.rsplit('/').next().unwrap_or_default().to_owned();
-        // Some servers answer a create inside a transaction with an empty
-        // stat (ZOOKEEPER-4026): read the real one.
-        let czxid = match stat.czxid {
-            czxid if czxid > 0 => czxid,
-            _ => match self.node_stat(client, &path).await? {
-                Some(stat) => stat.czxid,
-                None => {
-                    return Err(ZkError::Request {
-                        op: "exists",
-                        path,
-                        source: zk::Error::NoNode,
-                    });
-                }
-            },
-        };
-        Ok(OwnNode { name, czxid })
-    }
-
     /// Looks for the node of the acquisition `marker` after a create whose reply
     /// was lost: `None` when the create never took effect.
     pub async fn find_own_node(

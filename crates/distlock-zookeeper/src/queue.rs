@@ -145,12 +145,6 @@ pub(crate) async fn wait_for_turn(
     }
 }
 
-/// Records that our node is gone (deleted by a transaction of ours), so
-/// nothing deletes it again.
-pub(crate) fn forget(node: &mut QueuedNode) {
-    node.state = NodeState::Absent;
-}
-
 /// Deletes our node now that the wait is over, so a process that exits right
 /// after a timeout leaves no queue entry behind. On failure the node stays with
 /// the guard, which tries again in the background.
@@ -194,7 +188,7 @@ async fn step(
 ) -> Result<Step, ZkError> {
     let own = match &node.state {
         NodeState::Created(own) => own.clone(),
-        _ => create(requests, node, None).await?,
+        _ => create(requests, node).await?,
     };
     let client = &node.session.client;
     let sent_at = Instant::now();
@@ -254,13 +248,7 @@ fn blocker(queue: &[String], at: usize, kind: NodeKind) -> Option<usize> {
 /// Creates our node, recreating a missing lock directory, and after a
 /// connection loss finds the node by our uuid instead of creating a second one
 /// (Curator's protected mode).
-///
-/// With `release`, the create also deletes that node, in one transaction.
-pub(crate) async fn create(
-    requests: &Requests,
-    node: &mut QueuedNode,
-    release: Option<&str>,
-) -> Result<OwnNode, ZkError> {
+pub(crate) async fn create(requests: &Requests, node: &mut QueuedNode) -> Result<OwnNode, ZkError> {
     let session = node.session.clone();
     let client = &session.client;
     let mut backoff = Backoff::new(RETRY_FIRST, RETRY_CAP);
@@ -279,12 +267,7 @@ pub(crate) async fn create(
         }
         node.state = NodeState::Unknown;
         let (dir, marker, kind, data) = (&node.dir, &node.marker, node.kind, &node.data);
-        let created = match release {
-            None => requests.create_node(client, dir, marker, kind, data).await,
-            Some(release) => {
-                (requests.create_node_releasing(client, dir, marker, kind, data, release)).await
-            }
-        };
+        let created = requests.create_node(client, dir, marker, kind, data).await;
         match created {
             Ok(own) => {
                 node.state = NodeState::Created(own.clone());

@@ -5,19 +5,31 @@
 //! /{namespace}/%semaphore/{escaped name}/leases/_c_{uuid}-lease-{seq}  one per permit
 //! ```
 //!
-//! Invariant: a lease node is only ever created by the holder of the guard
-//! lock, and only while fewer than `limit` lease nodes exist. So the leases
-//! never outnumber the limit, across distlock and Curator clients alike. The
-//! guard holder waits (watching the leases directory) until a lease goes, takes
-//! the lowest slot no live distlock permit has, creates its lease with
-//! `distlock slot={slot} limit={limit}` as data (Curator ignores lease data),
-//! and releases the guard. A lease is a held permit from its creation until it
-//! is deleted or its session ends; its `czxid` is the fencing token.
+//! Invariant: a lease is a held permit only if, listed after it was created,
+//! the leases directory had at most `limit` nodes and no older lease of the
+//! same slot. That alone keeps the permits within the limit: of the permits
+//! alive at any moment, the newest saw all the others when it listed (they
+//! were created before it and are still there), so they were at most
+//! `limit`; and two permits of one slot cannot both hold, since the newer saw
+//! the older. Curator's guard holder keeps the same rule (create, then count),
+//! so the limit holds across distlock and Curator clients. A claim that fails
+//! the check deletes its lease at once.
 //!
-//! The limit lives in each permit's data, not in a node of its own: a client
-//! with another limit is refused while any distlock permit of the name lives,
-//! and once none does a new limit is accepted. (Curator's leases carry no
-//! limit, so the check is among distlock clients only.)
+//! A claim takes the lowest slot free in the listing before it, and writes the
+//! slot and limit into the lease (see `lease.rs`). An acquire first claims
+//! without the guard (one listing, then the create and a second listing in one
+//! round trip), so permits of a semaphore that is not full are handed out
+//! concurrently. When the semaphore is full, or the claim lost a race, it
+//! queues for the guard lock as Curator does, and the guard holder watches the
+//! leases directory, claiming when a lease goes. The guard orders waiters, but
+//! a client arriving just as a permit frees may claim it first: waiting is not
+//! first come, first served.
+//!
+//! The limit lives in each permit, not in a node of its own: a client with
+//! another limit is refused while any distlock permit of the name lives, and
+//! once none does a new limit is accepted. (Curator's leases carry no limit,
+//! so the check is among distlock clients only.) A permit's `czxid` is its
+//! fencing token.
 
 use crate::backend::{ZkBackend, ZkHandle, czxid_token, wait_ends};
 use crate::keys::{self, NodeKind};
@@ -47,6 +59,32 @@ pub struct ZkSemaphoreBackend {
     lock: Arc<ZkBackend>,
 }
 
+/// What one claim found.
+enum Claim {
+    Held(AcquiredPermit<Bound<ZkBackend>>),
+    /// `limit` leases were there, before or after our create.
+    Full,
+    /// An older lease took the same slot meanwhile.
+    Conflict,
+}
+
+/// The slots of distlock's permits among `names`, refusing any of another
+/// limit.
+fn slots_of(names: &[String], req: &PermitRequest<'_>) -> Result<Vec<(u32, i64)>, LockError> {
+    let mut slots = Vec::new();
+    for name in names {
+        let Some((slot, limit)) = lease::parse_permit_name(name) else {
+            continue;
+        };
+        if limit != req.limit {
+            return Err(req.mismatch(limit));
+        }
+        let sequence = NodeKind::of(name, &[NodeKind::Lease]).map_or(i64::MIN, |(_, seq)| seq);
+        slots.push((slot, sequence));
+    }
+    Ok(slots)
+}
+
 impl ZkSemaphoreBackend {
     /// Semaphores on `lock`'s sessions.
     pub fn new(lock: Arc<ZkBackend>) -> Self {
@@ -59,94 +97,120 @@ impl ZkSemaphoreBackend {
         keys::node_path(&dir, keys::SEMAPHORE_LEASES)
     }
 
-    /// Under the guard lock: waits until fewer than `limit` leases exist and
-    /// returns the lowest slot no live permit has; `None` for `NoWait` when
-    /// all are taken. A live permit of another limit is a mismatch.
-    ///
-    /// `listed` is the leases directory as listed behind the guard's own
-    /// listing that found us first: only releases can have changed it since
-    /// (nobody else creates leases while we hold the guard), so when it shows
-    /// a free permit, it is free. Only a full semaphore is listed again, with
-    /// a watch.
-    async fn free_slot(
+    /// One claim: creates a lease in the lowest slot free in `listed` and keeps
+    /// it if the listing sent right behind the create proves it a permit (see
+    /// the module's invariant); otherwise deletes it.
+    async fn claim(
         &self,
-        session: &Session,
+        session: &Arc<Session>,
         leases: &str,
         listed: Vec<String>,
         req: &PermitRequest<'_>,
-    ) -> Result<Option<u32>, LockError> {
+    ) -> Result<Claim, LockError> {
+        let taken = slots_of(&listed, req)?;
+        let free = lowest_free_slot(req.limit, taken.iter().map(|(slot, _)| *slot));
+        let (true, Some(slot)) = (listed.len() < req.limit as usize, free) else {
+            return Ok(Claim::Full);
+        };
+        let data = lease::permit_data(slot, req.limit).into_bytes();
+        let uuid = lease::permit_uuid(slot, req.limit);
+        let (requests, client) = (&self.lock.requests, &session.client);
+        let mut lease =
+            queue::enqueue_as(uuid, session.clone(), leases.into(), NodeKind::Lease, data);
+        let Some(node) = lease.state_mut() else {
+            return Ok(Claim::Conflict);
+        };
+        let sent_at = Instant::now();
+        // Joined, the listing goes out right behind the create, and the server
+        // answers one session's requests in order.
+        let (created, after) = tokio::join!(
+            queue::create(requests, node),
+            requests.children(client, leases)
+        );
+        let own = created.map_err(|e| self.lock.error(e))?;
+        let mut after = after.map_err(|e| self.lock.error(e))?.unwrap_or_default();
+        if !after.contains(&own.name) {
+            // The create had to make the directory first: list again.
+            let again = requests.children(client, leases).await;
+            after = again.map_err(|e| self.lock.error(e))?.unwrap_or_default();
+        }
+        let own_sequence = NodeKind::of(&own.name, &[NodeKind::Lease]).map_or(0, |(_, seq)| seq);
+        let verdict = match slots_of(&after, req) {
+            Err(mismatch) => Err(mismatch),
+            Ok(_) if after.len() > req.limit as usize => Ok(Claim::Full),
+            Ok(slots)
+                if slots
+                    .iter()
+                    .any(|(s, seq)| *s == slot && keys::creation_key(*seq, own_sequence) < 0) =>
+            {
+                Ok(Claim::Conflict)
+            }
+            Ok(_) => {
+                let token = czxid_token(&own)?;
+                let Some(QueuedNode { session, dir, .. }) = lease.disarm() else {
+                    return Ok(Claim::Conflict);
+                };
+                let node = keys::node_path(&dir, &own.name);
+                let handle = ZkHandle::new(session, node, own.czxid, req.acquire.ttl, sent_at);
+                return Ok(Claim::Held(AcquiredPermit {
+                    acquired: Acquired {
+                        handle: Bound::new(self.lock.clone(), handle),
+                        token,
+                        sent_at,
+                    },
+                    slot,
+                }));
+            }
+        };
+        // Not a permit: out of the way at once (if this delete fails, the
+        // lease's undo sends it again when dropped).
+        if let Some(node) = lease.state_mut() {
+            queue::withdraw(requests, node).await;
+        }
+        verdict
+    }
+
+    /// As the guard holder: claims, and while the semaphore is full watches
+    /// the leases directory and claims again when it changes. `None` for
+    /// `NoWait` when all permits are taken.
+    async fn claim_in_turn(
+        &self,
+        session: &Arc<Session>,
+        leases: &str,
+        listed: Vec<String>,
+        req: &PermitRequest<'_>,
+    ) -> Result<Option<AcquiredPermit<Bound<ZkBackend>>>, LockError> {
         let requests = &self.lock.requests;
         let ended = session.ended();
         tokio::pin!(ended);
-        let mut first = Some(listed);
+        let mut listed = listed;
         loop {
-            let (names, watcher) = match first.take() {
-                Some(names) => (names, None),
-                None => match (requests.watch_children(&session.client, leases).await)
-                    .map_err(|e| self.lock.error(e))?
-                {
-                    Some((names, watcher)) => (names, Some(watcher)),
-                    None => (Vec::new(), None),
-                },
-            };
-            let mut slots = Vec::new();
-            for (slot, limit) in names.iter().filter_map(|n| lease::parse_permit_name(n)) {
-                if limit != req.limit {
-                    return Err(req.mismatch(limit));
+            match self.claim(session, leases, listed, req).await? {
+                Claim::Held(permit) => return Ok(Some(permit)),
+                Claim::Conflict => {}
+                Claim::Full if req.acquire.wait == WaitUntil::NoWait => return Ok(None),
+                Claim::Full => {
+                    let watched = requests.watch_children(&session.client, leases).await;
+                    match watched.map_err(|e| self.lock.error(e))? {
+                        Some((names, watcher)) if names.len() >= req.limit as usize => {
+                            tokio::select! {
+                                _ = watcher.changed() => {}
+                                _ = &mut ended => {
+                                    return Err(self.lock.error(session.ended_error(WAITING)));
+                                }
+                            }
+                        }
+                        // Freed meanwhile: claim from this listing.
+                        listed_now => {
+                            listed = listed_now.map(|(names, _)| names).unwrap_or_default();
+                            continue;
+                        }
+                    }
                 }
-                slots.push(slot);
             }
-            if names.len() < req.limit as usize
-                && let Some(slot) = lowest_free_slot(req.limit, slots)
-            {
-                return Ok(Some(slot));
-            }
-            if req.acquire.wait == WaitUntil::NoWait {
-                return Ok(None);
-            }
-            // Full at the first listing, or the directory went: list again,
-            // this time with a watch.
-            let Some(watcher) = watcher else { continue };
-            tokio::select! {
-                _ = watcher.changed() => {}
-                _ = &mut ended => return Err(self.lock.error(session.ended_error(WAITING))),
-            }
+            let again = requests.children(&session.client, leases).await;
+            listed = again.map_err(|e| self.lock.error(e))?.unwrap_or_default();
         }
-    }
-
-    /// Creates the permit's lease node in `slot` and deletes the guard node
-    /// `guard` in one transaction.
-    async fn create_lease(
-        &self,
-        session: Arc<Session>,
-        leases: String,
-        slot: u32,
-        guard: &str,
-        req: &PermitRequest<'_>,
-    ) -> Result<AcquiredPermit<Bound<ZkBackend>>, LockError> {
-        let data = lease::permit_data(slot, req.limit).into_bytes();
-        let uuid = lease::permit_uuid(slot, req.limit);
-        let mut lease = queue::enqueue_as(uuid, session, leases, NodeKind::Lease, data);
-        let sent_at = Instant::now();
-        let Some(node) = lease.state_mut() else {
-            return Err(req.acquire.not_acquired());
-        };
-        let created = queue::create(&self.lock.requests, node, Some(guard)).await;
-        let own = created.map_err(|e| self.lock.error(e))?;
-        let token = czxid_token(&own)?;
-        let Some(QueuedNode { session, dir, .. }) = lease.disarm() else {
-            return Err(req.acquire.not_acquired());
-        };
-        let node = keys::node_path(&dir, &own.name);
-        let handle = ZkHandle::new(session, node, own.czxid, req.acquire.ttl, sent_at);
-        Ok(AcquiredPermit {
-            acquired: Acquired {
-                handle: Bound::new(self.lock.clone(), handle),
-                token,
-                sent_at,
-            },
-            slot,
-        })
     }
 
     /// The live distlock permits of `key`: name, slot and czxid.
@@ -194,41 +258,42 @@ impl SemaphoreBackend for ZkSemaphoreBackend {
             session = self.lock.sessions.for_ttl(acquire.ttl, &self.lock.endpoint) => session?,
             _ = &mut wait_ends => return Err(acquire.not_acquired()),
         };
+        // The first attempt needs no guard: a free permit is claimed at once.
+        let listed = (self.lock.requests.children(&session.client, &leases).await)
+            .map_err(|e| self.lock.error(e))?;
+        let first = tokio::select! {
+            claim = self.claim(&session, &leases, listed.unwrap_or_default(), &req) => claim?,
+            _ = &mut wait_ends => return Err(acquire.not_acquired()),
+        };
+        match first {
+            Claim::Held(permit) => return Ok(permit),
+            Claim::Full if acquire.wait == WaitUntil::NoWait => {
+                return Err(acquire.not_acquired());
+            }
+            Claim::Full | Claim::Conflict => {}
+        }
+        // Then in line, as Curator waits: one guard holder at a time.
         let guard_dir = keys::node_path(&dir, keys::SEMAPHORE_LOCKS);
         let mut guard = queue::enqueue(session.clone(), guard_dir, NodeKind::Lock, Vec::new());
         let Some(node) = guard.state_mut() else {
             return Err(acquire.not_acquired());
         };
-        let guarded = tokio::select! {
-            turn = queue::wait_for_turn(&self.lock.requests, node, acquire.wait, Some(&leases)) => {
-                turn.map_err(|e| self.lock.error(e))
+        let requests = &self.lock.requests;
+        let in_turn = async {
+            let turn = queue::wait_for_turn(requests, node, acquire.wait, Some(&leases)).await;
+            match turn.map_err(|e| self.lock.error(e))? {
+                Some(Turn { also, .. }) => self.claim_in_turn(&session, &leases, also, &req).await,
+                None => Ok(None),
             }
+        };
+        let outcome = tokio::select! {
+            outcome = in_turn => outcome,
             _ = &mut wait_ends => Ok(None),
         };
-        let slot = match guarded {
-            Ok(Some(Turn { own, also, .. })) => tokio::select! {
-                slot = self.free_slot(&session, &leases, also, &req) => slot.map(|slot| slot.map(|slot| (slot, own))),
-                _ = &mut wait_ends => Ok(None),
-            },
-            Ok(None) => Ok(None),
-            Err(e) => Err(e),
-        };
-        let outcome = match slot {
-            Ok(Some((slot, own))) => {
-                let guard = keys::node_path(&node.dir, &own.name);
-                let permit = self.create_lease(session, leases, slot, &guard, &req).await;
-                if permit.is_ok() {
-                    queue::forget(node);
-                }
-                permit
-            }
-            Ok(None) => Err(acquire.not_acquired()),
-            Err(e) => Err(e),
-        };
-        // Unless the lease's transaction deleted it, the guard goes now (if
-        // this delete fails, the guard's undo sends it again when dropped).
-        queue::withdraw(&self.lock.requests, node).await;
-        outcome
+        // Whatever happened, the guard goes now (if this delete fails, the
+        // guard's undo sends it again when dropped).
+        queue::withdraw(requests, node).await;
+        outcome?.ok_or_else(|| acquire.not_acquired())
     }
 
     fn inspect(&self) -> Option<&dyn SemaphoreInspect> {

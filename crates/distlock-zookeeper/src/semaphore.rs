@@ -6,14 +6,15 @@
 //! ```
 //!
 //! Invariant: a lease is a held permit only if, listed after it was created,
-//! the leases directory had at most `limit` nodes and no older lease of the
-//! same slot. That alone keeps the permits within the limit: of the permits
-//! alive at any moment, the newest saw all the others when it listed (they
-//! were created before it and are still there), so they were at most
-//! `limit`; and two permits of one slot cannot both hold, since the newer saw
-//! the older. Curator's guard holder keeps the same rule (create, then count),
-//! so the limit holds across distlock and Curator clients. A claim that fails
-//! the check deletes its lease at once.
+//! the leases directory had fewer than `limit` nodes older than it and no
+//! older lease of the same slot. That alone keeps the permits within the
+//! limit: of the permits alive at any moment, the newest saw all the others
+//! when it listed (they were created before it and are still there), so they
+//! were fewer than `limit`; and two permits of one slot cannot both hold,
+//! since the newer saw the older. Curator's guard holder keeps a stricter
+//! form of the same rule (create, then count every node), so the limit holds
+//! across distlock and Curator clients. A claim that fails the check deletes
+//! its lease at once.
 //!
 //! A claim takes the lowest slot free in the listing before it, and writes the
 //! slot and limit into the lease (see `lease.rs`). An acquire first claims
@@ -49,6 +50,9 @@ use std::time::Instant;
 /// (`lock.semaphore()`).
 pub type ZkSemaphore = BackendSemaphore<ZkSemaphoreBackend>;
 
+/// How many claims an acquire makes without the guard while permits are free.
+const FREE_CLAIMS: usize = 3;
+
 /// What a guard holder whose session ended is told.
 const WAITING: &str = "while waiting for a permit";
 
@@ -62,7 +66,7 @@ pub struct ZkSemaphoreBackend {
 /// What one claim found.
 enum Claim {
     Held(AcquiredPermit<Bound<ZkBackend>>),
-    /// `limit` leases were there, before or after our create.
+    /// `limit` leases were there before our claim, or older than our lease.
     Full,
     /// An older lease took the same slot meanwhile.
     Conflict,
@@ -135,9 +139,16 @@ impl ZkSemaphoreBackend {
             after = again.map_err(|e| self.lock.error(e))?.unwrap_or_default();
         }
         let own_sequence = NodeKind::of(&own.name, &[NodeKind::Lease]).map_or(0, |(_, seq)| seq);
+        // Nodes that are not leases count as older: never in our favour.
+        let older = (after.iter())
+            .filter(|n| match NodeKind::of(n, &[NodeKind::Lease]) {
+                Some((_, seq)) => keys::creation_key(seq, own_sequence) < 0,
+                None => true,
+            })
+            .count();
         let verdict = match slots_of(&after, req) {
             Err(mismatch) => Err(mismatch),
-            Ok(_) if after.len() > req.limit as usize => Ok(Claim::Full),
+            Ok(_) if older >= req.limit as usize => Ok(Claim::Full),
             Ok(slots)
                 if slots
                     .iter()
@@ -258,19 +269,27 @@ impl SemaphoreBackend for ZkSemaphoreBackend {
             session = self.lock.sessions.for_ttl(acquire.ttl, &self.lock.endpoint) => session?,
             _ = &mut wait_ends => return Err(acquire.not_acquired()),
         };
-        // The first attempt needs no guard: a free permit is claimed at once.
-        let listed = (self.lock.requests.children(&session.client, &leases).await)
-            .map_err(|e| self.lock.error(e))?;
-        let first = tokio::select! {
-            claim = self.claim(&session, &leases, listed.unwrap_or_default(), &req) => claim?,
-            _ = &mut wait_ends => return Err(acquire.not_acquired()),
-        };
-        match first {
-            Claim::Held(permit) => return Ok(permit),
-            Claim::Full if acquire.wait == WaitUntil::NoWait => {
-                return Err(acquire.not_acquired());
+        // While permits are free no guard is needed: claim at once, again
+        // after losing a slot to a concurrent claim (the next listing shows
+        // the winner's slot taken), a few times before queueing.
+        for _ in 0..FREE_CLAIMS {
+            let claimed = async {
+                let listed = self.lock.requests.children(&session.client, &leases).await;
+                let listed = listed.map_err(|e| self.lock.error(e))?.unwrap_or_default();
+                self.claim(&session, &leases, listed, &req).await
+            };
+            let claimed = tokio::select! {
+                claim = claimed => claim?,
+                _ = &mut wait_ends => return Err(acquire.not_acquired()),
+            };
+            match claimed {
+                Claim::Held(permit) => return Ok(permit),
+                Claim::Full if acquire.wait == WaitUntil::NoWait => {
+                    return Err(acquire.not_acquired());
+                }
+                Claim::Full => break,
+                Claim::Conflict => {}
             }
-            Claim::Full | Claim::Conflict => {}
         }
         // Then in line, as Curator waits: one guard holder at a time.
         let guard_dir = keys::node_path(&dir, keys::SEMAPHORE_LOCKS);

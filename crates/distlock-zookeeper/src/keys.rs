@@ -6,6 +6,10 @@
 //!  container    container      ephemeral-sequential, one per holder or waiter
 //! ```
 //!
+//! Semaphores, elections and read-write locks live under `/{namespace}/%semaphore`,
+//! `%election` and `%rw` ([`primitive_dir`]), their nodes named per
+//! [`NodeKind`].
+//!
 //! The node names are those of Apache Curator's protected mode, and a name
 //! without `/`, `%` or characters ZooKeeper forbids is used verbatim, so Curator's
 //! `InterProcessMutex` on `/{namespace}/{name}` contends with this adapter.

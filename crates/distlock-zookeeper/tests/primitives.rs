@@ -145,3 +145,30 @@ async fn readers_and_writers_share_one_queue_with_curator_markers() {
     assert!(writer.token() > read_token);
     writer.release().await.unwrap();
 }
+
+/// An uncontended permit costs four requests: list the leases, create + list
+/// (one round trip), and the release's delete; no guard lock is touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncontended_permit_cycle_costs_four_requests() {
+    const CYCLES: u64 = 10;
+    let server = common::shared_server().await;
+    let lock = common::client(&server.url(), &common::namespace("sem-rtt")).await;
+    let semaphore = lock.semaphore().expect("a semaphore");
+    let key = LockKey::new("hot").unwrap();
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(30));
+    // The first cycle also creates the directories.
+    semaphore
+        .acquire(&key, 3, &opts)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let before = lock.backend().requests_sent();
+    for _ in 0..CYCLES {
+        let permit = semaphore.acquire(&key, 3, &opts).await.unwrap();
+        assert_eq!(permit.slot(), 0);
+        permit.release().await.unwrap();
+    }
+    assert_eq!(lock.backend().requests_sent() - before, 4 * CYCLES);
+}

@@ -12,6 +12,13 @@
 //! 5. Renewal is [`Requests::node_stat`] of our node, release
 //!    [`Requests::delete_node`]. A cancelled acquire sends [`delete_at_once`] or
 //!    [`delete_own_nodes`] from its drop.
+//!
+//! The other recipes use the same requests with their own node kinds
+//! (`latch-`, `__READ__`, `__WRIT__`, `lease-`, see `keys::NodeKind`; the
+//! watched node is the one that blocks ours), and the semaphore adds
+//! [`Requests::watch_children`] (the guard holder's watch on the leases) and
+//! [`Requests::children_data`] (inspection, reading every node in one round
+//! trip).
 
 use crate::error::ZkError;
 use crate::keys::{self, NodeKind};

@@ -3,7 +3,9 @@
 //
 //   java CuratorHolder <connect string> <mode> <path>
 //
-// Modes name the Curator recipe on <path>; `mutex` is InterProcessMutex. Each recipe
+// Modes name the Curator recipe on <path>: `mutex` (InterProcessMutex), `semaphore-<N>`
+// (InterProcessSemaphoreV2 of N leases), `latch-<id>` (LeaderLatch with participant id
+// <id>), `read` and `write` (the two locks of InterProcessReadWriteLock). Each recipe
 // implements `Recipe`, so another mode is one more class and one more `case`.
 //
 // Commands and replies (nodes are full znode paths):
@@ -11,6 +13,8 @@
 //   try           one attempt, no wait        -> acquired <node> | busy
 //   release       gives it back               -> released
 //   participants  Curator's view of the queue -> participants [<node> ...], holder first
+//                 (a latch: the participant ids, the leader first; a semaphore: the lease
+//                 node names)
 // A failed command replies `error <what>`. `participants` is answered at once, even
 // while an `acquire` waits; the others run in order on one worker thread, because a
 // Curator lock belongs to the thread that took it. End of stdin closes the session
@@ -26,7 +30,12 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.leader.Participant;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.RetryNTimes;
 
 public final class CuratorHolder {
@@ -49,7 +58,11 @@ public final class CuratorHolder {
         private final InterProcessMutex mutex;
 
         Mutex(CuratorFramework client, String path) {
-            this.mutex = new InterProcessMutex(client, path);
+            this(new InterProcessMutex(client, path));
+        }
+
+        Mutex(InterProcessMutex mutex) {
+            this.mutex = mutex;
         }
 
         @Override
@@ -82,12 +95,102 @@ public final class CuratorHolder {
         }
     }
 
+    /** InterProcessSemaphoreV2: one lease at a time per holder. */
+    static final class Semaphore implements Recipe {
+        private final InterProcessSemaphoreV2 semaphore;
+        private Lease lease;
+
+        Semaphore(CuratorFramework client, String path, int leases) {
+            this.semaphore = new InterProcessSemaphoreV2(client, path, leases);
+        }
+
+        @Override
+        public String acquire() throws Exception {
+            lease = semaphore.acquire();
+            return lease.getNodeName();
+        }
+
+        @Override
+        public String tryAcquire() throws Exception {
+            lease = semaphore.acquire(0, TimeUnit.MILLISECONDS);
+            return lease == null ? null : lease.getNodeName();
+        }
+
+        @Override
+        public void release() throws Exception {
+            semaphore.returnLease(lease);
+            lease = null;
+        }
+
+        @Override
+        public List<String> participants() throws Exception {
+            return new ArrayList<>(semaphore.getParticipantNodes());
+        }
+    }
+
+    /** LeaderLatch: acquire starts a latch and waits for leadership; release closes it. */
+    static final class Latch implements Recipe {
+        private final CuratorFramework client;
+        private final String path;
+        private final String id;
+        private volatile LeaderLatch latch;
+
+        Latch(CuratorFramework client, String path, String id) {
+            this.client = client;
+            this.path = path;
+            this.id = id;
+        }
+
+        @Override
+        public String acquire() throws Exception {
+            LeaderLatch started = new LeaderLatch(client, path, id);
+            latch = started;
+            started.start();
+            started.await();
+            return started.getOurPath();
+        }
+
+        @Override
+        public String tryAcquire() throws Exception {
+            throw new UnsupportedOperationException("a latch has no try; use acquire");
+        }
+
+        @Override
+        public void release() throws Exception {
+            latch.close();
+            latch = null;
+        }
+
+        @Override
+        public List<String> participants() throws Exception {
+            LeaderLatch current = latch;
+            List<String> ids = new ArrayList<>();
+            if (current != null) {
+                for (Participant p : current.getParticipants()) {
+                    ids.add(p.getId());
+                }
+            }
+            return ids;
+        }
+    }
+
     static Recipe recipe(String mode, CuratorFramework client, String path) {
+        if (mode.startsWith("semaphore-")) {
+            return new Semaphore(client, path, Integer.parseInt(mode.substring("semaphore-".length())));
+        }
+        if (mode.startsWith("latch-")) {
+            return new Latch(client, path, mode.substring("latch-".length()));
+        }
         switch (mode) {
             case "mutex":
                 return new Mutex(client, path);
+            case "read":
+                return new Mutex(new InterProcessReadWriteLock(client, path).readLock());
+            case "write":
+                return new Mutex(new InterProcessReadWriteLock(client, path).writeLock());
             default:
-                throw new IllegalArgumentException("unknown mode `" + mode + "`; known: mutex");
+                throw new IllegalArgumentException(
+                        "unknown mode `" + mode + "`; known: mutex, semaphore-<N>, latch-<id>, read, write");
         }
     }
 

@@ -17,15 +17,19 @@ use distlock_zookeeper::{ZkConfig, ZkLock};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod recipes;
+
 /// The adapter's namespace, so a lock `name` is Curator's path `/interop/name`.
 const NAMESPACE: &str = "interop";
 
 pub fn cases() -> Vec<Named> {
-    cases!(curator on "zookeeper":
+    let mut cases = cases!(curator on "zookeeper":
         a_mutex_held_by_curator_blocks_distlock_until_released,
         a_lock_held_by_distlock_blocks_curator_until_released,
         mutual_exclusion_under_contention,
-    )
+    );
+    cases.extend(recipes::cases());
+    cases
 }
 
 /// Curator holds: distlock sees Curator's node as the holder, cannot take the

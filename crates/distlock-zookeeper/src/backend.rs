@@ -8,14 +8,14 @@
 //! session alive; release deletes the node; the session's end is the loss signal.
 
 use crate::error::ZkError;
-use crate::keys;
-use crate::protocol::{self, Requests};
-use crate::queue::{self, QueuedNode};
+use crate::keys::{self, NodeKind};
+use crate::protocol::{self, OwnNode, Requests};
+use crate::queue::{self, QueuedNode, Turn};
 use crate::session::{Session, SessionSettings, Sessions};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
 use distlock_core::toolkit::Inspect;
-use distlock_core::{Capabilities, FencingToken, LockError, LossReason, Primitives, Support};
+use distlock_core::{Capabilities, FencingToken, LockError, LossReason, Primitives};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -119,14 +119,53 @@ impl ZkBackend {
     /// what a harness can know before it connects.
     pub fn capabilities_with_min_ttl(min_ttl: Duration) -> Capabilities {
         Capabilities {
-            primitives: Primitives {
-                rwlock: Support::NotOffered("the ZooKeeper read-write lock is not built yet"),
-                ..Primitives::lock_only(
-                    "the ZooKeeper semaphore and LeaderLatch election are not built yet",
-                )
-            },
+            primitives: Primitives::ALL,
             ..Capabilities::consensus_queue(min_ttl, Duration::from_millis(1))
         }
+    }
+
+    /// Queues a node of `kind` holding `data` in `dir` on the session for the
+    /// ttl, and waits per `req.wait` until nothing blocks it (see `queue.rs`):
+    /// the lock's acquire, and a candidate's, reader's or writer's.
+    pub(crate) async fn queue_up(
+        &self,
+        req: AcquireRequest<'_>,
+        dir: String,
+        kind: NodeKind,
+        data: Vec<u8>,
+    ) -> Result<Acquired<ZkHandle>, LockError> {
+        let wait_ends = wait_ends(req.wait);
+        tokio::pin!(wait_ends);
+        let session = tokio::select! {
+            session = self.sessions.for_ttl(req.ttl, &self.endpoint) => session?,
+            _ = &mut wait_ends => return Err(req.not_acquired()),
+        };
+        let mut queued = queue::enqueue(session, dir, kind, data);
+        let outcome = match queued.state_mut() {
+            Some(node) => tokio::select! {
+                outcome = queue::wait_for_turn(&self.requests, node, req.wait, None) => {
+                    outcome.map_err(|e| self.error(e))?
+                }
+                _ = &mut wait_ends => None,
+            },
+            None => None,
+        };
+        let Some(Turn { sent_at, own, .. }) = outcome else {
+            if let Some(node) = queued.state_mut() {
+                queue::withdraw(&self.requests, node).await;
+            }
+            return Err(req.not_acquired());
+        };
+        let token = czxid_token(&own)?;
+        let Some(QueuedNode { session, dir, .. }) = queued.disarm() else {
+            return Err(req.not_acquired());
+        };
+        let node = keys::node_path(&dir, &own.name);
+        Ok(Acquired {
+            handle: ZkHandle::new(session, node, own.czxid, req.ttl, sent_at),
+            token,
+            sent_at,
+        })
     }
 
     pub(crate) fn error(&self, e: ZkError) -> LockError {
@@ -147,57 +186,8 @@ impl Backend for ZkBackend {
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<ZkHandle>, LockError> {
-        let wait_ends = async {
-            match req.wait {
-                WaitUntil::NoWait => std::future::pending().await,
-                other => other.reached().await,
-            }
-        };
-        tokio::pin!(wait_ends);
-        let session = tokio::select! {
-            session = self.sessions.for_ttl(req.ttl, &self.endpoint) => session?,
-            _ = &mut wait_ends => return Err(req.not_acquired()),
-        };
-        let mut queued = queue::enqueue(session, self.lock_dir(req.key.as_str()));
-        let outcome = match queued.state_mut() {
-            Some(node) => tokio::select! {
-                outcome = queue::wait_for_turn(&self.requests, node, req.wait) => {
-                    outcome.map_err(|e| self.error(e))?
-                }
-                _ = &mut wait_ends => None,
-            },
-            None => None,
-        };
-        let Some((sent_at, own)) = outcome else {
-            if let Some(node) = queued.state_mut() {
-                queue::withdraw(&self.requests, node).await;
-            }
-            return Err(req.not_acquired());
-        };
-        let token = u64::try_from(own.czxid).map_err(|_| {
-            LockError::backend(
-                "zookeeper",
-                format!(
-                    "the server returned a negative czxid {} for {}",
-                    own.czxid, own.name
-                ),
-            )
-        })?;
-        let Some(QueuedNode { session, dir, .. }) = queued.disarm() else {
-            return Err(req.not_acquired());
-        };
-        Ok(Acquired {
-            handle: ZkHandle {
-                session,
-                node: keys::node_path(&dir, &own.name),
-                czxid: own.czxid,
-                ttl: req.ttl,
-                valid_from: Mutex::new(sent_at),
-                settled: AtomicBool::new(false),
-            },
-            token: FencingToken::new(token),
-            sent_at,
-        })
+        let dir = self.lock_dir(req.key.as_str());
+        self.queue_up(req, dir, NodeKind::Lock, Vec::new()).await
     }
 
     async fn renew(&self, handle: &ZkHandle, _ttl: Duration) -> Result<Ownership, LockError> {
@@ -255,6 +245,31 @@ impl Backend for ZkBackend {
     }
 }
 
+/// Completes when the wait `until` ends; never for `NoWait`, whose single
+/// attempt ends the wait itself.
+pub(crate) async fn wait_ends(until: WaitUntil) {
+    match until {
+        WaitUntil::NoWait => std::future::pending().await,
+        other => other.reached().await,
+    }
+}
+
+/// A node's `czxid` as its fencing token; the server never sends a negative
+/// one, but that is its data, not ours to trust.
+pub(crate) fn czxid_token(own: &OwnNode) -> Result<FencingToken, LockError> {
+    u64::try_from(own.czxid)
+        .map(FencingToken::new)
+        .map_err(|_| {
+            LockError::backend(
+                "zookeeper",
+                format!(
+                    "the server returned a negative czxid {} for {}",
+                    own.czxid, own.name
+                ),
+            )
+        })
+}
+
 /// What a ZooKeeper lock client keeps per held lock: the session and the node.
 #[derive(Debug)]
 pub struct ZkHandle {
@@ -269,6 +284,23 @@ pub struct ZkHandle {
 }
 
 impl ZkHandle {
+    pub(crate) fn new(
+        session: Arc<Session>,
+        node: String,
+        czxid: i64,
+        ttl: Duration,
+        sent_at: Instant,
+    ) -> Self {
+        ZkHandle {
+            session,
+            node,
+            czxid,
+            ttl,
+            valid_from: Mutex::new(sent_at),
+            settled: AtomicBool::new(false),
+        }
+    }
+
     /// The lock node's path (relative to the chroot).
     pub fn node(&self) -> &str {
         &self.node

@@ -5,8 +5,12 @@ use crate::backend::{Settings, ZkBackend, ZkLock};
 use crate::keys;
 use crate::session::SessionSettings;
 use crate::tls::ZkTls;
+use crate::{ZkElection, ZkRwLockBackend, ZkSemaphoreBackend};
 use distlock_core::toolkit::{Host, LockUrl, Timeouts};
-use distlock_core::{AcquireOptions, BackendLock, LockError};
+use distlock_core::{
+    AcquireOptions, BackendElection, BackendLock, BackendRwLock, BackendSemaphore, LockError,
+};
+use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_client::{Acl, AuthId, Permission};
 
@@ -369,8 +373,15 @@ impl ZkConfig {
     pub async fn connect(self) -> Result<ZkLock, LockError> {
         self.validate()?;
         let defaults = self.defaults.clone();
-        let backend = ZkBackend::connect(self.settings()).await?;
-        BackendLock::new(backend).with_defaults(defaults)
+        let backend = Arc::new(ZkBackend::connect(self.settings()).await?);
+        let semaphore = BackendSemaphore::new(ZkSemaphoreBackend::new(backend.clone()));
+        let election = BackendElection::new(ZkElection::new(backend.clone()));
+        let rwlock = BackendRwLock::new(ZkRwLockBackend::new(backend.clone()));
+        BackendLock::shared(backend)
+            .with_semaphore(Arc::new(semaphore))
+            .with_election(Arc::new(election))
+            .with_rwlock(Arc::new(rwlock))
+            .with_defaults(defaults)
     }
 }
 

@@ -19,8 +19,46 @@ use std::time::Duration;
 const SRVR_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl ZkBackend {
-    async fn inspector(&self) -> Result<Arc<Session>, LockError> {
+    pub(crate) async fn inspector(&self) -> Result<Arc<Session>, LockError> {
         self.sessions.inspector().await.map_err(|e| self.error(e))
+    }
+
+    /// Every node left in the directories under `root` whose names start with
+    /// `prefix` (in their subdirectories `parts`, when given): what a crashed
+    /// or cancelled client of a lock or primitive could leave behind.
+    pub(crate) async fn residue_in(
+        &self,
+        root: String,
+        prefix: &str,
+        parts: &[&str],
+    ) -> Result<Vec<String>, LockError> {
+        let session = self.inspector().await?;
+        let client = &session.client;
+        let list = |dir: String| async move {
+            let children = self.requests.children(client, &dir).await;
+            children
+                .map(Option::unwrap_or_default)
+                .map_err(|e| self.error(e))
+        };
+        let mut found = Vec::new();
+        for escaped in list(root.clone()).await? {
+            if !keys::unescape_name(&escaped).is_some_and(|name| name.starts_with(prefix)) {
+                continue;
+            }
+            let dir = keys::node_path(&root, &escaped);
+            let dirs = match parts {
+                [] => vec![dir],
+                parts => parts
+                    .iter()
+                    .map(|part| keys::node_path(&dir, part))
+                    .collect(),
+            };
+            for dir in dirs {
+                let nodes = list(dir.clone()).await?;
+                found.extend(nodes.iter().map(|node| keys::node_path(&dir, node)));
+            }
+        }
+        Ok(found)
     }
 
     /// The lock directory's queue, the holder first; empty when there is none.
@@ -29,7 +67,7 @@ impl ZkBackend {
         let dir = self.lock_dir(key.as_str());
         let queue = self
             .requests
-            .list_queue(&session.client, &dir)
+            .list_queue(&session.client, &dir, keys::NodeKind::Lock.queue())
             .await
             .map_err(|e| self.error(e))?;
         Ok((dir, queue.unwrap_or_default()))
@@ -59,25 +97,8 @@ impl Inspect for ZkBackend {
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        let session = self.inspector().await?;
-        let client = &session.client;
-        let list = |dir: String| async move {
-            let children = self.requests.children(client, &dir).await;
-            children
-                .map(Option::unwrap_or_default)
-                .map_err(|e| self.error(e))
-        };
-        let root = format!("/{}", self.namespace);
-        let mut found = Vec::new();
-        for escaped in list(root.clone()).await? {
-            if !keys::unescape_name(&escaped).is_some_and(|name| name.starts_with(prefix)) {
-                continue;
-            }
-            let dir = keys::node_path(&root, &escaped);
-            let nodes = list(dir.clone()).await?;
-            found.extend(nodes.iter().map(|node| keys::node_path(&dir, node)));
-        }
-        Ok(found)
+        self.residue_in(format!("/{}", self.namespace), prefix, &[])
+            .await
     }
 
     async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {

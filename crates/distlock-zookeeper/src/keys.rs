@@ -6,6 +6,10 @@
 //!  container    container      ephemeral-sequential, one per holder or waiter
 //! ```
 //!
+//! Semaphores, elections and read-write locks live under `/{namespace}/%semaphore`,
+//! `%election` and `%rw` ([`primitive_dir`]), their nodes named per
+//! [`NodeKind`].
+//!
 //! The node names are those of Apache Curator's protected mode, and a name
 //! without `/`, `%` or characters ZooKeeper forbids is used verbatim, so Curator's
 //! `InterProcessMutex` on `/{namespace}/{name}` contends with this adapter.
@@ -101,8 +105,13 @@ pub fn node_path(dir: &str, name: &str) -> String {
 /// The sequence ZooKeeper appended to a lock node's name: the digits after the
 /// last `lock-`. `None` for a child that is not a lock node.
 pub fn sequence_of(node: &str) -> Option<i64> {
-    let at = node.rfind(LOCK_NAME)?;
-    let digits = &node[at + LOCK_NAME.len()..];
+    sequence_after(node, LOCK_NAME)
+}
+
+/// The digits after the last `base` in `node`, as a sequence.
+fn sequence_after(node: &str, base: &str) -> Option<i64> {
+    let at = node.rfind(base)?;
+    let digits = &node[at + base.len()..];
     // ZooKeeper prints the parent's cversion with `%010d`, which goes negative
     // after 2^31 child changes on one parent.
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit() || b == b'-') {
@@ -135,13 +144,91 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<str>,
 {
+    sort_queue_of(children, NodeKind::Lock.queue())
+}
+
+/// The nodes of `kinds` among `children`, first in line first, as
+/// [`sort_queue`] orders lock nodes.
+pub fn sort_queue_of<I, S>(children: I, kinds: &[NodeKind]) -> Vec<S>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
     let mut queue: Vec<(i64, S)> = children
         .into_iter()
-        .filter_map(|child| sequence_of(child.as_ref()).map(|seq| (seq, child)))
+        .filter_map(|child| {
+            let (_, seq) = NodeKind::of(child.as_ref(), kinds)?;
+            Some((seq, child))
+        })
         .collect();
     let reference = queue.first().map_or(0, |(seq, _)| *seq);
     queue.sort_by_key(|(seq, _)| creation_key(*seq, reference));
     queue.into_iter().map(|(_, child)| child).collect()
+}
+
+/// The recipes' node kinds, each named as Curator names it: the base name
+/// comes after the protected prefix and before the sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKind {
+    /// `InterProcessMutex`'s `lock-`; also the guard lock of a semaphore.
+    Lock,
+    /// `InterProcessSemaphoreV2`'s `lease-`: one live permit.
+    Lease,
+    /// `LeaderLatch`'s `latch-`: one candidate.
+    Latch,
+    /// `InterProcessReadWriteLock`'s `__READ__`: a reader.
+    Read,
+    /// `InterProcessReadWriteLock`'s `__WRIT__`: a writer.
+    Write,
+}
+
+impl NodeKind {
+    /// The base name the server appends the sequence to.
+    pub const fn base(self) -> &'static str {
+        match self {
+            NodeKind::Lock => LOCK_NAME,
+            NodeKind::Lease => "lease-",
+            NodeKind::Latch => "latch-",
+            NodeKind::Read => "__READ__",
+            NodeKind::Write => "__WRIT__",
+        }
+    }
+
+    /// The kinds that stand in one queue with this one (readers and writers
+    /// share theirs).
+    pub const fn queue(self) -> &'static [NodeKind] {
+        match self {
+            NodeKind::Lock => &[NodeKind::Lock],
+            NodeKind::Lease => &[NodeKind::Lease],
+            NodeKind::Latch => &[NodeKind::Latch],
+            NodeKind::Read | NodeKind::Write => &[NodeKind::Read, NodeKind::Write],
+        }
+    }
+
+    /// The kind among `kinds` whose base `node` carries, and its sequence.
+    pub fn of(node: &str, kinds: &[NodeKind]) -> Option<(NodeKind, i64)> {
+        kinds
+            .iter()
+            .find_map(|kind| Some((*kind, sequence_after(node, kind.base())?)))
+    }
+}
+
+/// Where semaphores live under the namespace: `%` is always escaped in a
+/// name, so no lock directory is ever called this.
+pub const SEMAPHORES: &str = "%semaphore";
+/// Where elections live under the namespace.
+pub const ELECTIONS: &str = "%election";
+/// Where read-write locks live under the namespace.
+pub const RWLOCKS: &str = "%rw";
+/// A semaphore's guard lock directory, as Curator names it.
+pub const SEMAPHORE_LOCKS: &str = "locks";
+/// A semaphore's permits directory, as Curator names it.
+pub const SEMAPHORE_LEASES: &str = "leases";
+
+/// The directory of primitive `name` under `root` ([`SEMAPHORES`],
+/// [`ELECTIONS`], [`RWLOCKS`]): `/{namespace}/{root}/{escaped name}`.
+pub fn primitive_dir(namespace: &str, root: &str, name: &str) -> String {
+    format!("/{namespace}/{root}/{}", escape_name(name))
 }
 
 /// Checks a ZooKeeper path (a chroot, or `/` and the namespace) by the server's
@@ -224,6 +311,37 @@ mod tests {
         assert_eq!(sequence_of("lock-"), None);
         assert_eq!(sequence_of("readme"), None);
         assert_eq!(sequence_of("_c_x-lock-12a"), None);
+    }
+
+    #[test]
+    fn recipe_nodes_sort_in_one_queue_per_recipe() {
+        let rw = [
+            "_c_b-__WRIT__0000000005",
+            "_c_a-__READ__0000000002",
+            "_c_c-lock-0000000001",
+        ];
+        assert_eq!(
+            sort_queue_of(rw, NodeKind::Read.queue()),
+            vec!["_c_a-__READ__0000000002", "_c_b-__WRIT__0000000005"]
+        );
+        assert_eq!(
+            NodeKind::of("_c_b-__WRIT__0000000005", NodeKind::Write.queue()),
+            Some((NodeKind::Write, 5))
+        );
+        assert_eq!(
+            sort_queue_of(
+                ["latch-0000000003", "_c_x-latch-0000000001"],
+                &[NodeKind::Latch]
+            ),
+            vec!["_c_x-latch-0000000001", "latch-0000000003"]
+        );
+        assert_eq!(
+            primitive_dir("ns", SEMAPHORES, "a/b"),
+            "/ns/%semaphore/a%2Fb"
+        );
+        assert_eq!(unescape_name(SEMAPHORES), None, "never a lock directory");
+        assert_eq!(unescape_name(RWLOCKS), None);
+        assert_eq!(unescape_name(ELECTIONS), None);
     }
 
     #[test]

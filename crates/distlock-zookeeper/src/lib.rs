@@ -34,6 +34,11 @@
 //!   lock after its ttl. The ttl must be a timeout the server grants
 //!   (`minSessionTimeout..=maxSessionTimeout`, by default 2 to 20 ticks);
 //!   [`distlock_core::Capabilities::min_ttl`] reports the server's minimum.
+//! - **Primitives.** [`distlock_core::DistributedLock::semaphore`], `election`
+//!   and `rwlock` follow Curator's `InterProcessSemaphoreV2`, `LeaderLatch` and
+//!   `InterProcessReadWriteLock` under `/{namespace}/%semaphore`, `%election`
+//!   and `%rw` ([`ZkSemaphore`], [`ZkElection`], [`ZkRwLock`]); their nodes are
+//!   held, renewed and lost like lock nodes, and fenced by their `czxid`.
 //! - **Renewal** checks, with one `exists`, that the node is still ours and the
 //!   session alive; the session itself is kept alive by the client's pings.
 //!
@@ -62,9 +67,11 @@
 //!
 //! # Modules
 //!
-//! Dependencies point one way: `config` → `backend` → `queue` (the wait in
-//! line) → `session` (the pooled sessions) and `protocol` (the znode requests)
-//! → [`keys`] (paths and escaping), `error`; `session` opens TLS sessions
+//! Dependencies point one way: `config` → `semaphore` (with `lease`, a
+//! permit's slot and limit), `election`, `rwlock` → `backend` → `queue` (the
+//! wait in line, for every recipe's node kind) → `session` (the pooled
+//! sessions) and `protocol` (the znode requests) → [`keys`] (paths and
+//! escaping), `error`; `session` opens TLS sessions
 //! through `tls` ([`ZkTls`], feature `tls`). `inspect` implements
 //! [`distlock_core::toolkit::Inspect`] for the backend (holder, residue, an
 //! operator's deletion, `distlock check`'s warnings) over the same requests.
@@ -72,14 +79,21 @@
 
 mod backend;
 mod config;
+mod election;
 mod error;
 mod inspect;
 pub mod keys;
+mod lease;
 mod protocol;
 mod queue;
+mod rwlock;
+mod semaphore;
 mod session;
 mod tls;
 
 pub use backend::{ZkBackend, ZkHandle, ZkLock};
 pub use config::{AclPolicy, DigestAuth, ZkConfig};
+pub use election::ZkElection;
+pub use rwlock::{ZkRwLock, ZkRwLockBackend};
+pub use semaphore::{ZkSemaphore, ZkSemaphoreBackend};
 pub use tls::ZkTls;

@@ -1,7 +1,7 @@
 //! The wire protocol: Apache Curator's lock recipe as znode requests, in the order
 //! an acquisition sends them, and the four-letter words read beside it.
 //!
-//! 1. [`Requests::create_lock_node`]: `create {dir}/_c_{uuid}-lock-` as
+//! 1. [`Requests::create_node`]: `create {dir}/_c_{uuid}-lock-` as
 //!    `EPHEMERAL_SEQUENTIAL`; when the directory is missing,
 //!    [`Requests::create_lock_dir`] first.
 //! 2. After a create whose reply was lost, [`Requests::find_own_node`]: list the
@@ -12,9 +12,16 @@
 //! 5. Renewal is [`Requests::node_stat`] of our node, release
 //!    [`Requests::delete_node`]. A cancelled acquire sends [`delete_at_once`] or
 //!    [`delete_own_nodes`] from its drop.
+//!
+//! The other recipes use the same requests with their own node kinds
+//! (`latch-`, `__READ__`, `__WRIT__`, `lease-`, see `keys::NodeKind`; the
+//! watched node is the one that blocks ours), and the semaphore adds
+//! [`Requests::watch_children`] (the guard holder's watch on the leases) and
+//! [`Requests::children_data`] (inspection, reading every node in one round
+//! trip).
 
 use crate::error::ZkError;
-use crate::keys;
+use crate::keys::{self, NodeKind};
 use distlock_core::toolkit::UndoFuture;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -92,21 +99,24 @@ impl Requests {
         }
     }
 
-    /// Creates our ephemeral-sequential node `{dir}/{marker}lock-{sequence}`.
-    /// `NoNode` means the directory is missing.
-    pub async fn create_lock_node(
+    /// Creates our ephemeral-sequential node `{dir}/{marker}{base}{sequence}`
+    /// holding `data` (`base` is the kind's: `lock-`, `lease-`, `latch-`,
+    /// `__READ__`, `__WRIT__`). `NoNode` means the directory is missing.
+    pub async fn create_node(
         &self,
         client: &zk::Client,
         dir: &str,
         marker: &str,
+        kind: NodeKind,
+        data: &[u8],
     ) -> Result<OwnNode, ZkError> {
-        let prefix = keys::node_path(dir, &format!("{marker}{}", keys::LOCK_NAME));
+        let prefix = keys::node_path(dir, &format!("{marker}{}", kind.base()));
         let options = CreateMode::EphemeralSequential.with_acls(Acls::new(&self.acls));
         let (stat, sequence) = self
-            .call("create", &prefix, client.create(&prefix, &[], &options))
+            .call("create", &prefix, client.create(&prefix, data, &options))
             .await?;
         Ok(OwnNode {
-            name: format!("{marker}{}{sequence}", keys::LOCK_NAME),
+            name: format!("{marker}{}{sequence}", kind.base()),
             czxid: stat.czxid,
         })
     }
@@ -132,14 +142,61 @@ impl Requests {
         }))
     }
 
-    /// The lock nodes of `dir`, the holder first; `None` when the directory does
-    /// not exist.
+    /// The nodes of `kinds` in `dir`, first in line first; `None` when the
+    /// directory does not exist.
     pub async fn list_queue(
         &self,
         client: &zk::Client,
         dir: &str,
+        kinds: &[NodeKind],
     ) -> Result<Option<Vec<String>>, ZkError> {
-        Ok(self.children(client, dir).await?.map(keys::sort_queue))
+        let children = self.children(client, dir).await?;
+        Ok(children.map(|c| keys::sort_queue_of(c, kinds)))
+    }
+
+    /// `getChildren` with a watch that fires when a child comes or goes;
+    /// `None` when `dir` does not exist.
+    pub async fn watch_children(
+        &self,
+        client: &zk::Client,
+        dir: &str,
+    ) -> Result<Option<(Vec<String>, zk::OneshotWatcher)>, ZkError> {
+        match self
+            .call("list", dir, client.list_and_watch_children(dir))
+            .await
+        {
+            Ok(found) => Ok(Some(found)),
+            Err(e) if e.code() == Some(&zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The data and stat of every child `names` of `dir` that still exists,
+    /// in the order given. The reads are all sent before the first reply is
+    /// awaited: one round trip, not one per child.
+    pub async fn children_data(
+        &self,
+        client: &zk::Client,
+        dir: &str,
+        names: Vec<String>,
+    ) -> Result<Vec<(String, Vec<u8>, Stat)>, ZkError> {
+        let pending: Vec<_> = names
+            .into_iter()
+            .map(|name| {
+                let read = client.get_data(&keys::node_path(dir, &name));
+                (name, read)
+            })
+            .collect();
+        let mut found = Vec::with_capacity(pending.len());
+        for (name, read) in pending {
+            let path = keys::node_path(dir, &name);
+            match self.call("get", &path, read).await {
+                Ok((data, stat)) => found.push((name, data, stat)),
+                Err(e) if e.code() == Some(&zk::Error::NoNode) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(found)
     }
 
     /// `getChildren`: the names under `dir`, `None` when it does not exist.
@@ -200,14 +257,18 @@ pub(crate) async fn floor_cycle(
     dir: &str,
 ) -> Result<bool, ZkError> {
     let marker = keys::protected_marker(&uuid::Uuid::new_v4());
-    let own = match requests.create_lock_node(client, dir, &marker).await {
+    let create = || requests.create_node(client, dir, &marker, NodeKind::Lock, &[]);
+    let own = match create().await {
         Err(e) if e.code() == Some(&zk::Error::NoNode) => {
             requests.create_lock_dir(client, dir).await?;
-            requests.create_lock_node(client, dir, &marker).await?
+            create().await?
         }
         other => other?,
     };
-    let queue = requests.list_queue(client, dir).await?.unwrap_or_default();
+    let queue = (requests
+        .list_queue(client, dir, NodeKind::Lock.queue())
+        .await?)
+        .unwrap_or_default();
     requests
         .delete_node(client, &keys::node_path(dir, &own.name))
         .await?;

@@ -13,7 +13,7 @@
 //! uuid), so it never sits in the queue ahead of everyone.
 
 use crate::error::ZkError;
-use crate::keys;
+use crate::keys::{self, NodeKind};
 use crate::protocol::{self, OwnNode, Requests};
 use crate::session::Session;
 use distlock_core::backend::WaitUntil;
@@ -46,6 +46,10 @@ pub(crate) enum NodeState {
 pub(crate) struct QueuedNode {
     pub session: Arc<Session>,
     pub dir: String,
+    /// Which recipe's node: its base name and whom it waits for.
+    kind: NodeKind,
+    /// What the node holds (a candidate's proposal, a permit's slot).
+    data: Vec<u8>,
     /// `_c_{uuid}-`: every node of this acquisition starts with it.
     marker: String,
     state: NodeState,
@@ -54,13 +58,28 @@ pub(crate) struct QueuedNode {
 /// A queued node that is deleted if dropped before [`CancelGuard::disarm`].
 pub(crate) type Queued = CancelGuard<QueuedNode, fn(QueuedNode) -> Option<UndoFuture>>;
 
-/// Starts an acquisition of the lock directory `dir` on `session`. Its uuid is
-/// the protected-mode marker Curator's clients recognise.
-pub(crate) fn enqueue(session: Arc<Session>, dir: String) -> Queued {
+/// Starts an acquisition of a node of `kind` holding `data` in the directory
+/// `dir` on `session`. Its uuid is the protected-mode marker Curator's clients
+/// recognise.
+pub(crate) fn enqueue(session: Arc<Session>, dir: String, kind: NodeKind, data: Vec<u8>) -> Queued {
+    enqueue_as(uuid::Uuid::new_v4(), session, dir, kind, data)
+}
+
+/// [`enqueue`] with the uuid of the node's protected name given (a permit's
+/// says its slot).
+pub(crate) fn enqueue_as(
+    uuid: uuid::Uuid,
+    session: Arc<Session>,
+    dir: String,
+    kind: NodeKind,
+    data: Vec<u8>,
+) -> Queued {
     let node = QueuedNode {
-        marker: keys::protected_marker(&uuid::Uuid::new_v4()),
+        marker: keys::protected_marker(&uuid),
         session,
         dir,
+        kind,
+        data,
         state: NodeState::Absent,
     };
     CancelGuard::new(node, undo)
@@ -85,17 +104,22 @@ fn undo(node: QueuedNode) -> Option<UndoFuture> {
 /// list that found it first was sent, `None` when it is not first and the wait is
 /// over (`Wait::No`, or the deadline passed while retrying). Errors leave the
 /// node to the guard, which deletes it.
+///
+/// With `also`, the children of that directory are listed right behind every
+/// listing of the queue, in the same round trip; the turn carries the listing
+/// sent behind the one that found us first.
 pub(crate) async fn wait_for_turn(
     requests: &Requests,
     node: &mut QueuedNode,
     wait: WaitUntil,
-) -> Result<Option<(Instant, OwnNode)>, ZkError> {
+    also: Option<&str>,
+) -> Result<Option<Turn>, ZkError> {
     let ended = node.session.ended();
     tokio::pin!(ended);
     let mut backoff = Backoff::new(RETRY_FIRST, RETRY_CAP);
     loop {
-        let error = match step(requests, node, wait, &mut ended).await {
-            Ok(Step::Won(sent_at, own)) => return Ok(Some((sent_at, own))),
+        let error = match step(requests, node, wait, also, &mut ended).await {
+            Ok(Step::Won(turn)) => return Ok(Some(turn)),
             Ok(Step::Busy) => return Ok(None),
             Ok(Step::Again) => {
                 backoff.reset();
@@ -135,9 +159,20 @@ pub(crate) async fn withdraw(requests: &Requests, node: &mut QueuedNode) {
     }
 }
 
+/// Our node is first in line (nothing blocks it).
+#[derive(Debug)]
+pub(crate) struct Turn {
+    /// When the listing that found it first was sent.
+    pub sent_at: Instant,
+    pub own: OwnNode,
+    /// The children of the `also` directory, listed behind that listing
+    /// (empty when it does not exist or was not asked for).
+    pub also: Vec<String>,
+}
+
 /// What one round of the recipe found.
 enum Step {
-    Won(Instant, OwnNode),
+    Won(Turn),
     Busy,
     Again,
 }
@@ -148,6 +183,7 @@ async fn step(
     requests: &Requests,
     node: &mut QueuedNode,
     wait: WaitUntil,
+    also: Option<&str>,
     ended: &mut (impl Future<Output = zk::SessionState> + Unpin),
 ) -> Result<Step, ZkError> {
     let own = match &node.state {
@@ -156,23 +192,35 @@ async fn step(
     };
     let client = &node.session.client;
     let sent_at = Instant::now();
-    let queue = requests
-        .list_queue(client, &node.dir)
-        .await?
-        .unwrap_or_default();
-    let predecessor = match queue.iter().position(|child| *child == own.name) {
-        Some(0) => return Ok(Step::Won(sent_at, own)),
-        Some(_) if wait == WaitUntil::NoWait => return Ok(Step::Busy),
-        Some(at) => keys::node_path(&node.dir, &queue[at - 1]),
-        None if node.session.state().is_terminated() => {
+    let listing = requests.list_queue(client, &node.dir, node.kind.queue());
+    // Joined, both requests go out before either reply is awaited, in order.
+    let (queue, also) = match also {
+        None => (listing.await?, None),
+        Some(dir) => {
+            let (queue, also) = tokio::join!(listing, requests.children(client, dir));
+            (queue?, also?)
+        }
+    };
+    let queue = queue.unwrap_or_default();
+    let Some(at) = queue.iter().position(|child| *child == own.name) else {
+        if node.session.state().is_terminated() {
             return Err(node.session.ended_error(WAITING));
         }
         // Deleted behind our back while we waited: queue again, as Curator does.
-        None => {
-            node.state = NodeState::Absent;
-            return Ok(Step::Again);
-        }
+        node.state = NodeState::Absent;
+        return Ok(Step::Again);
     };
+    let Some(blocking) = blocker(&queue, at, node.kind) else {
+        return Ok(Step::Won(Turn {
+            sent_at,
+            own,
+            also: also.unwrap_or_default(),
+        }));
+    };
+    if wait == WaitUntil::NoWait {
+        return Ok(Step::Busy);
+    }
+    let predecessor = keys::node_path(&node.dir, &queue[blocking]);
     // Gone between the list and the watch: look again.
     let Some(watcher) = requests.watch_node(client, &predecessor).await? else {
         return Ok(Step::Again);
@@ -183,10 +231,24 @@ async fn step(
     }
 }
 
+/// The node of `queue` that keeps the one at `at` from holding, if any, the
+/// only one it watches: a reader waits for the newest writer before it
+/// (Curator's readers share with every reader), everyone else for the node
+/// just before it, so a release wakes only the waiter it unblocks.
+fn blocker(queue: &[String], at: usize, kind: NodeKind) -> Option<usize> {
+    let earlier = queue.get(..at)?;
+    match kind {
+        NodeKind::Read => earlier
+            .iter()
+            .rposition(|n| NodeKind::of(n, &[NodeKind::Write]).is_some()),
+        _ => at.checked_sub(1),
+    }
+}
+
 /// Creates our node, recreating a missing lock directory, and after a
 /// connection loss finds the node by our uuid instead of creating a second one
 /// (Curator's protected mode).
-async fn create(requests: &Requests, node: &mut QueuedNode) -> Result<OwnNode, ZkError> {
+pub(crate) async fn create(requests: &Requests, node: &mut QueuedNode) -> Result<OwnNode, ZkError> {
     let session = node.session.clone();
     let client = &session.client;
     let mut backoff = Backoff::new(RETRY_FIRST, RETRY_CAP);
@@ -204,10 +266,9 @@ async fn create(requests: &Requests, node: &mut QueuedNode) -> Result<OwnNode, Z
             node.state = NodeState::Absent;
         }
         node.state = NodeState::Unknown;
-        match requests
-            .create_lock_node(client, &node.dir, &node.marker)
-            .await
-        {
+        let (dir, marker, kind, data) = (&node.dir, &node.marker, node.kind, &node.data);
+        let created = requests.create_node(client, dir, marker, kind, data).await;
+        match created {
             Ok(own) => {
                 node.state = NodeState::Created(own.clone());
                 return Ok(own);

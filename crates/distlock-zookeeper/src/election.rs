@@ -1,0 +1,101 @@
+//! Leader election in the layout of Apache Curator's `LeaderLatch`: every
+//! candidate owns one ephemeral-sequential node
+//! `/{namespace}/%election/{escaped name}/_c_{uuid}-latch-{seq}` holding its
+//! proposal (Curator's participant id) as data. The lowest node leads; each
+//! other candidate watches only the node just before its own, so a
+//! resignation wakes one candidate. That is the lock's queue with another node
+//! name, so the protocol is `ZkBackend::queue_up`'s; the term is the leader
+//! node's `czxid`, which strictly rises from one leader to the next.
+
+use crate::backend::ZkBackend;
+use crate::keys::{self, NodeKind};
+use async_trait::async_trait;
+use distlock_core::backend::{Acquired, Backend};
+use distlock_core::toolkit::Holder;
+use distlock_core::{
+    Bound, CampaignRequest, Capabilities, ElectionBackend, FencingToken, LockError, LockKey,
+};
+use std::sync::Arc;
+
+/// How often `leader` lists again when the leader it found resigned before
+/// its node could be read.
+const LEADER_READS: usize = 3;
+
+/// Elections on ZooKeeper, interoperable with Curator's `LeaderLatch` on the
+/// same path (`/{namespace}/%election/{name}`).
+#[derive(Debug)]
+pub struct ZkElection {
+    lock: Arc<ZkBackend>,
+}
+
+impl ZkElection {
+    /// Elections on `lock`'s sessions.
+    pub fn new(lock: Arc<ZkBackend>) -> Self {
+        ZkElection { lock }
+    }
+
+    fn dir(&self, name: &str) -> String {
+        keys::primitive_dir(&self.lock.namespace, keys::ELECTIONS, name)
+    }
+}
+
+#[async_trait]
+impl ElectionBackend for ZkElection {
+    type Leadership = Bound<ZkBackend>;
+
+    fn name(&self) -> &'static str {
+        self.lock.name()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.lock.capabilities()
+    }
+
+    async fn campaign(
+        &self,
+        req: CampaignRequest<'_>,
+    ) -> Result<Acquired<Bound<ZkBackend>>, LockError> {
+        let dir = self.dir(req.acquire.key.as_str());
+        let proposal = req.proposal.as_bytes().to_vec();
+        let won = (self.lock)
+            .queue_up(req.acquire, dir, NodeKind::Latch, proposal)
+            .await?;
+        Ok(Acquired {
+            handle: Bound::new(self.lock.clone(), won.handle),
+            token: won.token,
+            sent_at: won.sent_at,
+        })
+    }
+
+    /// The first latch node's data, as Curator's `LeaderLatch.getLeader`
+    /// reports it.
+    async fn leader(&self, name: &LockKey) -> Result<Option<Holder>, LockError> {
+        let session = self.lock.inspector().await?;
+        let (dir, requests) = (self.dir(name.as_str()), &self.lock.requests);
+        for _ in 0..LEADER_READS {
+            let queue = (requests.list_queue(&session.client, &dir, NodeKind::Latch.queue()))
+                .await
+                .map_err(|e| self.lock.error(e))?;
+            let Some(first) = queue.unwrap_or_default().into_iter().next() else {
+                return Ok(None);
+            };
+            let read = requests.children_data(&session.client, &dir, vec![first]);
+            let read = read.await.map_err(|e| self.lock.error(e))?;
+            // Empty when the leader resigned between the list and the read.
+            if let Some((_, data, stat)) = read.into_iter().next() {
+                return Ok(Some(Holder {
+                    owner: String::from_utf8_lossy(&data).into_owned(),
+                    token: u64::try_from(stat.czxid).ok().map(FencingToken::new),
+                    // The leader's session timeout is not on its node.
+                    expires_in: None,
+                }));
+            }
+        }
+        Err(LockError::backend(
+            "zookeeper",
+            format!(
+                "the leader of `{name}` changed {LEADER_READS} times while it was being read; ask again"
+            ),
+        ))
+    }
+}

@@ -91,6 +91,7 @@ mod pool;
 mod protocol;
 mod rwlock;
 mod semaphore;
+mod session;
 mod version_cas;
 mod waiting;
 mod wake;

@@ -4,8 +4,9 @@
 //!
 //! `version_cas` keeps its holder in the row (`owner`, `expires_at`). An
 //! `advisory` holder is a session holding the advisory lock of the row's
-//! `lock_key`, read live from `pg_locks` (a force-unlock ends that session
-//! with `pg_terminate_backend`, which needs the holder's own role or
+//! `lock_key`, read live from `pg_locks` (a force-unlock ends that session,
+//! matched by pid and `backend_start`, with `pg_terminate_backend`, which
+//! needs the holder's own role, or `pg_read_all_stats` and
 //! `pg_signal_backend`).
 
 use crate::advisory::{Attempt, attempt};

@@ -126,7 +126,7 @@ impl Backend for Advisory {
             // ends the session, and with it any lock the statement took.
             let state = Undo {
                 table: table.clone(),
-                in_flight: Some(conn.pid()),
+                in_flight: Some(conn.session()),
                 make: None,
             };
             let guard = CancelGuard::new(state, undo);

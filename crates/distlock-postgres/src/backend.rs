@@ -9,17 +9,14 @@
 use crate::error::{BACKEND, DbError, code};
 use crate::keys::{TableName, wake_payload};
 use crate::pool::{Conn, Pool, Statement};
-use crate::protocol::{BACKEND_LISTED, Statements, Strategy, TABLE_COMMENT, TERMINATE_BACKEND};
+use crate::protocol::{Statements, Strategy, TABLE_COMMENT};
+use crate::session::{self, Session};
 use crate::wake::Wakeups;
-use distlock_core::backend::WaitUntil;
-use distlock_core::toolkit::{Backoff, UndoFuture};
+use distlock_core::toolkit::UndoFuture;
 use distlock_core::{LockError, LockKey};
 use sqlx::{Row, SqlStr};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// How often an undo looks whether a terminated session is gone, at most.
-const SESSION_GONE_POLL: Duration = Duration::from_millis(50);
+use std::time::Duration;
 
 /// The lock table of one client: its strategy, namespace, statements,
 /// connections and wake-ups.
@@ -139,30 +136,6 @@ impl Table {
         let mut conn = self.pool.get().await?;
         Ok(conn.fetch_all(statement).await?.len())
     }
-
-    /// Ends session `pid` and returns once the server no longer lists it: a
-    /// session ends only after its statement is done, so whatever that
-    /// statement won is in place (or, for a session lock, given back).
-    pub async fn end_session(&self, pid: i32) -> Result<(), DbError> {
-        let mut conn = self.pool.get().await?;
-        conn.execute(sqlx::query(TERMINATE_BACKEND).bind(pid))
-            .await?;
-        let until = WaitUntil::Deadline(Instant::now() + self.pool.timeout());
-        let mut backoff = Backoff::new(Duration::from_millis(2), SESSION_GONE_POLL);
-        loop {
-            let listed = conn
-                .fetch_one(sqlx::query(BACKEND_LISTED).bind(pid))
-                .await?;
-            if listed.try_get::<i64, _>(0).map_err(DbError::Sql)? == 0 {
-                return Ok(());
-            }
-            if !backoff.pause(SESSION_GONE_POLL, until).await {
-                return Err(DbError::Protocol(format!(
-                    "session {pid} still runs after pg_terminate_backend"
-                )));
-            }
-        }
-    }
 }
 
 /// Runs one `CREATE TABLE IF NOT EXISTS`. Two clients creating a table at
@@ -197,21 +170,22 @@ pub(crate) struct Undo {
     /// The session whose statement was cut off, if one was: the server may not
     /// even have run it yet, and an undo that overtook it would match nothing
     /// while the statement then wins the lock for nobody.
-    pub in_flight: Option<i32>,
+    pub in_flight: Option<Session>,
     /// The statement that gives back what the attempt may have won (none when
     /// ending the session is the whole undo).
     pub make: Option<MakeStatement>,
 }
 
 /// Runs an [`Undo`] in the background: first ends the cut-off session
-/// (`pg_terminate_backend`, then until `pg_stat_activity` no longer lists it),
+/// (`pg_terminate_backend`, then until `pg_stat_activity` no longer lists it,
+/// both matching its pid and start so a reused pid is never hit),
 /// then the statement. If it cannot run, the ttl (or, for a session lock, the
 /// session's end) frees the lock.
 pub(crate) fn undo(state: Undo) -> Option<UndoFuture> {
     Some(Box::pin(async move {
         let table = &state.table;
-        if let Some(pid) = state.in_flight
-            && let Err(e) = table.end_session(pid).await
+        if let Some(cut_off) = state.in_flight
+            && let Err(e) = session::end(&table.pool, cut_off).await
         {
             tracing::debug!(error = %e, "could not see a cut-off session end; undoing anyway");
         }

@@ -4,17 +4,19 @@
 //!
 //! `version_cas` keeps its holder in the row (`owner`, `expires_at`). An
 //! `advisory` holder is a session holding the advisory lock of the row's
-//! `lock_key`, read live from `pg_locks` (a force-unlock ends that session
-//! with `pg_terminate_backend`, which needs the holder's own role or
+//! `lock_key`, read live from `pg_locks` (a force-unlock ends that session,
+//! matched by pid and `backend_start`, with `pg_terminate_backend`, which
+//! needs the holder's own role, or `pg_read_all_stats` and
 //! `pg_signal_backend`).
 
 use crate::advisory::{Attempt, attempt};
 use crate::backend::{Table, micros};
-use crate::error::DbError;
+use crate::error::{BACKEND, DbError};
 use crate::keys::{advisory_key, wake_payload};
 use crate::pool::Statement;
 use crate::protocol::inspect::*;
-use crate::protocol::{KEEPALIVE, Strategy, TERMINATE_BACKEND, for_table};
+use crate::protocol::{KEEPALIVE, Strategy, for_table};
+use crate::session::{self, Session};
 use crate::version_cas::{self, cas};
 use async_trait::async_trait;
 use distlock_core::toolkit::{Holder, Inspect, random_owner};
@@ -33,9 +35,9 @@ impl Inspect for Table {
     async fn holder(&self, key: &LockKey) -> Result<Option<Holder>, LockError> {
         if self.strategy == Strategy::Advisory {
             let rows = self.advisory_holders(key.as_str(), true).await?;
-            return Ok(rows.into_iter().next().map(|(_, fence, pid)| Holder {
-                owner: format!("session {pid}"),
-                token: u64::try_from(fence).ok().map(FencingToken::new),
+            return Ok(rows.into_iter().next().map(|holder| Holder {
+                owner: format!("session {}", holder.pid),
+                token: u64::try_from(holder.fence).ok().map(FencingToken::new),
                 expires_in: None,
             }));
         }
@@ -60,7 +62,7 @@ impl Inspect for Table {
             let rows = self.advisory_holders(prefix, false).await?;
             return Ok(rows
                 .into_iter()
-                .map(|(name, _, pid)| format!("advisory lock of `{name}` held by session {pid}"))
+                .map(|h| format!("advisory lock of `{}` held by session {}", h.name, h.pid))
                 .collect());
         }
         let read = sqlx::query(self.sql(OWNED_ROWS))
@@ -77,16 +79,29 @@ impl Inspect for Table {
 
     async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {
         if self.strategy == Strategy::Advisory {
-            let Some((_, _, pid)) = self.advisory_holders(key.as_str(), true).await?.pop() else {
+            let Some(holder) = self.advisory_holders(key.as_str(), true).await?.pop() else {
                 return Ok(false);
             };
-            let ended = async {
-                let mut conn = self.pool.get().await?;
-                let row = conn
-                    .fetch_one(sqlx::query(TERMINATE_BACKEND).bind(pid))
-                    .await?;
-                row.try_get::<bool, _>(0).map_err(DbError::Sql)
+            // Only the session seen holding the key: if it ended meanwhile, a
+            // backend that reused its pid has another start and is not hit.
+            let Some(started) = holder.started else {
+                return Err(LockError::config(
+                    BACKEND,
+                    format!(
+                        "cannot end session {} holding `{}`: this role cannot see when it started \
+                         (pg_stat_activity shows backend_start only for the role's own sessions); \
+                         connect as the holder's role or grant pg_read_all_stats",
+                        holder.pid, holder.name
+                    ),
+                ));
             };
+            let ended = session::terminate(
+                &self.pool,
+                Session {
+                    pid: holder.pid,
+                    started,
+                },
+            );
             return ended.await.map_err(|e| self.error(e));
         }
         // The fence stays in the row, so the next holder's token is higher.
@@ -205,20 +220,28 @@ impl Table {
             .map_err(|e| self.error(DbError::Sql(e)))
     }
 
-    /// advisory: (name, fence, holder pid) of the names starting with `prefix`
-    /// (or exactly `prefix`) whose key a session holds now.
+    /// advisory: the names starting with `prefix` (or exactly `prefix`) whose
+    /// key a session holds now, with that session.
     async fn advisory_holders(
         &self,
         prefix: &str,
         exact: bool,
-    ) -> Result<Vec<(String, i64, i32)>, LockError> {
+    ) -> Result<Vec<AdvisoryHolder>, LockError> {
         let read = sqlx::query(self.sql(ADVISORY_HOLDERS))
             .bind(self.namespace.clone())
             .bind(prefix.to_owned())
             .bind(exact);
         let rows = self.fetch_all(read).await?;
         rows.iter()
-            .map(|row| decode(row).map_err(|e| self.error(e)))
+            .map(|row| {
+                let (name, fence, pid, started) = decode(row).map_err(|e| self.error(e))?;
+                Ok(AdvisoryHolder {
+                    name,
+                    fence,
+                    pid,
+                    started,
+                })
+            })
             .collect()
     }
 
@@ -268,6 +291,15 @@ impl Table {
         }
         Ok(true)
     }
+}
+
+/// advisory: a name whose key a session holds.
+struct AdvisoryHolder {
+    name: String,
+    fence: i64,
+    pid: i32,
+    /// The holding session's start (µs), when this role may see it.
+    started: Option<i64>,
 }
 
 /// A row's columns as a tuple.

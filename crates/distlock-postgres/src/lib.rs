@@ -74,8 +74,9 @@
 //! `config` (URL and settings) → `lock` ([`PostgresLock`], forwarding to one
 //! of the strategies) → `version_cas`, `advisory`, each its own `Backend` →
 //! `backend` (the lock table they share, the undo of a cut-off statement) →
-//! `pool` (connections), `wake` (LISTEN/NOTIFY) → `protocol` (the SQL, in
-//! `sql/`) → `keys` (row layout, advisory keys), `error`. `inspect` implements
+//! `session` (a session as backend pid and start, and ending one) → `pool`
+//! (connections), `wake` (LISTEN/NOTIFY) → `protocol` (the SQL, in `sql/`) →
+//! `keys` (row layout, advisory keys), `error`. `inspect` implements
 //! `Inspect` on the table. `semaphore` and `rwlock` are the two primitives'
 //! adapters (with their inspection), waiting through `waiting`.
 #![deny(missing_docs)]
@@ -91,6 +92,7 @@ mod pool;
 mod protocol;
 mod rwlock;
 mod semaphore;
+mod session;
 mod version_cas;
 mod waiting;
 mod wake;

@@ -1,7 +1,7 @@
 //! The adapter's own small connection pool.
 //!
 //! Why not `sqlx::PgPool`: the undo of a cut-off statement must end that
-//! statement's session by its backend pid, which each connection here knows;
+//! statement's session, which each connection here knows ([`Session`]);
 //! and a connection is handed out again only when its last statement
 //! completed and it holds no advisory lock. Idle connections are reused as
 //! they are (no ping on checkout).
@@ -12,11 +12,12 @@
 //! someone else's lock.
 
 use crate::error::DbError;
-use crate::protocol::BACKEND_PID;
+use crate::protocol::SESSION_IDENTITY;
+use crate::session::Session;
 use distlock_core::toolkit::Timeouts;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgQueryResult, PgRow};
 use sqlx::query::Query;
-use sqlx::{Connection, Postgres, Row};
+use sqlx::{Connection, Postgres};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -42,7 +43,7 @@ struct PoolInner {
 
 struct Idle {
     conn: PgConnection,
-    pid: i32,
+    session: Session,
     since: Instant,
 }
 
@@ -110,29 +111,30 @@ impl Pool {
         if let Some(idle) = self.pop_idle() {
             return Ok(Conn {
                 conn: Some(idle.conn),
-                pid: idle.pid,
+                session: idle.session,
                 reusable: true,
                 locked: false,
                 pool: inner.clone(),
                 _permit: permit,
             });
         }
-        let conn = timed(
+        let mut conn = timed(
             inner.connect_timeout,
             PgConnection::connect_with(&inner.options),
         )
         .await?;
-        let mut conn = Conn {
+        // Read before anything else runs on it, so every statement that could be
+        // cut off has a session to end.
+        let identity = sqlx::query(SESSION_IDENTITY).fetch_one(&mut conn);
+        let session = Session::from_row(&timed(inner.timeout, identity).await?)?;
+        Ok(Conn {
             conn: Some(conn),
-            pid: 0,
-            reusable: false,
+            session,
+            reusable: true,
             locked: false,
             pool: inner.clone(),
             _permit: permit,
-        };
-        let row = conn.fetch_one(sqlx::query(BACKEND_PID)).await?;
-        conn.pid = row.try_get::<i32, _>(0).map_err(DbError::Sql)?;
-        Ok(conn)
+        })
     }
 
     fn pop_idle(&self) -> Option<Idle> {
@@ -152,7 +154,7 @@ impl Pool {
 /// connection is closed, and the server ends the session and its locks.
 pub(crate) struct Conn {
     conn: Option<PgConnection>,
-    pid: i32,
+    session: Session,
     reusable: bool,
     /// An advisory lock statement ran since the server last confirmed the
     /// session holds none.
@@ -164,15 +166,15 @@ pub(crate) struct Conn {
 impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Conn")
-            .field("pid", &self.pid)
+            .field("pid", &self.session.pid)
             .finish_non_exhaustive()
     }
 }
 
 impl Conn {
-    /// The server's backend process id for this connection.
-    pub fn pid(&self) -> i32 {
-        self.pid
+    /// The server session of this connection.
+    pub fn session(&self) -> Session {
+        self.session
     }
 
     /// Never reuse this connection (its session state is unknown).
@@ -248,7 +250,7 @@ impl Drop for Conn {
             .unwrap_or_else(PoisonError::into_inner);
         idle.push(Idle {
             conn,
-            pid: self.pid,
+            session: self.session,
             since: Instant::now(),
         });
     }

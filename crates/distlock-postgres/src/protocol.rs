@@ -128,12 +128,13 @@ impl FromStr for Strategy {
 
 /// The round trip a keepalive and `ping` send.
 pub(crate) const KEEPALIVE: &str = "SELECT 1";
-/// This session's backend process id (what `pg_terminate_backend` takes).
-pub(crate) const BACKEND_PID: &str = "SELECT pg_backend_pid()";
-/// Ends another session; its statement in flight is over once it is gone.
-pub(crate) const TERMINATE_BACKEND: &str = "SELECT pg_terminate_backend($1)";
-/// Whether a session still exists. Binds: pid.
-pub(crate) const BACKEND_LISTED: &str = include_str!("sql/backend_listed.sql");
+/// This session's identity: (backend pid, backend_start in µs).
+pub(crate) const SESSION_IDENTITY: &str = include_str!("sql/session_identity.sql");
+/// Ends another session if that very session still exists (a reused pid does
+/// not match); one row per backend signalled. Binds: pid, start µs.
+pub(crate) const SESSION_TERMINATE: &str = include_str!("sql/session_terminate.sql");
+/// Whether a session still exists. Binds: pid, start µs.
+pub(crate) const SESSION_LISTED: &str = include_str!("sql/session_listed.sql");
 /// Whether the table exists, and its comment. Binds: table name.
 pub(crate) const TABLE_COMMENT: &str = include_str!("sql/table_comment.sql");
 const CREATE_TABLE: &str = include_str!("sql/create_table.sql");

@@ -21,6 +21,7 @@ use crate::error::{BACKEND, DbError};
 use crate::inspect::decode;
 use crate::keys::rwlock_payload;
 use crate::pool::Conn;
+use crate::session::Session;
 use crate::waiting::{Attempts, MAX_PAUSE, Step, wait_for};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Holding, Ownership};
@@ -146,7 +147,7 @@ impl Attempts for ShareAttempts<'_> {
 
     async fn attempt(&mut self) -> Result<Step<Self::Won>, DbError> {
         let mut conn = self.table.pool.get().await?;
-        self.set_in_flight(Some(conn.pid()));
+        self.set_in_flight(Some(conn.session()));
         let step = self.step(&mut conn).await;
         // Answered: nothing of this attempt still runs on the server.
         if step.as_ref().err().is_none_or(DbError::answered) {
@@ -157,9 +158,9 @@ impl Attempts for ShareAttempts<'_> {
 }
 
 impl ShareAttempts<'_> {
-    fn set_in_flight(&mut self, pid: Option<i32>) {
+    fn set_in_flight(&mut self, session: Option<Session>) {
         if let Some(state) = self.guard.as_mut().and_then(CancelGuard::state_mut) {
-            state.in_flight = pid;
+            state.in_flight = session;
         }
     }
 

@@ -130,7 +130,7 @@ impl Attempts for PermitAttempts<'_> {
         let mut conn = table.pool.get().await?;
         let state = Undo {
             table: table.clone(),
-            in_flight: Some(conn.pid()),
+            in_flight: Some(conn.session()),
             make: Some(release_statement(
                 table.clone(),
                 self.name.to_owned(),

@@ -193,7 +193,7 @@ impl VersionCas {
         };
         let state = Undo {
             table: table.clone(),
-            in_flight: Some(conn.pid()),
+            in_flight: Some(conn.session()),
             make: Some(abandon),
         };
         let mut guard = CancelGuard::new(state, undo);

@@ -1,14 +1,15 @@
 //! `advisory`: the lock dies with its session. An operator (or a failover
 //! tool) ending the holder's connection from the server side fires `lost()` and
 //! frees the lock for the next holder, whose token is higher; a name whose
-//! advisory key is recorded for another name is refused, never shared.
+//! advisory key is recorded for another name is refused, never shared; a
+//! force-unlock ends only a session it can name by pid and start.
 // Test code: a failed expectation should panic with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
 use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, LossReason, Wait};
-use distlock_postgres::{Strategy, advisory_key};
+use distlock_postgres::{PostgresConfig, Strategy, advisory_key};
 use std::time::Duration;
 use support::{admin_value, client, eventually, server};
 
@@ -106,4 +107,60 @@ async fn a_name_whose_key_is_recorded_for_another_name_is_refused() {
             == "0"
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn force_unlock_ends_a_holder_of_another_role_only_when_it_can_name_that_session() {
+    let server = server().await;
+    let operator = client(&server, Strategy::Advisory, "roles").await;
+    server
+        .exec_admin(
+            "CREATE ROLE other LOGIN PASSWORD 'other-secret';
+             GRANT CREATE ON SCHEMA public TO other;
+             GRANT ALL ON roles TO other;
+             GRANT pg_signal_backend TO distlock;",
+        )
+        .await
+        .unwrap();
+    let url = format!("postgres://other:other-secret@{}/distlock", server.addr());
+    let holder = PostgresConfig::from_url(&url)
+        .unwrap()
+        .strategy(Strategy::Advisory)
+        .table("roles")
+        .connect()
+        .await
+        .expect("the other role connects");
+    let key = LockKey::new("jobs/shared").unwrap();
+    let lease = holder
+        .acquire(&key, &AcquireOptions::new().ttl(Duration::from_secs(3)))
+        .await
+        .unwrap();
+    let inspect = operator.inspect().unwrap();
+    // The operator may signal the holder but cannot see when its session
+    // started, so it cannot tell that session from one that reused its pid.
+    match inspect.delete_holder(&key).await {
+        Err(LockError::Config { reason, .. }) => {
+            assert!(reason.contains("pg_read_all_stats"), "{reason}");
+            assert!(reason.contains("jobs/shared"), "{reason}");
+        }
+        other => panic!("expected a refusal naming the missing right, got {other:?}"),
+    }
+    let still = inspect.holder(&key).await.unwrap().expect("still held");
+    assert_eq!(
+        still.token,
+        Some(lease.token()),
+        "the refused force-unlock ended nothing"
+    );
+    server
+        .exec_admin("GRANT pg_read_all_stats TO distlock;")
+        .await
+        .unwrap();
+    assert!(
+        inspect.delete_holder(&key).await.unwrap(),
+        "the holder's session was ended"
+    );
+    let reason = tokio::time::timeout(Duration::from_secs(3), lease.lost())
+        .await
+        .expect("lost() fires after the holder's session ended");
+    assert_eq!(reason, LossReason::Revoked);
 }

@@ -1,1 +1,0 @@
-SELECT count(*) FROM pg_stat_activity WHERE pid = $1

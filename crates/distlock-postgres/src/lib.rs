@@ -90,6 +90,7 @@ mod keys;
 mod lock;
 mod pool;
 mod protocol;
+mod row_share;
 mod rwlock;
 mod semaphore;
 mod session;

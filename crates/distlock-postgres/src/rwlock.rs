@@ -16,15 +16,16 @@
 //! when this very statement deleted it, so the delete re-checks the row's
 //! newest version: a row refreshed meanwhile stays, and blocks.
 
-use crate::backend::{MakeStatement, Table, Undo, micros, undo};
+use crate::backend::{Table, Undo, micros, undo};
 use crate::error::{BACKEND, DbError};
 use crate::inspect::decode;
 use crate::keys::rwlock_payload;
 use crate::pool::Conn;
+use crate::row_share::{RowShare, ShareKind, release_statement};
 use crate::session::Session;
 use crate::waiting::{Attempts, MAX_PAUSE, Step, wait_for};
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired, Holding, Ownership};
+use distlock_core::backend::{AcquireRequest, Acquired};
 use distlock_core::toolkit::{CancelGuard, UndoFuture, random_owner};
 use distlock_core::{
     Capabilities, FencingToken, LockError, LockKey, RwLockBackend, RwLockInspect, RwMode, ShareInfo,
@@ -39,18 +40,9 @@ pub(crate) struct PgRwLock {
     pub table: Arc<Table>,
 }
 
-/// A held share: the compare-owner statements find it by its owner value.
-#[derive(Debug)]
-pub(crate) struct PgShare {
-    table: Arc<Table>,
-    name: String,
-    owner: String,
-    payload: String,
-}
-
 #[async_trait]
 impl RwLockBackend for PgRwLock {
-    type Share = PgShare;
+    type Share = RowShare;
 
     fn name(&self) -> &'static str {
         BACKEND
@@ -60,11 +52,14 @@ impl RwLockBackend for PgRwLock {
         self.table.strategy.capabilities()
     }
 
-    async fn acquire_read(&self, req: AcquireRequest<'_>) -> Result<Acquired<PgShare>, LockError> {
+    async fn acquire_read(&self, req: AcquireRequest<'_>) -> Result<Acquired<RowShare>, LockError> {
         self.acquire(req, RwMode::Read).await
     }
 
-    async fn acquire_write(&self, req: AcquireRequest<'_>) -> Result<Acquired<PgShare>, LockError> {
+    async fn acquire_write(
+        &self,
+        req: AcquireRequest<'_>,
+    ) -> Result<Acquired<RowShare>, LockError> {
         self.acquire(req, RwMode::Write).await
     }
 
@@ -80,7 +75,7 @@ impl PgRwLock {
         &self,
         req: AcquireRequest<'_>,
         mode: RwMode,
-    ) -> Result<Acquired<PgShare>, LockError> {
+    ) -> Result<Acquired<RowShare>, LockError> {
         let table = &self.table;
         let name = req.key.as_str().to_owned();
         let payload = rwlock_payload(&table.namespace, &name);
@@ -92,8 +87,9 @@ impl PgRwLock {
             Undo {
                 table: table.clone(),
                 in_flight: None,
-                make: Some(leave_statement(
+                make: Some(release_statement(
                     table.clone(),
+                    ShareKind::RwShare,
                     name.clone(),
                     owner.clone(),
                     payload.clone(),
@@ -117,8 +113,9 @@ impl PgRwLock {
             guard.disarm();
         }
         Ok(Acquired {
-            handle: PgShare {
+            handle: RowShare {
                 table: table.clone(),
+                kind: ShareKind::RwShare,
                 name,
                 owner,
                 payload,
@@ -212,58 +209,6 @@ impl ShareAttempts<'_> {
                     remaining: Duration::ZERO,
                 })
             }
-        }
-    }
-}
-
-/// Deletes `owner`'s row, waiting or granted, and wakes the name's waiters:
-/// the release, and the undo of an acquire that ends without a share.
-fn leave_statement(
-    table: Arc<Table>,
-    name: String,
-    owner: String,
-    payload: String,
-) -> MakeStatement {
-    Box::new(move || {
-        sqlx::query(table.sql.rw.leave.clone())
-            .bind(table.namespace.clone())
-            .bind(name.clone())
-            .bind(owner.clone())
-            .bind(table.sql.channel.clone())
-            .bind(payload.clone())
-    })
-}
-
-#[async_trait]
-impl Holding for PgShare {
-    fn backend_name(&self) -> &'static str {
-        BACKEND
-    }
-
-    async fn renew(&self, ttl: Duration) -> Result<Ownership, LockError> {
-        let t = &self.table;
-        let renew = sqlx::query(t.sql.rw.renew.clone())
-            .bind(t.namespace.clone())
-            .bind(self.name.clone())
-            .bind(self.owner.clone())
-            .bind(micros(ttl));
-        match t.run(renew).await.map_err(|e| t.error(e))? {
-            0 => Ok(Ownership::NotHeld),
-            _ => Ok(Ownership::Held),
-        }
-    }
-
-    async fn release(&self) -> Result<Ownership, LockError> {
-        let t = &self.table;
-        let leave = leave_statement(
-            t.clone(),
-            self.name.clone(),
-            self.owner.clone(),
-            self.payload.clone(),
-        );
-        match t.count_rows(leave()).await.map_err(|e| t.error(e))? {
-            0 => Ok(Ownership::NotHeld),
-            _ => Ok(Ownership::Held),
         }
     }
 }

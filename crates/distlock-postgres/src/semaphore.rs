@@ -15,14 +15,15 @@
 //! limit changes only while no permit is live, judged on the slot rows locked
 //! under the name's row; a client with another limit gets `LimitMismatch`.
 
-use crate::backend::{MakeStatement, Table, Undo, micros, undo};
+use crate::backend::{Table, Undo, micros, undo};
 use crate::error::{BACKEND, DbError};
 use crate::inspect::decode;
 use crate::keys::semaphore_payload;
 use crate::pool::Conn;
+use crate::row_share::{RowShare, ShareKind, release_statement};
 use crate::waiting::{Attempts, MAX_PAUSE, Step, wait_for};
 use async_trait::async_trait;
-use distlock_core::backend::{Acquired, Holding, Ownership};
+use distlock_core::backend::Acquired;
 use distlock_core::toolkit::{CancelGuard, random_owner};
 use distlock_core::{
     AcquiredPermit, Capabilities, FencingToken, LockError, LockKey, PermitInfo, PermitRequest,
@@ -44,15 +45,6 @@ pub(crate) struct PgSemaphore {
     pub table: Arc<Table>,
 }
 
-/// A held permit: the compare-owner statements find it by its owner value.
-#[derive(Debug)]
-pub(crate) struct PgPermit {
-    table: Arc<Table>,
-    name: String,
-    owner: String,
-    payload: String,
-}
-
 /// One won slot.
 #[derive(Debug)]
 struct Taken {
@@ -63,7 +55,7 @@ struct Taken {
 
 #[async_trait]
 impl SemaphoreBackend for PgSemaphore {
-    type Permit = PgPermit;
+    type Permit = RowShare;
 
     fn name(&self) -> &'static str {
         BACKEND
@@ -76,7 +68,7 @@ impl SemaphoreBackend for PgSemaphore {
     async fn acquire_permit(
         &self,
         req: PermitRequest<'_>,
-    ) -> Result<AcquiredPermit<PgPermit>, LockError> {
+    ) -> Result<AcquiredPermit<RowShare>, LockError> {
         let table = &self.table;
         let name = req.acquire.key.as_str().to_owned();
         let payload = semaphore_payload(&table.namespace, &name);
@@ -91,8 +83,9 @@ impl SemaphoreBackend for PgSemaphore {
         let taken = wait_for(table, &req.acquire, &payload, MAX_PAUSE, &mut attempts).await?;
         Ok(AcquiredPermit {
             acquired: Acquired {
-                handle: PgPermit {
+                handle: RowShare {
                     table: table.clone(),
+                    kind: ShareKind::Permit,
                     name,
                     owner,
                     payload,
@@ -133,6 +126,7 @@ impl Attempts for PermitAttempts<'_> {
             in_flight: Some(conn.session()),
             make: Some(release_statement(
                 table.clone(),
+                ShareKind::Permit,
                 self.name.to_owned(),
                 self.owner.to_owned(),
                 self.payload.to_owned(),
@@ -232,58 +226,6 @@ impl PermitAttempts<'_> {
         Ok(Step::Blocked {
             remaining: Duration::ZERO,
         })
-    }
-}
-
-/// The owner-checked release of `owner`'s permit (also the undo of an attempt
-/// cut off midway).
-fn release_statement(
-    table: Arc<Table>,
-    name: String,
-    owner: String,
-    payload: String,
-) -> MakeStatement {
-    Box::new(move || {
-        sqlx::query(table.sql.sem.release.clone())
-            .bind(table.namespace.clone())
-            .bind(name.clone())
-            .bind(owner.clone())
-            .bind(table.sql.channel.clone())
-            .bind(payload.clone())
-    })
-}
-
-#[async_trait]
-impl Holding for PgPermit {
-    fn backend_name(&self) -> &'static str {
-        BACKEND
-    }
-
-    async fn renew(&self, ttl: Duration) -> Result<Ownership, LockError> {
-        let t = &self.table;
-        let renew = sqlx::query(t.sql.sem.renew.clone())
-            .bind(t.namespace.clone())
-            .bind(self.name.clone())
-            .bind(self.owner.clone())
-            .bind(micros(ttl));
-        match t.run(renew).await.map_err(|e| t.error(e))? {
-            0 => Ok(Ownership::NotHeld),
-            _ => Ok(Ownership::Held),
-        }
-    }
-
-    async fn release(&self) -> Result<Ownership, LockError> {
-        let t = &self.table;
-        let release = release_statement(
-            t.clone(),
-            self.name.clone(),
-            self.owner.clone(),
-            self.payload.clone(),
-        );
-        match t.count_rows(release()).await.map_err(|e| t.error(e))? {
-            0 => Ok(Ownership::NotHeld),
-            _ => Ok(Ownership::Held),
-        }
     }
 }
 

@@ -136,6 +136,7 @@ test-compose-servers:
     DISTLOCK_TEST_ETCD_URL=etcd://127.0.0.1:12379 \
     DISTLOCK_TEST_ZOOKEEPER_URL=zk://127.0.0.1:12181 \
     DISTLOCK_TEST_MYSQL_URL=mysql://root:distlock-test@127.0.0.1:13306/distlock \
+    DISTLOCK_TEST_POSTGRES_URL=postgres://postgres:distlock-test@127.0.0.1:15432/distlock \
     cargo test --workspace --all-features
     DISTLOCK_TEST_MYSQL_URL=mysql://root:distlock-test@127.0.0.1:13307/distlock \
     cargo test -p distlock-tests --all-features --test conformance -- mysql

@@ -48,6 +48,7 @@ fn expected() -> BTreeMap<&'static str, Vec<(&'static str, u16, u16)>> {
         ("zookeeper.yml", vec![("zookeeper", 2181, 12181)]),
         ("mysql.yml", vec![("mysql", 3306, 13306)]),
         ("mariadb.yml", vec![("mariadb", 3306, 13307)]),
+        ("postgres.yml", vec![("postgres", 5432, 15432)]),
     ])
 }
 
@@ -139,7 +140,7 @@ fn test_compose_servers_recipe_uses_the_published_ports() {
         .flatten()
         .map(|(_, _, host)| *host)
         .collect();
-    for backend in ["REDIS", "REDLOCK", "ETCD", "ZOOKEEPER", "MYSQL"] {
+    for backend in ["REDIS", "REDLOCK", "ETCD", "ZOOKEEPER", "MYSQL", "POSTGRES"] {
         assert!(
             recipe.contains(&format!("DISTLOCK_TEST_{backend}_URL=")),
             "test-compose-servers sets no {backend} URL"

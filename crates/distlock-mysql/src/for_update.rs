@@ -20,6 +20,9 @@
 //! - A waiter given up on (deadline, cancel) is ended with `KILL CONNECTION`: it
 //!   may have been granted the lock a moment before, and only ending its session
 //!   gives that back.
+//! - A lease is handed over only on a session known alive: a grant whose
+//!   session the server ended while the token was raised (idle past the ttl)
+//!   is taken again on a new connection (see [`Try::SessionEnded`]).
 //! - A holder connection goes back to the pool only once the server confirmed
 //!   it is alive and outside any transaction (see `pool`): released, or, for an
 //!   abandoned lease, rolled back after its ttl and checked.
@@ -46,6 +49,27 @@ const WAIT_CHUNK: Duration = Duration::from_secs(10);
 const FIRST_RETRY: Duration = Duration::from_millis(4);
 /// See [`FIRST_RETRY`].
 const MAX_RETRY: Duration = Duration::from_millis(250);
+
+/// How often one acquire starts again on a new connection after the holder's
+/// session ended before the lease was handed over (see [`Try::SessionEnded`]).
+const SESSIONS_ENDED_MAX: u32 = 2;
+
+/// How one try of an acquire ended without a lease.
+enum Try {
+    /// The holder's session ended before the lease was handed over: the
+    /// server closed it as idle (a pooled connection at the end of its
+    /// `wait_timeout`; or, after the row lock was granted, raising the fence
+    /// counter elsewhere took longer than the ttl), or it was reset. Nothing
+    /// is held, and another try on a new connection may succeed.
+    SessionEnded(DbError),
+    Failed(LockError),
+}
+
+impl From<LockError> for Try {
+    fn from(e: LockError) -> Self {
+        Try::Failed(e)
+    }
+}
 
 /// A `for_update` client's backend.
 #[derive(Debug)]
@@ -113,52 +137,31 @@ impl Backend for ForUpdate {
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<Session>, LockError> {
-        let no_wait = req.wait == WaitUntil::NoWait;
-        let mut conn = tokio::select! {
-            biased;
-            conn = self.holders.get() => conn.map_err(|e| self.table.error(e))?,
-            _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
-        };
-        let row = row_name(req.key);
-        let (sent_at, kill) = self.lock_row(&req, &mut conn, &row).await?;
-        // The row lock is ours. Raise the counter elsewhere: this transaction's
-        // writes are rolled back, and the next holder would reuse the value.
-        let bumped = async {
-            let mut other = self.table.pool.get().await?;
-            self.table
-                .bump_counter(&mut other, &row, retry_until(&req))
-                .await
-        };
-        let bumped = tokio::select! {
-            biased;
-            bumped = bumped => bumped,
-            // `kill` ends the session holding the row.
-            _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
-        };
-        let token = match bumped {
-            Ok(token) => token,
-            Err(e) if e.lost_to_contention() => {
-                conn.discard();
-                return Err(req.not_acquired());
+        let mut ended = 0;
+        loop {
+            match self.try_acquire(&req).await {
+                Ok(acquired) => return Ok(acquired),
+                Err(Try::Failed(e)) => return Err(e),
+                Err(Try::SessionEnded(e)) if ended < SESSIONS_ENDED_MAX => {
+                    ended += 1;
+                    tracing::warn!(
+                        error = %e,
+                        ttl = ?req.ttl,
+                        "for_update: the holder session ended before the lease was handed \
+                         over; trying again on a new connection"
+                    );
+                }
+                Err(Try::SessionEnded(e)) => {
+                    return Err(self.table.error(DbError::Protocol(format!(
+                        "the holder session ended {} times before the lease could be handed \
+                         over (last: {e}); if the server is busy, raise the ttl of {:?} (the \
+                         session's idle timeout), else check the network to the server",
+                        ended + 1,
+                        req.ttl
+                    ))));
+                }
             }
-            Err(e) => return Err(self.fail(&mut conn, e)),
-        };
-        let sent_at = tokio::select! {
-            biased;
-            restarted = restart_validity(&mut conn, sent_at, req.ttl) => {
-                restarted.map_err(|e| self.fail(&mut conn, e))?
-            }
-            _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
-        };
-        kill.disarm();
-        Ok(Acquired {
-            handle: Session {
-                conn: Arc::new(tokio::sync::Mutex::new(Slot::Holding(conn))),
-                ttl: req.ttl,
-            },
-            token: FencingToken::new(token),
-            sent_at,
-        })
+        }
     }
 
     /// The keepalive: a round trip on the held connection. It resets the server's
@@ -209,6 +212,59 @@ impl Backend for ForUpdate {
 }
 
 impl ForUpdate {
+    /// One try: wait for the row lock, raise the counter, hand the lease over.
+    async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<Acquired<Session>, Try> {
+        let no_wait = req.wait == WaitUntil::NoWait;
+        let mut conn = tokio::select! {
+            biased;
+            conn = self.holders.get() => conn.map_err(|e| self.table.error(e))?,
+            _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired().into()),
+        };
+        let row = row_name(req.key);
+        let (sent_at, kill) = self.lock_row(req, &mut conn, &row).await?;
+        // The row lock is ours. Raise the counter elsewhere: this transaction's
+        // writes are rolled back, and the next holder would reuse the value.
+        let bumped = async {
+            let mut other = self.table.pool.get().await?;
+            self.table
+                .bump_counter(&mut other, &row, retry_until(req))
+                .await
+        };
+        let bumped = tokio::select! {
+            biased;
+            bumped = bumped => bumped,
+            // `kill` ends the session holding the row.
+            _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired().into()),
+        };
+        let token = match bumped {
+            Ok(token) => token,
+            Err(e) if e.lost_to_contention() => {
+                conn.discard();
+                return Err(req.not_acquired().into());
+            }
+            Err(e) => return Err(self.fail(&mut conn, e).into()),
+        };
+        let sent_at = tokio::select! {
+            biased;
+            restarted = restart_validity(&mut conn, sent_at, req.ttl) => match restarted {
+                Ok(restarted) => restarted,
+                // Idle past its `wait_timeout` while the counter was raised, the
+                // session was ended by the server, and its row lock with it.
+                Err(e) => return Err(self.broke(&mut conn, e)),
+            },
+            _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired().into()),
+        };
+        kill.disarm();
+        Ok(Acquired {
+            handle: Session {
+                conn: Arc::new(tokio::sync::Mutex::new(Slot::Holding(conn))),
+                ttl: req.ttl,
+            },
+            token: FencingToken::new(token),
+            sent_at,
+        })
+    }
+
     /// Takes the row lock on `conn`'s transaction, waiting in InnoDB's queue in
     /// chunks of at most [`WAIT_CHUNK`]. Returns when the locking statement that
     /// won was sent, and the guard that kills the session until the lock is
@@ -218,14 +274,14 @@ impl ForUpdate {
         req: &AcquireRequest<'_>,
         conn: &mut Conn,
         row: &[u8],
-    ) -> Result<(Instant, KillGuard), LockError> {
+    ) -> Result<(Instant, KillGuard), Try> {
         let no_wait = req.wait == WaitUntil::NoWait;
         let ttl_seconds = whole_seconds(req.ttl);
         let until = retry_until(req);
         let mut retry = Backoff::new(FIRST_RETRY, MAX_RETRY);
         loop {
             if !no_wait && req.wait.instant().is_some_and(|at| Instant::now() >= at) {
-                return Err(req.not_acquired());
+                return Err(req.not_acquired().into());
             }
             let round = match req.wait.instant() {
                 _ if no_wait => Duration::ZERO,
@@ -237,7 +293,7 @@ impl ForUpdate {
                 let set = sqlx::query(HOLDER_TIMEOUTS)
                     .bind(timeouts.0)
                     .bind(timeouts.1);
-                conn.execute(set).await.map_err(|e| self.fail(conn, e))?;
+                conn.execute(set).await.map_err(|e| self.broke(conn, e))?;
                 conn.session = Some(timeouts);
                 // The server now closes the session after this long idle: the pool
                 // must not hand it out past that.
@@ -252,7 +308,7 @@ impl ForUpdate {
                 biased;
                 outcome = self.lock_statement(conn, row, no_wait, reply_within) => outcome,
                 // Dropping `conn` mid-statement closes it; `guard` ends the session.
-                _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
+                _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired().into()),
             };
             let refused = match outcome {
                 Ok(true) => return Ok((sent_at, guard)),
@@ -264,19 +320,19 @@ impl ForUpdate {
                     continue;
                 }
                 Err(e) if lock_not_granted(&e) => e.number(),
-                Err(e) => return Err(self.fail(conn, e)),
+                Err(e) => return Err(self.broke(conn, e)),
             };
             // Refused: only the statement failed. End the transaction so nothing
             // stays locked, then wait another round (or give up).
             let rollback = conn.execute(sqlx::query(END_TRANSACTION)).await;
-            rollback.map_err(|e| self.fail(conn, e))?;
+            rollback.map_err(|e| self.broke(conn, e))?;
             conn.transaction_ended();
             guard.disarm();
             // `Wait::No`: a row held (1205, 3572) is `Busy` at once; a deadlock
             // victim may try again within `until`.
             let again = !no_wait || refused == Some(code::DEADLOCK);
             if !again || !retry.pause(WAIT_CHUNK, until).await {
-                return Err(req.not_acquired());
+                return Err(req.not_acquired().into());
             }
         }
     }
@@ -335,11 +391,30 @@ impl ForUpdate {
         self.table.error(e)
     }
 
+    /// A statement on a holder connection failed. If the session is gone, so
+    /// is anything it held, and a try on a new connection may succeed (a pooled
+    /// connection the server closed as idle a moment before, a session ended
+    /// while the token was raised); otherwise the attempt fails.
+    fn broke(&self, conn: &mut Conn, e: DbError) -> Try {
+        if session_ended(&e) {
+            conn.discard();
+            Try::SessionEnded(e)
+        } else {
+            Try::Failed(self.fail(conn, e))
+        }
+    }
+
     fn unreachable(&self) -> LockError {
         self.table.error(DbError::Protocol(
             "the connection holding the lock stopped answering".into(),
         ))
     }
+}
+
+/// The statement failed because the session is gone (closed or reset by the
+/// server, or killed), not for want of a reply: whatever it held was given back.
+fn session_ended(e: &DbError) -> bool {
+    matches!(e, DbError::Sql(sqlx::Error::Io(_))) || e.number() == Some(code::CONNECTION_KILLED)
 }
 
 /// The server refused the row lock for now: timeout, `NOWAIT`, or a deadlock

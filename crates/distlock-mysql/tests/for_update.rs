@@ -7,7 +7,9 @@ mod support;
 use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, LossReason, Wait};
 use distlock_mysql::{MySqlConfig, Strategy};
 use std::time::{Duration, Instant};
-use support::{client, eventually, holder_session, queued_sessions, row_locked, server};
+use support::{
+    client, eventually, holder_session, queued_sessions, root_value, row_locked, server,
+};
 
 /// An operator's `KILL CONNECTION` on the holder's session makes `lost()` fire
 /// (at the next keepalive) and lets the queued waiter in, with a higher token.
@@ -243,4 +245,63 @@ async fn waiters_queued_longer_than_their_ttl_still_take_the_lock() {
         tokens.iter().all(|t| *t > crashed_token) && tokens[0] != tokens[1],
         "tokens {tokens:?} not distinct and above the crashed holder's {crashed_token}"
     );
+}
+
+/// The row lock is granted, but the fence counter's row is held by another
+/// transaction for longer than the ttl, so the server ends the idle holder
+/// session (its `wait_timeout` is the ttl) before the lease is handed over.
+/// The acquire must notice the session gone and take the lock again on a new
+/// one, not fail with `Unavailable` from a healthy server (an election under
+/// load in containers lost a campaign this way: "Connection reset by peer").
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holder_session_ended_before_handover_is_replaced() {
+    let server = server().await;
+    let lock = client(&server, Strategy::ForUpdate, "locks").await;
+    let key = LockKey::new("jobs/slow-fence").unwrap();
+    let ttl = Duration::from_secs(1);
+    let opts = AcquireOptions::new()
+        .ttl(ttl)
+        .wait(Wait::For(Duration::from_secs(20)));
+    // Creates the lock row and its counter row.
+    let first = lock.acquire(&key, &opts).await.unwrap();
+    let first_token = first.token();
+    first.release().await.unwrap();
+
+    let counter = "CONCAT('jobs/slow-fence', X'1E')";
+    let hold_counter = format!(
+        "BEGIN; SELECT fence FROM distlock.locks WHERE name = {counter} FOR UPDATE; \
+         DO SLEEP(3); ROLLBACK;"
+    );
+    let acquire_behind_it = async {
+        eventually(
+            Duration::from_secs(10),
+            "the counter row is locked",
+            async || {
+                let sql = format!(
+                    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+                 SELECT COUNT(*) FROM distlock.locks WHERE name = {counter} FOR UPDATE SKIP LOCKED;"
+                );
+                root_value(&server, &sql).await == "0"
+            },
+        )
+        .await;
+        lock.acquire(&key, &opts).await
+    };
+    let (held_counter, acquired) = tokio::join!(server.exec_root(&hold_counter), acquire_behind_it);
+    held_counter.unwrap();
+    let lease =
+        acquired.unwrap_or_else(|e| panic!("an acquire whose first session ended failed: {e}"));
+    // The first try raised the counter too, then lost its session: the lease
+    // comes from a second try.
+    assert_eq!(
+        lease.token().get(),
+        first_token.get() + 2,
+        "the lease is not from a second try after the first session ended"
+    );
+    assert!(lease.is_held(), "the replacement lease is not held");
+    assert!(
+        row_locked(&server, "locks", key.as_str()).await,
+        "nobody holds the row lock after the acquire returned"
+    );
+    lease.release().await.unwrap();
 }

@@ -102,6 +102,7 @@ mod lock;
 mod poll;
 mod pool;
 mod protocol;
+mod row_queue;
 mod rwlock;
 mod semaphore;
 mod share_take;

@@ -22,6 +22,8 @@ pub mod redis_fair;
 pub mod redis_sentinel;
 #[cfg(feature = "redlock")]
 pub mod redlock;
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+pub mod sql;
 pub mod topologies;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
@@ -33,7 +35,7 @@ pub fn specs() -> Vec<BackendSpec> {
     #[cfg(feature = "zookeeper")]
     specs.push(zookeeper::spec());
     #[cfg(feature = "mysql")]
-    specs.extend(mysql::specs());
+    specs.extend(sql::specs::<mysql::MySql>());
     #[cfg(feature = "redis")]
     specs.push(redis::spec());
     #[cfg(feature = "redis")]
@@ -49,7 +51,7 @@ pub fn specs() -> Vec<BackendSpec> {
     #[cfg(feature = "etcd")]
     specs.push(etcd::spec());
     #[cfg(feature = "postgres")]
-    specs.extend(postgres::specs());
+    specs.extend(sql::specs::<postgres::Postgres>());
     specs
 }
 

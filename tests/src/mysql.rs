@@ -2,209 +2,22 @@
 //! `mysql_unique_insert`, `mysql_for_update`), each on its own table of one
 //! MariaDB server launched by the testkit (or `DISTLOCK_TEST_MYSQL_URL`).
 //!
-//! Hooks: operator deletion and residue go through the adapter's own `Inspect`
-//! (for `for_update` it reads live state only: the rows, `PROCESSLIST` and the
-//! holder's own session id, all visible to the test user without PROCESS);
-//! faults through a TCP fault proxy; restarts on a dedicated server. Against an
-//! external server only the hooks that need no root access are offered.
+//! For `for_update` the inspector reads live state only: the rows,
+//! `PROCESSLIST` and the holder's own session id, all visible to the test user
+//! without PROCESS.
 
-use async_trait::async_trait;
-use distlock_core::{BoxError, Capabilities, DynLock};
+use crate::sql::sql_backend;
 use distlock_mysql::{MySqlConfig, MySqlConnectOptions, Strategy};
-use distlock_testkit::harness::{FaultyClient, Harness, Hooks};
-use distlock_testkit::proxy::FaultProxy;
-use distlock_testkit::runner::BackendSpec;
-use distlock_testkit::servers::{Launched, MariaDbServer, external_url};
-use std::str::FromStr;
-use std::sync::Arc;
-use tokio::sync::OnceCell;
+use distlock_testkit::servers::MariaDbServer;
 
-/// The three specs, one per strategy.
-pub fn specs() -> Vec<BackendSpec> {
-    [
-        Strategy::VersionCas,
-        Strategy::UniqueInsert,
-        Strategy::ForUpdate,
-    ]
-    .into_iter()
-    .map(spec)
-    .collect()
-}
+/// Each strategy and the name of its suite.
+const SUITES: &[(Strategy, &str)] = &[
+    (Strategy::VersionCas, "mysql"),
+    (Strategy::UniqueInsert, "mysql_unique_insert"),
+    (Strategy::ForUpdate, "mysql_for_update"),
+];
 
-fn spec(strategy: Strategy) -> BackendSpec {
-    BackendSpec {
-        name: suite_name(strategy).into(),
-        capabilities: strategy.capabilities(),
-        hooks: hooks(external_url("mysql").is_some()),
-        start: Box::new(move || {
-            Box::pin(async move { Ok(Arc::new(MySqlHarness::start(strategy).await?) as _) })
-        }),
-    }
-}
-
-fn suite_name(strategy: Strategy) -> &'static str {
-    match strategy {
-        Strategy::VersionCas => "mysql",
-        Strategy::UniqueInsert => "mysql_unique_insert",
-        Strategy::ForUpdate => "mysql_for_update",
-    }
-}
-
-/// Each strategy has its own table, so the three suites never meet.
-fn table(strategy: Strategy) -> String {
-    format!("conformance_{}", strategy.as_str())
-}
-
-/// A fault proxy and restarts need a launched server; inspection needs only the
-/// test user's own rights (a `for_update` force-unlock kills the user's own
-/// session).
-fn hooks(external: bool) -> Hooks {
-    Hooks {
-        delete_lock: true,
-        faulty_client: !external,
-        restart: !external,
-        residue: true,
-    }
-}
-
-/// Starts a MariaDB server. Its start future is not `Send` (the launcher's retry
-/// helper takes an async closure) and harness futures must be, so it runs on a
-/// blocking thread of the same runtime.
-pub async fn launch_server() -> Result<MariaDbServer, BoxError> {
-    // One install at a time: each is seconds of CPU and disk on a shared machine,
-    // and overlapping them only makes every start slower.
-    static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _one_at_a_time = STARTING.lock().await;
-    let runtime = tokio::runtime::Handle::current();
-    Ok(tokio::task::spawn_blocking(move || runtime.block_on(MariaDbServer::start())).await??)
-}
-
-#[derive(Debug)]
-enum Server {
-    Launched(Box<MariaDbServer>),
-    External(String),
-}
-
-impl Server {
-    fn url(&self) -> String {
-        match self {
-            Server::Launched(server) => server.url(),
-            Server::External(url) => url.clone(),
-        }
-    }
-
-    fn launched(&self) -> Result<&MariaDbServer, BoxError> {
-        match self {
-            Server::Launched(server) => Ok(server),
-            Server::External(_) => Err("this needs root on a launched server".into()),
-        }
-    }
-}
-
-/// One server for the three suites of this test binary.
-static SHARED: OnceCell<Arc<Server>> = OnceCell::const_new();
-
-/// The harness of one strategy.
-#[derive(Debug)]
-pub struct MySqlHarness {
-    strategy: Strategy,
-    server: Arc<Server>,
-    /// The client whose `Inspect` deletes holders and counts residue.
-    inspector: DynLock,
-}
-
-impl MySqlHarness {
-    async fn start(strategy: Strategy) -> Result<Self, BoxError> {
-        let server = SHARED
-            .get_or_try_init(|| async {
-                Ok::<_, BoxError>(Arc::new(match external_url("mysql") {
-                    Some(url) => Server::External(url),
-                    None => Server::Launched(Box::new(launch_server().await?)),
-                }))
-            })
-            .await?
-            .clone();
-        Self::on(strategy, server).await
-    }
-
-    /// A harness of `strategy` on a server of its own.
-    pub async fn launch(strategy: Strategy) -> Result<Self, BoxError> {
-        let server = Arc::new(Server::Launched(Box::new(launch_server().await?)));
-        Self::on(strategy, server).await
-    }
-
-    async fn on(strategy: Strategy, server: Arc<Server>) -> Result<Self, BoxError> {
-        // Connecting creates the table before cases run in parallel.
-        let inspector = Arc::new(config(strategy, &server)?.connect().await?);
-        Ok(MySqlHarness {
-            strategy,
-            server,
-            inspector,
-        })
-    }
-}
-
-fn config(strategy: Strategy, server: &Server) -> Result<MySqlConfig, BoxError> {
-    Ok(MySqlConfig::from_url(&server.url())?
-        .table(table(strategy))
-        .strategy(strategy))
-}
-
-#[async_trait]
-impl Harness for MySqlHarness {
-    fn name(&self) -> &str {
-        suite_name(self.strategy)
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.strategy.capabilities()
-    }
-
-    fn hooks(&self) -> Hooks {
-        hooks(matches!(*self.server, Server::External(_)))
-    }
-
-    async fn client(&self) -> Result<DynLock, BoxError> {
-        Ok(Arc::new(
-            config(self.strategy, &self.server)?.connect().await?,
-        ))
-    }
-
-    async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {
-        let server = self.server.launched()?;
-        let proxy = Arc::new(FaultProxy::start(server.addr()).await?);
-        let options = MySqlConnectOptions::from_str(&server.url())?
-            .host("127.0.0.1")
-            .port(proxy.addr().port());
-        let lock = MySqlConfig::from_options(options)
-            .table(table(self.strategy))
-            .strategy(self.strategy)
-            .connect()
-            .await?;
-        Ok(FaultyClient::new(Arc::new(lock), proxy))
-    }
-
-    async fn inspector(&self) -> Result<DynLock, BoxError> {
-        Ok(self.inspector.clone())
-    }
-
-    async fn dedicated(&self) -> Result<Arc<dyn Harness>, BoxError> {
-        Ok(Arc::new(Self::launch(self.strategy).await?))
-    }
-
-    fn launched(&self) -> Option<&dyn Launched> {
-        match &*self.server {
-            Server::Launched(server) => Some(&**server),
-            Server::External(_) => None,
-        }
-    }
-
-    fn lock_url(&self) -> Option<String> {
-        let strategy = self.strategy.as_str();
-        Some(format!(
-            "{}?strategy={strategy}&table={}",
-            self.server.url(),
-            table(self.strategy)
-        ))
-    }
-}
+sql_backend!(
+    /// The MySQL adapter, as the SQL harness sees it.
+    MySql("mysql", SUITES) = MariaDbServer, MySqlConfig, MySqlConnectOptions, Strategy
+);

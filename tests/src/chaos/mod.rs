@@ -111,7 +111,8 @@ pub fn specs() -> Vec<Spec> {
 
 #[cfg(feature = "postgres")]
 fn postgres_specs() -> Vec<Spec> {
-    use crate::postgres::PostgresHarness;
+    use crate::postgres::Postgres;
+    use crate::sql::SqlHarness;
     use distlock_postgres::Strategy;
     vec![
         Spec {
@@ -119,7 +120,7 @@ fn postgres_specs() -> Vec<Spec> {
             backend: "postgres",
             start: || {
                 Box::pin(async {
-                    Ok(Arc::new(PostgresHarness::launch(Strategy::VersionCas).await?) as _)
+                    Ok(Arc::new(SqlHarness::<Postgres>::launch(Strategy::VersionCas).await?) as _)
                 })
             },
             faults: ALL,
@@ -130,7 +131,7 @@ fn postgres_specs() -> Vec<Spec> {
             backend: "postgres_advisory",
             start: || {
                 Box::pin(async {
-                    Ok(Arc::new(PostgresHarness::launch(Strategy::Advisory).await?) as _)
+                    Ok(Arc::new(SqlHarness::<Postgres>::launch(Strategy::Advisory).await?) as _)
                 })
             },
             faults: ALL,
@@ -144,7 +145,8 @@ fn postgres_specs() -> Vec<Spec> {
 
 #[cfg(feature = "mysql")]
 fn mysql_specs() -> Vec<Spec> {
-    use crate::mysql::MySqlHarness;
+    use crate::mysql::MySql;
+    use crate::sql::SqlHarness;
     use distlock_mysql::Strategy;
     vec![
         Spec {
@@ -152,7 +154,7 @@ fn mysql_specs() -> Vec<Spec> {
             backend: "mysql",
             start: || {
                 Box::pin(async {
-                    Ok(Arc::new(MySqlHarness::launch(Strategy::VersionCas).await?) as _)
+                    Ok(Arc::new(SqlHarness::<MySql>::launch(Strategy::VersionCas).await?) as _)
                 })
             },
             faults: ALL,
@@ -163,7 +165,7 @@ fn mysql_specs() -> Vec<Spec> {
             backend: "mysql_for_update",
             start: || {
                 Box::pin(async {
-                    Ok(Arc::new(MySqlHarness::launch(Strategy::ForUpdate).await?) as _)
+                    Ok(Arc::new(SqlHarness::<MySql>::launch(Strategy::ForUpdate).await?) as _)
                 })
             },
             faults: ALL,

@@ -77,7 +77,9 @@ impl Servers {
             }
             #[cfg(feature = "mysql")]
             Endpoint::MySql(strategy) => {
-                let server = self.mariadb.get_or_try_init(crate::mysql::launch_server);
+                let server = self
+                    .mariadb
+                    .get_or_try_init(crate::sql::launch_server::<crate::mysql::MySql>);
                 // Strategies cannot share a lock table.
                 let url = server.await?.url();
                 Ok(format!(
@@ -88,7 +90,7 @@ impl Servers {
             Endpoint::Postgres(strategy) => {
                 let server = self
                     .postgres
-                    .get_or_try_init(crate::postgres::launch_server);
+                    .get_or_try_init(crate::sql::launch_server::<crate::postgres::Postgres>);
                 // Strategies cannot share a lock table.
                 let url = server.await?.url();
                 Ok(format!(

@@ -19,21 +19,19 @@
 //! # Ok(()) }
 //! ```
 
-use crate::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
-use crate::toolkit::{CancelGuard, Holder, Inspect};
 use crate::{
-    BackendElection, BackendLock, BackendRwLock, BackendSemaphore, Capabilities, FencingGuarantee,
-    FencingToken, LockElection, LockError, LockKey, LossReason, Primitives, TokenDurability, Wake,
+    BackendElection, BackendLock, BackendRwLock, BackendSemaphore, LockElection, LockError, LockKey,
 };
-use async_trait::async_trait;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{Notify, watch};
 
+mod lock;
 mod rwlock;
 mod semaphore;
 
+pub use lock::MemoryHandle;
 pub use rwlock::{MemoryRwLockBackend, ShareHandle};
 pub use semaphore::{MemorySemaphoreBackend, PermitHandle};
 
@@ -58,7 +56,7 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct State {
-    keys: HashMap<LockKey, KeyState>,
+    keys: HashMap<LockKey, lock::KeyState>,
     /// Fence counters. Like a server's counter keys they outlive the locks.
     counters: HashMap<LockKey, u64>,
     /// Semaphores, a namespace apart from the locks.
@@ -68,59 +66,10 @@ struct State {
     next_id: u64,
 }
 
-#[derive(Debug, Default)]
-struct KeyState {
-    holder: Option<HeldBy>,
-    queue: VecDeque<Queued>,
-}
-
-#[derive(Debug)]
-struct HeldBy {
-    id: u64,
-    token: FencingToken,
-    expires_at: Instant,
-    revoked: Arc<Notify>,
-}
-
 #[derive(Debug)]
 struct Queued {
     id: u64,
     wake: Arc<Notify>,
-}
-
-impl KeyState {
-    /// Drops an expired holder, telling it (its lease may still be listening).
-    fn expire(&mut self, now: Instant) {
-        if self.holder.as_ref().is_some_and(|h| h.expires_at <= now) {
-            self.remove_holder();
-        }
-    }
-
-    fn remove_holder(&mut self) {
-        if let Some(holder) = self.holder.take() {
-            holder.revoked.notify_one();
-            self.wake_front();
-        }
-    }
-
-    /// Only the first waiter is woken: no herd, and FIFO order.
-    fn wake_front(&self) {
-        if let Some(front) = self.queue.front() {
-            front.wake.notify_one();
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.holder.is_none() && self.queue.is_empty()
-    }
-}
-
-enum Attempt {
-    Taken(MemoryHandle, FencingToken),
-    /// Held elsewhere. `wake_at` is the holder's expiry when we are first in line.
-    Held {
-        wake_at: Option<Instant>,
-    },
 }
 
 /// Seeds a fresh counter from the wall clock in microseconds, so tokens keep
@@ -168,8 +117,9 @@ impl MemoryStore {
         BackendElection::new(LockElection::new(Arc::new(self.backend())))
     }
 
-    /// A new client's adapter, to wrap in your own [`Backend`] (for example to
-    /// inject misbehaviour in tests).
+    /// A new client's adapter, to wrap in your own
+    /// [`Backend`](crate::backend::Backend) (for example to inject misbehaviour in
+    /// tests).
     pub fn backend(&self) -> MemoryBackend {
         MemoryBackend {
             store: self.clone(),
@@ -180,22 +130,6 @@ impl MemoryStore {
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Deletes a lock behind its holder's back, as an operator would. Returns
-    /// whether it was held. The holder's `lost()` fires.
-    pub fn delete(&self, key: &LockKey) -> bool {
-        let mut state = self.state();
-        let Some(entry) = state.keys.get_mut(key) else {
-            return false;
-        };
-        entry.expire(Instant::now());
-        let held = entry.holder.is_some();
-        entry.remove_holder();
-        if entry.is_empty() {
-            state.keys.remove(key);
-        }
-        held
     }
 
     /// Simulates a restart of a server without persistence: every lock and every
@@ -217,137 +151,10 @@ impl MemoryStore {
         state.keys.retain(|_, entry| !entry.is_empty());
     }
 
-    /// Locks held or waited for whose name starts with `prefix`, one line per
-    /// holder or waiter: what a crashed or cancelled client could leave behind.
-    pub fn residue(&self, prefix: &str) -> Vec<String> {
-        let now = Instant::now();
-        let mut state = self.state();
-        let mut found = Vec::new();
-        for (key, entry) in &mut state.keys {
-            if !key.as_str().starts_with(prefix) {
-                continue;
-            }
-            entry.expire(now);
-            if let Some(holder) = &entry.holder {
-                found.push(format!("{key}: held by client {}", holder.id));
-            }
-            found.extend(
-                entry
-                    .queue
-                    .iter()
-                    .map(|q| format!("{key}: waiter {}", q.id)),
-            );
-        }
-        found
-    }
-
-    /// The current holder of `key`, if any.
-    pub fn holder(&self, key: &LockKey) -> Option<Holder> {
-        let now = Instant::now();
-        let mut state = self.state();
-        let entry = state.keys.get_mut(key)?;
-        entry.expire(now);
-        entry.holder.as_ref().map(|h| Holder {
-            owner: format!("client {}", h.id),
-            token: Some(h.token),
-            expires_in: Some(h.expires_at.saturating_duration_since(now)),
-        })
-    }
-
     fn next_id(&self) -> u64 {
         let mut state = self.state();
         state.next_id += 1;
         state.next_id
-    }
-
-    fn attempt(&self, key: &LockKey, ttl: Duration, me: &Queued, enqueue: bool) -> Attempt {
-        let now = Instant::now();
-        let mut guard = self.state();
-        let State {
-            keys,
-            counters,
-            next_id,
-            ..
-        } = &mut *guard;
-        let entry = keys.entry(key.clone()).or_default();
-        entry.expire(now);
-        let first = entry.queue.front().map(|q| q.id) == Some(me.id);
-        if entry.holder.is_none() && (entry.queue.is_empty() || first) {
-            if first {
-                entry.queue.pop_front();
-                // The next in line must now watch the new holder's expiry.
-                entry.wake_front();
-            }
-            let counter = counters.entry(key.clone()).or_insert_with(clock_seed);
-            *counter += 1;
-            *next_id += 1;
-            let handle = MemoryHandle {
-                key: key.clone(),
-                id: *next_id,
-                revoked: Arc::new(Notify::new()),
-            };
-            entry.holder = Some(HeldBy {
-                id: handle.id,
-                token: FencingToken::new(*counter),
-                expires_at: now + ttl,
-                revoked: handle.revoked.clone(),
-            });
-            return Attempt::Taken(handle, FencingToken::new(*counter));
-        }
-        if enqueue && !entry.queue.iter().any(|q| q.id == me.id) {
-            entry.queue.push_back(Queued {
-                id: me.id,
-                wake: me.wake.clone(),
-            });
-        }
-        let first = entry.queue.front().map(|q| q.id) == Some(me.id);
-        let wake_at = entry
-            .holder
-            .as_ref()
-            .filter(|_| first)
-            .map(|h| h.expires_at);
-        if entry.is_empty() {
-            keys.remove(key);
-        }
-        Attempt::Held { wake_at }
-    }
-
-    fn leave_queue(&self, key: &LockKey, id: u64) {
-        let mut state = self.state();
-        let Some(entry) = state.keys.get_mut(key) else {
-            return;
-        };
-        let Some(at) = entry.queue.iter().position(|q| q.id == id) else {
-            return;
-        };
-        entry.queue.remove(at);
-        if at == 0 {
-            entry.wake_front();
-        }
-        if entry.is_empty() {
-            state.keys.remove(key);
-        }
-    }
-
-    /// Applies `f` to the entry if `handle` still holds it.
-    fn if_holder(&self, handle: &MemoryHandle, f: impl FnOnce(&mut KeyState)) -> Ownership {
-        let mut state = self.state();
-        let Some(entry) = state.keys.get_mut(&handle.key) else {
-            return Ownership::NotHeld;
-        };
-        entry.expire(Instant::now());
-        let ours = entry.holder.as_ref().is_some_and(|h| h.id == handle.id);
-        if ours {
-            f(entry);
-        }
-        if entry.is_empty() {
-            state.keys.remove(&handle.key);
-        }
-        if ours {
-            Ownership::Held
-        } else {
-            Ownership::NotHeld
-        }
     }
 }
 
@@ -371,15 +178,6 @@ pub struct MemoryBackend {
     store: MemoryStore,
     fault: watch::Sender<MemoryFault>,
     request_timeout: Duration,
-}
-
-/// What a memory client keeps per held lock.
-#[derive(Debug)]
-pub struct MemoryHandle {
-    /// The lock this handle holds.
-    pub key: LockKey,
-    id: u64,
-    revoked: Arc<Notify>,
 }
 
 impl MemoryBackend {
@@ -417,134 +215,5 @@ impl MemoryBackend {
         if let MemoryFault::Delay(delay) = fault {
             tokio::time::sleep(delay).await;
         }
-    }
-}
-
-#[async_trait]
-impl Backend for MemoryBackend {
-    type Handle = MemoryHandle;
-
-    fn name(&self) -> &'static str {
-        "memory"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fencing: FencingGuarantee::Strict,
-            fifo: true,
-            wake: Wake::Push,
-            session_bound: false,
-            token_durability: TokenDurability::ServerClock,
-            min_ttl: Duration::from_millis(1),
-            ttl_granularity: Duration::from_nanos(1),
-            primitives: Primitives::ALL,
-        }
-    }
-
-    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<MemoryHandle>, LockError> {
-        let no_wait = req.wait == WaitUntil::NoWait;
-        let me = Queued {
-            id: self.store.next_id(),
-            wake: Arc::new(Notify::new()),
-        };
-        // A cancelled waiter leaves the queue, so nobody waits behind a ghost.
-        let _in_queue = CancelGuard::new(me.id, |id| {
-            self.store.leave_queue(req.key, id);
-            None
-        });
-        loop {
-            let sent_at = Instant::now();
-            tokio::select! {
-                reached = self.reach() => reached?,
-                _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
-            }
-            match self.store.attempt(req.key, req.ttl, &me, !no_wait) {
-                Attempt::Taken(handle, token) => {
-                    // The caller may give up while the reply is in flight: a lock
-                    // won then is released, so cancellation leaves nothing held.
-                    let in_flight = CancelGuard::new(handle, |handle| {
-                        self.store.if_holder(&handle, KeyState::remove_holder);
-                        None
-                    });
-                    self.reply().await;
-                    return in_flight
-                        .disarm()
-                        .map(|handle| Acquired {
-                            handle,
-                            token,
-                            sent_at,
-                        })
-                        .ok_or_else(|| req.not_acquired());
-                }
-                Attempt::Held { .. } if no_wait => {
-                    self.reply().await;
-                    return Err(req.not_acquired());
-                }
-                Attempt::Held { wake_at } => {
-                    let expiry = async {
-                        match wake_at {
-                            Some(at) => tokio::time::sleep_until(at.into()).await,
-                            None => std::future::pending().await,
-                        }
-                    };
-                    tokio::select! {
-                        _ = me.wake.notified() => {}
-                        _ = expiry => {}
-                        _ = req.wait.reached() => return Err(req.not_acquired()),
-                    }
-                }
-            }
-        }
-    }
-
-    async fn renew(&self, handle: &MemoryHandle, ttl: Duration) -> Result<Ownership, LockError> {
-        self.reach().await?;
-        let outcome = self.store.if_holder(handle, |entry| {
-            if let Some(holder) = entry.holder.as_mut() {
-                holder.expires_at = Instant::now() + ttl;
-            }
-        });
-        self.reply().await;
-        Ok(outcome)
-    }
-
-    async fn release(&self, handle: &MemoryHandle) -> Result<Ownership, LockError> {
-        self.reach().await?;
-        let outcome = self.store.if_holder(handle, KeyState::remove_holder);
-        self.reply().await;
-        Ok(outcome)
-    }
-
-    fn loss_signal(&self, handle: &MemoryHandle) -> Option<LossSignal> {
-        let revoked = handle.revoked.clone();
-        Some(Box::pin(async move {
-            revoked.notified().await;
-            LossReason::Revoked
-        }))
-    }
-
-    fn inspect(&self) -> Option<&dyn Inspect> {
-        Some(self)
-    }
-}
-
-#[async_trait]
-impl Inspect for MemoryBackend {
-    async fn holder(&self, key: &LockKey) -> Result<Option<Holder>, LockError> {
-        Ok(self.store.holder(key))
-    }
-
-    async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        Ok(self.store.residue(prefix))
-    }
-
-    async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {
-        Ok(self.store.delete(key))
-    }
-
-    async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
-        Ok(vec![
-            "memory:// locks live in this process only: other processes never see them".into(),
-        ])
     }
 }

@@ -1,5 +1,6 @@
 //! The checker fed hand-made histories: each violation is found, reported with
-//! its minimal window, and a history survives the trip through its file.
+//! its minimal window, and a history survives the trip through its file. The
+//! missed-lost cases are in `tests/lost.rs`, the file's trip in `tests/file.rs`.
 
 use super::FaultKind;
 use super::check::{Order, Violation, check};
@@ -7,6 +8,9 @@ use super::history::{Event, History, Meta, Op, Outcome, RenewalMode, Requirement
 use super::report::verdict;
 use super::window::{render, window};
 use std::time::Duration;
+
+mod file;
+mod lost;
 
 const MS: u64 = 1_000_000;
 
@@ -269,137 +273,4 @@ fn a_stale_write_admitted_is_found() {
         "{text}"
     );
     assert_eq!(window(&h, &stale).events, vec![2, 3, 4]);
-}
-
-/// A holds `k` (ttl 1 s); B takes it at 1100 ms; A notices at `noticed`.
-fn taken_over(mode: RenewalMode, noticed: u64, extra: Vec<Event>) -> History {
-    let mut events = vec![
-        acquire("c0", 1, "k", 1, 0, 1, mode),
-        write("c0", 1, "k", 1, 2, Outcome::Admitted(1)),
-        acquire("c1", 2, "k", 2, 600, 1100, Auto),
-        lost("c0", 1, "k", noticed),
-        release("c0", 1, "k", 1, noticed + 1),
-        release("c1", 2, "k", 2, 3500),
-    ];
-    events.extend(extra);
-    history(Requirement::Required, events)
-}
-
-#[test]
-fn a_takeover_noticed_after_the_deadline_is_a_missed_lost() {
-    // Manual renewal: the deadline is the acquire's sample, 991 ms.
-    let h = taken_over(Manual, 3000, vec![]);
-    let findings = check(&h);
-    let missed = Violation::MissedLost {
-        key: "k".into(),
-        lease: 1,
-        taken_by: 2,
-        taken_at: 1100 * MS,
-        deadline: 991 * MS,
-        noticed: Some(3000 * MS),
-    };
-    assert_eq!(findings.violations, vec![missed.clone()]);
-    let text = render(&h, &missed);
-    assert!(
-        text.contains("lease 1 was taken over by lease 2 at 1100.000 ms"),
-        "{text}"
-    );
-    assert!(text.contains("but it noticed at 3000.000 ms"), "{text}");
-    // A noticed within the slack of its deadline: fine.
-    assert_eq!(check(&taken_over(Manual, 1200, vec![])).violations, vec![]);
-}
-
-#[test]
-fn a_self_renewing_lease_is_judged_by_its_bound_and_a_pause_moves_it() {
-    // Bound: 1100 + 1000 − 12 (drift) = 2088 ms, + 250 ms slack.
-    assert_eq!(check(&taken_over(Auto, 2300, vec![])).violations, vec![]);
-    assert_eq!(
-        check(&taken_over(Auto, 2400, vec![])).count("missed-lost"),
-        1
-    );
-    // Frozen for 2 s before its deadline: it could not notice earlier.
-    let pause = event("c0", 0, "k", Op::Fault(FaultKind::HolderPause), 500, 2500);
-    assert_eq!(
-        check(&taken_over(Auto, 4000, vec![pause])).violations,
-        vec![]
-    );
-}
-
-#[test]
-fn a_lease_released_before_the_takeover_owes_nothing() {
-    let h = history(
-        Requirement::Required,
-        vec![
-            acquire("c0", 1, "k", 1, 0, 1, Manual),
-            release("c0", 1, "k", 1, 500),
-            acquire("c1", 2, "k", 2, 400, 1100, Auto),
-            release("c1", 2, "k", 2, 1200),
-        ],
-    );
-    assert_eq!(check(&h).violations, vec![]);
-}
-
-#[test]
-fn a_history_survives_its_file() {
-    let mut events = overlapping(Outcome::Admitted(2));
-    events.push(Event {
-        outcome: Outcome::Error("tab\there, newline\nthere, back\\slash".into()),
-        ..event("server", 0, "", Op::Fault(FaultKind::ServerKill), 3, 70)
-    });
-    events.push(Event {
-        outcome: Outcome::NotAcquired,
-        ..event("h0", 9, "k", Op::Renew, 71, 72)
-    });
-    events.push(Event {
-        outcome: Outcome::Lost("Revoked".into()),
-        ..event("h0", 9, "k", Op::Write { checked: false }, 73, 74)
-    });
-    events.push(event(
-        "c1",
-        4,
-        "k",
-        Op::Acquire {
-            ttl: Duration::from_millis(1500),
-            renewal: Manual,
-        },
-        75,
-        76,
-    ));
-    let original = history(Requirement::Measured, events);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("nested/run.history");
-    original.write_file(&path).unwrap();
-    let read = History::read_file(&path).unwrap();
-    assert_eq!(read, original);
-    assert_eq!(check(&read), check(&original));
-    assert!(
-        std::fs::read_to_string(&path)
-            .unwrap()
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .all(|l| l.split('\t').count() == 9)
-    );
-}
-
-#[test]
-fn a_malformed_line_is_refused_by_number() {
-    let text = "# trial=x\nc0\t1\tk\twrite\t1\t2\t-\t-\tok\nc0\t1\tk\tjump\t1\t2\t-\t-\tok\n";
-    let error = History::parse(text).unwrap_err();
-    assert!(error.starts_with("line 3: unknown op `jump`"), "{error}");
-    let error = History::parse("c0\t1\tk\n").unwrap_err();
-    assert!(
-        error.contains("expected 9 tab-separated columns, found 3"),
-        "{error}"
-    );
-}
-
-#[test]
-fn every_fault_name_reads_back() {
-    for kind in FaultKind::ALL {
-        assert_eq!(FaultKind::from_name(kind.name()), Some(kind));
-    }
-    assert_eq!(
-        FaultKind::from_name("network-cut"),
-        Some(FaultKind::NetworkCut)
-    );
 }

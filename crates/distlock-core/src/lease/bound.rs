@@ -1,0 +1,51 @@
+//! [`Bound`]: a lock backend and one of its handles seen as a [`Holding`], the
+//! one shape the lease machinery renews and releases. Apart from the lease
+//! because it is the adapter side of that seam, not the lifecycle.
+
+use crate::LockError;
+use crate::backend::{Backend, Holding, LossSignal, Ownership};
+use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A lock backend and one of its handles, as a [`Holding`]: what lets the lock
+/// (and primitives built on the lock, such as election on backends without a
+/// native layout) share the lease machinery with every other primitive.
+pub struct Bound<B: Backend> {
+    pub(crate) backend: Arc<B>,
+    pub(crate) handle: B::Handle,
+}
+
+impl<B: Backend> std::fmt::Debug for Bound<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bound")
+            .field("backend", &self.backend.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> Bound<B> {
+    /// Pairs a backend with a handle it returned.
+    pub fn new(backend: Arc<B>, handle: B::Handle) -> Self {
+        Bound { backend, handle }
+    }
+}
+
+#[async_trait]
+impl<B: Backend> Holding for Bound<B> {
+    async fn renew(&self, ttl: Duration) -> Result<Ownership, LockError> {
+        self.backend.renew(&self.handle, ttl).await
+    }
+    async fn release(&self) -> Result<Ownership, LockError> {
+        self.backend.release(&self.handle).await
+    }
+    fn backend_name(&self) -> &'static str {
+        self.backend.name()
+    }
+    fn loss_signal(&self) -> Option<LossSignal> {
+        self.backend.loss_signal(&self.handle)
+    }
+    fn abandoned(&self) {
+        self.backend.abandoned(&self.handle)
+    }
+}

@@ -21,7 +21,7 @@ use crate::connection::{RunId, ServerAddress};
 use crate::error::CommandError;
 use crate::keys::LockKeys;
 use crate::protocol::{Attempt, ServerClient, loss_signal, release_on_drop};
-use crate::restart::RestartGuard;
+use crate::restart::{Place, RestartGuard};
 use crate::subscriber::Waiting;
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
@@ -314,7 +314,8 @@ impl Backend for RedisBackend {
 
     fn loss_signal(&self, handle: &RedisHandle) -> Option<LossSignal> {
         let granted = [(&*self.server, handle.run_id.clone())];
-        Some(loss_signal(&granted, &handle.keys, &handle.owner, 1))
+        let place = Place::Key(handle.keys.lock.clone());
+        Some(loss_signal(&granted, &place, &handle.owner, 1))
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {

@@ -60,9 +60,20 @@ impl CommandError {
         }
     }
 
-    /// True when an ACL refused the command: trying again will not help.
-    pub fn forbidden(&self) -> bool {
-        matches!(self, CommandError::Redis(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm))
+    /// True when the server refused the command itself: an ACL (`NOPERM`), or
+    /// a command it does not know (`ZMSCORE` before Redis 6.2). Trying again
+    /// will not help.
+    pub fn refused(&self) -> bool {
+        let CommandError::Redis(e) = self else {
+            return false;
+        };
+        match e.kind() {
+            ErrorKind::Server(ServerErrorKind::NoPerm) => true,
+            ErrorKind::Server(ServerErrorKind::ResponseError) => {
+                e.detail().is_some_and(|d| d.starts_with("unknown command"))
+            }
+            _ => false,
+        }
     }
 
     /// True when the connection should be dropped and made again: after a timeout

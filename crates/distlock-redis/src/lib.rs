@@ -57,10 +57,11 @@
 //!   its local deadline, before the server can expire the key.
 //! - A server that restarts and forgets the lock (no persistence) or is replaced
 //!   by a failover is noticed as soon as the client reconnects to it (its
-//!   `run_id` changed): every lease it granted is checked at once and fires
-//!   `lost()` if its key is gone. Without persistence the restarted server
-//!   grants the lock again at once; [`RedisConfig::restart_guard`] makes it
-//!   refuse until no lease from before can still be believed held, and
+//!   `run_id` changed): every lease it granted (a lock, a semaphore permit, a
+//!   read-write lock share) is checked at once and fires `lost()` if it is
+//!   gone. Without persistence the restarted server grants them again at once;
+//!   [`RedisConfig::restart_guard`] makes it refuse locks, permits and shares
+//!   until no lease from before can still be believed held, and
 //!   `Inspect::pitfalls` warns when persistence is off without a guard.
 //! - Keys are `<namespace>{<name>}`, `…:fence` and the channel `…:ch`, all in one
 //!   Redis Cluster slot (plus `<namespace>restart-guard` with a guard); see
@@ -73,7 +74,9 @@
 //! reconnecting command connection, `sentinel` where it connects to (a fixed
 //! server or the primary Sentinel names), `cluster` the Redis Cluster
 //! connections, `subscriber` the shared pub/sub wake-up,
-//! `restart` the restart check of held leases and the restart guard;
+//! `restart` the restart check of held leases and the restart guard's client
+//! half (its script half, `scripts/restart_guard.lua`, is prepended to every
+//! acquire script it checks);
 //! `fair` the FIFO lock's wait (its scripts in `protocol/fair.rs`); `shares`
 //! the expiring shares of the semaphore and read-write lock
 //! (`scripts/share_*.lua`, `semaphore_acquire.lua`, `rwlock_*.lua`);

@@ -9,7 +9,7 @@
 use crate::connection::{CommandConn, Connection, RunId, ServerAddress};
 use crate::error::CommandError;
 use crate::keys::LockKeys;
-use crate::restart::{self, LossSender, Restarts, Watch};
+use crate::restart::{self, LossSender, Place, Restarts, Watch};
 use crate::sentinel::Target;
 use crate::subscriber::{Hold, Subscriber};
 use distlock_core::LockError;
@@ -29,8 +29,12 @@ pub(crate) use acquire::wait_on;
 pub(crate) use undo::release_on_drop;
 
 /// `SET NX PX` + `INCR` of the fence counter, or the holder's `PTTL`; with a
-/// restart guard, first the guard's marker.
-const ACQUIRE_LUA: &str = include_str!("scripts/acquire.lua");
+/// restart guard, first the guard's marker (`restart_guard.lua`, shared with
+/// the semaphore's and the read-write lock's acquire).
+const ACQUIRE_LUA: &str = concat!(
+    include_str!("scripts/restart_guard.lua"),
+    include_str!("scripts/acquire.lua")
+);
 /// Compare-owner `PEXPIRE`.
 const RENEW_LUA: &str = include_str!("scripts/renew.lua");
 /// Compare-owner `DEL` + `PUBLISH`.
@@ -114,11 +118,12 @@ impl std::fmt::Debug for ServerClient {
     }
 }
 
-/// `lost()` of a lease granted by `granted` (each server with the `run_id` that
-/// granted it): it fires as soon as fewer than `needed` of them still hold it.
+/// `lost()` of a lease at `place` granted by `granted` (each server with the
+/// `run_id` that granted it): it fires as soon as fewer than `needed` of them
+/// still hold it.
 pub(crate) fn loss_signal(
     granted: &[(&ServerClient, RunId)],
-    keys: &LockKeys,
+    place: &Place,
     owner: &str,
     needed: usize,
 ) -> LossSignal {
@@ -127,7 +132,7 @@ pub(crate) fn loss_signal(
         .iter()
         .enumerate()
         .map(|(tag, (server, run_id))| {
-            server.watch_lease(keys, owner, run_id.clone(), (report.clone(), tag))
+            server.watch_lease(place, owner, run_id.clone(), (report.clone(), tag))
         })
         .collect();
     restart::loss_signal(watches, lost, needed)
@@ -184,13 +189,13 @@ impl ServerClient {
     /// it (a restart, a failover), `report` is told at once.
     fn watch_lease(
         &self,
-        keys: &LockKeys,
+        place: &Place,
         owner: &str,
         run_id: RunId,
         report: LossSender,
     ) -> LeaseWatch {
         LeaseWatch {
-            _watch: self.restarts.watch(&keys.lock, owner, run_id, report),
+            _watch: self.restarts.watch(place, owner, run_id, report),
             // The subscriber connection sees a dead server first.
             _hold: self.subscriber.hold(),
         }

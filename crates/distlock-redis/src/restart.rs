@@ -7,12 +7,16 @@
 //! is kept up while leases are held and sees a dead server at once because it
 //! always reads), the current `run_id` is read and every lease registered under
 //! another one (or an unknown one) is checked by its owner value right away:
-//! gone or someone else's, it is lost. A lease that is still there (the server
-//! kept its data) is re-registered under the new `run_id`, so a later blip
-//! costs one `PING` and no key reads.
+//! gone or someone else's, it is lost. A lease is a lock key holding the owner
+//! value, or (a semaphore permit, a read-write lock share) the owner value as
+//! a member of its primitive's expiry set; both are checked the same way. A
+//! lease that is still there (the server kept its data) is re-registered under
+//! the new `run_id`, so a later blip costs one `PING` and no key reads.
 //!
-//! The restart guard's client half lives here too: the marker key it names and
-//! the ttl it allows. The server half, which decides, is in the acquire script.
+//! The restart guard's client half lives here too: the marker key it names,
+//! what an acquire passes it, and the ttl it allows. The server half, which
+//! decides, is `restart_guard.lua`, prepended to the acquire scripts of the
+//! lock, the semaphore and the read-write lock.
 
 use crate::connection::{Connection, Link, RunId};
 use crate::error::CommandError;
@@ -20,13 +24,17 @@ use crate::keys::guard_marker;
 use distlock_core::backend::LossSignal;
 use distlock_core::toolkit::Backoff;
 use distlock_core::{LockError, LossReason};
+use redis::ScriptInvocation;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
+mod reads;
+
 /// The restart guard of a namespace: a server that lost its lock state grants no
-/// lock under it until `ms` after it came back, as the marker key records.
+/// lock, permit or share under it until `ms` after it came back, as the marker
+/// key records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RestartGuard {
     pub marker: String,
@@ -38,6 +46,17 @@ impl RestartGuard {
         RestartGuard {
             marker: guard_marker(namespace),
             ms: u64::try_from(guard.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Appends what the guard's script half needs to an acquire script call,
+    /// after its own keys and arguments: the marker, the guard, and the
+    /// `run_id` of the connection it goes out on (a marker written by another
+    /// server process means this one may not have what it granted).
+    pub fn pass(guard: Option<&Self>, invocation: &mut ScriptInvocation<'_>, run_id: &RunId) {
+        if let Some(guard) = guard {
+            let run_id = run_id.as_deref().unwrap_or("");
+            invocation.key(&guard.marker).arg(guard.ms).arg(run_id);
         }
     }
 
@@ -62,8 +81,19 @@ impl RestartGuard {
 /// node index for Redlock).
 pub(crate) type LossSender = (mpsc::UnboundedSender<usize>, usize);
 
+/// Where a lease lives on the server, as the restart check reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// A string key holding the owner value: a lock (plain, fair, a Redlock
+    /// node's).
+    Key(String),
+    /// The owner value as a member of this sorted set: a semaphore permit or a
+    /// read-write lock share, in its primitive's expiry set.
+    Member(String),
+}
+
 struct Entry {
-    lock: String,
+    place: Place,
     owner: String,
     run_id: RunId,
     /// Taken when the loss is reported, so it is reported once.
@@ -82,8 +112,6 @@ fn lock(leases: &Mutex<Leases>) -> MutexGuard<'_, Leases> {
     leases.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Keys per `MGET` when many leases must be checked at once.
-const CHUNK: usize = 500;
 /// Pacing of the check while the server does not answer yet.
 const RETRY_FIRST: Duration = Duration::from_millis(10);
 const RETRY_CAP: Duration = Duration::from_millis(100);
@@ -138,13 +166,13 @@ impl Restarts {
 
     /// Registers a lease whose acquire ran on a server with `run_id`; its loss is
     /// sent to `report`.
-    pub fn watch(&self, lock_key: &str, owner: &str, run_id: RunId, report: LossSender) -> Watch {
+    pub fn watch(&self, place: &Place, owner: &str, run_id: RunId, report: LossSender) -> Watch {
         let id = {
             let mut leases = lock(&self.leases);
             leases.next_id += 1;
             let id = leases.next_id;
             let entry = Entry {
-                lock: lock_key.to_owned(),
+                place: place.clone(),
                 owner: owner.to_owned(),
                 run_id: run_id.clone(),
                 report: Some(report),
@@ -211,15 +239,15 @@ impl Task {
     }
 
     /// Checks until one check went through, no lease is left to check, or the
-    /// server refuses the check (an ACL without `PING` or `GET`: the renewals
-    /// still notice, at their own pace).
+    /// server refuses the check (an ACL without `PING`, `MGET` or `ZMSCORE`, a
+    /// server without `ZMSCORE`: the renewals still notice, at their own pace).
     async fn check_until_done(&mut self) {
         let mut retry = Backoff::new(RETRY_FIRST, RETRY_CAP);
         while !lock(&self.leases).entries.is_empty() {
             match self.check().await {
                 Ok(()) => return,
-                Err(e) if e.forbidden() => {
-                    tracing::warn!(endpoint = %self.endpoint, error = %e, "the restart check was refused; held locks lost by a restart are noticed at their next renewal");
+                Err(e) if e.refused() => {
+                    tracing::warn!(endpoint = %self.endpoint, error = %e, "the restart check was refused; held leases lost by a restart are noticed at their next renewal");
                     return;
                 }
                 Err(e) => {
@@ -231,7 +259,7 @@ impl Task {
     }
 
     /// Reads the server's `run_id` (a `PING`, plus `INFO server` when it needs a
-    /// new connection), then the lock key of every lease acquired elsewhere.
+    /// new connection), then every lease acquired elsewhere ([`reads`]).
     async fn check(&self) -> Result<(), CommandError> {
         let ping = |link: Link| async move {
             let mut conn = link.conn;
@@ -239,40 +267,28 @@ impl Task {
             Ok(())
         };
         let ((), current) = self.connection.call_linked(self.budget, ping).await?;
-        let suspects: Vec<(u64, String, String)> = lock(&self.leases)
+        let suspects: Vec<(u64, Place, String)> = lock(&self.leases)
             .entries
             .iter()
             .filter(|(_, e)| e.report.is_some() && (e.run_id.is_none() || e.run_id != current))
-            .map(|(id, e)| (*id, e.lock.clone(), e.owner.clone()))
+            .map(|(id, e)| (*id, e.place.clone(), e.owner.clone()))
             .collect();
-        for chunk in suspects.chunks(CHUNK) {
-            // One `MGET`: a cluster connection splits it by slot and puts the
-            // answers back in order, where a pipeline of `GET`s would be refused
-            // for crossing slots.
-            let mut mget = redis::cmd("MGET");
-            for (_, lock_key, _) in chunk {
-                mget.arg(lock_key);
-            }
-            let read = |link: Link| {
-                let mget = mget.clone();
-                async move {
-                    let mut conn = link.conn;
-                    let owners: Vec<Option<String>> = mget.query_async(&mut conn).await?;
-                    Ok(owners)
-                }
+        let reads = reads::plan(suspects);
+        if reads.is_empty() {
+            return Ok(());
+        }
+        let read = |link: Link| reads::send_all(link.conn, reads.clone());
+        let (answers, run_id) = self.connection.call_linked(self.budget, read).await?;
+        let mut leases = lock(&self.leases);
+        for (id, held) in answers {
+            let Some(entry) = leases.entries.get_mut(&id) else {
+                continue;
             };
-            let (owners, run_id) = self.connection.call_linked(self.budget, read).await?;
-            let mut leases = lock(&self.leases);
-            for ((id, _, owner), found) in chunk.iter().zip(owners) {
-                let Some(entry) = leases.entries.get_mut(id) else {
-                    continue;
-                };
-                if found.as_deref() == Some(owner.as_str()) {
-                    entry.run_id.clone_from(&run_id);
-                } else if let Some((report, tag)) = entry.report.take() {
-                    tracing::debug!(endpoint = %self.endpoint, key = %entry.lock, "the server lost a held lock (restart or failover)");
-                    let _ = report.send(tag);
-                }
+            if held {
+                entry.run_id.clone_from(&run_id);
+            } else if let Some((report, tag)) = entry.report.take() {
+                tracing::debug!(endpoint = %self.endpoint, place = ?entry.place, "the server lost a held lease (restart or failover)");
+                let _ = report.send(tag);
             }
         }
         Ok(())

@@ -1,8 +1,10 @@
 //! A Redis server that restarts without persistence (or fails over) forgets
-//! every lock. These tests kill and restart a real `redis-server` under a held
-//! lease and measure how soon the holder finds out, and whether anybody else can
-//! get in first: with a restart guard nobody can; without it, the overlap is the
-//! time the holder needs to notice.
+//! every lock (and permit, and share). These tests kill and restart a real
+//! `redis-server` under a held lease and measure how soon the holder finds out,
+//! and whether anybody else can get in first: with a restart guard nobody can;
+//! without it, the overlap is the time the holder needs to notice. The
+//! semaphore's and the read-write lock's own cases are in
+//! `redis_share_restarts.rs`.
 
 // Helpers outside #[test] fns: a failed step fails the test that called them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -10,47 +12,44 @@
 mod common;
 
 use common::{
-    DETECTION_BOUND, admin, after, crash_and_restart, eventually, lost_in_time, overlap_with, raw,
-    refused_then_granted, server, servers, watch_loss,
+    DETECTION_BOUND, LONG_TTL, admin, after, aof_server, connect, crash_and_restart, eventually,
+    guarded_pair, lost_in_time, opts, overlap_with, permit_and_share, raw, refused_then_granted,
+    revoked_within, server, servers, watch_loss,
 };
-use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, LossReason, Wait};
-use distlock_redis::{RedisConfig, RedisLock};
+use distlock_core::{DistributedLock, LockError, LockKey, Wait};
+use distlock_redis::RedisConfig;
 use distlock_testkit::servers::RedisOptions;
 use std::time::{Duration, Instant};
 
-/// Far above the detection bound: a ttl/3 renewal cannot be what notices.
-const LONG_TTL: Duration = Duration::from_secs(30);
-
-fn opts(ttl: Duration, wait: Wait) -> AcquireOptions {
-    AcquireOptions::new().ttl(ttl).wait(wait)
-}
-
-async fn connect(url: &str) -> RedisLock {
-    RedisConfig::from_url(url).unwrap().connect().await.unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restart_that_loses_the_lock_fires_lost_long_before_the_renewal() {
+async fn a_restart_that_loses_a_lock_a_permit_and_a_share_fires_lost_long_before_the_renewal() {
     let server = server().await;
     for protocol in ["resp2", "resp3"] {
         let a = connect(&format!("{}?protocol={protocol}", server.url())).await;
         let key = LockKey::new("restart/detect").unwrap();
         let lease = a.acquire(&key, &opts(LONG_TTL, Wait::No)).await.unwrap();
-        let a_lost = watch_loss(&lease);
+        let (permit, share) = permit_and_share(&a, &key, false).await;
+        let losses = [
+            ("lock", watch_loss(&lease)),
+            ("permit", watch_loss(permit.lease())),
+            ("read share", watch_loss(share.lease())),
+        ];
         let (killed_at, back_at) = crash_and_restart(&server).await;
-        let (reason, lost_at) = tokio::time::timeout(DETECTION_BOUND, a_lost)
-            .await
-            .expect("lost() must fire within the detection bound after the server is back")
-            .unwrap();
-        assert_eq!(reason, LossReason::Revoked);
-        println!(
-            "detection ({protocol}, ttl {LONG_TTL:?}): server answering {} after the kill, \
-             lost() {} after that",
-            after(back_at, killed_at),
-            after(lost_at, back_at)
-        );
-        assert!(!lease.is_held());
+        for (what, lost) in losses {
+            let lost_at = revoked_within(lost, DETECTION_BOUND).await;
+            println!(
+                "detection of a {what} ({protocol}, ttl {LONG_TTL:?}): server answering {} \
+                 after the kill, lost() {} after that",
+                after(back_at, killed_at),
+                after(lost_at, back_at)
+            );
+        }
+        assert!(!lease.is_held() && !permit.is_held() && !share.is_held());
         assert!(matches!(lease.release().await, Err(LockError::Lost { .. })));
+        assert!(matches!(
+            permit.release().await,
+            Err(LockError::Lost { .. })
+        ));
     }
 }
 
@@ -83,8 +82,7 @@ async fn without_a_guard_the_overlap_is_only_the_time_to_notice() {
 async fn with_a_restart_guard_nobody_gets_in_before_the_holder_knows() {
     const GUARD: Duration = Duration::from_secs(3);
     let server = server().await;
-    let url = format!("{}?restart_guard=3s&ttl=3s", server.url());
-    let (a, b) = (connect(&url).await, connect(&url).await);
+    let (a, b) = guarded_pair(&server, GUARD).await;
     let key = LockKey::new("restart/guard").unwrap();
     // A server that just started may have lost locks a previous process granted:
     // it refuses until it has been up for the guard.
@@ -140,13 +138,8 @@ async fn the_guard_refuses_ttls_longer_than_itself() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_that_keeps_the_data_keeps_the_lease_and_still_guards() {
     const GUARD: Duration = Duration::from_secs(2);
-    let aof = RedisOptions {
-        aof: true,
-        ..RedisOptions::default()
-    };
-    let server = servers(1, aof).await.pop().unwrap();
-    let url = format!("{}?restart_guard=2s&ttl=2s", server.url());
-    let (a, b) = (connect(&url).await, connect(&url).await);
+    let server = aof_server().await;
+    let (a, b) = guarded_pair(&server, GUARD).await;
     let key = LockKey::new("restart/kept").unwrap();
     let lease = a
         .acquire(&key, &opts(GUARD, Wait::For(GUARD * 3)))

@@ -215,6 +215,15 @@ async fn a_lock_the_replica_missed_is_lost_in_a_failover_unless_wait_replicas_re
     let lease = first.acquire(&key, &once).await.unwrap();
     let first_token = lease.token();
     let lost = lease.lost();
+    // A permit and a read share the replica missed too: the promoted replica
+    // has another run_id, so they are checked with the lock.
+    let permit = first.semaphore().unwrap().acquire(&key, 1, &once).await;
+    let share = first.rwlock().unwrap().read(&key, &once).await;
+    let (permit, share) = (permit.unwrap(), share.unwrap());
+    let shares_lost = [
+        ("permit", common::watch_loss(permit.lease())),
+        ("read share", common::watch_loss(share.lease())),
+    ];
     let killed = Instant::now();
     topology.primary().kill();
     wait_promoted(&topology, topology.replica()).await;
@@ -235,6 +244,16 @@ async fn a_lock_the_replica_missed_is_lost_in_a_failover_unless_wait_replicas_re
         .await
         .expect("lost() fired");
     assert_eq!(reason, LossReason::Revoked);
+    let lock_lost_at = Instant::now();
+    for (what, lost) in shares_lost {
+        let lost_at = common::revoked_within(lost, FAILOVER_BOUND).await;
+        // The same check as the lock's, not the renewal ttl/3 after the acquire.
+        let apart = lost_at.max(lock_lost_at) - lost_at.min(lock_lost_at);
+        assert!(
+            apart < Duration::from_millis(500),
+            "{what} lost {apart:?} apart from the lock"
+        );
+    }
     eprintln!(
         "sentinel failover hole: lock granted again {granted_again:?} after the primary was \
          killed; the first holder heard within {:?}",

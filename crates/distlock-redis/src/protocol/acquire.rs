@@ -48,12 +48,7 @@ impl ServerClient {
                 let mut conn = link.conn;
                 let mut invocation = ACQUIRE.key(&keys.lock);
                 invocation.key(&keys.fence).arg(owner).arg(ttl_ms(ttl));
-                if let Some(guard) = guard {
-                    // The connection's run_id: a marker written by another server
-                    // process means this one may not have the locks it granted.
-                    let run_id = link.run_id.as_deref().unwrap_or("");
-                    invocation.key(&guard.marker).arg(guard.ms).arg(run_id);
-                }
+                RestartGuard::pass(guard, &mut invocation, &link.run_id);
                 let undo = undo_on_connection(conn.clone(), keys, owner);
                 async move {
                     let reply =

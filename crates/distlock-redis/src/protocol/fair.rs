@@ -71,7 +71,7 @@ impl ServerClient {
         let (reply, run_id): (Vec<i64>, _) = self
             .invoke_or_undo(
                 budget,
-                |conn| {
+                |link| {
                     let mut invocation = FAIR_ACQUIRE.key(&keys.lock);
                     invocation
                         .key(&keys.fence)
@@ -82,7 +82,7 @@ impl ServerClient {
                         .arg(ttl_ms(ttl))
                         .arg(ttl_ms(place))
                         .arg(&keys.channel)
-                        .arg(conn.publish_command());
+                        .arg(link.conn.publish_command());
                     invocation
                 },
                 |conn| vec![leave_invocation(keys, &queue, owner, conn)],

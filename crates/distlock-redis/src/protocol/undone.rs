@@ -4,7 +4,7 @@
 //! cannot overtake it, as it could on a fresh one.
 
 use super::{ServerClient, UNDO_GRACE};
-use crate::connection::{CommandConn, RunId};
+use crate::connection::{CommandConn, Link, RunId};
 use crate::error::CommandError;
 use distlock_core::toolkit::{CancelGuard, UndoFuture};
 use redis::ScriptInvocation;
@@ -14,12 +14,13 @@ impl ServerClient {
     /// Runs `script` within `budget`; if it is cut off or unanswered, the
     /// `undo` scripts are sent after it on the same connection. Both are built
     /// for that connection (a script that publishes takes
-    /// [`CommandConn::publish_command`]). Returns the reply and the `run_id` of
-    /// the server that gave it.
+    /// [`CommandConn::publish_command`]; one the restart guard checks takes the
+    /// link's `run_id`). Returns the reply and the `run_id` of the server that
+    /// gave it.
     pub(crate) async fn invoke_or_undo<T>(
         &self,
         budget: Duration,
-        script: impl Fn(&CommandConn) -> ScriptInvocation<'static>,
+        script: impl Fn(&Link) -> ScriptInvocation<'static>,
         undo: impl Fn(&CommandConn) -> Vec<ScriptInvocation<'static>>,
     ) -> Result<(T, RunId), CommandError>
     where
@@ -29,8 +30,8 @@ impl ServerClient {
         // connection before the connection-level timeout drops it.
         self.connection
             .call_linked(budget + UNDO_GRACE, |link| {
+                let invocation = script(&link);
                 let mut conn = link.conn;
-                let invocation = script(&conn);
                 let mut behind = conn.clone();
                 let guard = CancelGuard::new(undo(&conn), move |undo| {
                     Some(Box::pin(async move {

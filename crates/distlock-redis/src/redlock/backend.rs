@@ -18,7 +18,7 @@ use super::tally::Tally;
 use crate::connection::{RunId, ServerAddress};
 use crate::keys::LockKeys;
 use crate::protocol::{ServerClient, loss_signal, release_on_drop};
-use crate::restart::RestartGuard;
+use crate::restart::{Place, RestartGuard};
 use crate::subscriber::Waiting;
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
@@ -331,12 +331,8 @@ impl Backend for RedlockBackend {
             .iter()
             .filter_map(|(node, run_id)| Some((&**self.nodes.get(*node)?, run_id.clone())))
             .collect();
-        Some(loss_signal(
-            &granted,
-            &handle.keys,
-            &handle.owner,
-            self.quorum,
-        ))
+        let place = Place::Key(handle.keys.lock.clone());
+        Some(loss_signal(&granted, &place, &handle.owner, self.quorum))
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {

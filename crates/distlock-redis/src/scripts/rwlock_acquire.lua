@@ -9,8 +9,16 @@
 -- no place is taken), ARGV[5] channel (a waiter's own is '<channel>:<owner>',
 -- both in the keys' slot), ARGV[6] PUBLISH, or SPUBLISH in a Redis
 -- Cluster
+-- With a restart guard (restart_guard.lua is prepended): KEYS[7] the
+-- namespace's marker, ARGV[7] the guard in ms, ARGV[8] the caller's run_id
 -- Returns {1, token} when won, {0, ms} when it must wait (ms until the soonest
--- share or place that may be in its way expires).
+-- share or place that may be in its way expires), {2, ms} when the restart
+-- guard refuses for ms more (the caller takes no place in the queue then:
+-- waiters queue afresh once the guard has passed).
+local guard_left = restart_guard_left(KEYS[7], ARGV[7], ARGV[8])
+if guard_left > 0 then
+  return {2, guard_left}
+end
 local now = now_ms()
 local ttl = tonumber(ARGV[2])
 local mode = ARGV[3]

@@ -4,8 +4,15 @@
 -- ARGV[1] owner value, ARGV[2] ttl in ms, ARGV[3] limit, ARGV[4] '1' when the
 -- caller was waiting, ARGV[5] channel (in the keys' slot), ARGV[6] PUBLISH,
 -- or SPUBLISH in a Redis Cluster
+-- With a restart guard (restart_guard.lua is prepended): KEYS[5] the
+-- namespace's marker, ARGV[7] the guard in ms, ARGV[8] the caller's run_id
 -- Returns {1, slot, token} when won, {0, ms} when full (ms until the soonest
--- permit expires), {3, limit} when the semaphore is in use with another limit.
+-- permit expires), {3, limit} when the semaphore is in use with another limit,
+-- {2, ms} when the restart guard refuses for ms more.
+local guard_left = restart_guard_left(KEYS[5], ARGV[7], ARGV[8])
+if guard_left > 0 then
+  return {2, guard_left}
+end
 local now = now_ms()
 local ttl = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])

@@ -14,15 +14,23 @@
 //! shared subscriber, attempts only once subscribed, and sleeps until a
 //! message or the hint the script returned (when the soonest share expires),
 //! polling while the subscriber is down.
+//!
+//! A server that restarted or failed over is handled as for the lock: each
+//! share is registered with the restart check under the `run_id` of the
+//! connection its acquire ran on (its member is read after a reconnect to
+//! another server process, and a missing one fires `lost()` at once), and with
+//! a restart guard the acquire scripts arm and honour the namespace's marker,
+//! refusing every grant until the guard has passed.
 
 use crate::backend::{BACKEND, RedisBackend};
-use crate::connection::CommandConn;
+use crate::connection::{CommandConn, Link, RunId};
 use crate::error::CommandError;
 use crate::inspect::scan_keys;
 use crate::keys::{LockKeys, lock_key_pattern};
-use crate::protocol::{ServerClient, flag, ttl_ms as ms};
+use crate::protocol::{ServerClient, flag, loss_signal, ttl_ms as ms};
+use crate::restart::{Place, RestartGuard};
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Holding, Ownership};
+use distlock_core::backend::{AcquireRequest, Holding, LossSignal, Ownership};
 use distlock_core::toolkit::{CancelGuard, UndoFuture};
 use distlock_core::{BackendRwLock, BackendSemaphore, DynRwLock, DynSemaphore};
 use distlock_core::{LockError, LockKey};
@@ -39,12 +47,13 @@ pub(crate) mod turns;
 
 pub(crate) use turns::{Attempt, place_lifetime, queued_wait, take_turns};
 
-/// The helpers every share script starts with.
+/// The helpers every share script starts with, then `files` (an acquire
+/// script the restart guard checks is preceded by `restart_guard.lua`).
 macro_rules! share_script {
-    ($file:literal) => {
+    ($($file:literal),+) => {
         concat!(
             include_str!("../scripts/share_lib.lua"),
-            include_str!(concat!("../scripts/", $file))
+            $(include_str!(concat!("../scripts/", $file))),+
         )
     };
 }
@@ -60,9 +69,19 @@ static DELETE: LazyLock<Script> = LazyLock::new(|| Script::new(share_script!("sh
 pub(crate) fn offered_on(backend: &RedisBackend) -> (DynSemaphore, DynRwLock) {
     let (server, namespace) = (&backend.server, backend.namespace());
     let (budget, capabilities) = (backend.timeout, RedisBackend::CAPABILITIES);
-    let semaphore =
-        RedisSemaphoreBackend::new(server.clone(), namespace.into(), budget, capabilities);
-    let rwlock = RedisRwLockBackend::new(server.clone(), namespace.into(), budget, capabilities);
+    let guard = &backend.guard;
+    let semaphore = RedisSemaphoreBackend::new(
+        server.clone(),
+        namespace.into(),
+        (budget, guard.clone()),
+        capabilities,
+    );
+    let rwlock = RedisRwLockBackend::new(
+        server.clone(),
+        namespace.into(),
+        (budget, guard.clone()),
+        capabilities,
+    );
     (
         Arc::new(BackendSemaphore::new(semaphore)),
         Arc::new(BackendRwLock::new(rwlock)),
@@ -112,6 +131,8 @@ pub struct RedisShare {
     keys: Arc<ShareKeys>,
     owner: String,
     budget: Duration,
+    /// The server process that granted it.
+    run_id: RunId,
 }
 
 impl std::fmt::Debug for RedisShare {
@@ -182,6 +203,12 @@ impl Holding for RedisShare {
             .await;
         ownership(reply, "share release").map_err(|e| fail(&self.server, e))
     }
+
+    fn loss_signal(&self) -> Option<LossSignal> {
+        let granted = [(&*self.server, self.run_id.clone())];
+        let place = Place::Member(self.keys.expiry.clone());
+        Some(loss_signal(&granted, &place, &self.owner, 1))
+    }
 }
 
 /// Builds a script call, once per send, for the connection it goes out on.
@@ -200,16 +227,19 @@ pub(crate) struct Acquiring<'a> {
     pub own_channel: Option<String>,
     /// Leaving the queue, for a primitive whose waiters keep a place in one.
     pub leave: Option<Invocation>,
+    /// The namespace's restart guard, if the client has one.
+    pub guard: Option<&'a RestartGuard>,
 }
 
 impl Acquiring<'_> {
-    /// The share, once won.
-    pub fn share(&self) -> RedisShare {
+    /// The share, once won on the server with `run_id`.
+    pub fn share(&self, run_id: RunId) -> RedisShare {
         RedisShare {
             server: self.server.clone(),
             keys: self.keys.clone(),
             owner: self.owner.clone(),
             budget: self.budget,
+            run_id,
         }
     }
 
@@ -223,19 +253,26 @@ impl Acquiring<'_> {
             .collect()
     }
 
-    /// Sends one attempt's script; if it is cut off or unanswered, the undo
-    /// follows it on its connection.
+    /// Sends one attempt's script, with the restart guard's key and arguments
+    /// after its own when the client has a guard; if it is cut off or
+    /// unanswered, the undo follows it on its connection. Returns the reply
+    /// and the `run_id` of the server that gave it.
     pub async fn send<T>(
         &self,
         script: impl Fn(&CommandConn) -> redis::ScriptInvocation<'static>,
-    ) -> Result<T, LockError>
+    ) -> Result<(T, RunId), LockError>
     where
         T: redis::FromRedisValue + Send + 'static,
     {
+        let guarded = |link: &Link| {
+            let mut invocation = script(&link.conn);
+            RestartGuard::pass(self.guard, &mut invocation, &link.run_id);
+            invocation
+        };
         let sent = self
             .server
-            .invoke_or_undo(self.budget, script, |conn| self.undo_scripts(conn));
-        Ok(sent.await.map_err(|e| fail(self.server, e))?.0)
+            .invoke_or_undo(self.budget, guarded, |conn| self.undo_scripts(conn));
+        sent.await.map_err(|e| fail(self.server, e))
     }
 
     /// Runs the undo in the background unless disarmed: for an acquire dropped

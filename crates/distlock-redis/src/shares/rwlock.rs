@@ -19,6 +19,8 @@
 //! most that long; one whose wait ends or is dropped leaves at once. An attempt
 //! that finds the head's turn has come (after a release woke another waiter of
 //! a client, or a predecessor vanished) wakes the head on its own channel.
+//! With a restart guard, no share is granted while the guard refuses, and a
+//! refused waiter takes no place: waiters queue afresh once it has passed.
 
 use super::{
     Acquiring, Attempt, Invocation, RedisShare, ShareKeys, delete, live, ms, place_lifetime,
@@ -27,6 +29,7 @@ use super::{
 use crate::backend::BACKEND;
 use crate::connection::CommandConn;
 use crate::protocol::ServerClient;
+use crate::restart::RestartGuard;
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};
 use distlock_core::toolkit::random_owner;
@@ -39,7 +42,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(share_script!("rwlock_acquire.lua")));
+    LazyLock::new(|| Script::new(share_script!("restart_guard.lua", "rwlock_acquire.lua")));
 static UNQUEUE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/rwlock_unqueue.lua")));
 
@@ -52,6 +55,7 @@ pub struct RedisRwLockBackend {
     server: Arc<ServerClient>,
     namespace: String,
     budget: Duration,
+    guard: Option<RestartGuard>,
     capabilities: Capabilities,
 }
 
@@ -68,13 +72,14 @@ impl RedisRwLockBackend {
     pub(crate) fn new(
         server: Arc<ServerClient>,
         namespace: String,
-        budget: Duration,
+        (budget, guard): (Duration, Option<RestartGuard>),
         capabilities: Capabilities,
     ) -> Self {
         RedisRwLockBackend {
             server,
             namespace,
             budget,
+            guard,
             capabilities,
         }
     }
@@ -88,6 +93,7 @@ impl RedisRwLockBackend {
         req: AcquireRequest<'_>,
         mode: RwMode,
     ) -> Result<Acquired<RedisShare>, LockError> {
+        RestartGuard::check(self.guard.as_ref(), req.ttl)?;
         let keys = Arc::new(self.keys(req.key));
         let owner = random_owner();
         let member = format!("{}:{owner}", kind(mode));
@@ -111,6 +117,7 @@ impl RedisRwLockBackend {
             budget: self.budget,
             owner,
             leave: Some(leave),
+            guard: self.guard.as_ref(),
         };
         on.until_won(&req, |_| self.attempt(&on, &req, mode)).await
     }
@@ -130,7 +137,7 @@ impl RedisRwLockBackend {
             Duration::ZERO
         };
         let sent_at = Instant::now();
-        let reply: Vec<i64> = on
+        let (reply, run_id): (Vec<i64>, _) = on
             .send(|conn| {
                 let mut invocation = ACQUIRE.key(&keys.expiry);
                 invocation
@@ -151,12 +158,14 @@ impl RedisRwLockBackend {
             .await?;
         match reply[..] {
             [1, token] if token > 0 => Ok(Attempt::Won(Acquired {
-                handle: on.share(),
+                handle: on.share(run_id),
                 token: FencingToken::new(token.unsigned_abs()),
                 sent_at,
             })),
             [0, hint] if queued => Ok(Attempt::Wait(queued_wait(hint, place))),
             [0, hint] => Ok(Attempt::Wait(hint)),
+            // The restart guard: no share until it has passed.
+            [2, left] if left > 0 => Ok(Attempt::Wait(left)),
             _ => Err(LockError::backend(
                 BACKEND,
                 format!("the read-write lock acquire script returned {reply:?}"),

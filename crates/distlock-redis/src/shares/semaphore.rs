@@ -10,11 +10,13 @@
 //! the live permits, fewer than `limit` of them when one is granted, and their
 //! slots are distinct (the new one is the lowest no live permit has). The
 //! limit is stored with the permits: a client with another limit is refused
-//! while any permit lives, and the limit goes with the last permit.
+//! while any permit lives, and the limit goes with the last permit. With a
+//! restart guard, no permit is granted while the guard refuses.
 
 use super::{Acquiring, Attempt, ShareKeys, delete, live, ms, residue, share_script};
 use crate::backend::BACKEND;
 use crate::protocol::ServerClient;
+use crate::restart::RestartGuard;
 use async_trait::async_trait;
 use distlock_core::backend::Acquired;
 use distlock_core::toolkit::random_owner;
@@ -27,7 +29,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(share_script!("semaphore_acquire.lua")));
+    LazyLock::new(|| Script::new(share_script!("restart_guard.lua", "semaphore_acquire.lua")));
 
 /// A Redis semaphore client, on the connection of a [`crate::RedisLock`]
 /// (`lock.semaphore()`).
@@ -38,6 +40,7 @@ pub struct RedisSemaphoreBackend {
     server: Arc<ServerClient>,
     namespace: String,
     budget: Duration,
+    guard: Option<RestartGuard>,
     capabilities: Capabilities,
 }
 
@@ -54,13 +57,14 @@ impl RedisSemaphoreBackend {
     pub(crate) fn new(
         server: Arc<ServerClient>,
         namespace: String,
-        budget: Duration,
+        (budget, guard): (Duration, Option<RestartGuard>),
         capabilities: Capabilities,
     ) -> Self {
         RedisSemaphoreBackend {
             server,
             namespace,
             budget,
+            guard,
             capabilities,
         }
     }
@@ -80,7 +84,7 @@ impl RedisSemaphoreBackend {
     ) -> Result<Attempt<AcquiredPermit<super::RedisShare>>, LockError> {
         let keys = &on.keys;
         let sent_at = Instant::now();
-        let reply: Vec<i64> = on
+        let (reply, run_id): (Vec<i64>, _) = on
             .send(|conn| {
                 let mut invocation = ACQUIRE.key(&keys.expiry);
                 invocation
@@ -100,13 +104,15 @@ impl RedisSemaphoreBackend {
         match reply[..] {
             [1, slot, token] if token > 0 => Ok(Attempt::Won(AcquiredPermit {
                 acquired: Acquired {
-                    handle: on.share(),
+                    handle: on.share(run_id),
                     token: FencingToken::new(token.unsigned_abs()),
                     sent_at,
                 },
                 slot: u32::try_from(slot).map_err(|_| bad_reply(&reply))?,
             })),
             [0, hint] => Ok(Attempt::Wait(hint)),
+            // The restart guard: no permit until it has passed.
+            [2, left] if left > 0 => Ok(Attempt::Wait(left)),
             [3, existing] => Err(req.mismatch(u32::try_from(existing).unwrap_or(u32::MAX))),
             _ => Err(bad_reply(&reply)),
         }
@@ -136,6 +142,7 @@ impl SemaphoreBackend for RedisSemaphoreBackend {
         &self,
         req: PermitRequest<'_>,
     ) -> Result<AcquiredPermit<super::RedisShare>, LockError> {
+        RestartGuard::check(self.guard.as_ref(), req.acquire.ttl)?;
         let on = Acquiring {
             server: &self.server,
             keys: Arc::new(self.keys(req.acquire.key)),
@@ -143,6 +150,7 @@ impl SemaphoreBackend for RedisSemaphoreBackend {
             owner: random_owner(),
             own_channel: None,
             leave: None,
+            guard: self.guard.as_ref(),
         };
         on.until_won(&req.acquire, |waited| self.attempt(&on, &req, waited))
             .await

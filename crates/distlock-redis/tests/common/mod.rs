@@ -4,7 +4,9 @@
 // Test helpers: a failed set-up fails the test that called it.
 #![allow(dead_code, clippy::expect_used)]
 
-use distlock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockKey, LossReason, Wait};
+use distlock_core::{
+    AcquireOptions, DistributedLock, Lease, LockError, LockKey, LossReason, Permit, RwLease, Wait,
+};
 use distlock_testkit::servers::{RedisOptions, RedisServer};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -30,7 +32,15 @@ pub async fn server() -> RedisServer {
         .expect("one server")
 }
 
-/// A raw connection to `server`.
+/// One server with append-only persistence: a restart keeps its data.
+pub async fn aof_server() -> RedisServer {
+    let aof = RedisOptions {
+        aof: true,
+        ..RedisOptions::default()
+    };
+    servers(1, aof).await.pop().expect("one server")
+}
+
 /// A lock client of `server` with the default settings.
 pub async fn client(server: &RedisServer) -> distlock_redis::RedisLock {
     distlock_redis::RedisConfig::from_url(&server.url())
@@ -40,6 +50,7 @@ pub async fn client(server: &RedisServer) -> distlock_redis::RedisLock {
         .unwrap()
 }
 
+/// A raw connection to `server`.
 pub async fn admin(server: &RedisServer) -> redis::aio::MultiplexedConnection {
     redis::Client::open(server.url())
         .expect("url")
@@ -105,6 +116,63 @@ where
     }
 }
 
+/// A ttl far above [`DETECTION_BOUND`]: a ttl/3 renewal cannot be what
+/// notices a restart.
+pub const LONG_TTL: Duration = Duration::from_secs(30);
+
+/// Acquire options with `ttl` and `wait`.
+pub fn opts(ttl: Duration, wait: Wait) -> AcquireOptions {
+    AcquireOptions::new().ttl(ttl).wait(wait)
+}
+
+/// A lock client of `url`.
+pub async fn connect(url: &str) -> distlock_redis::RedisLock {
+    distlock_redis::RedisConfig::from_url(url)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// A permit (of 2) and a share (a read share, or the write share) of `key`,
+/// taken through `lock` with [`LONG_TTL`].
+pub async fn permit_and_share(
+    lock: &distlock_redis::RedisLock,
+    key: &LockKey,
+    write: bool,
+) -> (Permit, RwLease) {
+    let (sem, rw) = (lock.semaphore().unwrap(), lock.rwlock().unwrap());
+    let once = opts(LONG_TTL, Wait::No);
+    let permit = sem.acquire(key, 2, &once).await.unwrap();
+    let share = match write {
+        true => rw.write(key, &once).await,
+        false => rw.read(key, &once).await,
+    };
+    (permit, share.unwrap())
+}
+
+/// Two clients of `server` with a restart guard of `guard`, which is also
+/// their default ttl.
+pub async fn guarded_pair(
+    server: &RedisServer,
+    guard: Duration,
+) -> (distlock_redis::RedisLock, distlock_redis::RedisLock) {
+    let guard = format!("{}ms", guard.as_millis());
+    let url = format!("{}?restart_guard={guard}&ttl={guard}", server.url());
+    (connect(&url).await, connect(&url).await)
+}
+
+/// Waits up to `bound` for the holder watched by `lost` to lose its lease as
+/// revoked; returns when it did.
+pub async fn revoked_within(lost: JoinHandle<(LossReason, Instant)>, bound: Duration) -> Instant {
+    let (reason, lost_at) = tokio::time::timeout(bound, lost)
+        .await
+        .expect("lost() must fire within the bound")
+        .expect("loss watcher");
+    assert_eq!(reason, LossReason::Revoked);
+    lost_at
+}
+
 /// How soon after a server is back a holder must know it lost its lease: far
 /// below the renewal interval of the long ttls the restart tests use.
 pub const DETECTION_BOUND: Duration = Duration::from_secs(2);
@@ -144,18 +212,32 @@ pub async fn refused_then_granted(
     ttl: Duration,
     wait: Duration,
 ) -> (Instant, Lease, Instant) {
-    let asked_at = Instant::now();
     let opts = AcquireOptions::new().ttl(ttl);
-    let refused = lock.acquire(key, &opts.clone().wait(Wait::No)).await;
+    refused_then_granted_by(wait, |w| {
+        let opts = opts.clone().wait(w);
+        async move { lock.acquire(key, &opts).await }
+    })
+    .await
+}
+
+/// [`refused_then_granted`] for any primitive: `acquire(wait)` takes a lock,
+/// a permit or a share.
+pub async fn refused_then_granted_by<T, F, Fut>(wait: Duration, acquire: F) -> (Instant, T, Instant)
+where
+    T: std::fmt::Debug,
+    F: Fn(Wait) -> Fut,
+    Fut: Future<Output = Result<T, LockError>>,
+{
+    let asked_at = Instant::now();
+    let refused = acquire(Wait::No).await;
     assert!(
         matches!(refused, Err(LockError::Busy { .. })),
         "{refused:?}"
     );
-    let lease = lock
-        .acquire(key, &opts.wait(Wait::For(wait)))
+    let granted = acquire(Wait::For(wait))
         .await
         .expect("granted after waiting");
-    (asked_at, lease, Instant::now())
+    (asked_at, granted, Instant::now())
 }
 
 /// Asserts that the holder watched by `a_lost` lost its lease as revoked,

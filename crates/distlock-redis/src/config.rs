@@ -185,8 +185,8 @@ impl RedisConfig {
     }
 
     /// After the server lost its lock state (a restart without persistence, a
-    /// restart or failover to another process), grant no lock in this namespace
-    /// until `guard` has passed, so that no lease granted before can still be
+    /// restart or failover to another process), grant no lock, semaphore permit
+    /// or read-write share in this namespace until `guard` has passed, so that no lease granted before can still be
     /// believed held. The server decides, by its own clock, from a marker key
     /// the acquire script keeps; set the same guard on every client of the
     /// namespace, at least the longest ttl in use (longer ttls are refused).

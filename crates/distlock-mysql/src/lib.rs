@@ -46,7 +46,8 @@
 //! keep expiring share rows in tables of their own, `{table}_sem` and
 //! `{table}_rw`, under a head row per name that holds the token counter (and
 //! a semaphore's limit); one transaction that locks the head takes a share, and
-//! waiters poll. A waiting writer marks an intent that new readers respect.
+//! waiters poll. A read-write lock's waiters keep places in arrival order, so
+//! readers and writers are served as they came.
 //!
 //! # Guarantees and failure modes
 //!

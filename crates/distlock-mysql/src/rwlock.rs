@@ -1,22 +1,27 @@
 //! The read-write lock: share rows in the share table `{table}_rw` (see
 //! `shares`): the writer in slot 0, each reader in the lowest free slot from 1,
-//! and a waiting writer's intent in [`INTENT_SLOT`], all expiring on the
-//! server clock; the head row's counter gives every share its token.
+//! and each waiter's place in the queue in a slot from [`QUEUE_FIRST`], all
+//! expiring on the server clock; the head row's counter gives every share its
+//! token and every place its arrival ticket.
 //!
 //! Invariants (each decided under the head lock):
-//! - A writer takes slot 0 only when no share is live and no other writer's
-//!   intent is: it excludes everyone.
-//! - A reader takes a slot only when no writer holds and no other writer's
-//!   intent is live: a waiting writer marks its intent (renewed with each
-//!   poll, deleted when it wins or gives up, expiring after its ttl if it
-//!   crashed), and readers arriving after it queue behind it, so a stream of
-//!   readers cannot starve it.
+//! - Arrival order: a waiter's place keeps the ticket of its first attempt
+//!   (renewed with its polls, deleted when it wins or gives up, expiring soon
+//!   after the last poll of a waiter that crashed), and a request with no
+//!   place yet arrives after every live place.
+//! - A writer takes slot 0 only when no share is live and nobody arrived
+//!   before it: it excludes everyone, and a stream of readers cannot starve it.
+//! - A reader takes a slot only when no writer holds and no writer arrived
+//!   before it: it shares with readers, and a stream of writers (always one
+//!   waiting) cannot starve it.
 //! - One counter per name: a write token exceeds every earlier share's.
 
 use crate::error::BACKEND;
 use crate::keys::{display_name, exact_range, prefix_range, row_name};
 use crate::share_take::take;
-use crate::shares::{Plan, ShareHandle, ShareRow, Shares, Taker, delete_live, live_rows};
+use crate::shares::{
+    HEAD_SLOT, Mark, Plan, ShareHandle, ShareRow, Shares, Taker, delete_live, live_rows,
+};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};
 use distlock_core::{
@@ -28,13 +33,37 @@ use std::time::Duration;
 
 /// The writer's slot.
 const WRITER_SLOT: u32 = 0;
-/// A waiting writer's intent.
-const INTENT_SLOT: u32 = u32::MAX - 1;
-/// How long a waiting writer's intent outlives its last poll (at most the
-/// writer's ttl): a writer polls at least every 250 ms, so this only matters
-/// for one that crashed while waiting, whose intent holds readers off no
-/// longer than this.
-const INTENT_TTL: Duration = Duration::from_secs(2);
+/// The first slot of waiters' places, above every reader's: a waiting writer's
+/// are even, a waiting reader's odd.
+const QUEUE_FIRST: u32 = 1 << 31;
+/// How long a waiter's place outlives its last renewal: the request's ttl,
+/// kept within these bounds. A waiter polls at least every 250 ms and renews
+/// its place once half of this is gone, so it keeps its place through a stall
+/// of up to half the floor; the ceiling bounds how long one that crashed while
+/// waiting holds up those behind it.
+const PLACE_TTL: Duration = Duration::from_secs(2);
+/// See [`PLACE_TTL`].
+const PLACE_TTL_FLOOR: Duration = Duration::from_secs(1);
+
+/// What a row of a name is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Writer,
+    Reader,
+    /// A waiter's place, and what it waits for.
+    Waiting(RwMode),
+    Head,
+}
+
+fn slot_kind(slot: u32) -> Slot {
+    match slot {
+        WRITER_SLOT => Slot::Writer,
+        HEAD_SLOT => Slot::Head,
+        s if s < QUEUE_FIRST => Slot::Reader,
+        s if s % 2 == 0 => Slot::Waiting(RwMode::Write),
+        _ => Slot::Waiting(RwMode::Read),
+    }
+}
 
 /// The read-write lock of a MySQL client.
 #[derive(Debug)]
@@ -45,9 +74,80 @@ pub(crate) struct MySqlRwLock {
 /// One read or write request's rules.
 struct Share {
     mode: RwMode,
-    /// `Wait::No` marks no intent: a refused attempt leaves nothing.
+    /// `Wait::No` takes no place: a refused attempt leaves nothing.
     waits: bool,
     ttl: Duration,
+}
+
+impl Share {
+    /// Whether `row` (live, someone else's) keeps this request out, given its
+    /// arrival ticket (`None`: it has no place yet, so it came last).
+    fn blocked_by(&self, row: &ShareRow, ticket: Option<u64>) -> bool {
+        let earlier = ticket.is_none_or(|mine| row.fence < mine);
+        match (self.mode, slot_kind(row.slot)) {
+            (_, Slot::Head) => false,
+            (RwMode::Write, Slot::Writer | Slot::Reader) => true,
+            (RwMode::Write, Slot::Waiting(_)) => earlier,
+            (RwMode::Read, Slot::Writer) => true,
+            (RwMode::Read, Slot::Waiting(RwMode::Write)) => earlier,
+            (RwMode::Read, Slot::Reader | Slot::Waiting(RwMode::Read)) => false,
+        }
+    }
+
+    /// The slot to take when nothing blocks.
+    fn free_slot(&self, live: &[&ShareRow]) -> Plan {
+        let slot = match self.mode {
+            RwMode::Write => WRITER_SLOT,
+            RwMode::Read => {
+                // Reader slots count from 1: slot `n` is index `n - 1`.
+                let taken = live
+                    .iter()
+                    .filter(|row| slot_kind(row.slot) == Slot::Reader)
+                    .map(|row| row.slot - 1);
+                match lowest_free_slot(QUEUE_FIRST - 1, taken) {
+                    Some(index) => index + 1,
+                    None => {
+                        return Plan::Refuse(LockError::backend(
+                            BACKEND,
+                            "every reader slot of this read-write lock is taken; release some",
+                        ));
+                    }
+                }
+            }
+        };
+        Plan::Take {
+            slot,
+            permits: None,
+        }
+    }
+
+    /// This waiter's place: a new one in the lowest free slot of its kind, or
+    /// its own renewed once half its life is gone (until then a poll commits
+    /// nothing, and may skip the head lock).
+    fn place(&self, live: &[&ShareRow], own: Option<&ShareRow>) -> Option<Mark> {
+        let ttl = self.ttl.clamp(PLACE_TTL_FLOOR, PLACE_TTL);
+        if let Some(own) = own {
+            return (own.remaining < ttl / 2).then_some(Mark {
+                slot: own.slot,
+                ttl,
+                ticket: Some(own.fence),
+            });
+        }
+        let parity = match self.mode {
+            RwMode::Write => 0,
+            RwMode::Read => 1,
+        };
+        let taken = live
+            .iter()
+            .filter(|row| slot_kind(row.slot) == Slot::Waiting(self.mode))
+            .map(|row| (row.slot - QUEUE_FIRST) / 2);
+        let index = lowest_free_slot((HEAD_SLOT - QUEUE_FIRST) / 2, taken)?;
+        Some(Mark {
+            slot: QUEUE_FIRST + index * 2 + parity,
+            ttl,
+            ticket: None,
+        })
+    }
 }
 
 impl Taker for Share {
@@ -56,53 +156,30 @@ impl Taker for Share {
     }
 
     fn plan(&self, rows: &[ShareRow], mine: &[u8]) -> Plan {
-        let live = |row: &&ShareRow| row.live;
-        let intent = rows
+        let live: Vec<&ShareRow> = rows
             .iter()
-            .filter(live)
-            .find(|row| row.slot == INTENT_SLOT && row.owner.as_deref() != Some(mine));
-        let blocking: Vec<&ShareRow> = rows
+            .filter(|row| row.live && slot_kind(row.slot) != Slot::Head)
+            .collect();
+        let (own, others): (Vec<&ShareRow>, Vec<&ShareRow>) = live
             .iter()
-            .filter(live)
-            .filter(|row| match self.mode {
-                RwMode::Read => row.slot == WRITER_SLOT,
-                RwMode::Write => row.slot != INTENT_SLOT,
-            })
-            .chain(intent)
+            .partition(|row| row.owner.as_deref() == Some(mine));
+        let own = own
+            .into_iter()
+            .find(|row| matches!(slot_kind(row.slot), Slot::Waiting(_)));
+        let ticket = own.map(|row| row.fence);
+        let blocking: Vec<&ShareRow> = others
+            .into_iter()
+            .filter(|row| self.blocked_by(row, ticket))
             .collect();
         if blocking.is_empty() {
-            let slot = match self.mode {
-                RwMode::Write => WRITER_SLOT,
-                RwMode::Read => {
-                    // Reader slots count from 1: slot `n` is index `n - 1`.
-                    let taken = rows
-                        .iter()
-                        .filter(live)
-                        .filter(|row| row.slot != INTENT_SLOT)
-                        .filter_map(|row| row.slot.checked_sub(1));
-                    match lowest_free_slot(INTENT_SLOT - 1, taken) {
-                        Some(slot) => slot + 1,
-                        None => {
-                            return Plan::Refuse(LockError::backend(
-                                BACKEND,
-                                "every reader slot of this read-write lock is taken; release some",
-                            ));
-                        }
-                    }
-                }
-            };
-            return Plan::Take {
-                slot,
-                permits: None,
-            };
+            return self.free_slot(&live);
         }
         let remaining = blocking
             .iter()
             .map(|row| row.remaining)
             .min()
             .unwrap_or(Duration::ZERO);
-        let mark = (self.mode == RwMode::Write && self.waits && intent.is_none())
-            .then_some((INTENT_SLOT, self.ttl.min(INTENT_TTL)));
+        let mark = self.waits.then(|| self.place(&live, own)).flatten();
         Plan::Wait { remaining, mark }
     }
 }
@@ -161,21 +238,24 @@ impl RwLockInspect for MySqlRwLock {
         let found = live_rows(&self.shares, low, high).await?;
         Ok(found
             .into_iter()
-            .filter(|(_, slot, _, _)| *slot != INTENT_SLOT)
-            .map(|(_, slot, holder, fence)| ShareInfo {
-                mode: match slot {
-                    WRITER_SLOT => RwMode::Write,
-                    _ => RwMode::Read,
-                },
-                token: FencingToken::new(fence),
-                holder,
+            .filter_map(|(_, slot, holder, fence)| {
+                let mode = match slot_kind(slot) {
+                    Slot::Writer => RwMode::Write,
+                    Slot::Reader => RwMode::Read,
+                    Slot::Waiting(_) | Slot::Head => return None,
+                };
+                Some(ShareInfo {
+                    mode,
+                    token: FencingToken::new(fence),
+                    holder,
+                })
             })
             .collect())
     }
 
     async fn delete_shares(&self, key: &LockKey) -> Result<usize, LockError> {
         let deleted =
-            delete_live(&self.shares, &row_name(key), WRITER_SLOT, INTENT_SLOT - 1).await?;
+            delete_live(&self.shares, &row_name(key), WRITER_SLOT, QUEUE_FIRST - 1).await?;
         Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
     }
 
@@ -185,10 +265,11 @@ impl RwLockInspect for MySqlRwLock {
         Ok(found
             .into_iter()
             .map(|(name, slot, _, _)| {
-                let what = match slot {
-                    WRITER_SLOT => "write".to_owned(),
-                    INTENT_SLOT => "write intent".to_owned(),
-                    reader => format!("read#{reader}"),
+                let what = match slot_kind(slot) {
+                    Slot::Writer => "write".to_owned(),
+                    Slot::Reader => format!("read#{slot}"),
+                    Slot::Waiting(mode) => format!("waiting {mode}"),
+                    Slot::Head => "head".to_owned(),
                 };
                 format!("{} {what}", display_name(&name))
             })
@@ -199,15 +280,16 @@ impl RwLockInspect for MySqlRwLock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shares::HEAD_SLOT;
 
-    fn row(slot: u32, owner: &str, live: bool) -> ShareRow {
+    /// A live row (700 ms left) or an expired one.
+    fn row(slot: u32, owner: &str, fence: u64, live: bool) -> ShareRow {
         ShareRow {
             slot,
             permits: None,
             owner: Some(owner.as_bytes().to_vec()),
             live,
             remaining: Duration::from_millis(if live { 700 } else { 0 }),
+            fence,
         }
     }
 
@@ -226,51 +308,113 @@ mod tests {
         }
     }
 
+    fn mark(plan: Plan) -> Option<Mark> {
+        match plan {
+            Plan::Wait { mark, .. } => mark,
+            other => panic!("expected a wait, got {other:?}"),
+        }
+    }
+
+    const WAITING_WRITER: u32 = QUEUE_FIRST;
+    const WAITING_READER: u32 = QUEUE_FIRST + 1;
+
     #[test]
-    fn readers_share_and_respect_another_writers_intent_only() {
-        let head = row(HEAD_SLOT, "", false);
-        let readers = [row(1, "r1", true), row(2, "r2", false), row(3, "r3", true)];
-        let mut rows = vec![head];
-        rows.extend(readers);
+    fn readers_share_and_queue_behind_an_earlier_waiting_writer_only() {
+        let mut rows = vec![
+            row(HEAD_SLOT, "", 9, false),
+            row(1, "r1", 3, true),
+            row(2, "r2", 4, false),
+            row(3, "r3", 5, true),
+        ];
         let read = share(RwMode::Read, true);
         assert_eq!(
             taken_slot(read.plan(&rows, b"me")),
             Some(2),
             "lowest free reader slot"
         );
-        rows.push(row(INTENT_SLOT, "w", true));
-        assert!(
-            taken_slot(read.plan(&rows, b"me")).is_none(),
-            "a foreign intent blocks"
+        rows.push(row(WAITING_WRITER, "w", 6, true));
+        let placed = mark(read.plan(&rows, b"me")).expect("a blocked reader takes a place");
+        assert_eq!(
+            placed,
+            Mark {
+                slot: WAITING_READER,
+                ttl: PLACE_TTL,
+                ticket: None
+            },
+            "a new place, ticketed by this attempt"
         );
-        let write = share(RwMode::Write, true);
-        match write.plan(&rows, b"w") {
-            Plan::Wait { remaining, mark } => {
-                assert_eq!(remaining, Duration::from_millis(700));
-                assert_eq!(
-                    mark,
-                    Some((INTENT_SLOT, INTENT_TTL)),
-                    "its own intent is renewed"
-                );
-            }
-            other => panic!("a writer among readers planned {other:?}"),
-        }
-        match share(RwMode::Write, true).plan(&rows, b"other") {
-            Plan::Wait { mark, .. } => assert_eq!(mark, None, "one intent at a time"),
-            other => panic!("a second writer planned {other:?}"),
-        }
+        // A reader that arrived before the writer (ticket 5 < 6) is not held
+        // up by it; one that arrived after (7) is.
+        rows.push(row(WAITING_READER, "early", 5, true));
+        assert_eq!(taken_slot(read.plan(&rows, b"early")), Some(2));
+        rows.push(row(WAITING_READER + 2, "late", 7, true));
+        assert_eq!(taken_slot(read.plan(&rows, b"late")), None);
     }
 
     #[test]
-    fn a_writer_takes_slot_zero_only_alone_and_try_write_marks_nothing() {
-        let expired = vec![row(0, "old", false), row(INTENT_SLOT, "gone", false)];
+    fn a_writer_waits_for_shares_and_earlier_places_and_renews_its_own_late() {
+        let rows = vec![row(1, "r", 3, true), row(WAITING_WRITER, "w", 4, true)];
+        let write = share(RwMode::Write, true);
+        // Its place has 700 ms of 2 s left: renewed, keeping its ticket.
+        assert_eq!(
+            mark(write.plan(&rows, b"w")),
+            Some(Mark {
+                slot: WAITING_WRITER,
+                ttl: PLACE_TTL,
+                ticket: Some(4)
+            })
+        );
+        let fresh = vec![
+            row(1, "r", 3, true),
+            ShareRow {
+                remaining: Duration::from_millis(1900),
+                ..row(WAITING_WRITER, "w", 4, true)
+            },
+        ];
+        assert_eq!(
+            mark(write.plan(&fresh, b"w")),
+            None,
+            "a fresh place is left alone"
+        );
+        // A second writer queues behind the first, in the next writer place.
+        assert_eq!(
+            mark(write.plan(&rows, b"other")).map(|m| m.slot),
+            Some(WAITING_WRITER + 2)
+        );
+        // The readers gone, the first writer's turn has come, not the second's.
+        let turn = vec![
+            row(WAITING_WRITER, "w", 4, true),
+            row(WAITING_WRITER + 2, "x", 8, true),
+        ];
+        assert_eq!(taken_slot(write.plan(&turn, b"w")), Some(WRITER_SLOT));
+        assert_eq!(taken_slot(write.plan(&turn, b"x")), None);
+    }
+
+    #[test]
+    fn a_writer_takes_slot_zero_only_alone_and_try_write_takes_no_place() {
+        let expired = vec![
+            row(0, "old", 1, false),
+            row(WAITING_WRITER, "gone", 2, false),
+        ];
         let write = share(RwMode::Write, false);
         assert_eq!(taken_slot(write.plan(&expired, b"me")), Some(WRITER_SLOT));
-        let held = vec![row(0, "w", true)];
-        match write.plan(&held, b"me") {
-            Plan::Wait { mark, .. } => assert_eq!(mark, None, "Wait::No leaves no intent"),
-            other => panic!("try_write on a held lock planned {other:?}"),
-        }
+        let held = vec![row(0, "w", 3, true)];
+        assert_eq!(
+            mark(write.plan(&held, b"me")),
+            None,
+            "Wait::No takes no place"
+        );
         assert!(taken_slot(share(RwMode::Read, true).plan(&held, b"me")).is_none());
+    }
+
+    #[test]
+    fn slots_of_each_kind_are_told_apart() {
+        assert_eq!(slot_kind(0), Slot::Writer);
+        assert_eq!(slot_kind(QUEUE_FIRST - 1), Slot::Reader);
+        assert_eq!(slot_kind(QUEUE_FIRST), Slot::Waiting(RwMode::Write));
+        assert_eq!(slot_kind(QUEUE_FIRST + 1), Slot::Waiting(RwMode::Read));
+        // The largest place below the head, and the head itself.
+        assert_eq!(slot_kind(HEAD_SLOT - 2), Slot::Waiting(RwMode::Read));
+        assert_eq!(slot_kind(HEAD_SLOT), Slot::Head);
     }
 }

@@ -1,6 +1,6 @@
 //! Taking a share (see `shares` for the layout and its invariants): one
 //! transaction per attempt that locks the name's head row, reads every row of
-//! the name and takes a share, marks an intent or takes nothing, as the
+//! the name and takes a share, marks its place or takes nothing, as the
 //! primitive's [`Taker`] plans; between attempts a jittered poll.
 
 use crate::backend::{MakeStatement, Undo, micros, retry_until, undo};
@@ -50,7 +50,7 @@ pub(crate) async fn take(
 ) -> Result<(Acquired<ShareHandle>, u32), LockError> {
     let no_wait = req.wait == WaitUntil::NoWait;
     let until = retry_until(req);
-    // One owner for the whole acquire: a writer's intent, committed by one
+    // One owner for the whole acquire: a waiter's place, committed by one
     // attempt, is recognised as its own by the next.
     let owner = random_owner();
     let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
@@ -65,7 +65,7 @@ pub(crate) async fn take(
                 .bind(owner.clone())
         }
     };
-    // Armed for the whole acquire: a committed intent is undone on any exit
+    // Armed for the whole acquire: a committed place is undone on any exit
     // but a win.
     let mut guard: ShareGuard = CancelGuard::new(
         Undo {
@@ -177,7 +177,7 @@ async fn read_rows(conn: &mut Conn, sql: &SqlStr, name: &[u8]) -> Result<Vec<Sha
 }
 
 /// One transaction: raise the head (locking it), read the rows, and take a
-/// share, mark an intent, or take nothing, as `taker` plans.
+/// share, mark its place, or take nothing, as `taker` plans.
 ///
 /// With `bid.peek`, a read without locks comes first: while nothing can be
 /// taken (the usual poll of a full semaphore or a blocked reader) the attempt
@@ -215,19 +215,20 @@ async fn attempt(
         )));
     }
     let rows = read_rows(conn, &shares.rows, name).await?;
-    let write = |slot: u32, ttl: Duration| {
+    let write = |slot: u32, fence: u64, ttl: Duration| {
         sqlx::query(shares.take.clone())
             .bind(name.to_vec())
             .bind(slot)
             .bind(owner.to_owned())
-            .bind(token)
+            .bind(fence)
             .bind(micros(ttl))
     };
     let (outcome, end) = match taker.plan(&rows, owner.as_bytes()) {
         Plan::Refuse(e) => (Attempt::Refuse(e), "ROLLBACK"),
         Plan::Wait { remaining, mark } => match mark {
-            Some((slot, ttl)) => {
-                conn.execute(write(slot, ttl)).await?;
+            Some(mark) => {
+                let ticket = mark.ticket.unwrap_or(token);
+                conn.execute(write(mark.slot, ticket, mark.ttl)).await?;
                 let marked = true;
                 (Attempt::Wait { remaining, marked }, "COMMIT")
             }
@@ -250,8 +251,8 @@ async fn attempt(
                 conn.execute(expired).await?;
             }
             let sent_at = Instant::now();
-            conn.execute(write(slot, req.ttl)).await?;
-            // The taker's own intent, if it marked one, is no longer needed.
+            conn.execute(write(slot, token, req.ttl)).await?;
+            // The taker's own place, if it marked one, is no longer needed.
             let marked = rows
                 .iter()
                 .any(|row| row.slot != slot && row.owner.as_deref() == Some(owner.as_bytes()));

@@ -6,8 +6,8 @@
 //! Layout (one table per primitive, same shape): the head row (`slot` =
 //! [`HEAD_SLOT`]) of a name holds the fencing counter in `fence` and, for a
 //! semaphore, the limit in `permits`; every other row is one share (a permit,
-//! a read or write share, a writer's intent) with its `owner`, its token in
-//! `fence` and its expiry on the server clock.
+//! a read or write share, a waiter's place) with its `owner`, its token (a
+//! waiter's: its arrival ticket) in `fence` and its expiry on the server clock.
 //!
 //! Invariants:
 //! - Every taking transaction first raises the head row's counter, which locks
@@ -130,6 +130,8 @@ pub(crate) struct ShareRow {
     pub owner: Option<Vec<u8>>,
     pub live: bool,
     pub remaining: Duration,
+    /// A share's token; a waiter's place: its arrival ticket.
+    pub fence: u64,
 }
 
 impl ShareRow {
@@ -142,6 +144,7 @@ impl ShareRow {
             owner: row.try_get(2)?,
             live: live != 0,
             remaining: Duration::from_micros(u64::try_from(remaining).unwrap_or(0)),
+            fence: row.try_get(5)?,
         })
     }
 }
@@ -151,14 +154,23 @@ impl ShareRow {
 pub(crate) enum Plan {
     /// Take `slot`; first set the head's limit to `permits` when given.
     Take { slot: u32, permits: Option<u32> },
-    /// No room for about `remaining`; `mark` is a slot to hold meanwhile (a
-    /// writer's intent) and its ttl, kept by committing.
+    /// No room for about `remaining`; `mark` is a row to hold meanwhile (a
+    /// waiter's place in the queue), kept by committing.
     Wait {
         remaining: Duration,
-        mark: Option<(u32, Duration)>,
+        mark: Option<Mark>,
     },
     /// Give up with this error.
     Refuse(LockError),
+}
+
+/// A waiter's row: its slot, how long it lives unless written again, and its
+/// arrival ticket (`None`: this attempt's token, for a first mark).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mark {
+    pub slot: u32,
+    pub ttl: Duration,
+    pub ticket: Option<u64>,
 }
 
 /// One primitive's rules for taking a share.

@@ -63,7 +63,7 @@
 //! |---|---|
 //! | [`rwlock_readers_share`] | readers on three clients hold at once; a writer waits for them, then excludes readers and writers, with a higher token; the plain lock of the name is independent |
 //! | [`rwlock_writer_excludes_under_contention`] | K clients × M rounds of reads and writes: in-test counters never see a writer with anyone; write tokens rise |
-//! | [`rwlock_writer_not_starved`] | a waiting writer is served before later readers, and gets in amid a steady stream of readers |
+//! | [`rwlock_nobody_starved`] | a waiting writer is served before later readers; a writer gets in amid a steady stream of readers, and a reader amid a steady stream of writers |
 //! | [`rwlock_crashed_shares_free_after_ttl`] | a crashed reader's share and a crashed writer's lock free at their ttl |
 //! | [`rwlock_cancelled_wait_leaves_no_residue`] | dropped, aborted and timed-out reads and writes leave nothing and delay nobody |
 //! | [`rwlock_lost_on_external_deletion`] | an operator deletes the shares: `lost()` fires for readers and writers, stale releases give `Lost` |
@@ -262,7 +262,7 @@ pub fn all() -> Vec<Case> {
         case!(election_cancelled_campaign_delays_nobody, election),
         case!(rwlock_readers_share, rwlock),
         case!(rwlock_writer_excludes_under_contention, rwlock),
-        case!(rwlock_writer_not_starved, rwlock),
+        case!(rwlock_nobody_starved, rwlock),
         case!(rwlock_crashed_shares_free_after_ttl, rwlock),
         case!(rwlock_cancelled_wait_leaves_no_residue, rwlock),
         case!(rwlock_lost_on_external_deletion, rwlock),

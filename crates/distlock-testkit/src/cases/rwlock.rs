@@ -153,8 +153,8 @@ pub async fn rwlock_writer_excludes_under_contention(h: &dyn Harness) -> CaseRes
 /// A writer waiting behind a reader is served before readers that arrive
 /// after it (they neither get in by `try_read` nor overtake it), and under a
 /// steady stream of overlapping readers a writer still gets in promptly.
-pub async fn rwlock_writer_not_starved(h: &dyn Harness) -> CaseResult {
-    let s = Scope::new(h, "rwlock_writer_not_starved");
+pub async fn rwlock_nobody_starved(h: &dyn Harness) -> CaseResult {
+    let s = Scope::new(h, "rwlock_nobody_starved");
     let key = s.key("rw")?;
     let (a, b, c) = (s.rwlock().await?, s.rwlock().await?, s.rwlock().await?);
     let first = a.read(&key, &s.long()).await?;
@@ -189,40 +189,49 @@ pub async fn rwlock_writer_not_starved(h: &dyn Harness) -> CaseResult {
         read.token()
     );
     read.release().await?;
-    steady_readers_let_a_writer_in(&s).await?;
+    a_stream_lets_in(&s, RwMode::Read, RwMode::Write).await?;
+    a_stream_lets_in(&s, RwMode::Write, RwMode::Read).await?;
     s.expect_rwlock_residue(0, Duration::from_secs(5)).await
 }
 
-/// Four readers take turns so that at every moment one of them holds: a
-/// reader-preferring lock would keep a writer out forever.
-async fn steady_readers_let_a_writer_in(s: &Scope<'_>) -> CaseResult {
-    let key = s.key("stream")?;
+/// Four clients take turns at `stream` so that at every moment one of them
+/// holds and (for writers) others wait: a newcomer of the other mode must
+/// still get in, behind only those who came before it. Readers that always
+/// overlap would keep a writer out of a reader-preferring lock forever, and
+/// writers that always queue would keep a reader out of a lock that lets any
+/// waiting writer go first.
+async fn a_stream_lets_in(s: &Scope<'_>, stream: RwMode, newcomer: RwMode) -> CaseResult {
+    let key = s.key(&format!("{stream}-stream"))?;
+    let hold = match stream {
+        RwMode::Read => Duration::from_millis(240),
+        RwMode::Write => Duration::from_millis(100),
+    };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut stream = Vec::new();
+    let mut members = Vec::new();
     for i in 0..4u64 {
         let (rw, key, opts, stop) = (s.rwlock().await?, key.clone(), s.long(), stop.clone());
-        stream.push(tokio::spawn(async move {
+        members.push(tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(60 * i)).await;
             while !stop.load(SeqCst) {
-                let lease = rw.read(&key, &opts).await?;
-                tokio::time::sleep(Duration::from_millis(240)).await;
+                let lease = acquire(&rw, &key, stream, &opts).await?;
+                tokio::time::sleep(hold).await;
                 lease.release().await?;
             }
             Ok::<_, LockError>(())
         }));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let writer = s.rwlock().await?;
-    let bound = s.handoff_bound() + Duration::from_millis(500);
-    let write = within(bound, "a writer amid a stream of readers", async {
-        writer.write(&key, &s.long()).await
-    })
-    .await;
+    let late = s.rwlock().await?;
+    // Behind at most the four members (one holding, the others queued first),
+    // each a hold and a hand-off.
+    let bound = s.handoff_bound() * 2 + hold * 4;
+    let what = format!("a {newcomer} amid a stream of {stream}s");
+    let got = within(bound, &what, acquire(&late, &key, newcomer, &s.long())).await;
     stop.store(true, SeqCst);
-    let write = write??;
-    write.release().await?;
-    for reader in stream {
-        within(Duration::from_secs(10), "a streaming reader", reader).await???;
+    let got = got??;
+    got.release().await?;
+    for member in members {
+        within(Duration::from_secs(10), "a member of the stream", member).await???;
     }
     Ok(())
 }
@@ -238,12 +247,22 @@ fn spawn_acquire(
 ) -> Acquiring {
     let (key, opts) = (key.clone(), s.long());
     tokio::spawn(async move {
-        let lease = match mode {
-            RwMode::Read => rw.read(&key, &opts).await,
-            RwMode::Write => rw.write(&key, &opts).await,
-        };
+        let lease = acquire(&rw, &key, mode, &opts).await;
         (Instant::now(), lease)
     })
+}
+
+/// A read or a write, as `mode` says.
+async fn acquire(
+    rw: &DynRwLock,
+    key: &distlock_core::LockKey,
+    mode: RwMode,
+    opts: &distlock_core::AcquireOptions,
+) -> Result<RwLease, LockError> {
+    match mode {
+        RwMode::Read => rw.read(key, opts).await,
+        RwMode::Write => rw.write(key, opts).await,
+    }
 }
 
 impl Scope<'_> {

@@ -139,16 +139,16 @@ impl Table {
 }
 
 /// Runs one `CREATE TABLE IF NOT EXISTS`. Two clients creating a table at
-/// once can both pass IF NOT EXISTS; the loser fails on the catalog's unique
-/// index, and the table is there.
+/// once can both pass IF NOT EXISTS; the loser fails creating the table's row
+/// type or on the catalog's unique index, and the table is there.
 async fn create_if_missing(conn: &mut Conn, create: SqlStr) -> Result<(), DbError> {
+    let lost_race = [
+        code::UNIQUE_VIOLATION,
+        code::DUPLICATE_TABLE,
+        code::DUPLICATE_OBJECT,
+    ];
     match conn.execute(sqlx::query(create)).await {
-        Err(e)
-            if e.code()
-                .is_some_and(|c| c == code::UNIQUE_VIOLATION || c == code::DUPLICATE_TABLE) =>
-        {
-            Ok(())
-        }
+        Err(e) if e.code().is_some_and(|c| lost_race.contains(&c.as_ref())) => Ok(()),
         Err(e) => Err(e),
         Ok(_) => Ok(()),
     }

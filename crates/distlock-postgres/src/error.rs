@@ -12,6 +12,9 @@ pub(crate) mod code {
     pub const UNIQUE_VIOLATION: &str = "23505";
     /// `duplicate_table` (a concurrent `CREATE TABLE IF NOT EXISTS`).
     pub const DUPLICATE_TABLE: &str = "42P07";
+    /// `duplicate_object` (a concurrent `CREATE TABLE IF NOT EXISTS` that
+    /// lost on the table's row type: `type "…" already exists`).
+    pub const DUPLICATE_OBJECT: &str = "42710";
     /// `invalid_password`.
     pub const INVALID_PASSWORD: &str = "28P01";
     /// `invalid_authorization_specification` (no such role, pg_hba refusal).

@@ -60,8 +60,9 @@ mod sealed {
             binds: Binds<'c>,
         ) -> BoxFuture<'c, Result<u64, sqlx::Error>>;
         /// Whether `error` is a `CREATE TABLE IF NOT EXISTS` that lost a race to
-        /// another creating the same table (PostgreSQL checks the name first and
-        /// then fails on its catalog's unique index): the table is there.
+        /// another creating the same table (PostgreSQL checks the name first,
+        /// then fails creating the table's row type or on its catalog's unique
+        /// index): the table is there.
         fn lost_creation_race(error: &sqlx::Error) -> bool;
         /// Runs the admit statement for `token`.
         fn admit<'c>(
@@ -234,8 +235,9 @@ impl sealed::Steps for Postgres {
         let sqlx::Error::Database(e) = error else {
             return false;
         };
-        // unique_violation (on pg_type), duplicate_table.
-        matches!(e.code().as_deref(), Some("23505" | "42P07"))
+        // unique_violation (on pg_type), duplicate_table, duplicate_object
+        // (`type "…" already exists`: the table's row type).
+        matches!(e.code().as_deref(), Some("23505" | "42P07" | "42710"))
     }
 
     fn dialect() -> &'static Dialect {

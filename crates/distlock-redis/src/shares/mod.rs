@@ -33,7 +33,7 @@ use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Holding, LossSignal, Ownership};
 use distlock_core::toolkit::{CancelGuard, UndoFuture};
 use distlock_core::{BackendRwLock, BackendSemaphore, DynRwLock, DynSemaphore};
-use distlock_core::{LockError, LockKey};
+use distlock_core::{Capabilities, LockError, LockKey};
 use redis::Script;
 use rwlock::RedisRwLockBackend;
 use semaphore::RedisSemaphoreBackend;
@@ -65,26 +65,38 @@ static RELEASE: LazyLock<Script> =
 static LIVE: LazyLock<Script> = LazyLock::new(|| Script::new(share_script!("share_live.lua")));
 static DELETE: LazyLock<Script> = LazyLock::new(|| Script::new(share_script!("share_delete.lua")));
 
+/// What the semaphore and the read-write lock of one client share: the
+/// lock's server connection, namespace, reply budget, restart guard and
+/// capabilities.
+pub(crate) struct ShareClient {
+    pub server: Arc<ServerClient>,
+    pub namespace: String,
+    pub budget: Duration,
+    pub guard: Option<RestartGuard>,
+    pub capabilities: Capabilities,
+}
+
+impl std::fmt::Debug for ShareClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShareClient")
+            .field("endpoint", &self.server.endpoint)
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The semaphore and read-write lock on `backend`'s connection.
 pub(crate) fn offered_on(backend: &RedisBackend) -> (DynSemaphore, DynRwLock) {
-    let (server, namespace) = (&backend.server, backend.namespace());
-    let (budget, capabilities) = (backend.timeout, RedisBackend::CAPABILITIES);
-    let guard = &backend.guard;
-    let semaphore = RedisSemaphoreBackend::new(
-        server.clone(),
-        namespace.into(),
-        (budget, guard.clone()),
-        capabilities,
-    );
-    let rwlock = RedisRwLockBackend::new(
-        server.clone(),
-        namespace.into(),
-        (budget, guard.clone()),
-        capabilities,
-    );
+    let client = || ShareClient {
+        server: backend.server.clone(),
+        namespace: backend.namespace().into(),
+        budget: backend.timeout,
+        guard: backend.guard.clone(),
+        capabilities: RedisBackend::CAPABILITIES,
+    };
     (
-        Arc::new(BackendSemaphore::new(semaphore)),
-        Arc::new(BackendRwLock::new(rwlock)),
+        Arc::new(BackendSemaphore::new(RedisSemaphoreBackend::new(client()))),
+        Arc::new(BackendRwLock::new(RedisRwLockBackend::new(client()))),
     )
 }
 

@@ -23,12 +23,11 @@
 //! refused waiter takes no place: waiters queue afresh once it has passed.
 
 use super::{
-    Acquiring, Attempt, Invocation, RedisShare, ShareKeys, delete, live, ms, place_lifetime,
-    queued_wait, residue, share_script,
+    Acquiring, Attempt, Invocation, RedisShare, ShareClient, ShareKeys, delete, live, ms,
+    place_lifetime, queued_wait, residue, share_script,
 };
 use crate::backend::BACKEND;
 use crate::connection::CommandConn;
-use crate::protocol::ServerClient;
 use crate::restart::RestartGuard;
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};
@@ -51,41 +50,18 @@ static UNQUEUE: LazyLock<Script> =
 pub type RedisRwLock = BackendRwLock<RedisRwLockBackend>;
 
 /// The Redis read-write lock adapter.
+#[derive(Debug)]
 pub struct RedisRwLockBackend {
-    server: Arc<ServerClient>,
-    namespace: String,
-    budget: Duration,
-    guard: Option<RestartGuard>,
-    capabilities: Capabilities,
-}
-
-impl std::fmt::Debug for RedisRwLockBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisRwLockBackend")
-            .field("endpoint", &self.server.endpoint)
-            .field("namespace", &self.namespace)
-            .finish_non_exhaustive()
-    }
+    client: ShareClient,
 }
 
 impl RedisRwLockBackend {
-    pub(crate) fn new(
-        server: Arc<ServerClient>,
-        namespace: String,
-        (budget, guard): (Duration, Option<RestartGuard>),
-        capabilities: Capabilities,
-    ) -> Self {
-        RedisRwLockBackend {
-            server,
-            namespace,
-            budget,
-            guard,
-            capabilities,
-        }
+    pub(crate) fn new(client: ShareClient) -> Self {
+        RedisRwLockBackend { client }
     }
 
     fn keys(&self, key: &LockKey) -> ShareKeys {
-        ShareKeys::new(&self.namespace, key, "rw")
+        ShareKeys::new(&self.client.namespace, key, "rw")
     }
 
     async fn acquire(
@@ -93,7 +69,7 @@ impl RedisRwLockBackend {
         req: AcquireRequest<'_>,
         mode: RwMode,
     ) -> Result<Acquired<RedisShare>, LockError> {
-        RestartGuard::check(self.guard.as_ref(), req.ttl)?;
+        RestartGuard::check(self.client.guard.as_ref(), req.ttl)?;
         let keys = Arc::new(self.keys(req.key));
         let owner = random_owner();
         let member = format!("{}:{owner}", kind(mode));
@@ -111,13 +87,13 @@ impl RedisRwLockBackend {
             }) as Invocation
         };
         let on = Acquiring {
-            server: &self.server,
+            server: &self.client.server,
             own_channel: Some(format!("{}:{owner}", keys.channel)),
             keys,
-            budget: self.budget,
+            budget: self.client.budget,
             owner,
             leave: Some(leave),
-            guard: self.guard.as_ref(),
+            guard: self.client.guard.as_ref(),
         };
         on.until_won(&req, |_| self.attempt(&on, &req, mode)).await
     }
@@ -191,7 +167,7 @@ impl RwLockBackend for RedisRwLockBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.capabilities
+        self.client.capabilities
     }
 
     async fn acquire_read(
@@ -231,7 +207,13 @@ fn parse_share(owner: String, described: &str) -> Option<ShareInfo> {
 impl RwLockInspect for RedisRwLockBackend {
     async fn shares(&self, key: &LockKey) -> Result<Vec<ShareInfo>, LockError> {
         let keys = self.keys(key);
-        let shares = live(&self.server, &keys.expiry, &keys.info, self.budget).await?;
+        let shares = live(
+            &self.client.server,
+            &keys.expiry,
+            &keys.info,
+            self.client.budget,
+        )
+        .await?;
         let mut shares: Vec<ShareInfo> = shares
             .into_iter()
             .filter_map(|(owner, described)| parse_share(owner, &described))
@@ -241,13 +223,35 @@ impl RwLockInspect for RedisRwLockBackend {
     }
 
     async fn delete_shares(&self, key: &LockKey) -> Result<usize, LockError> {
-        delete(&self.server, &self.keys(key), &[], self.budget).await
+        delete(
+            &self.client.server,
+            &self.keys(key),
+            &[],
+            self.client.budget,
+        )
+        .await
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        let (namespace, budget) = (&self.namespace, self.budget);
-        let mut found = residue(&self.server, namespace, prefix, ("rw", "expiry"), budget).await?;
-        found.extend(residue(&self.server, namespace, prefix, ("rw", "places"), budget).await?);
+        let (namespace, budget) = (&self.client.namespace, self.client.budget);
+        let mut found = residue(
+            &self.client.server,
+            namespace,
+            prefix,
+            ("rw", "expiry"),
+            budget,
+        )
+        .await?;
+        found.extend(
+            residue(
+                &self.client.server,
+                namespace,
+                prefix,
+                ("rw", "places"),
+                budget,
+            )
+            .await?,
+        );
         Ok(found)
     }
 }

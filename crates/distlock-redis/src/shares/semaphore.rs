@@ -13,9 +13,8 @@
 //! while any permit lives, and the limit goes with the last permit. With a
 //! restart guard, no permit is granted while the guard refuses.
 
-use super::{Acquiring, Attempt, ShareKeys, delete, live, ms, residue, share_script};
+use super::{Acquiring, Attempt, ShareClient, ShareKeys, delete, live, ms, residue, share_script};
 use crate::backend::BACKEND;
-use crate::protocol::ServerClient;
 use crate::restart::RestartGuard;
 use async_trait::async_trait;
 use distlock_core::backend::Acquired;
@@ -26,7 +25,7 @@ use distlock_core::{
 };
 use redis::Script;
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(share_script!("restart_guard.lua", "semaphore_acquire.lua")));
@@ -36,41 +35,18 @@ static ACQUIRE: LazyLock<Script> =
 pub type RedisSemaphore = BackendSemaphore<RedisSemaphoreBackend>;
 
 /// The Redis semaphore adapter: permits as expiring members of a sorted set.
+#[derive(Debug)]
 pub struct RedisSemaphoreBackend {
-    server: Arc<ServerClient>,
-    namespace: String,
-    budget: Duration,
-    guard: Option<RestartGuard>,
-    capabilities: Capabilities,
-}
-
-impl std::fmt::Debug for RedisSemaphoreBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisSemaphoreBackend")
-            .field("endpoint", &self.server.endpoint)
-            .field("namespace", &self.namespace)
-            .finish_non_exhaustive()
-    }
+    client: ShareClient,
 }
 
 impl RedisSemaphoreBackend {
-    pub(crate) fn new(
-        server: Arc<ServerClient>,
-        namespace: String,
-        (budget, guard): (Duration, Option<RestartGuard>),
-        capabilities: Capabilities,
-    ) -> Self {
-        RedisSemaphoreBackend {
-            server,
-            namespace,
-            budget,
-            guard,
-            capabilities,
-        }
+    pub(crate) fn new(client: ShareClient) -> Self {
+        RedisSemaphoreBackend { client }
     }
 
     fn keys(&self, key: &LockKey) -> ShareKeys {
-        let mut keys = ShareKeys::new(&self.namespace, key, "sem");
+        let mut keys = ShareKeys::new(&self.client.namespace, key, "sem");
         keys.extra.push(keys.sibling("limit"));
         keys
     }
@@ -135,22 +111,22 @@ impl SemaphoreBackend for RedisSemaphoreBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.capabilities
+        self.client.capabilities
     }
 
     async fn acquire_permit(
         &self,
         req: PermitRequest<'_>,
     ) -> Result<AcquiredPermit<super::RedisShare>, LockError> {
-        RestartGuard::check(self.guard.as_ref(), req.acquire.ttl)?;
+        RestartGuard::check(self.client.guard.as_ref(), req.acquire.ttl)?;
         let on = Acquiring {
-            server: &self.server,
+            server: &self.client.server,
             keys: Arc::new(self.keys(req.acquire.key)),
-            budget: self.budget,
+            budget: self.client.budget,
             owner: random_owner(),
             own_channel: None,
             leave: None,
-            guard: self.guard.as_ref(),
+            guard: self.client.guard.as_ref(),
         };
         on.until_won(&req.acquire, |waited| self.attempt(&on, &req, waited))
             .await
@@ -175,7 +151,13 @@ fn parse_permit(owner: String, described: &str) -> Option<PermitInfo> {
 impl SemaphoreInspect for RedisSemaphoreBackend {
     async fn permits(&self, key: &LockKey) -> Result<Vec<PermitInfo>, LockError> {
         let keys = self.keys(key);
-        let shares = live(&self.server, &keys.expiry, &keys.info, self.budget).await?;
+        let shares = live(
+            &self.client.server,
+            &keys.expiry,
+            &keys.info,
+            self.client.budget,
+        )
+        .await?;
         let mut permits: Vec<PermitInfo> = shares
             .into_iter()
             .filter_map(|(owner, described)| parse_permit(owner, &described))
@@ -192,11 +174,25 @@ impl SemaphoreInspect for RedisSemaphoreBackend {
         if owners.is_empty() {
             return Ok(false);
         }
-        Ok(delete(&self.server, &self.keys(key), &owners, self.budget).await? > 0)
+        Ok(delete(
+            &self.client.server,
+            &self.keys(key),
+            &owners,
+            self.client.budget,
+        )
+        .await?
+            > 0)
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
         let at = ("sem", "expiry");
-        residue(&self.server, &self.namespace, prefix, at, self.budget).await
+        residue(
+            &self.client.server,
+            &self.client.namespace,
+            prefix,
+            at,
+            self.client.budget,
+        )
+        .await
     }
 }

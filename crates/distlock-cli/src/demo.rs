@@ -84,16 +84,10 @@ impl Shop {
     }
 }
 
-/// The store behind `url`, if it is one.
+/// The store behind `url`, if its backend is also a fenced store.
 fn store_url(url: &str) -> Option<&str> {
-    let scheme = url
-        .split_once("://")
-        .map(|(scheme, _)| scheme.to_ascii_lowercase())?;
-    matches!(
-        scheme.as_str(),
-        "memory" | "redis" | "rediss" | "mysql" | "mariadb" | "postgres" | "postgresql"
-    )
-    .then_some(url)
+    let registration = distlock::BackendKind::from_url(url).ok()?.registration()?;
+    registration.has_fence().then_some(url)
 }
 
 pub async fn demo(args: DemoArgs) -> Result<u8, Failure> {

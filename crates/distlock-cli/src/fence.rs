@@ -106,33 +106,8 @@ async fn sql(
     token: FencingToken,
     statement: &str,
 ) -> Result<WriteOutcome, LockError> {
-    let rows = match distlock::BackendKind::from_url(url)? {
-        #[cfg(feature = "mysql")]
-        distlock::BackendKind::MySql => {
-            let config = distlock::mysql::MySqlConfig::from_url(url)?;
-            let store =
-                distlock::sql::SqlStore::connect(config.connect_options(), config.get_timeouts())
-                    .await?;
-            store.execute(resource, token, statement).await?
-        }
-        #[cfg(feature = "postgres")]
-        distlock::BackendKind::Postgres => {
-            let config = distlock::postgres::PostgresConfig::from_url(url)?;
-            let store = distlock::sql::SqlStore::<distlock::sql::sqlx::Postgres>::connect_to(
-                config.connect_options(),
-                config.get_timeouts(),
-            )
-            .await?;
-            store.execute(resource, token, statement).await?
-        }
-        other => {
-            return Err(LockError::config(
-                other.name(),
-                "--sql needs a mysql:// or postgres:// store URL, in a build with the `mysql` \
-                 or `postgres` feature",
-            ));
-        }
-    };
+    let store = distlock::connect_fence(url).await?;
+    let rows = store.execute(resource, token, statement).await?;
     println!("{rows}");
     Ok(WriteOutcome::Written)
 }

@@ -19,6 +19,8 @@
 //! - [`DistributedRwLock`] hands out read and write [`RwLease`]s: readers
 //!   share, a writer holds alone, waiters are served in arrival order.
 //! - [`memory`] is an in-process backend for tests and demos.
+//! - [`registry`] is how a backend crate describes itself (schemes, how a URL
+//!   connects) to the facade, the CLI and the test harnesses.
 //! - [`toolkit`] is what adapters share: the URL grammar, backoff, the cancel
 //!   guard and the [`toolkit::Inspect`] trait.
 //!
@@ -59,6 +61,7 @@ mod multi;
 mod options;
 mod permit;
 mod reentry;
+pub mod registry;
 mod renewal;
 mod rwlock;
 mod semaphore;

@@ -90,6 +90,7 @@ mod lease;
 mod metrics;
 mod protocol;
 mod queue;
+mod registration;
 mod rpc;
 mod rwlock;
 mod semaphore;
@@ -101,6 +102,7 @@ pub use backend::{EtcdBackend, EtcdHandle, EtcdLock, EtcdStats};
 pub use config::{DEFAULT_NAMESPACE, EtcdConfig};
 pub use election::EtcdElection;
 pub use keys::{escape_name, queue_prefix, rwlock_prefix, semaphore_prefix};
+pub use registration::ETCD;
 pub use rwlock::{EtcdRwLock, EtcdRwLockBackend};
 pub use semaphore::{EtcdSemaphore, EtcdSemaphoreBackend};
 #[cfg(feature = "tls")]

@@ -159,36 +159,6 @@ impl<DB: SqlDatabase> SqlStore<DB> {
         Ok(store)
     }
 
-    /// Runs `statement` in the transaction that admits `token` for `resource`:
-    /// it commits only if the token is admitted, and a stale token
-    /// ([`LockError::StaleToken`]) rolls it back. Returns the rows it matched.
-    /// DDL commits on its own in MySQL, whatever the transaction: fence only DML.
-    pub async fn execute(
-        &self,
-        resource: &str,
-        token: FencingToken,
-        statement: &str,
-    ) -> Result<u64, LockError> {
-        validate_resource(resource)?;
-        if statement.len() > FencedWrite::MAX_PAYLOAD {
-            return Err(invalid_write(format!(
-                "the statement is {} bytes, the limit is {} bytes",
-                statement.len(),
-                FencedWrite::MAX_PAYLOAD
-            )));
-        }
-        match self
-            .transaction(resource, token, Work::Statement(statement))
-            .await?
-        {
-            Done::Rows(rows) => Ok(rows),
-            Done::Write(_) => Err(LockError::backend(
-                DB::BACKEND,
-                "a statement ran as a write",
-            )),
-        }
-    }
-
     /// Runs `work` after admitting `token` in one transaction, committing only
     /// if both succeed; the whole transaction runs again after a deadlock or
     /// lock wait timeout.
@@ -335,6 +305,36 @@ impl<DB: SqlDatabase> Fence for SqlStore<DB> {
             Done::Rows(_) => Err(LockError::backend(
                 DB::BACKEND,
                 "a write ran as a statement",
+            )),
+        }
+    }
+
+    /// Runs `statement` in the transaction that admits `token` for `resource`:
+    /// it commits only if the token is admitted, and a stale token
+    /// ([`LockError::StaleToken`]) rolls it back. Returns the rows it matched.
+    /// DDL commits on its own in MySQL, whatever the transaction: fence only DML.
+    async fn execute(
+        &self,
+        resource: &str,
+        token: FencingToken,
+        statement: &str,
+    ) -> Result<u64, LockError> {
+        validate_resource(resource)?;
+        if statement.len() > FencedWrite::MAX_PAYLOAD {
+            return Err(invalid_write(format!(
+                "the statement is {} bytes, the limit is {} bytes",
+                statement.len(),
+                FencedWrite::MAX_PAYLOAD
+            )));
+        }
+        match self
+            .transaction(resource, token, Work::Statement(statement))
+            .await?
+        {
+            Done::Rows(rows) => Ok(rows),
+            Done::Write(_) => Err(LockError::backend(
+                DB::BACKEND,
+                "a statement ran as a write",
             )),
         }
     }

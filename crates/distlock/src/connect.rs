@@ -1,12 +1,8 @@
 //! `connect(url)`: one entry point for every backend, chosen by URL scheme.
 
 use crate::kind::BackendKind;
-use crate::redact::{scrub, secrets_of};
-use distlock_core::memory::MemoryStore;
-use distlock_core::toolkit::LockUrl;
-use distlock_core::{AcquireOptions, DynLock, LockError};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use crate::redact::{scrub, url_secrets};
+use distlock_core::{DynLock, LockError};
 
 /// Connects to the backend named by `url`'s scheme and returns a lock client.
 ///
@@ -51,139 +47,12 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 /// # Ok(()) }
 /// ```
 pub async fn connect(url: &str) -> Result<DynLock, LockError> {
-    let kind = BackendKind::from_url(url)?;
+    let (kind, registration) = BackendKind::from_url_with_registration(url)?;
     let url = url.trim();
-    connect_kind(kind, url)
+    registration
+        .connect(url)
         .await
-        .map_err(|e| scrub(e, &url_secrets(kind, url)))
-}
-
-/// The passwords and tokens in `url`, to scrub from errors. A URL that does not
-/// parse has none to find: the adapter refuses it with the same parser, whose
-/// errors never quote a password.
-pub(crate) fn url_secrets(kind: BackendKind, url: &str) -> Vec<String> {
-    LockUrl::parse(kind.name(), url)
-        .map(|url| secrets_of(&url))
-        .unwrap_or_default()
-}
-
-async fn connect_kind(kind: BackendKind, url: &str) -> Result<DynLock, LockError> {
-    match kind {
-        BackendKind::Memory => {
-            let (name, defaults) = memory_lock_url(url)?;
-            Ok(Arc::new(
-                memory_store(&name).client().with_defaults(defaults)?,
-            ))
-        }
-        #[cfg(feature = "redis")]
-        BackendKind::Redis => Ok(Arc::new(
-            distlock_redis::RedisConfig::from_url(url)?
-                .connect()
-                .await?,
-        )),
-        #[cfg(feature = "redlock")]
-        BackendKind::Redlock => Ok(Arc::new(
-            distlock_redis::RedlockConfig::from_url(url)?
-                .connect()
-                .await?,
-        )),
-        #[cfg(feature = "etcd")]
-        BackendKind::Etcd => Ok(Arc::new(
-            distlock_etcd::EtcdConfig::from_url(url)?.connect().await?,
-        )),
-        #[cfg(feature = "zookeeper")]
-        BackendKind::ZooKeeper => Ok(Arc::new(
-            distlock_zookeeper::ZkConfig::from_url(url)?
-                .connect()
-                .await?,
-        )),
-        #[cfg(feature = "mysql")]
-        BackendKind::MySql => Ok(Arc::new(
-            distlock_mysql::MySqlConfig::from_url(url)?
-                .connect()
-                .await?,
-        )),
-        #[cfg(feature = "postgres")]
-        BackendKind::Postgres => Ok(Arc::new(
-            distlock_postgres::PostgresConfig::from_url(url)?
-                .connect()
-                .await?,
-        )),
-        // `from_url` refused these already; with every feature on there are none.
-        #[allow(unreachable_patterns)]
-        disabled => Err(disabled.disabled(url.split_once("://").map_or("", |(s, _)| s))),
-    }
-}
-
-/// The store name of a `memory://NAME` URL. Only letters, digits and `-_.` are
-/// taken, so a typo (a path, a password) is an error rather than a silently
-/// separate store.
-pub(crate) fn memory_name(url: &str) -> Result<String, LockError> {
-    let (name, url) = memory_url(url)?;
-    url.finish().map_err(|_| memory_url_error())?;
-    Ok(name)
-}
-
-/// A `memory://NAME` lock URL: the store name, and the acquire defaults its
-/// query may give (`ttl`, `wait`, `renewal`, `max_hold`, as on every scheme).
-fn memory_lock_url(url: &str) -> Result<(String, AcquireOptions), LockError> {
-    let (name, mut url) = memory_url(url)?;
-    let defaults = AcquireOptions::new().read(&mut url)?;
-    url.finish()?;
-    Ok((name, defaults))
-}
-
-/// The store name of a `memory://` URL with no user, port or path; the query is
-/// left to the caller.
-fn memory_url(url: &str) -> Result<(String, LockUrl), LockError> {
-    let url = LockUrl::parse("memory", url).map_err(|_| memory_url_error())?;
-    let name = match url.hosts() {
-        [] => "",
-        [host] if host.port.is_none() => host.host.as_str(),
-        _ => return Err(memory_url_error()),
-    };
-    let bare =
-        url.user().is_none() && url.password().is_none() && matches!(url.path(), None | Some(""));
-    let allowed = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
-    if bare && name.chars().all(allowed) {
-        Ok((name.to_owned(), url))
-    } else {
-        Err(memory_url_error())
-    }
-}
-
-fn memory_url_error() -> LockError {
-    LockError::config(
-        "memory",
-        "a memory URL is memory:// or memory://NAME, where NAME (letters, digits, `-`, `_`, `.`) \
-         picks the in-process store; it takes no user, port or path, and a lock URL only the \
-         acquire defaults ttl, wait, renewal and max_hold as its query",
-    )
-}
-
-/// The process-wide store behind `connect("memory://NAME")`. Use it in tests to
-/// delete a lock behind its holder's back or to inspect residue.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), distlock::LockError> {
-/// use distlock::{AcquireOptions, LockKey};
-/// let lock = distlock::connect("memory://ops").await?;
-/// let key = LockKey::new("job")?;
-/// let lease = lock.acquire(&key, &AcquireOptions::new()).await?;
-/// assert!(distlock::memory_store("ops").delete(&key));
-/// lease.lost().await; // the holder learns at once
-/// # Ok(()) }
-/// ```
-pub fn memory_store(name: &str) -> MemoryStore {
-    static STORES: OnceLock<Mutex<HashMap<String, MemoryStore>>> = OnceLock::new();
-    STORES
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .entry(name.to_owned())
-        .or_default()
-        .clone()
+        .map_err(|e| scrub(e, &url_secrets(kind.name(), url)))
 }
 
 #[cfg(test)]
@@ -270,7 +139,7 @@ mod tests {
 
     #[tokio::test]
     async fn disabled_features_are_named() {
-        let disabled = BackendKind::ALL.into_iter().filter(|k| !k.enabled());
+        let disabled = BackendKind::all().filter(|k| !k.enabled());
         for scheme in disabled.flat_map(BackendKind::schemes) {
             let url = format!("{scheme}://u:topsecret@h:1");
             let reason = config_reason(connect(&url).await);

@@ -1,7 +1,11 @@
 //! `BackendKind`: the one table of backends the facade knows, read from a URL's
-//! scheme.
+//! scheme. Each enabled backend's knowledge (how a URL connects, whether it
+//! is also a fenced store) is its crate's [`Registration`]; this table only
+//! adds the Cargo feature, and the schemes that name a backend whose feature
+//! is off.
 
 use distlock_core::LockError;
+use distlock_core::registry::Registration;
 use std::fmt;
 
 /// A backend `connect` can reach, with the URL schemes that select it and the
@@ -9,122 +13,129 @@ use std::fmt;
 ///
 /// ```
 /// use distlock::BackendKind;
-/// assert_eq!(BackendKind::from_scheme("ZK"), Some(BackendKind::ZooKeeper));
-/// assert_eq!(BackendKind::ZooKeeper.schemes(), ["zk", "zookeeper"]);
-/// assert_eq!(BackendKind::Memory.feature(), None);
-/// assert!(BackendKind::Memory.enabled());
+/// let zk = BackendKind::from_scheme("ZK").unwrap();
+/// assert_eq!(zk.name(), "zookeeper");
+/// assert_eq!(zk.schemes(), ["zk", "zookeeper"]);
+/// let memory = BackendKind::from_scheme("memory").unwrap();
+/// assert_eq!(memory.feature(), None);
+/// assert!(memory.enabled());
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BackendKind {
-    /// The in-process store: `memory://NAME`, always compiled in.
-    Memory,
-    /// One Redis node: `redis://`, `rediss://` (TLS).
-    Redis,
-    /// Redlock over independent Redis nodes: `redlock://`, `redlocks://` (TLS).
-    Redlock,
-    /// etcd: `etcd://`, `etcds://` (TLS, with the `tls` feature).
-    Etcd,
-    /// ZooKeeper: `zk://`, `zookeeper://` (TLS with `?tls=true&ca=…` and the
-    /// `tls` feature).
-    ZooKeeper,
-    /// MySQL 8 or MariaDB 10.6+: `mysql://`, `mariadb://`.
-    MySql,
-    /// PostgreSQL 14+: `postgres://`, `postgresql://`.
-    Postgres,
+#[derive(Clone, Copy)]
+pub struct BackendKind(&'static Known);
+
+/// One row of [`KNOWN`].
+struct Known {
+    feature: Option<&'static str>,
+    name: &'static str,
+    schemes: &'static [&'static str],
+    /// `None` in a build without the feature.
+    registration: Option<Registration>,
 }
+
+/// A backend behind the facade's Cargo feature `$feature`: its name and
+/// schemes are written here too, so that a URL of a backend this build lacks
+/// names the feature to enable; a test checks they match the registration.
+macro_rules! known {
+    ($feature:literal, $name:literal, $schemes:expr, $registration:expr) => {
+        Known {
+            feature: Some($feature),
+            name: $name,
+            schemes: &$schemes,
+            #[cfg(feature = $feature)]
+            registration: Some($registration),
+            #[cfg(not(feature = $feature))]
+            registration: None,
+        }
+    };
+}
+
+/// Every backend, enabled in this build or not. Adding a backend is one line
+/// here (and its feature in Cargo.toml).
+static KNOWN: [Known; 7] = [
+    Known {
+        feature: None,
+        name: "memory",
+        schemes: &["memory"],
+        registration: Some(crate::in_process::MEMORY),
+    },
+    known!(
+        "redis",
+        "redis",
+        [
+            "redis",
+            "rediss",
+            "redis+sentinel",
+            "rediss+sentinel",
+            "redis+cluster",
+            "rediss+cluster"
+        ],
+        distlock_redis::REDIS
+    ),
+    known!(
+        "redlock",
+        "redlock",
+        ["redlock", "redlocks"],
+        distlock_redis::REDLOCK
+    ),
+    known!("etcd", "etcd", ["etcd", "etcds"], distlock_etcd::ETCD),
+    known!(
+        "zookeeper",
+        "zookeeper",
+        ["zk", "zookeeper"],
+        distlock_zookeeper::ZOOKEEPER
+    ),
+    known!(
+        "mysql",
+        "mysql",
+        ["mysql", "mariadb"],
+        distlock_mysql::MYSQL
+    ),
+    known!(
+        "postgres",
+        "postgres",
+        ["postgres", "postgresql"],
+        distlock_postgres::POSTGRES
+    ),
+];
 
 impl BackendKind {
     /// Every backend, enabled in this build or not.
-    pub const ALL: [BackendKind; 7] = [
-        BackendKind::Memory,
-        BackendKind::Redis,
-        BackendKind::Redlock,
-        BackendKind::Etcd,
-        BackendKind::ZooKeeper,
-        BackendKind::MySql,
-        BackendKind::Postgres,
-    ];
+    pub fn all() -> impl Iterator<Item = BackendKind> {
+        KNOWN.iter().map(BackendKind)
+    }
 
     /// The backend's short name, as its clients report it in
     /// [`DistributedLock::name`](distlock_core::DistributedLock::name).
-    pub const fn name(self) -> &'static str {
-        match self {
-            BackendKind::Memory => "memory",
-            BackendKind::Redis => "redis",
-            BackendKind::Redlock => "redlock",
-            BackendKind::Etcd => "etcd",
-            BackendKind::ZooKeeper => "zookeeper",
-            BackendKind::MySql => "mysql",
-            BackendKind::Postgres => "postgres",
-        }
+    pub fn name(self) -> &'static str {
+        self.0.name
     }
 
     /// The URL schemes (before `://`, lowercase) that select this backend.
-    pub const fn schemes(self) -> &'static [&'static str] {
-        match self {
-            BackendKind::Memory => &["memory"],
-            BackendKind::Redis => &[
-                "redis",
-                "rediss",
-                "redis+sentinel",
-                "rediss+sentinel",
-                "redis+cluster",
-                "rediss+cluster",
-            ],
-            BackendKind::Redlock => &["redlock", "redlocks"],
-            BackendKind::Etcd => &["etcd", "etcds"],
-            BackendKind::ZooKeeper => &["zk", "zookeeper"],
-            BackendKind::MySql => &["mysql", "mariadb"],
-            BackendKind::Postgres => &["postgres", "postgresql"],
-        }
+    pub fn schemes(self) -> &'static [&'static str] {
+        self.0.schemes
     }
 
     /// The Cargo feature of the `distlock` crate that compiles the backend in;
     /// `None` for the always-present in-memory backend.
-    pub const fn feature(self) -> Option<&'static str> {
-        match self {
-            BackendKind::Memory => None,
-            BackendKind::Redis => Some("redis"),
-            BackendKind::Redlock => Some("redlock"),
-            BackendKind::Etcd => Some("etcd"),
-            BackendKind::ZooKeeper => Some("zookeeper"),
-            BackendKind::MySql => Some("mysql"),
-            BackendKind::Postgres => Some("postgres"),
-        }
+    pub fn feature(self) -> Option<&'static str> {
+        self.0.feature
     }
 
     /// Whether this build has the backend's feature on.
-    pub const fn enabled(self) -> bool {
-        match self {
-            BackendKind::Memory => true,
-            BackendKind::Redis => cfg!(feature = "redis"),
-            BackendKind::Redlock => cfg!(feature = "redlock"),
-            BackendKind::Etcd => cfg!(feature = "etcd"),
-            BackendKind::ZooKeeper => cfg!(feature = "zookeeper"),
-            BackendKind::MySql => cfg!(feature = "mysql"),
-            BackendKind::Postgres => cfg!(feature = "postgres"),
-        }
+    pub fn enabled(self) -> bool {
+        self.0.registration.is_some()
     }
 
-    /// An example URL, for help texts.
-    pub const fn example(self) -> &'static str {
-        match self {
-            BackendKind::Memory => "memory://NAME",
-            BackendKind::Redis => "redis://[:PASSWORD@]HOST:6379/0",
-            BackendKind::Redlock => "redlock://H1:6379,H2:6379,H3:6379",
-            BackendKind::Etcd => "etcd://H1:2379,H2:2379/NAMESPACE",
-            BackendKind::ZooKeeper => "zk://H1:2181,H2:2181/CHROOT",
-            BackendKind::MySql => "mysql://USER:PASSWORD@HOST:3306/DB?strategy=version_cas",
-            BackendKind::Postgres => "postgres://USER:PASSWORD@HOST:5432/DB?strategy=version_cas",
-        }
+    /// The backend's own description (how a URL connects, an example URL,
+    /// whether it is a fenced store), when this build has it.
+    pub fn registration(self) -> Option<&'static Registration> {
+        self.0.registration.as_ref()
     }
 
     /// The backend `scheme` selects (any case), whether enabled or not.
     pub fn from_scheme(scheme: &str) -> Option<BackendKind> {
         let scheme = scheme.to_ascii_lowercase();
-        BackendKind::ALL
-            .into_iter()
-            .find(|kind| kind.schemes().contains(&scheme.as_str()))
+        BackendKind::all().find(|kind| kind.schemes().contains(&scheme.as_str()))
     }
 
     /// The backend `url` selects, if this build can connect to it.
@@ -136,6 +147,13 @@ impl BackendKind {
     /// whose feature is off (the message names the feature to enable). The
     /// rest of the URL is not read.
     pub fn from_url(url: &str) -> Result<BackendKind, LockError> {
+        Ok(BackendKind::from_url_with_registration(url)?.0)
+    }
+
+    /// [`BackendKind::from_url`], with the registration of the enabled backend.
+    pub(crate) fn from_url_with_registration(
+        url: &str,
+    ) -> Result<(BackendKind, &'static Registration), LockError> {
         let url = url.trim();
         if url.is_empty() {
             return Err(url_error(format!(
@@ -165,15 +183,14 @@ impl BackendKind {
                 known_schemes()
             )));
         };
-        if kind.enabled() {
-            Ok(kind)
-        } else {
-            Err(kind.disabled(scheme))
+        match kind.registration() {
+            Some(registration) => Ok((kind, registration)),
+            None => Err(kind.disabled(scheme)),
         }
     }
 
     /// The error for a URL of this backend in a build without its feature.
-    pub(crate) fn disabled(self, scheme: &str) -> LockError {
+    fn disabled(self, scheme: &str) -> LockError {
         let feature = self.feature().unwrap_or_default();
         LockError::config(
             self.name(),
@@ -188,6 +205,20 @@ impl BackendKind {
     }
 }
 
+impl PartialEq for BackendKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for BackendKind {}
+
+impl fmt::Debug for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("BackendKind").field(&self.name()).finish()
+    }
+}
+
 impl fmt::Display for BackendKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -199,9 +230,8 @@ fn url_error(reason: String) -> LockError {
 }
 
 fn known_schemes() -> String {
-    BackendKind::ALL
-        .iter()
-        .flat_map(|kind| kind.schemes())
+    BackendKind::all()
+        .flat_map(BackendKind::schemes)
         .map(|scheme| format!("{scheme}://"))
         .collect::<Vec<_>>()
         .join(", ")
@@ -213,8 +243,8 @@ mod tests {
 
     #[test]
     fn every_scheme_selects_one_backend() {
-        for kind in BackendKind::ALL {
-            assert_eq!(kind.feature().is_none(), kind == BackendKind::Memory);
+        for kind in BackendKind::all() {
+            assert_eq!(kind.feature().is_none(), kind.name() == "memory");
             for scheme in kind.schemes() {
                 assert_eq!(BackendKind::from_scheme(scheme), Some(kind), "{scheme}");
                 assert_eq!(
@@ -222,10 +252,26 @@ mod tests {
                     Some(kind)
                 );
             }
-            let example_scheme = kind.example().split("://").next().unwrap_or_default();
-            assert!(kind.schemes().contains(&example_scheme), "{kind}");
         }
         assert_eq!(BackendKind::from_scheme("cockroach"), None);
+    }
+
+    /// The table's copy of a backend's name and schemes (for builds without
+    /// it) is the backend's own.
+    #[test]
+    fn the_table_agrees_with_each_registration() {
+        for kind in BackendKind::all() {
+            let Some(registration) = kind.registration() else {
+                continue;
+            };
+            assert_eq!(registration.name(), kind.name());
+            assert_eq!(registration.schemes(), kind.schemes(), "{kind}");
+            let example_scheme = registration.example().split("://").next();
+            assert!(
+                kind.schemes().contains(&example_scheme.unwrap_or_default()),
+                "{kind}"
+            );
+        }
     }
 
     #[test]

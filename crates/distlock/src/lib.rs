@@ -114,15 +114,17 @@
 #![deny(missing_docs)]
 
 mod connect;
+mod in_process;
 mod kind;
 mod redact;
 mod store;
 
-pub use connect::{connect, memory_store};
+pub use connect::connect;
 pub use distlock_core::*;
+pub use in_process::{memory_fence, memory_store};
 pub use kind::BackendKind;
 pub use redact::redact_url;
-pub use store::{connect_fence, memory_fence};
+pub use store::connect_fence;
 
 /// The Redis adapters, `RedisLock` (feature `redis`) and `Redlock` (feature
 /// `redlock`): configs, layout helpers and Lua scripts.

@@ -23,6 +23,15 @@ pub fn redact_url(url: &str) -> String {
     redact(url)
 }
 
+/// The passwords and tokens in `url`, to scrub from errors. A URL that does not
+/// parse has none to find: the adapter refuses it with the same parser, whose
+/// errors never quote a password.
+pub(crate) fn url_secrets(backend: &'static str, url: &str) -> Vec<String> {
+    LockUrl::parse(backend, url)
+        .map(|url| secrets_of(&url))
+        .unwrap_or_default()
+}
+
 /// The secrets of `url` (decoded), longest first so that a secret containing
 /// another is masked whole. [`scrub`] masks every spelling of each.
 pub(crate) fn secrets_of(url: &LockUrl) -> Vec<String> {

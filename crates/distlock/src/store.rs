@@ -2,12 +2,10 @@
 //! (and `distlock fence`) that keep the protected data in Redis, MySQL,
 //! PostgreSQL or process memory.
 
-use crate::connect::{memory_name, url_secrets};
 use crate::kind::BackendKind;
-use crate::redact::scrub;
-use distlock_core::{Fence, LockError, MemoryFence};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use crate::redact::{scrub, url_secrets};
+use distlock_core::{Fence, LockError};
+use std::sync::Arc;
 
 /// Connects to the fenced store named by `url`'s scheme: writes through it are
 /// admitted only with a fencing token at least as high as any it admitted
@@ -36,64 +34,32 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 /// # Ok(()) }
 /// ```
 pub async fn connect_fence(url: &str) -> Result<Arc<dyn Fence>, LockError> {
-    let kind = BackendKind::from_url(url)?;
+    let (kind, registration) = BackendKind::from_url_with_registration(url)?;
     let url = url.trim();
-    connect_store(kind, url)
-        .await
-        .map_err(|e| scrub(e, &url_secrets(kind, url)))
-}
-
-async fn connect_store(kind: BackendKind, url: &str) -> Result<Arc<dyn Fence>, LockError> {
-    match kind {
-        BackendKind::Memory => Ok(memory_fence(&memory_name(url)?)),
-        #[cfg(feature = "redis")]
-        BackendKind::Redis => Ok(Arc::new(
-            distlock_redis::RedisConfig::from_url(url)?
-                .connect_fence()
-                .await?,
-        )),
-        #[cfg(feature = "mysql")]
-        BackendKind::MySql => {
-            let config = distlock_mysql::MySqlConfig::from_url(url)?;
-            let options = config.connect_options();
-            Ok(Arc::new(
-                distlock_sql::SqlStore::connect(options, config.get_timeouts()).await?,
-            ))
-        }
-        #[cfg(feature = "postgres")]
-        BackendKind::Postgres => {
-            let config = distlock_postgres::PostgresConfig::from_url(url)?;
-            let options = config.connect_options();
-            Ok(Arc::new(
-                distlock_sql::SqlStore::<distlock_sql::sqlx::Postgres>::connect_to(
-                    options,
-                    config.get_timeouts(),
-                )
-                .await?,
-            ))
-        }
-        enabled if enabled.enabled() => Err(LockError::config(
-            enabled.name(),
+    let Some(connecting) = registration.connect_fence(url) else {
+        return Err(LockError::config(
+            kind.name(),
             format!(
                 "{} is a lock backend, not a store for fenced data; fence the write where \
-                 the data lives: memory://NAME, redis://HOST, mysql://USER@HOST/DB or postgres://USER@HOST/DB",
-                enabled.name()
+                 the data lives: {}",
+                kind.name(),
+                fence_examples()
             ),
-        )),
-        disabled => Err(disabled.disabled(url.split_once("://").map_or("", |(s, _)| s))),
-    }
+        ));
+    };
+    connecting
+        .await
+        .map_err(|e| scrub(e, &url_secrets(kind.name(), url)))
 }
 
-/// The process-wide store behind `connect_fence("memory://NAME")`.
-pub fn memory_fence(name: &str) -> Arc<MemoryFence> {
-    static STORES: OnceLock<Mutex<HashMap<String, Arc<MemoryFence>>>> = OnceLock::new();
-    STORES
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .entry(name.to_owned())
-        .or_default()
-        .clone()
+/// An example URL of each store this build can fence data in.
+fn fence_examples() -> String {
+    BackendKind::all()
+        .filter_map(BackendKind::registration)
+        .filter(|registration| registration.has_fence())
+        .map(|registration| registration.example())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]

@@ -53,6 +53,24 @@ pub trait Fence: Send + Sync + std::fmt::Debug {
     /// fenced write.
     async fn highest(&self, resource: &str) -> Result<Option<FencingToken>, LockError>;
 
+    /// Runs `statement`, in the store's own query language, only if `token`
+    /// is admitted for `resource`, in the same transaction as the admission;
+    /// returns the rows it affected. Only SQL stores run statements: the
+    /// default refuses with [`LockError::InvalidWrite`].
+    async fn execute(
+        &self,
+        resource: &str,
+        token: FencingToken,
+        statement: &str,
+    ) -> Result<u64, LockError> {
+        let _ = (resource, token, statement);
+        Err(invalid_write(
+            "this store runs no statements; a fenced statement needs a mysql:// or \
+             postgres:// store"
+                .into(),
+        ))
+    }
+
     /// Settings of the store that can make it forget admitted tokens (no
     /// persistence, evictable records, asynchronous failover), each a sentence
     /// saying what to change. `distlock check --store` prints them.

@@ -1,0 +1,26 @@
+//! What the facade and the test harnesses know of this backend.
+
+use crate::PostgresConfig;
+use distlock_core::registry::Registration;
+use distlock_sql::SqlStore;
+use std::sync::Arc;
+
+/// PostgreSQL 14+: `postgres://`, `postgresql://`. Also a fenced store (a
+/// [`SqlStore`] value table on the same database).
+pub const POSTGRES: Registration = Registration::new(
+    "postgres",
+    &["postgres", "postgresql"],
+    "postgres://USER:PASSWORD@HOST:5432/DB?strategy=version_cas",
+    |url| {
+        Box::pin(async move { Ok(Arc::new(PostgresConfig::from_url(&url)?.connect().await?) as _) })
+    },
+)
+.with_fence(|url| {
+    Box::pin(async move {
+        let config = PostgresConfig::from_url(&url)?;
+        let store =
+            SqlStore::<sqlx::Postgres>::connect_to(config.connect_options(), config.get_timeouts())
+                .await?;
+        Ok(Arc::new(store) as _)
+    })
+});

@@ -1,0 +1,82 @@
+//! Every registered backend has what the project promises for each: a docs
+//! page, a conformance suite, a chaos trial and a fuzz target for its URLs.
+//! A backend added to the facade's table without one of them fails here, with
+//! the file or function to add.
+
+use distlock::BackendKind;
+use std::path::{Path, PathBuf};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The registered backends, the in-process one aside (it has no server, so no
+/// page of its own nor URL fuzz target beyond the facade's).
+fn backends() -> Vec<BackendKind> {
+    let backends: Vec<_> = BackendKind::all()
+        .filter(|kind| kind.name() != "memory")
+        .collect();
+    assert!(
+        backends.iter().all(|kind| kind.enabled()),
+        "run with --all-features: {:?} are off",
+        backends
+            .iter()
+            .filter(|kind| !kind.enabled())
+            .collect::<Vec<_>>()
+    );
+    backends
+}
+
+#[test]
+fn every_backend_has_a_docs_page() {
+    for kind in backends() {
+        let page = repo().join(format!("docs/backends/{}.md", kind.name()));
+        assert!(page.is_file(), "{kind}: write {}", page.display());
+        let index = std::fs::read_to_string(repo().join("docs/index.md")).unwrap_or_default();
+        assert!(
+            index.contains(&format!("backends/{}.md", kind.name())),
+            "{kind}: docs/index.md links no backends/{}.md",
+            kind.name()
+        );
+    }
+}
+
+#[test]
+fn every_backend_has_a_conformance_suite_and_a_chaos_trial() {
+    let suites: Vec<String> = distlock_tests::specs()
+        .into_iter()
+        .map(|spec| spec.name)
+        .collect();
+    let trials: Vec<&str> = distlock_tests::chaos::specs()
+        .into_iter()
+        .map(|spec| spec.trial)
+        .collect();
+    for kind in backends() {
+        assert!(
+            suites.iter().any(|suite| suite == kind.name()),
+            "{kind}: no conformance suite `{kind}::` in distlock_tests::specs(); have {suites:?}"
+        );
+        let trial = format!("{kind}::chaos");
+        assert!(
+            trials.contains(&trial.as_str()),
+            "{kind}: no chaos trial `{trial}` in distlock_tests::chaos::specs(); have {trials:?}"
+        );
+    }
+}
+
+#[test]
+fn every_backend_has_a_url_fuzz_target() {
+    for kind in backends() {
+        let targets: Vec<PathBuf> = kind
+            .schemes()
+            .iter()
+            .chain(&[kind.name()])
+            .map(|scheme| repo().join(format!("fuzz/fuzz_targets/{scheme}_url.rs")))
+            .collect();
+        assert!(
+            targets.iter().any(|target| target.is_file()),
+            "{kind}: add a fuzz target for its URL parser, {}",
+            targets[0].display()
+        );
+    }
+}

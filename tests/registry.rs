@@ -43,23 +43,21 @@ fn every_backend_has_a_docs_page() {
 
 #[test]
 fn every_backend_has_a_conformance_suite_and_a_chaos_trial() {
-    let suites: Vec<String> = distlock_tests::specs()
-        .into_iter()
-        .map(|spec| spec.name)
-        .collect();
-    let trials: Vec<&str> = distlock_tests::chaos::specs()
-        .into_iter()
-        .map(|spec| spec.trial)
-        .collect();
-    for kind in backends() {
+    let tested = distlock_tests::backends();
+    for kind in BackendKind::all() {
+        let Some(backend) = tested.iter().find(|backend| backend.name == kind.name()) else {
+            panic!("{kind}: add its TestBackend to distlock_tests::backends() (tests/src/lib.rs)");
+        };
+        let suites: Vec<String> = (backend.suites)().into_iter().map(|s| s.name).collect();
         assert!(
-            suites.iter().any(|suite| suite == kind.name()),
-            "{kind}: no conformance suite `{kind}::` in distlock_tests::specs(); have {suites:?}"
+            suites.first().is_some_and(|suite| suite == kind.name()),
+            "{kind}: its first conformance suite must be `{kind}::`; have {suites:?}"
         );
+        let trials: Vec<&str> = (backend.chaos)().iter().map(|spec| spec.trial).collect();
         let trial = format!("{kind}::chaos");
         assert!(
             trials.contains(&trial.as_str()),
-            "{kind}: no chaos trial `{trial}` in distlock_tests::chaos::specs(); have {trials:?}"
+            "{kind}: no chaos trial `{trial}`; have {trials:?}"
         );
     }
 }

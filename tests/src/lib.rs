@@ -28,31 +28,81 @@ pub mod topologies;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
-/// Every enabled backend.
+/// What the test targets know of one registered backend: its conformance
+/// suites (one per strategy or deployment shape, the first named like the
+/// backend) and its chaos trials. `tests/registry.rs` checks that every
+/// backend the facade registers has an entry.
+#[derive(Debug, Clone, Copy)]
+pub struct TestBackend {
+    /// The backend's registered name.
+    pub name: &'static str,
+    /// Its conformance suites.
+    pub suites: fn() -> Vec<BackendSpec>,
+    /// Its chaos trials.
+    pub chaos: fn() -> Vec<chaos::Spec>,
+}
+
+/// Every backend this build has, one line each.
+pub fn backends() -> Vec<TestBackend> {
+    vec![
+        TestBackend {
+            name: "memory",
+            suites: || vec![memory::spec()],
+            chaos: chaos::trials::memory,
+        },
+        #[cfg(feature = "zookeeper")]
+        TestBackend {
+            name: "zookeeper",
+            suites: || vec![zookeeper::spec()],
+            chaos: chaos::trials::zookeeper,
+        },
+        #[cfg(feature = "mysql")]
+        TestBackend {
+            name: "mysql",
+            suites: sql::specs::<mysql::MySql>,
+            chaos: chaos::trials::mysql,
+        },
+        #[cfg(feature = "redis")]
+        TestBackend {
+            name: "redis",
+            suites: || {
+                vec![
+                    redis::spec(),
+                    redis_sentinel::spec(),
+                    redis_fair::spec(),
+                    redis_cluster::spec(),
+                    redis_cluster::fair_spec(),
+                ]
+            },
+            chaos: chaos::restart::redis_specs,
+        },
+        #[cfg(feature = "redlock")]
+        TestBackend {
+            name: "redlock",
+            suites: || vec![redlock::spec()],
+            chaos: chaos::trials::redlock,
+        },
+        #[cfg(feature = "etcd")]
+        TestBackend {
+            name: "etcd",
+            suites: || vec![etcd::spec()],
+            chaos: chaos::trials::etcd,
+        },
+        #[cfg(feature = "postgres")]
+        TestBackend {
+            name: "postgres",
+            suites: sql::specs::<postgres::Postgres>,
+            chaos: chaos::trials::postgres,
+        },
+    ]
+}
+
+/// Every conformance suite of every backend this build has.
 pub fn specs() -> Vec<BackendSpec> {
-    #[allow(unused_mut)]
-    let mut specs = vec![memory::spec()];
-    #[cfg(feature = "zookeeper")]
-    specs.push(zookeeper::spec());
-    #[cfg(feature = "mysql")]
-    specs.extend(sql::specs::<mysql::MySql>());
-    #[cfg(feature = "redis")]
-    specs.push(redis::spec());
-    #[cfg(feature = "redis")]
-    specs.push(redis_sentinel::spec());
-    #[cfg(feature = "redis")]
-    specs.push(redis_fair::spec());
-    #[cfg(feature = "redis")]
-    specs.push(redis_cluster::spec());
-    #[cfg(feature = "redis")]
-    specs.push(redis_cluster::fair_spec());
-    #[cfg(feature = "redlock")]
-    specs.push(redlock::spec());
-    #[cfg(feature = "etcd")]
-    specs.push(etcd::spec());
-    #[cfg(feature = "postgres")]
-    specs.extend(sql::specs::<postgres::Postgres>());
-    specs
+    backends()
+        .into_iter()
+        .flat_map(|backend| (backend.suites)())
+        .collect()
 }
 
 /// The README and every page of `docs/`, compiled (and where they need no

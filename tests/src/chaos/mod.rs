@@ -6,6 +6,7 @@
 
 #[cfg(feature = "redis")]
 pub mod restart;
+pub mod trials;
 
 use distlock_core::{BoxError, Capabilities, FencingGuarantee};
 use distlock_testkit::Harness;
@@ -38,10 +39,10 @@ pub struct Spec {
 }
 
 /// Every fault: the backends with a server process and a proxy take them all.
-const ALL: &[FaultKind] = &FaultKind::ALL;
+pub const ALL: &[FaultKind] = &FaultKind::ALL;
 /// The in-memory backend has no server process and no other process can reach it:
 /// its network cut is the simulated proxy's.
-const MEMORY: &[FaultKind] = &[
+pub const MEMORY: &[FaultKind] = &[
     FaultKind::ProxyDelay,
     FaultKind::ProxyBlackhole,
     FaultKind::ProxyReset,
@@ -59,122 +60,12 @@ pub const KEYS: usize = 3;
 /// scheduling on a loaded 2-core machine, not the lock's.
 pub const LOST_SLACK: Duration = Duration::from_millis(250);
 
-/// The trials this build has.
+/// The trials this build has: each backend's, from [`crate::backends`].
 pub fn specs() -> Vec<Spec> {
-    #[allow(unused_mut)]
-    let mut specs = vec![Spec {
-        trial: "memory::chaos",
-        backend: "memory",
-        start: || {
-            Box::pin(async { Ok(Arc::new(distlock_testkit::memory::MemoryHarness::new()) as _) })
-        },
-        faults: MEMORY,
-        exclusion: Requirement::Required,
-    }];
-    #[cfg(feature = "redis")]
-    specs.extend(restart::redis_specs());
-    #[cfg(feature = "redlock")]
-    specs.push(Spec {
-        trial: "redlock::chaos",
-        backend: "redlock",
-        start: || {
-            Box::pin(async { Ok(Arc::new(crate::redlock::RedlockHarness::launch().await?) as _) })
-        },
-        faults: ALL,
-        // Timing assumptions: a node that restarts empty can vote for a second holder.
-        exclusion: Requirement::Measured,
-    });
-    #[cfg(feature = "etcd")]
-    specs.push(Spec {
-        trial: "etcd::chaos",
-        backend: "etcd",
-        start: || Box::pin(async { Ok(Arc::new(crate::etcd::EtcdHarness::launch().await?) as _) }),
-        faults: ALL,
-        exclusion: Requirement::Required,
-    });
-    #[cfg(feature = "zookeeper")]
-    specs.push(Spec {
-        trial: "zookeeper::chaos",
-        backend: "zookeeper",
-        start: || {
-            Box::pin(async { Ok(Arc::new(crate::zookeeper::ZkHarness::launch().await?) as _) })
-        },
-        faults: ALL,
-        exclusion: Requirement::Required,
-    });
-    #[cfg(feature = "mysql")]
-    specs.extend(mysql_specs());
-    #[cfg(feature = "postgres")]
-    specs.extend(postgres_specs());
-    specs
-}
-
-#[cfg(feature = "postgres")]
-fn postgres_specs() -> Vec<Spec> {
-    use crate::postgres::Postgres;
-    use crate::sql::SqlHarness;
-    use distlock_postgres::Strategy;
-    vec![
-        Spec {
-            trial: "postgres::chaos",
-            backend: "postgres",
-            start: || {
-                Box::pin(async {
-                    Ok(Arc::new(SqlHarness::<Postgres>::launch(Strategy::VersionCas).await?) as _)
-                })
-            },
-            faults: ALL,
-            exclusion: Requirement::Required,
-        },
-        Spec {
-            trial: "postgres_advisory::chaos",
-            backend: "postgres_advisory",
-            start: || {
-                Box::pin(async {
-                    Ok(Arc::new(SqlHarness::<Postgres>::launch(Strategy::Advisory).await?) as _)
-                })
-            },
-            faults: ALL,
-            // The lock lives in the holder's session, as mysql_for_update's: a
-            // reset connection or a killed server frees it at once, and the
-            // holder learns at its next keepalive. Measured, not required.
-            exclusion: Requirement::Measured,
-        },
-    ]
-}
-
-#[cfg(feature = "mysql")]
-fn mysql_specs() -> Vec<Spec> {
-    use crate::mysql::MySql;
-    use crate::sql::SqlHarness;
-    use distlock_mysql::Strategy;
-    vec![
-        Spec {
-            trial: "mysql::chaos",
-            backend: "mysql",
-            start: || {
-                Box::pin(async {
-                    Ok(Arc::new(SqlHarness::<MySql>::launch(Strategy::VersionCas).await?) as _)
-                })
-            },
-            faults: ALL,
-            exclusion: Requirement::Required,
-        },
-        Spec {
-            trial: "mysql_for_update::chaos",
-            backend: "mysql_for_update",
-            start: || {
-                Box::pin(async {
-                    Ok(Arc::new(SqlHarness::<MySql>::launch(Strategy::ForUpdate).await?) as _)
-                })
-            },
-            faults: ALL,
-            // The row lock lives in the holder's connection: a reset connection
-            // or a killed server frees it at once, and the holder learns at its
-            // next keepalive. Measured (`docs/chaos.md`, "What the chaos run found").
-            exclusion: Requirement::Measured,
-        },
-    ]
+    crate::backends()
+        .into_iter()
+        .flat_map(|backend| (backend.chaos)())
+        .collect()
 }
 
 /// How long each trial's clients run: `DISTLOCK_CHAOS_SECS`, 10 s by default

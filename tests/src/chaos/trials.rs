@@ -1,0 +1,131 @@
+//! Each backend's chaos trials: which harness, which faults, and which
+//! properties are required rather than measured (Redis's are in `restart.rs`).
+//! `crate::backends` lists them beside each backend's conformance suites.
+
+use super::{ALL, MEMORY, Spec};
+use distlock_testkit::chaos::Requirement;
+use std::sync::Arc;
+
+/// `memory::chaos`: the simulated proxy's faults only.
+pub fn memory() -> Vec<Spec> {
+    vec![Spec {
+        trial: "memory::chaos",
+        backend: "memory",
+        start: || {
+            Box::pin(async { Ok(Arc::new(distlock_testkit::memory::MemoryHarness::new()) as _) })
+        },
+        faults: MEMORY,
+        exclusion: Requirement::Required,
+    }]
+}
+
+/// `redlock::chaos`.
+#[cfg(feature = "redlock")]
+pub fn redlock() -> Vec<Spec> {
+    vec![Spec {
+        trial: "redlock::chaos",
+        backend: "redlock",
+        start: || {
+            Box::pin(async { Ok(Arc::new(crate::redlock::RedlockHarness::launch().await?) as _) })
+        },
+        faults: ALL,
+        // Timing assumptions: a node that restarts empty can vote for a second holder.
+        exclusion: Requirement::Measured,
+    }]
+}
+
+/// `etcd::chaos`.
+#[cfg(feature = "etcd")]
+pub fn etcd() -> Vec<Spec> {
+    vec![Spec {
+        trial: "etcd::chaos",
+        backend: "etcd",
+        start: || Box::pin(async { Ok(Arc::new(crate::etcd::EtcdHarness::launch().await?) as _) }),
+        faults: ALL,
+        exclusion: Requirement::Required,
+    }]
+}
+
+/// `zookeeper::chaos`.
+#[cfg(feature = "zookeeper")]
+pub fn zookeeper() -> Vec<Spec> {
+    vec![Spec {
+        trial: "zookeeper::chaos",
+        backend: "zookeeper",
+        start: || {
+            Box::pin(async { Ok(Arc::new(crate::zookeeper::ZkHarness::launch().await?) as _) })
+        },
+        faults: ALL,
+        exclusion: Requirement::Required,
+    }]
+}
+
+/// `mysql::chaos` (version_cas) and `mysql_for_update::chaos`.
+#[cfg(feature = "mysql")]
+pub fn mysql() -> Vec<Spec> {
+    use crate::mysql::MySql;
+    use crate::sql::SqlHarness;
+    use distlock_mysql::Strategy;
+    vec![
+        Spec {
+            trial: "mysql::chaos",
+            backend: "mysql",
+            start: || {
+                Box::pin(async {
+                    Ok(Arc::new(SqlHarness::<MySql>::launch(Strategy::VersionCas).await?) as _)
+                })
+            },
+            faults: ALL,
+            exclusion: Requirement::Required,
+        },
+        Spec {
+            trial: "mysql_for_update::chaos",
+            backend: "mysql_for_update",
+            start: || {
+                Box::pin(async {
+                    Ok(Arc::new(SqlHarness::<MySql>::launch(Strategy::ForUpdate).await?) as _)
+                })
+            },
+            faults: ALL,
+            // The row lock lives in the holder's connection: a reset connection
+            // or a killed server frees it at once, and the holder learns at its
+            // next keepalive. Measured (`docs/chaos.md`, "What the chaos run found").
+            exclusion: Requirement::Measured,
+        },
+    ]
+}
+
+/// `postgres::chaos` (version_cas) and `postgres_advisory::chaos`.
+#[cfg(feature = "postgres")]
+pub fn postgres() -> Vec<Spec> {
+    use crate::postgres::Postgres;
+    use crate::sql::SqlHarness;
+    use distlock_postgres::Strategy;
+    vec![
+        Spec {
+            trial: "postgres::chaos",
+            backend: "postgres",
+            start: || {
+                Box::pin(async {
+                    Ok(Arc::new(SqlHarness::<Postgres>::launch(Strategy::VersionCas).await?) as _)
+                })
+            },
+            faults: ALL,
+            exclusion: Requirement::Required,
+        },
+        Spec {
+            trial: "postgres_advisory::chaos",
+            backend: "postgres_advisory",
+            start: || {
+                Box::pin(async {
+                    Ok(Arc::new(SqlHarness::<Postgres>::launch(Strategy::Advisory).await?) as _)
+                })
+            },
+            faults: ALL,
+            // The lock lives in the holder's session, as mysql_for_update's: a
+            // reset connection or a killed server frees it at once, and the
+            // holder learns at its next keepalive. Measured, not required.
+            exclusion: Requirement::Measured,
+        },
+    ]
+}

@@ -8,12 +8,26 @@ use std::time::Duration;
 /// `--url`, falling back to `DISTLOCK_URL`; clap never prints its value.
 #[derive(Debug, clap::Args)]
 pub struct UrlArg {
-    /// Backend URL: memory://NAME, redis://HOST:PORT, rediss://…, redlock://H1,H2,H3,
-    /// etcd://H1,H2/NAMESPACE, zk://H1,H2/CHROOT, mysql://USER:PASS@HOST/DB or
-    /// postgres://USER:PASS@HOST/DB.
-    /// Falls back to $DISTLOCK_URL.
-    #[arg(long, env = "DISTLOCK_URL", hide_env_values = true, value_name = "URL")]
+    #[arg(
+        long,
+        env = "DISTLOCK_URL",
+        hide_env_values = true,
+        value_name = "URL",
+        help = url_help()
+    )]
     pub url: Option<String>,
+}
+
+/// `--url`'s help: an example URL of every backend this build has.
+fn url_help() -> String {
+    let examples: Vec<&str> = distlock::BackendKind::all()
+        .filter_map(distlock::BackendKind::registration)
+        .map(|registration| registration.example())
+        .collect();
+    format!(
+        "Backend URL, for example {}. Falls back to $DISTLOCK_URL.",
+        examples.join(", ")
+    )
 }
 
 impl UrlArg {

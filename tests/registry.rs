@@ -1,5 +1,6 @@
 //! Every registered backend has what the project promises for each: a docs
-//! page, a conformance suite, a chaos trial and a fuzz target for its URLs.
+//! page, a conformance suite, a chaos trial, a compose file and a fuzz target
+//! for its URLs.
 //! A backend added to the facade's table without one of them fails here, with
 //! the file or function to add.
 
@@ -58,6 +59,19 @@ fn every_backend_has_a_conformance_suite_and_a_chaos_trial() {
         assert!(
             trials.contains(&trial.as_str()),
             "{kind}: no chaos trial `{trial}`; have {trials:?}"
+        );
+    }
+}
+
+#[test]
+fn every_backend_has_a_compose_file() {
+    for kind in backends() {
+        let file = repo().join(format!("docker/{}.yml", kind.name()));
+        assert!(
+            file.is_file(),
+            "{kind}: add {} (its server on the local images, with a healthcheck) and its \
+             services to tests/compose.rs",
+            file.display()
         );
     }
 }

@@ -46,10 +46,12 @@
 
 pub mod backend;
 mod capabilities;
+mod counters;
 mod election;
 mod error;
 mod ext;
 pub mod fence;
+mod inspect;
 mod key;
 mod lease;
 mod lock;
@@ -57,9 +59,9 @@ pub mod memory;
 mod metrics;
 mod multi;
 mod options;
+mod outcome;
 mod permit;
 mod reentry;
-mod renewal;
 mod rwlock;
 mod semaphore;
 mod start;
@@ -70,6 +72,7 @@ pub mod toolkit;
 pub use capabilities::{
     Capabilities, FencingGuarantee, Primitives, Support, TokenDurability, Wake,
 };
+pub use counters::MetricsSnapshot;
 pub use election::{
     BackendElection, CampaignRequest, DynElection, ElectionBackend, LeaderElection, LockElection,
     MAX_PROPOSAL_LEN,
@@ -80,7 +83,6 @@ pub use fence::{Fence, FencedWrite, MemoryFence, WriteOutcome};
 pub use key::LockKey;
 pub use lease::{Bound, Lease, Lost, clock_drift};
 pub use lock::{BackendLock, DistributedLock, DynLock};
-pub use metrics::MetricsSnapshot;
 pub use multi::{AnyLost, MultiLease};
 pub use options::{AcquireOptions, Owner, Renewal, Wait};
 pub use permit::{Leadership, Permit};

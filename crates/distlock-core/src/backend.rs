@@ -2,7 +2,7 @@
 //! it once: validation, the local deadline, renewal, loss, release on drop,
 //! reentrancy, tracing and metrics (see [`crate::BackendLock`]).
 
-use crate::toolkit::Inspect;
+use crate::inspect::Inspect;
 use crate::{Capabilities, FencingToken, LockError, LockKey, LossReason, Wait};
 use async_trait::async_trait;
 use std::future::Future;

@@ -6,8 +6,8 @@
 //! its lock through [`LockElection`].
 
 use crate::backend::{AcquireRequest, Acquired, Backend, Holding, WaitUntil};
+use crate::counters::Metrics;
 use crate::lease::Bound;
-use crate::metrics::Metrics;
 use crate::permit::Leadership;
 use crate::start::{self, Won};
 use crate::toolkit::Holder;

@@ -20,6 +20,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 mod bound;
+mod renewal;
 mod shared;
 
 pub use bound::Bound;
@@ -60,7 +61,7 @@ impl Lease {
         loss: Option<LossSignal>,
     ) -> Lease {
         let max_hold_at = max_hold.and_then(|d| Instant::now().checked_add(d));
-        tokio::spawn(crate::renewal::watchdog(
+        tokio::spawn(renewal::watchdog(
             shared.clone(),
             renew_every,
             max_hold_at,

@@ -48,10 +48,12 @@
 
 pub mod backend;
 mod capabilities;
+mod counters;
 mod election;
 mod error;
 mod ext;
 pub mod fence;
+mod inspect;
 mod key;
 mod lease;
 mod lock;
@@ -59,10 +61,10 @@ pub mod memory;
 mod metrics;
 mod multi;
 mod options;
+mod outcome;
 mod permit;
 mod reentry;
 pub mod registry;
-mod renewal;
 mod rwlock;
 mod semaphore;
 mod start;
@@ -73,6 +75,7 @@ pub mod toolkit;
 pub use capabilities::{
     Capabilities, FencingGuarantee, Primitives, Support, TokenDurability, Wake,
 };
+pub use counters::MetricsSnapshot;
 pub use election::{
     BackendElection, CampaignRequest, DynElection, ElectionBackend, LeaderElection, LockElection,
     MAX_PROPOSAL_LEN,
@@ -83,7 +86,6 @@ pub use fence::{Fence, FencedWrite, MemoryFence, WriteOutcome};
 pub use key::LockKey;
 pub use lease::{Bound, Lease, Lost, clock_drift};
 pub use lock::{BackendLock, DistributedLock, DynLock};
-pub use metrics::MetricsSnapshot;
 pub use multi::{AnyLost, MultiLease};
 pub use options::{AcquireOptions, Owner, Renewal, Wait};
 pub use permit::{Leadership, Permit};

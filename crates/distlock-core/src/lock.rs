@@ -1,8 +1,8 @@
 //! The public lock trait, and `BackendLock`, which turns any [`Backend`] into one.
 
 use crate::backend::{AcquireRequest, Backend, WaitUntil};
+use crate::counters::{Metrics, MetricsSnapshot};
 use crate::lease::{Bound, Lease, Shared};
-use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::reentry::Registry;
 use crate::start::{self, Won};
 use crate::telemetry::Attempt;

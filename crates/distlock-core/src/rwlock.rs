@@ -4,7 +4,7 @@
 //! the lock. The policy and the meaning of tokens are on [`DistributedRwLock`].
 
 use crate::backend::{AcquireRequest, Acquired, Holding, WaitUntil};
-use crate::metrics::Metrics;
+use crate::counters::Metrics;
 use crate::start::{self, Won};
 use crate::{AcquireOptions, Capabilities, FencingToken, Lease, LockError, LockKey, Lost, Wait};
 use async_trait::async_trait;

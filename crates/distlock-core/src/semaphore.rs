@@ -5,7 +5,7 @@
 //! machinery, exactly as for the lock.
 
 use crate::backend::{AcquireRequest, Acquired, Holding, WaitUntil};
-use crate::metrics::Metrics;
+use crate::counters::Metrics;
 use crate::permit::Permit;
 use crate::start::{self, Won};
 use crate::{AcquireOptions, Capabilities, FencingToken, LockError, LockKey, Wait};

@@ -5,8 +5,8 @@
 //! signal, and registers a reentrant owner.
 
 use crate::backend::Holding;
+use crate::counters::Metrics;
 use crate::lease::{Lease, Shared, clock_drift};
-use crate::metrics::Metrics;
 use crate::reentry::{Reentry, Registry};
 use crate::{AcquireOptions, FencingToken, LockError, LockKey};
 use std::sync::Arc;

@@ -8,8 +8,8 @@
 //! raft-replicated and survive restarts, so tokens only rise.
 
 use crate::error::BACKEND;
+use crate::etcd_lease::{LeaseEnd, Leases, Slot};
 use crate::keys::{printable, queue_prefix};
-use crate::lease::{LeaseEnd, Leases, Slot};
 use crate::protocol::{delete_if_created_at, still_created_at};
 use crate::rpc::Rpc;
 use crate::watch::{KeyDeletion, Subscription, Watches};

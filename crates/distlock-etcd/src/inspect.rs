@@ -7,8 +7,8 @@
 
 use crate::backend::EtcdBackend;
 use crate::error::Failure;
+use crate::etcd_lease::whole_seconds;
 use crate::keys::{contender_key, names_prefix, printable, queue_prefix};
-use crate::lease::whole_seconds;
 use crate::{metrics, protocol};
 use async_trait::async_trait;
 use distlock_core::toolkit::{Holder, Inspect};

@@ -72,7 +72,7 @@
 //!
 //! `config` (URL and builder, `connect`), `backend` (the `Backend` impl, the
 //! protocol's steps in order), `protocol` (each etcd transaction), `queue` (one
-//! contender's key and its cleanup), `lease` (leases and their keep-alive),
+//! contender's key and its cleanup), `etcd_lease` (etcd's leases and their keep-alive),
 //! `watch` (the shared watch stream and the held key's loss watch), `rpc`
 //! (timeouts and retries of one request), `keys` (key layout and escaping),
 //! `error` (client errors as `LockError`s), `inspect` (the operator's view),
@@ -84,9 +84,9 @@ mod backend;
 mod config;
 mod election;
 mod error;
+mod etcd_lease;
 mod inspect;
 mod keys;
-mod lease;
 mod metrics;
 mod protocol;
 mod queue;

@@ -6,8 +6,8 @@
 //! the background, so nothing is left behind and nobody waits behind a ghost.
 
 use crate::error::{Failure, protocol};
+use crate::etcd_lease::Slot;
 use crate::keys::printable;
-use crate::lease::Slot;
 use crate::protocol::{self, FirstLook, Recheck};
 use crate::rpc::Rpc;
 use distlock_core::LockError;

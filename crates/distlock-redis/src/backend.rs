@@ -17,10 +17,12 @@
 //! renewal. With a restart guard, the acquire script itself refuses locks on a
 //! server that may have lost some, until the guard has passed.
 
-use crate::connection::{RunId, ServerAddress};
-use crate::error::CommandError;
+use crate::address::ServerAddress;
+use crate::connection::RunId;
+use crate::error::{BACKEND, CommandError};
 use crate::keys::LockKeys;
 use crate::protocol::{Attempt, ServerClient, loss_signal, release_on_drop};
+use crate::replicas::ReplicaAck;
 use crate::restart::{Place, RestartGuard};
 use crate::subscriber::Waiting;
 use async_trait::async_trait;
@@ -34,21 +36,8 @@ use distlock_core::{
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The backend name in errors.
-pub(crate) const BACKEND: &str = "redis";
-
 /// A Redis lock client: [`crate::RedisConfig::connect`] gives one.
 pub type RedisLock = BackendLock<RedisBackend>;
-
-/// How many replicas must acknowledge each acquire and release, and how long to
-/// wait for them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReplicaAck {
-    /// Replicas that must acknowledge.
-    pub replicas: u32,
-    /// How long the server waits for them (`WAIT`'s timeout).
-    pub timeout: Duration,
-}
 
 /// The single-node Redis adapter; reach it through [`BackendLock::backend`].
 pub struct RedisBackend {

@@ -23,7 +23,8 @@
 //! - `WAIT` goes to every primary and the smallest count is taken, so with
 //!   `wait_replicas` every primary must have that many replicas.
 
-use crate::connection::{CommandConn, ServerAddress};
+use crate::address::{ClusterSeeds, ServerAddress};
+use crate::command::CommandConn;
 use crate::error::CommandError;
 use distlock_core::LockError;
 use redis::cluster::{ClusterClient, ClusterClientBuilder, NodeAddress};
@@ -32,31 +33,6 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{ProtocolVersion, PushInfo, Value};
 use std::time::Duration;
 use tokio::sync::mpsc;
-
-/// The nodes a `redis+cluster://` URL names, to learn the topology from: any
-/// one that answers is enough.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ClusterSeeds {
-    pub nodes: Vec<(String, u16)>,
-    /// Addresses to dial instead of those the cluster announces (a NAT, a
-    /// tunnel, a proxy): `(announced, dialed)`.
-    pub dial_instead: Vec<((String, u16), (String, u16))>,
-}
-
-impl ClusterSeeds {
-    /// `h1:p1,h2:p2`, for endpoints.
-    pub fn describe(&self) -> String {
-        let nodes: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|(host, port)| match host.contains(':') {
-                true => format!("[{host}]:{port}"),
-                false => format!("{host}:{port}"),
-            })
-            .collect();
-        nodes.join(",")
-    }
-}
 
 /// The crate does its own per-request timeout and retries inside a cluster
 /// request; ours bound every call, so theirs must never fire first (a `WAIT`

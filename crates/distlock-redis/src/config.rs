@@ -3,9 +3,11 @@
 //! their `+sentinel` and `+cluster` forms), `redlock://` and `redlocks://` URLs
 //! is in `servers.rs`.
 
-use crate::backend::{BACKEND, RedisBackend, RedisLock, ReplicaAck};
-use crate::connection::{DEFAULT_PORT, ServerAddress};
+use crate::address::{DEFAULT_PORT, ServerAddress};
+use crate::backend::{RedisBackend, RedisLock};
+use crate::error::BACKEND;
 use crate::fence::RedisFence;
+use crate::replicas::ReplicaAck;
 pub(crate) use common::{Common, check_timeout};
 use distlock_core::toolkit::Timeouts;
 use distlock_core::{AcquireOptions, BackendLock, LockError};

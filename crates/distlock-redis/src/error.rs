@@ -6,6 +6,9 @@ use distlock_core::LockError;
 use redis::{ErrorKind, ServerErrorKind};
 use std::time::Duration;
 
+/// The backend name in errors.
+pub(crate) const BACKEND: &str = "redis";
+
 /// What went wrong with one command to one Redis server.
 #[derive(Debug)]
 pub(crate) enum CommandError {
@@ -21,7 +24,7 @@ pub(crate) enum CommandError {
     /// A fenced write was applied, but fewer replicas than asked acknowledged it.
     TooFewReplicas {
         acked: u32,
-        ack: crate::backend::ReplicaAck,
+        ack: crate::replicas::ReplicaAck,
     },
 }
 

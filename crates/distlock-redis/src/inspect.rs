@@ -8,6 +8,7 @@ use crate::backend::RedisBackend;
 use crate::connection::info_field;
 use crate::error::CommandError;
 use crate::keys::{LockKeys, lock_key_pattern};
+use crate::primaries::{At, every_server, scan_keys};
 use crate::protocol::{Attempt, ServerClient};
 use crate::restart::RestartGuard;
 use crate::shares::residue;
@@ -17,7 +18,7 @@ use distlock_core::{FencingToken, LockError, LockKey};
 use std::time::Duration;
 
 mod nodes;
-use nodes::{At, describe, describe_cluster, every_server};
+use nodes::{describe, describe_cluster};
 
 /// How a server is used, for the warnings that depend on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,45 +40,6 @@ pub(crate) async fn lock_keys(
     budget: Duration,
 ) -> Result<Vec<String>, CommandError> {
     scan_keys(server, &lock_key_pattern(namespace, prefix), budget).await
-}
-
-/// Every key matching the `SCAN` pattern, sorted: on the one server, or on
-/// each primary of a cluster (a `SCAN` sees only the node it is sent to).
-pub(crate) async fn scan_keys(
-    server: &ServerClient,
-    pattern: &str,
-    budget: Duration,
-) -> Result<Vec<String>, CommandError> {
-    let mut found = Vec::new();
-    for node in every_server(server, budget).await? {
-        let at = At {
-            server,
-            node: node.as_ref(),
-        };
-        found.extend(scan(at, pattern, budget).await?);
-    }
-    found.sort_unstable();
-    found.dedup();
-    Ok(found)
-}
-
-/// Every key on one server matching `pattern`.
-async fn scan(at: At<'_>, pattern: &str, budget: Duration) -> Result<Vec<String>, CommandError> {
-    let (mut cursor, mut found) = (0_u64, Vec::new());
-    loop {
-        let mut scan = redis::cmd("SCAN");
-        scan.arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000);
-        let (next, keys): (u64, Vec<String>) = at.query(budget, scan).await?;
-        found.extend(keys);
-        if next == 0 {
-            return Ok(found);
-        }
-        cursor = next;
-    }
 }
 
 /// `PING`, the cheapest round trip.

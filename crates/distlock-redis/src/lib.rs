@@ -70,10 +70,14 @@
 //! # Modules
 //!
 //! `config` reads URLs and builds clients; `backend` is the lock on one server,
-//! `protocol` its Lua scripts (`scripts/*.lua`) and commands, `connection` the
-//! reconnecting command connection, `sentinel` where it connects to (a fixed
-//! server or the primary Sentinel names), `cluster` the Redis Cluster
-//! connections, `subscriber` the shared pub/sub wake-up,
+//! `protocol` its Lua scripts (`scripts/*.lua`) and commands, `address` where
+//! a deployment is and how to log in (one server, Sentinels, cluster seeds),
+//! `command` the command connection's two shapes (one server, a cluster),
+//! `connection` the reconnecting command connection, `sentinel` where it
+//! connects to (a fixed server or the primary Sentinel names), `cluster` the
+//! Redis Cluster connections, `primaries` the servers a question about every
+//! key goes to, `replicas` the `WAIT` a lock may ask for, `subscriber` the
+//! shared pub/sub wake-up,
 //! `restart` the restart check of held leases and the restart guard's client
 //! half (its script half, `scripts/restart_guard.lua`, is prepended to every
 //! acquire script it checks);
@@ -85,8 +89,10 @@
 //! again over N servers, plus its concurrent rounds and vote tally.
 #![deny(missing_docs)]
 
+mod address;
 mod backend;
 mod cluster;
+mod command;
 mod config;
 mod connection;
 mod error;
@@ -94,22 +100,25 @@ mod fair;
 mod fence;
 mod inspect;
 mod keys;
+mod primaries;
 mod protocol;
 mod redlock;
 mod registration;
+mod replicas;
 mod restart;
 mod sentinel;
 mod shares;
 mod subscriber;
 mod tls;
 
-pub use backend::{RedisBackend, RedisHandle, RedisLock, ReplicaAck};
+pub use backend::{RedisBackend, RedisHandle, RedisLock};
 pub use config::RedisConfig;
 pub use fence::{FenceScript, RedisFence};
 pub use keys::{DEFAULT_NAMESPACE, LockKeys};
 pub use redlock::backend::{Redlock, RedlockBackend, RedlockHandle};
 pub use redlock::config::RedlockConfig;
 pub use registration::{REDIS, REDLOCK};
+pub use replicas::ReplicaAck;
 pub use shares::RedisShare;
 pub use shares::rwlock::{RedisRwLock, RedisRwLockBackend};
 pub use shares::semaphore::{RedisSemaphore, RedisSemaphoreBackend};

@@ -6,7 +6,9 @@
 //! is sent with `EVALSHA`; the `redis` crate's [`Script`] reloads it on `NOSCRIPT`
 //! (after a server restart or `SCRIPT FLUSH`).
 
-use crate::connection::{CommandConn, Connection, RunId, ServerAddress};
+use crate::address::ServerAddress;
+use crate::command::CommandConn;
+use crate::connection::{Connection, RunId};
 use crate::error::CommandError;
 use crate::keys::LockKeys;
 use crate::restart::{self, LossSender, Place, Restarts, Watch};
@@ -23,9 +25,11 @@ use undo::{UNDO_GRACE, release_invocation, undo_on_connection};
 
 mod acquire;
 pub(crate) mod fair;
+mod share_lib;
 mod undo;
 mod undone;
 pub(crate) use acquire::wait_on;
+pub(crate) use share_lib::share_script;
 pub(crate) use undo::release_on_drop;
 
 /// `SET NX PX` + `INCR` of the fence counter, or the holder's `PTTL`; with a

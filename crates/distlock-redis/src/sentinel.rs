@@ -14,8 +14,8 @@
 //! and it has no connect timeout of its own; this lookup is one command and
 //! reuses [`ServerAddress::client`] for both Sentinels and the primary.
 
+use crate::address::{Sentinels, ServerAddress};
 use crate::cluster::ClusterTarget;
-use crate::connection::ServerAddress;
 use crate::error::CommandError;
 use distlock_core::LockError;
 use distlock_core::toolkit::LockUrl;
@@ -23,44 +23,6 @@ use std::time::Duration;
 
 /// The default Sentinel port.
 pub(crate) const DEFAULT_SENTINEL_PORT: u16 = 26379;
-
-/// The Sentinels that watch one primary, and how to log in to them. Their
-/// password is separate from the data nodes' (`sentinel_password=`) and, like
-/// it, never shown.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Sentinels {
-    /// The name the Sentinels know the primary by (`sentinel monitor <name>`).
-    pub master: String,
-    pub nodes: Vec<(String, u16)>,
-    pub username: Option<String>,
-    pub password: Option<String>,
-}
-
-impl std::fmt::Debug for Sentinels {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sentinels")
-            .field("master", &self.master)
-            .field("nodes", &self.nodes)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .finish()
-    }
-}
-
-impl Sentinels {
-    /// `s1:26379,s2:26379/<master>`, for endpoints.
-    pub fn describe(&self) -> String {
-        let nodes: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|(host, port)| match host.contains(':') {
-                true => format!("[{host}]:{port}"),
-                false => format!("{host}:{port}"),
-            })
-            .collect();
-        format!("{}/{}", nodes.join(","), self.master)
-    }
-}
 
 /// Reads the Sentinel part of a `redis+sentinel://` URL: the hosts (port
 /// 26379 by default), the primary's name in the path, `db=`, and the

@@ -6,9 +6,9 @@
 
 use super::clock_drift;
 use crate::backend::{Holding, Ownership};
-use crate::metrics::Metrics;
+use crate::counters::Metrics;
+use crate::metrics::Hold;
 use crate::reentry::Reentry;
-use crate::telemetry::Hold;
 use crate::{FencingToken, LockError, LockKey, LossReason};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};

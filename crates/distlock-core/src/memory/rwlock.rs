@@ -3,15 +3,18 @@
 //! waiting writer), each waiter woken when it reaches the front.
 
 use super::{MemoryBackend, MemoryStore, clock_seed};
-use crate::backend::{AcquireRequest, Acquired, Holding, LossSignal, Ownership, WaitUntil};
+use crate::backend::{AcquireRequest, Acquired, Ownership, WaitUntil};
 use crate::rwlock::{RwLockBackend, RwLockInspect, RwMode, ShareInfo};
 use crate::toolkit::CancelGuard;
-use crate::{Capabilities, FencingToken, LockError, LockKey, LossReason};
+use crate::{Capabilities, FencingToken, LockError, LockKey};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::Notify;
+
+mod share;
+pub use share::ShareHandle;
 
 /// One read-write lock's state in the store. Its token counter outlives the
 /// shares.
@@ -308,52 +311,6 @@ impl MemoryRwLockBackend {
                 }
             }
         }
-    }
-}
-
-/// A held memory read or write share.
-#[derive(Debug)]
-pub struct ShareHandle {
-    network: Arc<MemoryBackend>,
-    key: LockKey,
-    id: u64,
-    revoked: Arc<Notify>,
-}
-
-#[async_trait]
-impl Holding for ShareHandle {
-    fn backend_name(&self) -> &'static str {
-        "memory"
-    }
-
-    async fn renew(&self, ttl: Duration) -> Result<Ownership, LockError> {
-        let network = &self.network;
-        network.reach().await?;
-        let outcome = network.store.if_share_holder(&self.key, self.id, |rw, id| {
-            if let Some(share) = rw.shares.get_mut(&id) {
-                share.expires_at = Instant::now() + ttl;
-            }
-        });
-        network.reply().await;
-        Ok(outcome)
-    }
-
-    async fn release(&self) -> Result<Ownership, LockError> {
-        let network = &self.network;
-        network.reach().await?;
-        let outcome = network.store.if_share_holder(&self.key, self.id, |rw, id| {
-            rw.remove(id);
-        });
-        network.reply().await;
-        Ok(outcome)
-    }
-
-    fn loss_signal(&self) -> Option<LossSignal> {
-        let revoked = self.revoked.clone();
-        Some(Box::pin(async move {
-            revoked.notified().await;
-            LossReason::Revoked
-        }))
     }
 }
 

@@ -19,15 +19,14 @@
 mod backoff;
 mod cancel;
 mod duration;
-mod inspect;
 mod sql;
 mod timeouts;
 mod url;
 
+pub use crate::inspect::{Holder, Inspect};
 pub use backoff::Backoff;
 pub use cancel::{CancelGuard, UndoFuture};
 pub use duration::parse_duration;
-pub use inspect::{Holder, Inspect};
 pub use sql::{SQL_IDENTIFIER_MAX, sql_identifier_problem};
 pub use timeouts::Timeouts;
 pub use url::{Host, LockUrl, redact};

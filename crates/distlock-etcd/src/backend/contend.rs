@@ -6,8 +6,8 @@
 
 use super::{EtcdBackend, EtcdHandle};
 use crate::error::{BACKEND, Failure, protocol};
+use crate::etcd_lease::{LeaseEnd, SessionLease, Slot, whole_seconds};
 use crate::keys::{contender_key, printable};
-use crate::lease::{LeaseEnd, SessionLease, Slot, whole_seconds};
 use crate::queue::QueueEntry;
 use crate::watch::{OnCreate, Subscription, Wake};
 use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};

@@ -23,8 +23,8 @@ mod protocol;
 
 use crate::backend::{EtcdBackend, EtcdHandle};
 use crate::error::{BACKEND, Failure};
+use crate::etcd_lease::Slot;
 use crate::keys::{contender_key, printable, semaphore_prefix};
-use crate::lease::Slot;
 use crate::queue::QueueEntry;
 use crate::watch::{OnCreate, Subscription};
 use async_trait::async_trait;

@@ -9,6 +9,7 @@
 //! has long had in its synced set instead of creating one, which etcd may put on
 //! its catch-up path when a write commits at the same moment.
 
+use super::entry::{Entry, Listener};
 use super::{Command, Counts, Notice};
 use crate::error::Failure;
 use crate::rpc::Rpc;
@@ -33,44 +34,6 @@ const MAX_IDLE: usize = 32;
 /// The id of the watch that opens a stream when no real one is waiting; real ids
 /// count up from 1 and never reach it.
 const PLACEHOLDER_ID: i64 = i64::MAX;
-
-/// Who listens to a watch.
-enum Listener {
-    Subscribed(mpsc::UnboundedSender<Notice>),
-    /// Nobody, since then.
-    Idle(Instant),
-}
-
-struct Entry {
-    key: Vec<u8>,
-    /// Empty for one key; else the end of the watched range.
-    range_end: Vec<u8>,
-    /// Kept for the next subscriber once its subscriber goes.
-    linger: bool,
-    /// The revision after which the watch delivers every deletion, once etcd has
-    /// confirmed it on the current stream.
-    start: Option<i64>,
-    listener: Listener,
-    /// The latest deletion the watch delivered (its revision and key), for
-    /// whoever subscribes next.
-    last_deleted: Option<(i64, Vec<u8>)>,
-}
-
-impl Entry {
-    fn idle_since(&self) -> Option<Instant> {
-        match self.listener {
-            Listener::Idle(since) => Some(since),
-            Listener::Subscribed(_) => None,
-        }
-    }
-
-    fn send(&self, notice: Notice) -> bool {
-        match &self.listener {
-            Listener::Subscribed(notices) => notices.send(notice).is_ok(),
-            Listener::Idle(_) => false,
-        }
-    }
-}
 
 pub(super) struct Hub {
     client: WatchClient,

@@ -19,6 +19,7 @@
 //! [`KeyDeletion`] is the loss watch of a held lock: its key deleted by anyone
 //! but our own release.
 
+mod entry;
 mod hub;
 
 use crate::keys::prefix_end;

@@ -3,8 +3,8 @@
 //! scheme, hosts, credentials, database and the server-level parameters. Apart
 //! from `RedisConfig` because `RedlockConfig` reads its nodes through it too.
 
-use crate::cluster::ClusterSeeds;
-use crate::connection::{DEFAULT_PORT, ServerAddress};
+use crate::address::ClusterSeeds;
+use crate::address::{DEFAULT_PORT, ServerAddress};
 use crate::sentinel::read_sentinels;
 use crate::tls::TlsFiles;
 use distlock_core::LockError;

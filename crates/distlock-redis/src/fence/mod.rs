@@ -62,12 +62,13 @@ mod writes;
 
 pub use script::FenceScript;
 
-use crate::backend::BACKEND;
-use crate::backend::ReplicaAck;
-use crate::connection::{Connection, ServerAddress};
+use crate::address::ServerAddress;
+use crate::connection::Connection;
+use crate::error::BACKEND;
 use crate::error::CommandError;
 use crate::keys::fence_record;
 use crate::protocol::wait_on;
+use crate::replicas::ReplicaAck;
 use crate::sentinel::Target;
 use async_trait::async_trait;
 use distlock_core::fence::{invalid_write, stale, validate_resource};

@@ -5,7 +5,8 @@
 
 use super::RedisFence;
 use crate::cluster::{Node, Shard, on_node, shards};
-use crate::connection::{CommandConn, info_field};
+use crate::command::CommandConn;
+use crate::connection::info_field;
 use crate::error::CommandError;
 
 impl RedisFence {

@@ -1,68 +1,12 @@
-//! The servers an inspection asks: the client's one server, or each primary
-//! of its Redis Cluster, named by `CLUSTER NODES`; and how the topology
-//! describes either.
+//! How the topology describes itself: the client's one server, or each
+//! primary of its Redis Cluster with its slots and replicas.
 
-use crate::cluster::{Node, Shard, shards};
+use crate::cluster::Shard;
 use crate::connection::info_field;
 use crate::error::CommandError;
-use crate::protocol::{Command, ServerClient};
+use crate::primaries::cluster_shards;
+use crate::protocol::ServerClient;
 use std::time::Duration;
-
-/// The server a question goes to: the one of a client, or one node of its
-/// cluster.
-#[derive(Clone, Copy)]
-pub(crate) struct At<'a> {
-    pub server: &'a ServerClient,
-    pub node: Option<&'a Node>,
-}
-
-impl At<'_> {
-    /// How warnings name it.
-    pub fn name(&self) -> String {
-        match self.node {
-            Some(node) => Shard::name(node),
-            None => self.server.endpoint.to_string(),
-        }
-    }
-
-    pub async fn query<T>(&self, budget: Duration, cmd: redis::Cmd) -> Result<T, CommandError>
-    where
-        T: redis::FromRedisValue + Send + 'static,
-    {
-        let command = match self.node {
-            Some(node) => Command::OnNode(cmd, node.clone()),
-            None => cmd.into(),
-        };
-        self.server.query(budget, command).await
-    }
-}
-
-/// The primaries of a cluster client, and what each serves.
-async fn cluster_shards(
-    server: &ServerClient,
-    budget: Duration,
-) -> Result<Vec<Shard>, CommandError> {
-    let mut nodes = redis::cmd("CLUSTER");
-    nodes.arg("NODES");
-    let reply: String = server.query(budget, nodes.into()).await?;
-    shards(&reply)
-}
-
-/// Where a question about every key or every server goes: the one server, or
-/// each primary of the cluster.
-pub(super) async fn every_server(
-    server: &ServerClient,
-    budget: Duration,
-) -> Result<Vec<Option<Node>>, CommandError> {
-    match server.cluster {
-        false => Ok(vec![None]),
-        true => Ok(cluster_shards(server, budget)
-            .await?
-            .into_iter()
-            .map(|shard| Some(shard.primary))
-            .collect()),
-    }
-}
 
 /// The primaries of a cluster, their slots and replicas, as `CLUSTER NODES`
 /// gives them.

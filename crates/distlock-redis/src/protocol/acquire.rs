@@ -2,10 +2,11 @@
 //! connection that made the write.
 
 use super::{ACQUIRE, Attempt, ServerClient, UNDO_GRACE, ttl_ms, undo_on_connection};
-use crate::backend::ReplicaAck;
-use crate::connection::{CommandConn, RunId};
+use crate::command::CommandConn;
+use crate::connection::RunId;
 use crate::error::CommandError;
 use crate::keys::LockKeys;
+use crate::replicas::ReplicaAck;
 use crate::restart::RestartGuard;
 use std::time::Duration;
 

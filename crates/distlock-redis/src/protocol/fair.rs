@@ -1,11 +1,10 @@
 //! The fair (FIFO) lock's two scripts: acquire in queue order, and leave (a
 //! release, or a waiter giving up its place), which tells the next waiter.
 
-use super::{Attempt, ServerClient, flag, ttl_ms};
-use crate::connection::CommandConn;
+use super::{Attempt, ServerClient, flag, share_script, ttl_ms};
+use crate::command::CommandConn;
 use crate::error::CommandError;
 use crate::keys::LockKeys;
-use crate::shares::share_script;
 use redis::{Script, ScriptInvocation};
 use std::sync::LazyLock;
 use std::time::Duration;

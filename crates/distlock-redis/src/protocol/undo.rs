@@ -3,7 +3,7 @@
 //! the compare-owner release, so it can only ever delete that attempt's own key.
 
 use super::{RELEASE, ServerClient};
-use crate::connection::CommandConn;
+use crate::command::CommandConn;
 use crate::keys::LockKeys;
 use distlock_core::toolkit::{CancelGuard, UndoFuture};
 use std::sync::Arc;

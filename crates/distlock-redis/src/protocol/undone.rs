@@ -4,7 +4,8 @@
 //! cannot overtake it, as it could on a fresh one.
 
 use super::{ServerClient, UNDO_GRACE};
-use crate::connection::{CommandConn, Link, RunId};
+use crate::command::CommandConn;
+use crate::connection::{Link, RunId};
 use crate::error::CommandError;
 use distlock_core::toolkit::{CancelGuard, UndoFuture};
 use redis::ScriptInvocation;

@@ -15,7 +15,8 @@
 use super::BACKEND;
 use super::round;
 use super::tally::Tally;
-use crate::connection::{RunId, ServerAddress};
+use crate::address::ServerAddress;
+use crate::connection::RunId;
 use crate::keys::LockKeys;
 use crate::protocol::{ServerClient, loss_signal, release_on_drop};
 use crate::restart::{Place, RestartGuard};

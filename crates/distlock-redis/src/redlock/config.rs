@@ -2,8 +2,8 @@
 
 use super::BACKEND;
 use super::backend::{Redlock, RedlockBackend};
+use crate::address::ServerAddress;
 use crate::config::{Common, RedisConfig, Schemes, read_servers};
-use crate::connection::ServerAddress;
 use distlock_core::toolkit::Timeouts;
 use distlock_core::{BackendLock, LockError};
 use std::time::Duration;

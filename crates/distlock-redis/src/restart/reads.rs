@@ -9,7 +9,7 @@
 //! check costs about one round trip however many names it covers.
 
 use super::Place;
-use crate::connection::CommandConn;
+use crate::command::CommandConn;
 use crate::error::CommandError;
 use std::collections::BTreeMap;
 

@@ -22,12 +22,13 @@
 //! a restart guard the acquire scripts arm and honour the namespace's marker,
 //! refusing every grant until the guard has passed.
 
-use crate::backend::{BACKEND, RedisBackend};
-use crate::connection::{CommandConn, Link, RunId};
-use crate::error::CommandError;
-use crate::inspect::scan_keys;
+use crate::backend::RedisBackend;
+use crate::command::CommandConn;
+use crate::connection::{Link, RunId};
+use crate::error::{BACKEND, CommandError};
 use crate::keys::{LockKeys, lock_key_pattern};
-use crate::protocol::{ServerClient, flag, loss_signal, ttl_ms as ms};
+use crate::primaries::scan_keys;
+use crate::protocol::{ServerClient, flag, loss_signal, share_script, ttl_ms as ms};
 use crate::restart::{Place, RestartGuard};
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Holding, LossSignal, Ownership};
@@ -46,18 +47,6 @@ pub(crate) mod semaphore;
 pub(crate) mod turns;
 
 pub(crate) use turns::{Attempt, place_lifetime, queued_wait, take_turns};
-
-/// The helpers every share script starts with, then `files` (an acquire
-/// script the restart guard checks is preceded by `restart_guard.lua`).
-macro_rules! share_script {
-    ($($file:literal),+) => {
-        concat!(
-            include_str!("../scripts/share_lib.lua"),
-            $(include_str!(concat!("../scripts/", $file))),+
-        )
-    };
-}
-pub(crate) use share_script;
 
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(share_script!("share_renew.lua")));
 static RELEASE: LazyLock<Script> =

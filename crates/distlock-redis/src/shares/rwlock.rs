@@ -24,10 +24,11 @@
 
 use super::{
     Acquiring, Attempt, Invocation, RedisShare, ShareClient, ShareKeys, delete, live, ms,
-    place_lifetime, queued_wait, residue, share_script,
+    place_lifetime, queued_wait, residue,
 };
-use crate::backend::BACKEND;
-use crate::connection::CommandConn;
+use crate::command::CommandConn;
+use crate::error::BACKEND;
+use crate::protocol::share_script;
 use crate::restart::RestartGuard;
 use async_trait::async_trait;
 use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};

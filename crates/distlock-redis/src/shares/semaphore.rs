@@ -13,8 +13,9 @@
 //! while any permit lives, and the limit goes with the last permit. With a
 //! restart guard, no permit is granted while the guard refuses.
 
-use super::{Acquiring, Attempt, ShareClient, ShareKeys, delete, live, ms, residue, share_script};
-use crate::backend::BACKEND;
+use super::{Acquiring, Attempt, ShareClient, ShareKeys, delete, live, ms, residue};
+use crate::error::BACKEND;
+use crate::protocol::share_script;
 use crate::restart::RestartGuard;
 use async_trait::async_trait;
 use distlock_core::backend::Acquired;

@@ -2,9 +2,9 @@
 //! retries a failed renewal until the local deadline, and ends the lease at
 //! the deadline, at `max_hold`, or when the backend pushes a loss.
 
+use super::shared::{Shared, Status};
 use crate::LossReason;
 use crate::backend::{LossSignal, Ownership};
-use crate::lease::{Shared, Status};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::time::sleep_until;

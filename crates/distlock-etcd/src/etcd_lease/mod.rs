@@ -1,4 +1,5 @@
-//! Leases: one per client and ttl, kept alive every ttl/3 on one keep-alive stream.
+//! etcd's own leases (the server's, not a `distlock_core::Lease`): one per client
+//! and ttl, kept alive every ttl/3 on one keep-alive stream.
 //!
 //! Every lock key is attached to its client's lease for that ttl, so an
 //! uncontended cycle needs no lease traffic of its own: the grant is amortised over

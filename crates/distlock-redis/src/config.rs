@@ -7,8 +7,9 @@ use crate::backend::{BACKEND, RedisBackend, RedisLock, ReplicaAck};
 use crate::connection::{DEFAULT_PORT, ServerAddress};
 use crate::fence::RedisFence;
 pub(crate) use common::{Common, check_timeout};
+use distlock_core::adapter::BackendLock;
 use distlock_core::toolkit::Timeouts;
-use distlock_core::{AcquireOptions, BackendLock, LockError};
+use distlock_core::{AcquireOptions, LockError};
 pub(crate) use servers::{Schemes, read_servers};
 use std::time::Duration;
 

@@ -14,8 +14,9 @@ use crate::protocol::{delete_if_created_at, still_created_at};
 use crate::rpc::Rpc;
 use crate::watch::{KeyDeletion, Subscription, Watches};
 use async_trait::async_trait;
-use distlock_core::adapter::BackendLock;
-use distlock_core::adapter::{AcquireRequest, Acquired, Backend, LossSignal, Ownership};
+use distlock_core::adapter::{
+    AcquireRequest, Acquired, Backend, BackendLock, LossSignal, Ownership,
+};
 use distlock_core::toolkit::Inspect;
 use distlock_core::{Capabilities, LockError, LossReason};
 use etcd_client::KvClient;

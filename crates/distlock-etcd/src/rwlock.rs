@@ -16,8 +16,10 @@ use crate::error::Failure;
 use crate::keys::{READ_DIR, WRITE_DIR, printable, rwlock_names_prefix, rwlock_prefix};
 use crate::protocol;
 use async_trait::async_trait;
-use distlock_core::adapter::{AcquireRequest, Acquired, Backend};
-use distlock_core::adapter::{BackendRwLock, Bound, RwLockBackend, RwLockInspect, ShareInfo};
+use distlock_core::adapter::{
+    AcquireRequest, Acquired, Backend, BackendRwLock, Bound, RwLockBackend, RwLockInspect,
+    ShareInfo,
+};
 use distlock_core::{Capabilities, FencingToken, LockError, LockKey, RwMode};
 use etcd_client::KeyValue;
 use std::sync::Arc;

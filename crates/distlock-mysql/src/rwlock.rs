@@ -23,8 +23,9 @@ use crate::shares::{
     HEAD_SLOT, Mark, Plan, ShareHandle, ShareRow, Shares, Taker, delete_live, live_rows,
 };
 use async_trait::async_trait;
-use distlock_core::adapter::{AcquireRequest, Acquired, WaitUntil};
-use distlock_core::adapter::{RwLockBackend, RwLockInspect, ShareInfo, lowest_free_slot};
+use distlock_core::adapter::{
+    AcquireRequest, Acquired, RwLockBackend, RwLockInspect, ShareInfo, WaitUntil, lowest_free_slot,
+};
 use distlock_core::{Capabilities, FencingToken, LockError, LockKey, RwMode};
 use std::sync::Arc;
 use std::time::Duration;

@@ -23,9 +23,8 @@ use crate::pool::Conn;
 use crate::row_share::{RowShare, ShareKind, release_statement};
 use crate::waiting::{Attempts, MAX_PAUSE, Step, wait_for};
 use async_trait::async_trait;
-use distlock_core::adapter::Acquired;
 use distlock_core::adapter::{
-    AcquiredPermit, PermitInfo, PermitRequest, SemaphoreBackend, SemaphoreInspect,
+    Acquired, AcquiredPermit, PermitInfo, PermitRequest, SemaphoreBackend, SemaphoreInspect,
 };
 use distlock_core::toolkit::{CancelGuard, random_owner};
 use distlock_core::{Capabilities, FencingToken, LockError, LockKey};

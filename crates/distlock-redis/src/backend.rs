@@ -24,8 +24,9 @@ use crate::protocol::{Attempt, ServerClient, loss_signal, release_on_drop};
 use crate::restart::{Place, RestartGuard};
 use crate::subscriber::Waiting;
 use async_trait::async_trait;
-use distlock_core::adapter::BackendLock;
-use distlock_core::adapter::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
+use distlock_core::adapter::{
+    AcquireRequest, Acquired, Backend, BackendLock, LossSignal, Ownership, WaitUntil,
+};
 use distlock_core::toolkit::Timeouts;
 use distlock_core::toolkit::{Inspect, random_owner};
 use distlock_core::{

@@ -3,8 +3,7 @@
 //! the cases guarding that property fail.
 
 use async_trait::async_trait;
-use distlock_core::adapter::BackendLock;
-use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership};
+use distlock_core::adapter::{AcquireRequest, Acquired, Backend, BackendLock, Ownership};
 use distlock_core::memory::{MemoryBackend, MemoryHandle, MemoryStore};
 use distlock_core::{BoxError, Capabilities, DynLock, FencingToken, LockError, LockKey};
 use distlock_testkit::cases::{self, CaseResult};

@@ -5,8 +5,7 @@
 //! back to the same verdict.
 
 use async_trait::async_trait;
-use distlock_core::adapter::BackendLock;
-use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership};
+use distlock_core::adapter::{AcquireRequest, Acquired, Backend, BackendLock, Ownership};
 use distlock_core::memory::{MemoryBackend, MemoryHandle, MemoryStore};
 use distlock_core::{BoxError, Capabilities, DynLock, FencingToken, LockError};
 use distlock_testkit::Harness;

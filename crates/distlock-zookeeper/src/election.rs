@@ -10,8 +10,7 @@
 use crate::backend::ZkBackend;
 use crate::keys::{self, NodeKind};
 use async_trait::async_trait;
-use distlock_core::adapter::{Acquired, Backend};
-use distlock_core::adapter::{Bound, CampaignRequest, ElectionBackend};
+use distlock_core::adapter::{Acquired, Backend, Bound, CampaignRequest, ElectionBackend};
 use distlock_core::toolkit::Holder;
 use distlock_core::{Capabilities, FencingToken, LockError, LockKey};
 use std::sync::Arc;

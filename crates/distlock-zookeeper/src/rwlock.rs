@@ -14,8 +14,10 @@
 use crate::backend::ZkBackend;
 use crate::keys::{self, NodeKind};
 use async_trait::async_trait;
-use distlock_core::adapter::{AcquireRequest, Acquired, Backend};
-use distlock_core::adapter::{BackendRwLock, Bound, RwLockBackend, RwLockInspect, ShareInfo};
+use distlock_core::adapter::{
+    AcquireRequest, Acquired, Backend, BackendRwLock, Bound, RwLockBackend, RwLockInspect,
+    ShareInfo,
+};
 use distlock_core::{Capabilities, FencingToken, LockError, LockKey, RwMode};
 use std::sync::Arc;
 

@@ -38,10 +38,9 @@ use crate::lease;
 use crate::queue::{self, QueuedNode, Turn};
 use crate::session::Session;
 use async_trait::async_trait;
-use distlock_core::adapter::{Acquired, Backend, WaitUntil};
 use distlock_core::adapter::{
-    AcquiredPermit, BackendSemaphore, Bound, PermitInfo, PermitRequest, SemaphoreBackend,
-    SemaphoreInspect, lowest_free_slot,
+    Acquired, AcquiredPermit, Backend, BackendSemaphore, Bound, PermitInfo, PermitRequest,
+    SemaphoreBackend, SemaphoreInspect, WaitUntil, lowest_free_slot,
 };
 use distlock_core::{Capabilities, FencingToken, LockError, LockKey};
 use std::sync::Arc;

@@ -28,9 +28,9 @@ use crate::lease::Slot;
 use crate::queue::QueueEntry;
 use crate::watch::{OnCreate, Subscription};
 use async_trait::async_trait;
-use distlock_core::adapter::{Acquired, Backend, WaitUntil};
 use distlock_core::adapter::{
-    AcquiredPermit, BackendSemaphore, Bound, PermitRequest, SemaphoreBackend, SemaphoreInspect,
+    Acquired, AcquiredPermit, Backend, BackendSemaphore, Bound, PermitRequest, SemaphoreBackend,
+    SemaphoreInspect, WaitUntil,
 };
 use distlock_core::{Capabilities, LockError};
 use protocol::{Layout, Look, Refused};

@@ -21,8 +21,9 @@ use crate::protocol::{ServerClient, loss_signal, release_on_drop};
 use crate::restart::{Place, RestartGuard};
 use crate::subscriber::Waiting;
 use async_trait::async_trait;
-use distlock_core::adapter::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
-use distlock_core::adapter::{BackendLock, clock_drift};
+use distlock_core::adapter::{
+    AcquireRequest, Acquired, Backend, BackendLock, LossSignal, Ownership, WaitUntil, clock_drift,
+};
 use distlock_core::toolkit::Timeouts;
 use distlock_core::toolkit::{Backoff, Inspect, random_owner};
 use distlock_core::{

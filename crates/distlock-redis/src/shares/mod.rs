@@ -30,11 +30,11 @@ use crate::keys::{LockKeys, lock_key_pattern};
 use crate::protocol::{ServerClient, flag, loss_signal, ttl_ms as ms};
 use crate::restart::{Place, RestartGuard};
 use async_trait::async_trait;
-use distlock_core::adapter::{AcquireRequest, Holding, LossSignal, Ownership};
-use distlock_core::adapter::{BackendRwLock, BackendSemaphore};
+use distlock_core::adapter::{
+    AcquireRequest, BackendRwLock, BackendSemaphore, Holding, LossSignal, Ownership,
+};
 use distlock_core::toolkit::{CancelGuard, UndoFuture};
-use distlock_core::{Capabilities, LockError, LockKey};
-use distlock_core::{DynRwLock, DynSemaphore};
+use distlock_core::{Capabilities, DynRwLock, DynSemaphore, LockError, LockKey};
 use redis::Script;
 use rwlock::RedisRwLockBackend;
 use semaphore::RedisSemaphoreBackend;

@@ -30,8 +30,9 @@ use crate::backend::BACKEND;
 use crate::connection::CommandConn;
 use crate::restart::RestartGuard;
 use async_trait::async_trait;
-use distlock_core::adapter::{AcquireRequest, Acquired, WaitUntil};
-use distlock_core::adapter::{BackendRwLock, RwLockBackend, RwLockInspect, ShareInfo};
+use distlock_core::adapter::{
+    AcquireRequest, Acquired, BackendRwLock, RwLockBackend, RwLockInspect, ShareInfo, WaitUntil,
+};
 use distlock_core::toolkit::random_owner;
 use distlock_core::{Capabilities, FencingToken, LockError, LockKey, RwMode};
 use redis::Script;

@@ -17,9 +17,9 @@ use super::{Acquiring, Attempt, ShareClient, ShareKeys, delete, live, ms, residu
 use crate::backend::BACKEND;
 use crate::restart::RestartGuard;
 use async_trait::async_trait;
-use distlock_core::adapter::Acquired;
 use distlock_core::adapter::{
-    AcquiredPermit, BackendSemaphore, PermitInfo, PermitRequest, SemaphoreBackend, SemaphoreInspect,
+    Acquired, AcquiredPermit, BackendSemaphore, PermitInfo, PermitRequest, SemaphoreBackend,
+    SemaphoreInspect,
 };
 use distlock_core::toolkit::random_owner;
 use distlock_core::{Capabilities, FencingToken, LockError, LockKey};

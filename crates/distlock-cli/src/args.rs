@@ -139,16 +139,14 @@ mod tests {
 
     #[test]
     fn short_ttl_respects_minimum_and_granularity() {
-        let caps = Capabilities {
-            fencing: FencingGuarantee::Strict,
-            fifo: true,
-            wake: Wake::Push,
-            session_bound: false,
-            token_durability: TokenDurability::Persisted,
-            min_ttl: Duration::from_secs(1),
-            ttl_granularity: Duration::from_secs(1),
-            primitives: distlock::Primitives::ALL,
-        };
+        let caps = Capabilities::new()
+            .fencing(FencingGuarantee::Strict)
+            .fifo(true)
+            .wake(Wake::Push)
+            .token_durability(TokenDurability::Persisted)
+            .min_ttl(Duration::from_secs(1))
+            .ttl_granularity(Duration::from_secs(1))
+            .primitives(distlock::Primitives::ALL);
         assert_eq!(
             short_ttl(&caps, Duration::from_millis(500)),
             Duration::from_secs(1)

@@ -3,10 +3,8 @@
 //! the command is supervised the same way; only the acquire and the child's
 //! environment differ.
 
-use distlock::{
-    AcquireOptions, DynLock, FencingToken, Leadership, Lease, LockError, LockKey, Lost, Permit,
-    RwMode,
-};
+use distlock::prelude::*;
+use distlock::{AcquireOptions, DynLock, Leadership, Lease, LockError, LockKey, Permit, RwMode};
 use tokio::process::Command;
 
 /// How to acquire.
@@ -22,9 +20,10 @@ pub enum Want {
     Share(RwMode),
 }
 
-/// A held lock, permit or leadership.
+/// A held lock, permit or leadership: one lease underneath, so key, token,
+/// `lost` and `release` come from [`Held`].
 #[derive(Debug)]
-pub enum Held {
+pub enum Hold {
     Lock(Lease),
     Permit(Permit),
     Leadership(Leadership),
@@ -47,22 +46,22 @@ impl Want {
         lock: &DynLock,
         key: &LockKey,
         opts: &AcquireOptions,
-    ) -> Result<Held, LockError> {
+    ) -> Result<Hold, LockError> {
         let primitives = lock.capabilities().primitives;
         match self {
-            Want::Lock => Ok(Held::Lock(lock.acquire(key, opts).await?)),
+            Want::Lock => Ok(Hold::Lock(lock.acquire(key, opts).await?)),
             Want::Permit { limit } => {
                 let semaphore = lock.semaphore().ok_or_else(|| {
                     not_offered(lock, "semaphore", primitives.semaphore.why_not())
                 })?;
-                Ok(Held::Permit(semaphore.acquire(key, *limit, opts).await?))
+                Ok(Hold::Permit(semaphore.acquire(key, *limit, opts).await?))
             }
             Want::Leadership { proposal } => {
                 let election = lock
                     .election()
                     .ok_or_else(|| not_offered(lock, "election", primitives.election.why_not()))?;
                 let leadership = election.campaign(key, proposal, opts).await?;
-                Ok(Held::Leadership(leadership))
+                Ok(Hold::Leadership(leadership))
             }
             Want::Share(mode) => {
                 let rwlock = lock.rwlock().ok_or_else(|| {
@@ -77,47 +76,37 @@ impl Want {
                     RwMode::Write => rwlock.write(key, opts).await?,
                 };
                 // A share is a lease like any other: supervised the same way.
-                Ok(Held::Lock(share.into_lease()))
+                Ok(Hold::Lock(share.into_lease()))
             }
         }
     }
 }
 
-impl Held {
-    fn lease(&self) -> &Lease {
-        match self {
-            Held::Lock(lease) => lease,
-            Held::Permit(permit) => permit.lease(),
-            Held::Leadership(leadership) => leadership.lease(),
-        }
-    }
-
-    pub fn key(&self) -> &LockKey {
-        self.lease().key()
-    }
-
-    pub fn token(&self) -> FencingToken {
-        self.lease().token()
-    }
-
-    pub fn lost(&self) -> Lost {
-        self.lease().lost()
-    }
-
+impl Hold {
     /// Sets what the child learns: the name, the token, and the slot of a permit.
     pub fn describe_to(&self, cmd: &mut Command) {
         cmd.env("DISTLOCK_KEY", self.key().as_str())
             .env("DISTLOCK_FENCING_TOKEN", self.token().to_string());
-        if let Held::Permit(permit) = self {
+        if let Hold::Permit(permit) = self {
             cmd.env("DISTLOCK_SLOT", permit.slot().to_string());
         }
     }
+}
 
-    pub async fn release(self) -> Result<(), LockError> {
+impl SingleLease for Hold {
+    fn lease(&self) -> &Lease {
         match self {
-            Held::Lock(lease) => lease.release().await,
-            Held::Permit(permit) => permit.release().await,
-            Held::Leadership(leadership) => leadership.resign().await,
+            Hold::Lock(lease) => lease,
+            Hold::Permit(permit) => permit.lease(),
+            Hold::Leadership(leadership) => leadership.lease(),
+        }
+    }
+
+    fn into_lease(self) -> Lease {
+        match self {
+            Hold::Lock(lease) => lease,
+            Hold::Permit(permit) => permit.into_lease(),
+            Hold::Leadership(leadership) => leadership.into_lease(),
         }
     }
 }
@@ -125,10 +114,10 @@ impl Held {
 /// `--permits` is a whole number from 1 to `MAX_PERMITS`.
 pub fn parse_permits(raw: &str) -> Result<u32, String> {
     match raw.parse::<u32>() {
-        Ok(n) if (1..=distlock::MAX_PERMITS).contains(&n) => Ok(n),
+        Ok(n) if (1..=distlock::adapter::MAX_PERMITS).contains(&n) => Ok(n),
         _ => Err(format!(
             "`{raw}` is not a number of permits from 1 to {}",
-            distlock::MAX_PERMITS
+            distlock::adapter::MAX_PERMITS
         )),
     }
 }

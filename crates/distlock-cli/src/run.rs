@@ -8,8 +8,10 @@
 
 use crate::args::{KeyParser, UrlArg, parse_duration, parse_positive_duration, show};
 use crate::exit::{self, Failure};
-use crate::held::{Held, Want, parse_permits};
-use distlock::{AcquireOptions, DynLock, LockError, LockKey, Renewal, RwMode, Wait};
+use crate::held::{Hold, Want, parse_permits};
+use distlock::{
+    AcquireOptions, DynLock, Held, LockError, LockKey, Renewal, RwMode, SingleLease, Wait,
+};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use std::ffi::OsString;
@@ -214,7 +216,7 @@ async fn settle(baseline: usize) {
 /// The longest `settle` waits: about one round trip on a slow network.
 const SETTLE_LIMIT: Duration = Duration::from_secs(1);
 
-fn spawn(command: &[OsString], lease: &Held) -> Result<Child, Failure> {
+fn spawn(command: &[OsString], lease: &Hold) -> Result<Child, Failure> {
     let (program, rest) = command
         .split_first()
         .ok_or_else(|| Failure::usage("no command given: put it after `--`"))?;
@@ -242,7 +244,7 @@ fn spawn(command: &[OsString], lease: &Held) -> Result<Child, Failure> {
 
 async fn supervise(
     mut child: Child,
-    lease: Held,
+    lease: Hold,
     signals: &mut Signals,
     kill_after: Duration,
 ) -> Result<u8, Failure> {
@@ -283,7 +285,7 @@ async fn supervise(
 
 /// Releases after the command ended. A lease found lost at release means the
 /// command may have run part of the time without the lock: report it as lost.
-async fn finish(lease: Held, code: u8) -> Result<u8, Failure> {
+async fn finish(lease: Hold, code: u8) -> Result<u8, Failure> {
     let key = lease.key().clone();
     match tokio::time::timeout(Duration::from_secs(10), lease.release()).await {
         Ok(Ok(())) => Ok(code),
@@ -306,7 +308,7 @@ async fn finish(lease: Held, code: u8) -> Result<u8, Failure> {
 }
 
 /// Best-effort release on the way out; the ttl frees the lock otherwise.
-async fn release(lease: Held) {
+async fn release(lease: Hold) {
     let outcome = tokio::time::timeout(Duration::from_secs(10), lease.release()).await;
     if let Ok(Err(e)) = outcome
         && !matches!(e, LockError::Lost { .. })

@@ -1,6 +1,6 @@
 //! The small interface an adapter implements. Core builds everything else on top of
 //! it once: validation, the local deadline, renewal, loss, release on drop,
-//! reentrancy, tracing and metrics (see [`crate::BackendLock`]).
+//! reentrancy, tracing and metrics (see [`crate::adapter::BackendLock`]).
 
 use crate::inspect::Inspect;
 use crate::{Capabilities, FencingToken, LockError, LockKey, LossReason, Wait};
@@ -9,11 +9,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-/// When an acquire attempt gives up.
+/// When an acquire attempt gives up: a [`Wait`] fixed to instants when the
+/// caller started, with the same spelling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitUntil {
-    /// One attempt only.
-    NoWait,
+    /// One attempt only ([`Wait::No`]).
+    No,
     /// Give up at this instant.
     Deadline(Instant),
     /// Never give up.
@@ -24,7 +25,7 @@ impl WaitUntil {
     /// Converts a [`Wait`] policy, measured from `now`.
     pub fn from_wait(wait: Wait, now: Instant) -> Self {
         match wait {
-            Wait::No => WaitUntil::NoWait,
+            Wait::No => WaitUntil::No,
             Wait::For(d) => now
                 .checked_add(d)
                 .map_or(WaitUntil::Forever, WaitUntil::Deadline),
@@ -32,10 +33,10 @@ impl WaitUntil {
         }
     }
 
-    /// The instant to give up at, if any. `NoWait` gives `now`.
+    /// The instant to give up at, if any. `No` gives `now`.
     pub fn instant(self) -> Option<Instant> {
         match self {
-            WaitUntil::NoWait => Some(Instant::now()),
+            WaitUntil::No => Some(Instant::now()),
             WaitUntil::Deadline(at) => Some(at),
             WaitUntil::Forever => None,
         }
@@ -64,10 +65,10 @@ pub struct AcquireRequest<'a> {
 }
 
 impl AcquireRequest<'_> {
-    /// The error for a held lock under `NoWait`, or for a wait that ended.
+    /// The error for a held lock under `WaitUntil::No`, or for a wait that ended.
     pub fn not_acquired(&self) -> LockError {
         match self.wait {
-            WaitUntil::NoWait => LockError::Busy {
+            WaitUntil::No => LockError::Busy {
                 key: self.key.clone(),
             },
             _ => LockError::Timeout {

@@ -36,8 +36,22 @@ pub enum TokenDurability {
     Volatile,
 }
 
-/// A backend's guarantees and limits.
+/// A backend's guarantees and limits. Adapters build it from
+/// [`Capabilities::new`] (or [`Capabilities::consensus_queue`]) and the
+/// setters, so a field added later does not break them:
+///
+/// ```
+/// use distlock_core::{Capabilities, FencingGuarantee, TokenDurability, Wake};
+/// use std::time::Duration;
+/// const CAPS: Capabilities = Capabilities::new()
+///     .fencing(FencingGuarantee::Strict)
+///     .token_durability(TokenDurability::Persisted)
+///     .wake(Wake::Push)
+///     .min_ttl(Duration::from_millis(10));
+/// assert!(!CAPS.fifo);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// How strong the fencing tokens are.
     pub fencing: FencingGuarantee,
@@ -84,8 +98,10 @@ impl Support {
 
 /// The primitives beyond the lock a backend offers. The conformance suite runs
 /// the `semaphore_*`, `election_*` and `rwlock_*` cases only where they are
-/// offered.
+/// offered. Build it from [`Primitives::ALL`] or [`Primitives::lock_only`] and
+/// the setters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Primitives {
     /// Semaphores with numbered permits ([`crate::DistributedSemaphore`]).
     pub semaphore: Support,
@@ -111,23 +127,116 @@ impl Primitives {
             rwlock: Support::NotOffered(why),
         }
     }
+
+    /// Whether semaphores are offered.
+    pub const fn semaphore(mut self, support: Support) -> Self {
+        self.semaphore = support;
+        self
+    }
+
+    /// Whether leader election is offered.
+    pub const fn election(mut self, support: Support) -> Self {
+        self.election = support;
+        self
+    }
+
+    /// Whether read-write locks are offered.
+    pub const fn rwlock(mut self, support: Support) -> Self {
+        self.rwlock = support;
+        self
+    }
+}
+
+/// Why [`Capabilities::new`] offers no primitive beyond the lock: an adapter
+/// claims each one it offers.
+const NOT_CLAIMED: &str = "this backend does not offer it";
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Capabilities::new()
+    }
 }
 
 impl Capabilities {
+    /// The weakest claims, for an adapter to raise with the setters: fencing
+    /// only under timing assumptions, tokens that do not survive a restart,
+    /// polled wake-ups, no FIFO, not session-bound, ttls in whole milliseconds
+    /// from 1 ms, no primitive beyond the lock. A guarantee the suite tests is
+    /// never claimed by default.
+    pub const fn new() -> Self {
+        Capabilities {
+            fencing: FencingGuarantee::UnderTimingAssumptions,
+            fifo: false,
+            wake: Wake::Poll,
+            session_bound: false,
+            token_durability: TokenDurability::Volatile,
+            min_ttl: Duration::from_millis(1),
+            ttl_granularity: Duration::from_millis(1),
+            primitives: Primitives::lock_only(NOT_CLAIMED),
+        }
+    }
+
+    /// How strong the fencing tokens are.
+    pub const fn fencing(mut self, fencing: FencingGuarantee) -> Self {
+        self.fencing = fencing;
+        self
+    }
+
+    /// Whether waiters acquire in arrival order.
+    pub const fn fifo(mut self, fifo: bool) -> Self {
+        self.fifo = fifo;
+        self
+    }
+
+    /// How waiters wake when the lock is released.
+    pub const fn wake(mut self, wake: Wake) -> Self {
+        self.wake = wake;
+        self
+    }
+
+    /// Whether the lock dies with a client session or connection.
+    pub const fn session_bound(mut self, session_bound: bool) -> Self {
+        self.session_bound = session_bound;
+        self
+    }
+
+    /// What happens to tokens across a server restart.
+    pub const fn token_durability(mut self, token_durability: TokenDurability) -> Self {
+        self.token_durability = token_durability;
+        self
+    }
+
+    /// The smallest ttl the backend accepts.
+    pub const fn min_ttl(mut self, min_ttl: Duration) -> Self {
+        self.min_ttl = min_ttl;
+        self
+    }
+
+    /// What ttls must be a whole multiple of.
+    pub const fn ttl_granularity(mut self, ttl_granularity: Duration) -> Self {
+        self.ttl_granularity = ttl_granularity;
+        self
+    }
+
+    /// Which primitives beyond the lock this backend offers.
+    pub const fn primitives(mut self, primitives: Primitives) -> Self {
+        self.primitives = primitives;
+        self
+    }
+
     /// A waiter queue on a consensus store, bound to a session or lease (etcd's
     /// create-revision queue, ZooKeeper's sequential nodes): strict fencing from
     /// the store's own revision, FIFO, push wake-ups, tokens that survive a
     /// restart.
-    pub fn consensus_queue(min_ttl: Duration, ttl_granularity: Duration) -> Self {
-        Capabilities {
-            fencing: FencingGuarantee::Strict,
-            fifo: true,
-            wake: Wake::Push,
-            session_bound: true,
-            token_durability: TokenDurability::Persisted,
-            min_ttl,
-            ttl_granularity,
-            primitives: Primitives::ALL,
-        }
+    pub const fn consensus_queue(min_ttl: Duration, ttl_granularity: Duration) -> Self {
+        Capabilities::new()
+            .fencing(FencingGuarantee::Strict)
+            .fifo(true)
+            .wake(Wake::Push)
+            .session_bound(true)
+            .token_durability(TokenDurability::Persisted)
+            .min_ttl(min_ttl)
+            .ttl_granularity(ttl_granularity)
+            .primitives(Primitives::ALL)
     }
 }

@@ -1,4 +1,4 @@
-//! Counters kept by every lock client, readable with [`crate::BackendLock::metrics`].
+//! Counters kept by every lock client, readable with [`crate::adapter::BackendLock::metrics`].
 //! Each event also goes to the `metrics` facade when that feature is on
 //! (`metrics.rs`), so both views count the same things.
 

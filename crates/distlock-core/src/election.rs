@@ -1,5 +1,5 @@
 //! Leader election: campaign for a name, lead while the [`Leadership`] is held,
-//! resign. The term is the fencing token, so a deposed leader's late writes are
+//! release it to step down. The term is the fencing token, so a deposed leader's late writes are
 //! refused by a [`crate::Fence`]. Backends with a native layout (etcd's
 //! election prefix, Curator's `LeaderLatch`) implement [`ElectionBackend`]
 //! themselves so other ecosystems interoperate; every other backend elects with
@@ -22,14 +22,15 @@ use std::time::Instant;
 /// `campaign` is cancel-safe: dropping it withdraws the candidacy.
 ///
 /// ```
-/// use distlock_core::{AcquireOptions, LeaderElection, LockKey, memory::MemoryStore};
+/// use distlock_core::prelude::*;
+/// use distlock_core::{AcquireOptions, LockKey, memory::MemoryStore};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), distlock_core::LockError> {
 /// let election = MemoryStore::new().election_client();
 /// let name = LockKey::new("billing/scheduler")?;
 /// let leadership = election.campaign(&name, "node-a", &AcquireOptions::new()).await?;
-/// println!("leading in term {}", leadership.term());
-/// leadership.resign().await?;
+/// println!("leading in term {}", leadership.token());
+/// leadership.release().await?;
 /// # Ok(()) }
 /// ```
 #[async_trait]

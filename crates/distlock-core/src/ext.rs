@@ -114,7 +114,8 @@ pub trait DistributedLockExt: DistributedLock {
     /// An empty `keys` is refused with `LockError::InvalidOptions`.
     ///
     /// ```
-    /// use distlock_core::{AcquireOptions, DistributedLockExt, LockKey};
+    /// use distlock_core::prelude::*;
+    /// use distlock_core::{AcquireOptions, LockKey};
     /// use distlock_core::memory::MemoryStore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), distlock_core::LockError> {

@@ -10,8 +10,12 @@
 //!   nothing, in a deadlock-free order) to every lock, `DynLock` included.
 //! - [`Fence`] is the protected store's side: a write applied only with a
 //!   token at least as high as any it admitted before, in one atomic step.
-//! - [`backend::Backend`] is what an adapter implements; [`BackendLock`] turns it
-//!   into a `DistributedLock` with renewal, loss, reentrancy and metrics.
+//! - [`Held`] is what every held thing shares (`is_held`, `lost`, `guard`,
+//!   `renew`, `release`, `abandon`); [`SingleLease`] adds the one key and token
+//!   of a lease, permit, leadership or share. Both are in [`prelude`].
+//! - [`adapter`] is for adapter authors: [`adapter::Backend`] is what an
+//!   adapter implements, and [`adapter::BackendLock`] turns it into a
+//!   `DistributedLock` with renewal, loss, reentrancy and metrics.
 //! - [`DistributedSemaphore`] hands out numbered [`Permit`]s (at most `limit`
 //!   per name, each with a distinct slot); [`LeaderElection`] hands out a
 //!   [`Leadership`] whose token is the term. Both are leases: same renewal,
@@ -19,8 +23,6 @@
 //! - [`DistributedRwLock`] hands out read and write [`RwLease`]s: readers
 //!   share, a writer holds alone, waiters are served in arrival order.
 //! - [`memory`] is an in-process backend for tests and demos.
-//! - [`registry`] is how a backend crate describes itself (schemes, how a URL
-//!   connects) to the facade, the CLI and the test harnesses.
 //! - [`toolkit`] is what adapters share: the URL grammar, backoff, the cancel
 //!   guard and the [`toolkit::Inspect`] trait.
 //!
@@ -46,13 +48,15 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod backend;
+pub mod adapter;
+mod backend;
 mod capabilities;
 mod counters;
 mod election;
 mod error;
 mod ext;
 pub mod fence;
+mod held;
 mod inspect;
 mod key;
 mod lease;
@@ -63,8 +67,9 @@ mod multi;
 mod options;
 mod outcome;
 mod permit;
+pub mod prelude;
 mod reentry;
-pub mod registry;
+mod registry;
 mod rwlock;
 mod semaphore;
 mod start;
@@ -76,30 +81,22 @@ pub use capabilities::{
     Capabilities, FencingGuarantee, Primitives, Support, TokenDurability, Wake,
 };
 pub use counters::MetricsSnapshot;
-pub use election::{
-    BackendElection, CampaignRequest, DynElection, ElectionBackend, LeaderElection, LockElection,
-    MAX_PROPOSAL_LEN,
-};
+pub use election::{DynElection, LeaderElection};
 pub use error::{BoxError, LockError, LossReason};
 pub use ext::DistributedLockExt;
 pub use fence::{Fence, FencedWrite, MemoryFence, WriteOutcome};
+pub use held::{Held, SingleLease};
 pub use key::LockKey;
-pub use lease::{Bound, Lease, Lost, clock_drift};
-pub use lock::{BackendLock, DistributedLock, DynLock};
+pub use lease::{Lease, Lost};
+pub use lock::{DistributedLock, DynLock};
 pub use multi::{AnyLost, MultiLease};
 pub use options::{AcquireOptions, Owner, Renewal, Wait};
 pub use permit::{Leadership, Permit};
-pub use rwlock::{
-    BackendRwLock, DistributedRwLock, DynRwLock, RwLease, RwLockBackend, RwLockInspect, RwMode,
-    ShareInfo,
-};
-pub use semaphore::{
-    AcquiredPermit, BackendSemaphore, DistributedSemaphore, DynSemaphore, MAX_PERMITS, PermitInfo,
-    PermitRequest, SemaphoreBackend, SemaphoreInspect, lowest_free_slot,
-};
+pub use rwlock::{DistributedRwLock, DynRwLock, RwLease, RwMode};
+pub use semaphore::{DistributedSemaphore, DynSemaphore};
 pub use token::FencingToken;
 
-/// The attribute [`DistributedLock`], [`Fence`] and [`backend::Backend`] are
+/// The attribute [`DistributedLock`], [`Fence`] and [`adapter::Backend`] are
 /// written with: implement them with `#[distlock_core::async_trait]` (or
 /// `#[distlock::async_trait]`) and no dependency of your own.
 pub use async_trait::async_trait;

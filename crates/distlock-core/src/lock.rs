@@ -1,5 +1,6 @@
 //! The public lock trait, and `BackendLock`, which turns any [`Backend`] into one.
 
+use crate::adapter::{BackendElection, LockElection};
 use crate::backend::{AcquireRequest, Backend, WaitUntil};
 use crate::counters::{Metrics, MetricsSnapshot};
 use crate::lease::{Bound, Lease, Shared};
@@ -8,8 +9,8 @@ use crate::start::{self, Won};
 use crate::telemetry::Attempt;
 use crate::toolkit::Inspect;
 use crate::{
-    AcquireOptions, BackendElection, Capabilities, DynElection, DynRwLock, DynSemaphore,
-    LockElection, LockError, LockKey, Owner, Wait,
+    AcquireOptions, Capabilities, DynElection, DynRwLock, DynSemaphore, LockError, LockKey, Owner,
+    Wait,
 };
 use async_trait::async_trait;
 use std::sync::Arc;

@@ -19,9 +19,8 @@
 //! # Ok(()) }
 //! ```
 
-use crate::{
-    BackendElection, BackendLock, BackendRwLock, BackendSemaphore, LockElection, LockError, LockKey,
-};
+use crate::adapter::{BackendElection, BackendLock, BackendRwLock, BackendSemaphore, LockElection};
+use crate::{LockError, LockKey};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -118,7 +117,7 @@ impl MemoryStore {
     }
 
     /// A new client's adapter, to wrap in your own
-    /// [`Backend`](crate::backend::Backend) (for example to inject misbehaviour in
+    /// [`Backend`](crate::adapter::Backend) (for example to inject misbehaviour in
     /// tests).
     pub fn backend(&self) -> MemoryBackend {
         MemoryBackend {

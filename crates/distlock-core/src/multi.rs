@@ -10,8 +10,8 @@
 //! - The wait in the options is one budget for the whole set.
 
 use crate::{
-    AcquireOptions, DistributedLock, FencingToken, Lease, LockError, LockKey, LossReason, Lost,
-    Wait,
+    AcquireOptions, DistributedLock, FencingToken, Held, Lease, LockError, LockKey, LossReason,
+    Lost, Wait,
 };
 use std::future::Future;
 use std::pin::Pin;
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 /// held together. Each member is an ordinary [`Lease`], renewed on its own.
 ///
 /// Dropping it releases every member in the background, as dropping a `Lease`
-/// does; [`MultiLease::release`] releases them and reports how it went.
+/// does; [`Held::release`] releases them and reports how it went.
 pub struct MultiLease {
     /// In canonical (sorted) key order.
     leases: Vec<Lease>,
@@ -44,12 +44,6 @@ impl MultiLease {
         self.leases.iter().map(Lease::key)
     }
 
-    /// Each key with its fencing token. A write to a resource carries the token
-    /// of the lock that protects that resource.
-    pub fn tokens(&self) -> impl Iterator<Item = (&LockKey, FencingToken)> + '_ {
-        self.leases.iter().map(|lease| (lease.key(), lease.token()))
-    }
-
     /// The token of `key`, if it is one of the keys held.
     pub fn token(&self, key: &LockKey) -> Option<FencingToken> {
         self.lease(key).map(Lease::token)
@@ -65,13 +59,30 @@ impl MultiLease {
         self.leases.iter().find(|lease| lease.key() == key)
     }
 
+    /// The member leases, to release or keep one by one.
+    pub fn into_leases(self) -> Vec<Lease> {
+        self.leases
+    }
+}
+
+/// Every member at once: held while all are, lost when any is (with its key),
+/// released together.
+impl Held for MultiLease {
+    type Lost = AnyLost;
+
+    /// Each key with its fencing token. A write to a resource carries the token
+    /// of the lock that protects that resource.
+    fn tokens(&self) -> impl Iterator<Item = (&LockKey, FencingToken)> + '_ {
+        self.leases.iter().map(|lease| (lease.key(), lease.token()))
+    }
+
     /// True while every member is held (a local check, as [`Lease::is_held`]).
-    pub fn is_held(&self) -> bool {
+    fn is_held(&self) -> bool {
         self.leases.iter().all(Lease::is_held)
     }
 
     /// The time left before the first member's local deadline.
-    pub fn remaining(&self) -> Duration {
+    fn remaining(&self) -> Duration {
         self.leases
             .iter()
             .map(Lease::remaining)
@@ -81,7 +92,7 @@ impl MultiLease {
 
     /// Completes when any member is lost, with that member's key and why. Never
     /// completes after a normal release.
-    pub fn lost(&self) -> AnyLost {
+    fn lost(&self) -> AnyLost {
         AnyLost {
             members: self
                 .leases
@@ -93,7 +104,7 @@ impl MultiLease {
 
     /// Runs `work` until it finishes or any member is lost, whichever comes
     /// first. On loss `work` is dropped and `LockError::Lost` names the key.
-    pub async fn guard<F: Future>(&self, work: F) -> Result<F::Output, LockError> {
+    async fn guard<F: Future>(&self, work: F) -> Result<F::Output, LockError> {
         for lease in &self.leases {
             lease.check_held()?;
         }
@@ -104,20 +115,29 @@ impl MultiLease {
         }
     }
 
+    /// Renews every member in key order; the first failure stops and is
+    /// returned (the members after it keep their own renewal).
+    async fn renew(&self) -> Result<(), LockError> {
+        for lease in &self.leases {
+            lease.renew().await?;
+        }
+        Ok(())
+    }
+
     /// Releases every member (all at once) and returns the first error in key
     /// order; a member that fails does not stop the others' release. A member
     /// lost before gives `LockError::Lost`, as [`Lease::release`] does.
-    pub async fn release(self) -> Result<(), LockError> {
+    async fn release(self) -> Result<(), LockError> {
         release_all(self.leases, self.backend).await
     }
 
-    /// The member leases, to release or keep one by one.
-    pub fn into_leases(self) -> Vec<Lease> {
-        self.leases
+    /// Abandons every member (see [`Lease::abandon`]).
+    fn abandon(self) {
+        self.leases.into_iter().for_each(Lease::abandon);
     }
 }
 
-/// The future returned by [`MultiLease::lost`]: the first member's loss.
+/// The future returned by [`MultiLease`]'s [`Held::lost`]: the first member's loss.
 pub struct AnyLost {
     members: Vec<(LockKey, Lost)>,
 }

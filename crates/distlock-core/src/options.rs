@@ -257,16 +257,14 @@ mod tests {
     use crate::{FencingGuarantee, TokenDurability, Wake};
 
     fn caps(min_ttl: Duration, granularity: Duration) -> Capabilities {
-        Capabilities {
-            fencing: FencingGuarantee::Strict,
-            fifo: true,
-            wake: Wake::Push,
-            session_bound: false,
-            token_durability: TokenDurability::Persisted,
-            min_ttl,
-            ttl_granularity: granularity,
-            primitives: crate::Primitives::ALL,
-        }
+        Capabilities::new()
+            .fencing(FencingGuarantee::Strict)
+            .fifo(true)
+            .wake(Wake::Push)
+            .token_durability(TokenDurability::Persisted)
+            .min_ttl(min_ttl)
+            .ttl_granularity(granularity)
+            .primitives(crate::Primitives::ALL)
     }
 
     fn reason(r: Result<(), LockError>) -> String {

@@ -24,7 +24,7 @@ pub type ConnectFence = fn(String) -> Connecting<Arc<dyn Fence>>;
 /// One backend, as its crate describes it.
 ///
 /// ```
-/// use distlock_core::registry::Registration;
+/// use distlock_core::adapter::Registration;
 /// use distlock_core::memory::MemoryStore;
 /// use std::sync::Arc;
 ///

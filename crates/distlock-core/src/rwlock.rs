@@ -6,11 +6,12 @@
 use crate::backend::{AcquireRequest, Acquired, Holding, WaitUntil};
 use crate::counters::Metrics;
 use crate::start::{self, Won};
-use crate::{AcquireOptions, Capabilities, FencingToken, Lease, LockError, LockKey, Lost, Wait};
+use crate::{
+    AcquireOptions, Capabilities, FencingToken, Lease, LockError, LockKey, SingleLease, Wait,
+};
 use async_trait::async_trait;
-use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Which share of a read-write lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -53,7 +54,8 @@ impl std::fmt::Display for RwMode {
 /// holding at the same time have distinct tokens.
 ///
 /// ```
-/// use distlock_core::{AcquireOptions, DistributedRwLock, LockKey, memory::MemoryStore};
+/// use distlock_core::prelude::*;
+/// use distlock_core::{AcquireOptions, LockKey, memory::MemoryStore};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), distlock_core::LockError> {
 /// let store = MemoryStore::new();
@@ -270,7 +272,10 @@ impl<R: RwLockBackend> DistributedRwLock for BackendRwLock<R> {
 }
 
 /// One held share of a read-write lock: a read share held with other readers,
-/// or the write share held alone. Pass [`RwLease::token`] to fenced writes.
+/// or the write share held alone. Pass its [`token`](SingleLease::token) to
+/// fenced writes: a write lease's token is greater than every earlier lease's
+/// of this name; a read lease's is greater than every write lease's that ended
+/// before it began (see [`DistributedRwLock`]). The rest is [`crate::Held`].
 ///
 /// Dropping it stops renewal and gives the share back in the background.
 #[derive(Debug)]
@@ -284,64 +289,14 @@ impl RwLease {
     pub fn mode(&self) -> RwMode {
         self.mode
     }
+}
 
-    /// The fencing token. A write lease's token is greater than every earlier
-    /// lease's of this name; a read lease's is greater than every write lease's
-    /// that ended before it began (see [`DistributedRwLock`]).
-    pub fn token(&self) -> FencingToken {
-        self.lease.token()
-    }
-
-    /// The lock's name.
-    pub fn key(&self) -> &LockKey {
-        self.lease.key()
-    }
-
-    /// True while the share is not lost and before its local deadline.
-    pub fn is_held(&self) -> bool {
-        self.lease.is_held()
-    }
-
-    /// Time left before the local deadline.
-    pub fn remaining(&self) -> Duration {
-        self.lease.remaining()
-    }
-
-    /// Completes when the share is known lost (see [`Lease::lost`]).
-    pub fn lost(&self) -> Lost {
-        self.lease.lost()
-    }
-
-    /// Runs `work` until it finishes or the share is lost.
-    pub async fn guard<F: Future>(&self, work: F) -> Result<F::Output, LockError> {
-        self.lease.guard(work).await
-    }
-
-    /// Extends the share by its ttl now (see [`Lease::renew`]).
-    pub async fn renew(&self) -> Result<(), LockError> {
-        self.lease.renew().await
-    }
-
-    /// Gives the share back if it is still ours; a lost share gives
-    /// `LockError::Lost`.
-    pub async fn release(self) -> Result<(), LockError> {
-        self.lease.release().await
-    }
-
-    /// Stops renewal without giving the share back: it frees at its ttl (a
-    /// simulated crash).
-    pub fn abandon(self) {
-        self.lease.abandon()
-    }
-
-    /// The underlying lease.
-    pub fn lease(&self) -> &Lease {
+impl SingleLease for RwLease {
+    fn lease(&self) -> &Lease {
         &self.lease
     }
 
-    /// The underlying lease, for code written against [`Lease`] (the CLI's
-    /// `run`, say).
-    pub fn into_lease(self) -> Lease {
+    fn into_lease(self) -> Lease {
         self.lease
     }
 }

@@ -25,7 +25,8 @@ pub const MAX_PERMITS: u32 = 4096;
 /// awaited, never a silent mix.
 ///
 /// ```
-/// use distlock_core::{AcquireOptions, DistributedSemaphore, LockKey, memory::MemoryStore};
+/// use distlock_core::prelude::*;
+/// use distlock_core::{AcquireOptions, LockKey, memory::MemoryStore};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), distlock_core::LockError> {
 /// let workers = MemoryStore::new().semaphore_client();

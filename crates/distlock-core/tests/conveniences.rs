@@ -5,7 +5,8 @@
 
 use distlock_core::memory::MemoryStore;
 use distlock_core::{
-    AcquireOptions, DistributedLock, DistributedLockExt, DynLock, LockError, LockKey, LossReason,
+    AcquireOptions, DistributedLock, DistributedLockExt, DynLock, Held, LockError, LockKey,
+    LossReason,
 };
 use std::sync::Arc;
 use std::time::Duration;

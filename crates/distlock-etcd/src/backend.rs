@@ -14,9 +14,11 @@ use crate::protocol::{delete_if_created_at, still_created_at};
 use crate::rpc::Rpc;
 use crate::watch::{KeyDeletion, Subscription, Watches};
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership};
+use distlock_core::adapter::{
+    AcquireRequest, Acquired, Backend, BackendLock, LossSignal, Ownership,
+};
 use distlock_core::toolkit::Inspect;
-use distlock_core::{BackendLock, Capabilities, LockError, LossReason, Primitives, Support};
+use distlock_core::{Capabilities, LockError, LossReason};
 use etcd_client::KvClient;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -160,14 +162,7 @@ impl EtcdBackend {
     /// etcd whose election timeout is at most 666 ms; 2 s with etcd's defaults).
     /// Leases have whole-second ttls.
     pub fn capabilities_with_min_ttl(min_ttl: Duration) -> Capabilities {
-        Capabilities {
-            primitives: Primitives {
-                semaphore: Support::Offered,
-                election: Support::Offered,
-                rwlock: Support::Offered,
-            },
-            ..Capabilities::consensus_queue(min_ttl, Duration::from_secs(1))
-        }
+        Capabilities::consensus_queue(min_ttl, Duration::from_secs(1))
     }
 }
 

@@ -6,10 +6,9 @@ use crate::error::{BACKEND, Endpoints};
 use crate::rpc::Rpc;
 use crate::rwlock::EtcdRwLockBackend;
 use crate::semaphore::EtcdSemaphoreBackend;
+use distlock_core::adapter::{BackendElection, BackendLock, BackendRwLock, BackendSemaphore};
 use distlock_core::toolkit::{Host, LockUrl, Timeouts};
-use distlock_core::{
-    AcquireOptions, BackendElection, BackendLock, BackendRwLock, BackendSemaphore, LockError,
-};
+use distlock_core::{AcquireOptions, LockError};
 use etcd_client::{Client, ConnectOptions};
 use std::sync::Arc;
 use std::time::Duration;

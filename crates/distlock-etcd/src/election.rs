@@ -10,11 +10,9 @@ use crate::backend::{EtcdBackend, Queue};
 use crate::keys::queue_prefix;
 use crate::protocol;
 use async_trait::async_trait;
-use distlock_core::backend::Acquired;
+use distlock_core::adapter::{Acquired, Bound, CampaignRequest, ElectionBackend};
 use distlock_core::toolkit::Holder;
-use distlock_core::{
-    Bound, CampaignRequest, Capabilities, ElectionBackend, FencingToken, LockError, LockKey,
-};
+use distlock_core::{Capabilities, FencingToken, LockError, LockKey};
 use std::sync::Arc;
 
 /// Elections on etcd, interoperable with `etcdctl elect` and Go services using
@@ -40,7 +38,7 @@ impl ElectionBackend for EtcdElection {
     }
 
     fn capabilities(&self) -> Capabilities {
-        distlock_core::backend::Backend::capabilities(&*self.backend)
+        distlock_core::adapter::Backend::capabilities(&*self.backend)
     }
 
     async fn campaign(

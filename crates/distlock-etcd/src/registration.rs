@@ -1,7 +1,7 @@
 //! What the facade and the test harnesses know of this backend.
 
 use crate::EtcdConfig;
-use distlock_core::registry::Registration;
+use distlock_core::adapter::Registration;
 use std::sync::Arc;
 
 /// etcd: `etcd://`, `etcds://` (TLS, with the `tls` feature).

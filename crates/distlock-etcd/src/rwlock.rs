@@ -16,11 +16,11 @@ use crate::error::Failure;
 use crate::keys::{READ_DIR, WRITE_DIR, printable, rwlock_names_prefix, rwlock_prefix};
 use crate::protocol;
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired, Backend};
-use distlock_core::{
-    BackendRwLock, Bound, Capabilities, FencingToken, LockError, LockKey, RwLockBackend,
-    RwLockInspect, RwMode, ShareInfo,
+use distlock_core::adapter::{
+    AcquireRequest, Acquired, Backend, BackendRwLock, Bound, RwLockBackend, RwLockInspect,
+    ShareInfo,
 };
+use distlock_core::{Capabilities, FencingToken, LockError, LockKey, RwMode};
 use etcd_client::KeyValue;
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{connect, server, unique};
-use distlock_core::backend::{AcquireRequest, Backend, WaitUntil};
+use distlock_core::adapter::{AcquireRequest, Backend, WaitUntil};
 use distlock_core::toolkit::Timeouts;
 use distlock_core::{AcquireOptions, DistributedLock, LockError, Wait};
 use distlock_etcd::EtcdConfig;
@@ -208,7 +208,7 @@ async fn ttls_below_the_servers_minimum_or_not_whole_seconds_are_rejected() {
     let request = AcquireRequest {
         key: &key,
         ttl: Duration::from_secs(1),
-        wait: WaitUntil::NoWait,
+        wait: WaitUntil::No,
         started: Instant::now(),
     };
     match lock.backend().acquire(request).await {

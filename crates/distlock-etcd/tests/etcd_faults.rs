@@ -3,7 +3,7 @@
 mod common;
 
 use common::{connect, eventually, queue, raw, server, through, unique};
-use distlock_core::backend::{AcquireRequest, Backend, Ownership, WaitUntil};
+use distlock_core::adapter::{AcquireRequest, Backend, Ownership, WaitUntil};
 use distlock_core::{AcquireOptions, DistributedLock, LockError, LossReason, Wait};
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::{Fault, FaultControl};
@@ -91,7 +91,7 @@ async fn a_retried_release_whose_first_reply_was_lost_never_deletes_a_newer_key(
     let request = AcquireRequest {
         key: &key,
         ttl: Duration::from_secs(30),
-        wait: WaitUntil::NoWait,
+        wait: WaitUntil::No,
         started: Instant::now(),
     };
     let acquired = backend.acquire(request).await.unwrap();

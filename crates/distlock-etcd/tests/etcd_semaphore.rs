@@ -7,7 +7,7 @@
 mod common;
 
 use common::{connect, delta, eventually, grpc_calls, metrics, raw, samples, server, unique};
-use distlock_core::{AcquireOptions, DistributedLock, DynSemaphore, LockKey, Wait};
+use distlock_core::{AcquireOptions, DistributedLock, DynSemaphore, Held, LockKey, Wait};
 use distlock_etcd::{EtcdLock, semaphore_prefix};
 use etcd_client::GetOptions;
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! What the three strategies' [`Backend`](distlock_core::backend::Backend)
+//! What the three strategies' [`Backend`](distlock_core::adapter::Backend)
 //! impls share: the lock table at one server (opened and checked once at
 //! connect), and the statements they run alike.
 //!
@@ -19,7 +19,7 @@ use crate::protocol::{
     HELD_FLAG, KILL_CONNECTION, SESSION_LISTED, Statements, Strategy, TABLE_COMMENT,
 };
 use distlock_core::LockError;
-use distlock_core::backend::{AcquireRequest, Ownership, WaitUntil};
+use distlock_core::adapter::{AcquireRequest, Ownership, WaitUntil};
 use distlock_core::toolkit::{Backoff, UndoFuture};
 use sqlx::Row;
 use std::sync::Arc;
@@ -42,7 +42,7 @@ pub(crate) const NO_WAIT_RETRY: Duration = Duration::from_millis(250);
 /// the caller's wait, or for `Wait::No` [`NO_WAIT_RETRY`] after it started.
 pub(crate) fn retry_until(req: &AcquireRequest<'_>) -> WaitUntil {
     match req.wait {
-        WaitUntil::NoWait => WaitUntil::Deadline(req.started + NO_WAIT_RETRY),
+        WaitUntil::No => WaitUntil::Deadline(req.started + NO_WAIT_RETRY),
         wait => wait,
     }
 }

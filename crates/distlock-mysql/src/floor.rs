@@ -15,7 +15,7 @@ use crate::protocol::{END_TRANSACTION, Strategy};
 use crate::unique_insert::Insert;
 use crate::version_cas::Cas;
 use async_trait::async_trait;
-use distlock_core::backend::WaitUntil;
+use distlock_core::adapter::WaitUntil;
 use distlock_core::toolkit::{Holder, Inspect, random_owner};
 use distlock_core::{LockError, LockKey};
 use sqlx::Row;

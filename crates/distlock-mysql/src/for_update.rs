@@ -34,7 +34,7 @@ use crate::keys::row_name;
 use crate::pool::{Conn, Pool};
 use crate::protocol::{END_TRANSACTION, KEEPALIVE};
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
+use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
 use distlock_core::toolkit::Inspect;
 use distlock_core::{Capabilities, FencingToken, LockError};
 use std::sync::Arc;
@@ -183,7 +183,7 @@ impl Backend for ForUpdate {
 impl ForUpdate {
     /// One try: wait for the row lock, raise the counter, hand the lease over.
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<Acquired<Session>, Try> {
-        let no_wait = req.wait == WaitUntil::NoWait;
+        let no_wait = req.wait == WaitUntil::No;
         let mut conn = tokio::select! {
             biased;
             conn = self.holders.get() => conn.map_err(|e| self.table.error(e))?,

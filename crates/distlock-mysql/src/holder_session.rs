@@ -5,7 +5,7 @@
 use crate::error::DbError;
 use crate::pool::Conn;
 use crate::protocol::{END_TRANSACTION, IN_TRANSACTION, KEEPALIVE};
-use distlock_core::backend::Ownership;
+use distlock_core::adapter::Ownership;
 use sqlx::Row;
 use std::sync::Arc;
 use std::time::Duration;

@@ -21,7 +21,7 @@ use crate::pool::Statement;
 use crate::protocol::inspect::*;
 use crate::protocol::{KEEPALIVE, KILL_CONNECTION, Strategy, for_table};
 use async_trait::async_trait;
-use distlock_core::backend::WaitUntil;
+use distlock_core::adapter::WaitUntil;
 use distlock_core::toolkit::{Backoff, Holder, Inspect};
 use distlock_core::{FencingToken, LockError, LockKey};
 use sqlx::Row;

@@ -1,5 +1,5 @@
 //! [`MySqlLock`], the one client type of the three strategies: each is a
-//! [`Backend`](distlock_core::backend::Backend) of its own under core's
+//! [`Backend`](distlock_core::adapter::Backend) of its own under core's
 //! [`BackendLock`], and the client forwards to the one it was connected with.
 
 use crate::backend::Table;
@@ -13,10 +13,11 @@ use crate::shares::Shares;
 use crate::unique_insert::UniqueInsert;
 use crate::version_cas::VersionCas;
 use async_trait::async_trait;
+use distlock_core::adapter::{BackendLock, BackendRwLock, BackendSemaphore};
 use distlock_core::toolkit::Inspect;
 use distlock_core::{
-    AcquireOptions, BackendLock, BackendRwLock, BackendSemaphore, Capabilities, DistributedLock,
-    DynElection, DynRwLock, DynSemaphore, Lease, LockError, LockKey, MetricsSnapshot,
+    AcquireOptions, Capabilities, DistributedLock, DynElection, DynRwLock, DynSemaphore, Lease,
+    LockError, LockKey, MetricsSnapshot,
 };
 use std::sync::Arc;
 

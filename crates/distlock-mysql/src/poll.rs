@@ -7,7 +7,7 @@ use crate::backend::{MakeStatement, Table, Undo, micros, retry_until, undo};
 use crate::error::DbError;
 use crate::keys::row_name;
 use crate::pool::Conn;
-use distlock_core::backend::{AcquireRequest, Acquired, Ownership, WaitUntil};
+use distlock_core::adapter::{AcquireRequest, Acquired, Ownership, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, random_owner};
 use distlock_core::{FencingToken, LockError};
 use sqlx::SqlStr;
@@ -66,7 +66,7 @@ pub(crate) trait Contender: Send {
 /// A boxed, sendable future.
 pub(crate) type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Attempts until won, `Busy` for `NoWait`, or `Timeout` at the deadline.
+/// Attempts until won, `Busy` for `WaitUntil::No`, or `Timeout` at the deadline.
 ///
 /// Once an attempt's statement is sent, its outcome is unknown until the reply:
 /// an attempt dropped (deadline, cancelled future) or failed midway runs
@@ -80,7 +80,7 @@ pub(crate) async fn acquire_polling(
     release: &SqlStr,
     mut contender: impl Contender,
 ) -> Result<Acquired<RowHandle>, LockError> {
-    let no_wait = req.wait == WaitUntil::NoWait;
+    let no_wait = req.wait == WaitUntil::No;
     let until = retry_until(req);
     let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
     let row = row_name(req.key);

@@ -16,9 +16,7 @@
 
 use crate::error::BACKEND;
 use crate::keys::{TableName, hex_literal};
-use distlock_core::{
-    Capabilities, FencingGuarantee, LockError, Primitives, Support, TokenDurability, Wake,
-};
+use distlock_core::{Capabilities, FencingGuarantee, LockError, Primitives, TokenDurability, Wake};
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 use std::str::FromStr;
 use std::time::Duration;
@@ -66,31 +64,22 @@ impl Strategy {
 
     /// What a client of this strategy guarantees.
     pub fn capabilities(self) -> Capabilities {
-        let polling = Capabilities {
-            fencing: FencingGuarantee::Strict,
-            fifo: false,
-            wake: Wake::Poll,
-            session_bound: false,
-            token_durability: TokenDurability::Persisted,
-            min_ttl: MIN_POLLING_TTL,
-            ttl_granularity: Duration::from_micros(1),
-            primitives: Primitives {
-                semaphore: Support::Offered,
-                election: Support::Offered,
-                rwlock: Support::Offered,
-            },
-        };
+        let polling = Capabilities::new()
+            .fencing(FencingGuarantee::Strict)
+            .wake(Wake::Poll)
+            .token_durability(TokenDurability::Persisted)
+            .min_ttl(MIN_POLLING_TTL)
+            .ttl_granularity(Duration::from_micros(1))
+            .primitives(Primitives::ALL);
         match self {
             Strategy::VersionCas | Strategy::UniqueInsert => polling,
             // InnoDB's lock queue wakes the waiter; the server ends an idle holder's
             // session after `wait_timeout`, whole seconds: the lock's server expiry.
-            Strategy::ForUpdate => Capabilities {
-                wake: Wake::Push,
-                session_bound: true,
-                min_ttl: Duration::from_secs(1),
-                ttl_granularity: Duration::from_secs(1),
-                ..polling
-            },
+            Strategy::ForUpdate => polling
+                .wake(Wake::Push)
+                .session_bound(true)
+                .min_ttl(Duration::from_secs(1))
+                .ttl_granularity(Duration::from_secs(1)),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! What the facade and the test harnesses know of this backend.
 
 use crate::MySqlConfig;
-use distlock_core::registry::Registration;
+use distlock_core::adapter::Registration;
 use distlock_sql::SqlStore;
 use std::sync::Arc;
 

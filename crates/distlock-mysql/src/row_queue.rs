@@ -9,7 +9,7 @@ use crate::error::{DbError, code};
 use crate::pool::Conn;
 use crate::protocol::{END_TRANSACTION, HOLDER_TIMEOUTS, KILL_CONNECTION};
 use distlock_core::LockError;
-use distlock_core::backend::{AcquireRequest, WaitUntil};
+use distlock_core::adapter::{AcquireRequest, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, UndoFuture};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,7 +56,7 @@ impl ForUpdate {
         conn: &mut Conn,
         row: &[u8],
     ) -> Result<(Instant, KillGuard), Try> {
-        let no_wait = req.wait == WaitUntil::NoWait;
+        let no_wait = req.wait == WaitUntil::No;
         let ttl_seconds = whole_seconds(req.ttl);
         let until = retry_until(req);
         let mut retry = Backoff::new(FIRST_RETRY, MAX_RETRY);

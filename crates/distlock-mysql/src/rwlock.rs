@@ -23,11 +23,10 @@ use crate::shares::{
     HEAD_SLOT, Mark, Plan, ShareHandle, ShareRow, Shares, Taker, delete_live, live_rows,
 };
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};
-use distlock_core::{
-    Capabilities, FencingToken, LockError, LockKey, RwLockBackend, RwLockInspect, RwMode,
-    ShareInfo, lowest_free_slot,
+use distlock_core::adapter::{
+    AcquireRequest, Acquired, RwLockBackend, RwLockInspect, ShareInfo, WaitUntil, lowest_free_slot,
 };
+use distlock_core::{Capabilities, FencingToken, LockError, LockKey, RwMode};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -192,7 +191,7 @@ impl MySqlRwLock {
     ) -> Result<Acquired<ShareHandle>, LockError> {
         let share = Share {
             mode,
-            waits: req.wait != WaitUntil::NoWait,
+            waits: req.wait != WaitUntil::No,
             ttl: req.ttl,
         };
         let (acquired, _) = take(&self.shares, &req, row_name(req.key), &share).await?;

@@ -14,10 +14,10 @@ use crate::share_take::take;
 use crate::shares::live_rows;
 use crate::shares::{HEAD_SLOT, Plan, ShareHandle, ShareRow, Shares, Taker, delete_live};
 use async_trait::async_trait;
-use distlock_core::{
-    AcquiredPermit, Capabilities, FencingToken, LockError, LockKey, PermitInfo, PermitRequest,
-    SemaphoreBackend, SemaphoreInspect, lowest_free_slot,
+use distlock_core::adapter::{
+    AcquiredPermit, PermitInfo, PermitRequest, SemaphoreBackend, SemaphoreInspect, lowest_free_slot,
 };
+use distlock_core::{Capabilities, FencingToken, LockError, LockKey};
 use std::sync::Arc;
 use std::time::Duration;
 

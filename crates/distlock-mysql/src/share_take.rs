@@ -8,7 +8,7 @@ use crate::error::DbError;
 use crate::pool::Conn;
 use crate::protocol::HELD_FLAG;
 use crate::shares::{HEAD_SLOT, Plan, ShareHandle, ShareRow, Shares, Taker};
-use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};
+use distlock_core::adapter::{AcquireRequest, Acquired, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, UndoFuture, random_owner};
 use distlock_core::{FencingToken, LockError};
 use sqlx::{SqlSafeStr, SqlStr};
@@ -48,7 +48,7 @@ pub(crate) async fn take(
     name: Vec<u8>,
     taker: &dyn Taker,
 ) -> Result<(Acquired<ShareHandle>, u32), LockError> {
-    let no_wait = req.wait == WaitUntil::NoWait;
+    let no_wait = req.wait == WaitUntil::No;
     let until = retry_until(req);
     // One owner for the whole acquire: a waiter's place, committed by one
     // attempt, is recognised as its own by the next.

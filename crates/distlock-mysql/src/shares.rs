@@ -27,7 +27,7 @@ use crate::keys::TableName;
 use crate::protocol::for_table;
 use async_trait::async_trait;
 use distlock_core::LockError;
-use distlock_core::backend::{Holding, Ownership};
+use distlock_core::adapter::{Holding, Ownership};
 use sqlx::mysql::MySqlRow;
 use sqlx::{AssertSqlSafe, Row, SqlSafeStr, SqlStr};
 use std::sync::Arc;

@@ -11,7 +11,7 @@ use crate::poll::{Attempt, Bid, BoxFuture, Contender, RowHandle, acquire_polling
 use crate::pool::Conn;
 use crate::protocol::HELD_FLAG;
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired, Backend, Ownership};
+use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership};
 use distlock_core::toolkit::Inspect;
 use distlock_core::{Capabilities, LockError};
 use std::sync::Arc;

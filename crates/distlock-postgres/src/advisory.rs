@@ -29,7 +29,7 @@ use crate::error::{BACKEND, DbError};
 use crate::keys::advisory_key;
 use crate::pool::{Conn, Pool};
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
+use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, Inspect};
 use distlock_core::{Capabilities, FencingToken, LockError};
 use sqlx::Row;
@@ -106,7 +106,7 @@ impl Backend for Advisory {
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<Session>, LockError> {
         let table = &self.table;
-        let no_wait = req.wait == WaitUntil::NoWait;
+        let no_wait = req.wait == WaitUntil::No;
         let mut conn = tokio::select! {
             biased;
             conn = self.holders.get() => conn.map_err(|e| table.error(e))?,

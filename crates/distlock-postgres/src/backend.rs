@@ -1,4 +1,4 @@
-//! What the two strategies' [`Backend`](distlock_core::backend::Backend)
+//! What the two strategies' [`Backend`](distlock_core::adapter::Backend)
 //! impls share: the lock table at one server (opened and checked once at
 //! connect), the wake-ups of its channel, and the undo of a cut-off statement.
 //!

@@ -1,5 +1,5 @@
 //! [`PostgresLock`], the one client type of the two strategies: each is a
-//! [`Backend`](distlock_core::backend::Backend) of its own under core's
+//! [`Backend`](distlock_core::adapter::Backend) of its own under core's
 //! [`BackendLock`], and the client forwards to the one it was connected with.
 
 use crate::advisory::Advisory;
@@ -11,10 +11,11 @@ use crate::rwlock::PgRwLock;
 use crate::semaphore::PgSemaphore;
 use crate::version_cas::VersionCas;
 use async_trait::async_trait;
+use distlock_core::adapter::{BackendLock, BackendRwLock, BackendSemaphore};
 use distlock_core::toolkit::Inspect;
 use distlock_core::{
-    AcquireOptions, BackendLock, BackendRwLock, BackendSemaphore, Capabilities, DistributedLock,
-    DynElection, DynRwLock, DynSemaphore, Lease, LockError, LockKey, MetricsSnapshot,
+    AcquireOptions, Capabilities, DistributedLock, DynElection, DynRwLock, DynSemaphore, Lease,
+    LockError, LockKey, MetricsSnapshot,
 };
 use std::sync::Arc;
 

@@ -78,35 +78,26 @@ impl Strategy {
 
     /// What a client of this strategy guarantees.
     pub fn capabilities(self) -> Capabilities {
-        let cas = Capabilities {
-            fencing: FencingGuarantee::Strict,
-            fifo: false,
+        let cas = Capabilities::new()
+            .fencing(FencingGuarantee::Strict)
             // A release notifies (LISTEN/NOTIFY); polling is only the fallback.
-            wake: Wake::Push,
-            session_bound: false,
-            token_durability: TokenDurability::Persisted,
-            min_ttl: MIN_CAS_TTL,
-            ttl_granularity: Duration::from_micros(1),
-            primitives: Primitives {
-                semaphore: Support::Offered,
-                election: Support::Offered,
-                rwlock: Support::Offered,
-            },
-        };
+            .wake(Wake::Push)
+            .token_durability(TokenDurability::Persisted)
+            .min_ttl(MIN_CAS_TTL)
+            .ttl_granularity(Duration::from_micros(1))
+            .primitives(Primitives::ALL);
         match self {
             Strategy::VersionCas => cas,
             // `idle_session_timeout` is in milliseconds.
-            Strategy::Advisory => Capabilities {
-                session_bound: true,
-                min_ttl: MIN_ADVISORY_TTL,
-                ttl_granularity: Duration::from_millis(1),
-                primitives: Primitives {
-                    semaphore: Support::NotOffered(ROWS_NOT_SESSIONS),
-                    election: Support::Offered,
-                    rwlock: Support::NotOffered(ROWS_NOT_SESSIONS),
-                },
-                ..cas
-            },
+            Strategy::Advisory => cas
+                .session_bound(true)
+                .min_ttl(MIN_ADVISORY_TTL)
+                .ttl_granularity(Duration::from_millis(1))
+                .primitives(
+                    Primitives::ALL
+                        .semaphore(Support::NotOffered(ROWS_NOT_SESSIONS))
+                        .rwlock(Support::NotOffered(ROWS_NOT_SESSIONS)),
+                ),
         }
     }
 }

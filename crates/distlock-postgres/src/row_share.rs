@@ -6,7 +6,7 @@ use crate::backend::{MakeStatement, Table, micros};
 use crate::error::BACKEND;
 use async_trait::async_trait;
 use distlock_core::LockError;
-use distlock_core::backend::{Holding, Ownership};
+use distlock_core::adapter::{Holding, Ownership};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -25,11 +25,9 @@ use crate::row_share::{RowShare, ShareKind, release_statement};
 use crate::session::Session;
 use crate::waiting::{Attempts, MAX_PAUSE, Step, wait_for};
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired};
+use distlock_core::adapter::{AcquireRequest, Acquired, RwLockBackend, RwLockInspect, ShareInfo};
 use distlock_core::toolkit::{CancelGuard, UndoFuture, random_owner};
-use distlock_core::{
-    Capabilities, FencingToken, LockError, LockKey, RwLockBackend, RwLockInspect, RwMode, ShareInfo,
-};
+use distlock_core::{Capabilities, FencingToken, LockError, LockKey, RwMode};
 use sqlx::Row;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

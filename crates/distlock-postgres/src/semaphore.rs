@@ -23,12 +23,11 @@ use crate::pool::Conn;
 use crate::row_share::{RowShare, ShareKind, release_statement};
 use crate::waiting::{Attempts, MAX_PAUSE, Step, wait_for};
 use async_trait::async_trait;
-use distlock_core::backend::Acquired;
-use distlock_core::toolkit::{CancelGuard, random_owner};
-use distlock_core::{
-    AcquiredPermit, Capabilities, FencingToken, LockError, LockKey, PermitInfo, PermitRequest,
-    SemaphoreBackend, SemaphoreInspect,
+use distlock_core::adapter::{
+    Acquired, AcquiredPermit, PermitInfo, PermitRequest, SemaphoreBackend, SemaphoreInspect,
 };
+use distlock_core::toolkit::{CancelGuard, random_owner};
+use distlock_core::{Capabilities, FencingToken, LockError, LockKey};
 use sqlx::Row;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

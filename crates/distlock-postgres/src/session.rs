@@ -13,7 +13,7 @@
 use crate::error::DbError;
 use crate::pool::Pool;
 use crate::protocol::{SESSION_LISTED, SESSION_TERMINATE};
-use distlock_core::backend::WaitUntil;
+use distlock_core::adapter::WaitUntil;
 use distlock_core::toolkit::Backoff;
 use sqlx::Row;
 use sqlx::postgres::PgRow;

@@ -14,7 +14,7 @@ use crate::backend::{MakeStatement, Table, Undo, micros, undo};
 use crate::error::{BACKEND, DbError};
 use crate::pool::Conn;
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
+use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, Inspect, random_owner};
 use distlock_core::{Capabilities, FencingToken, LockError};
 use sqlx::Row;
@@ -69,7 +69,7 @@ impl Backend for VersionCas {
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<RowHandle>, LockError> {
         let table = &self.table;
-        let no_wait = req.wait == WaitUntil::NoWait;
+        let no_wait = req.wait == WaitUntil::No;
         let payload = table.payload(req.key);
         let waiter = table.wakeups.waiter(&payload);
         let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);

@@ -11,7 +11,7 @@ use crate::backend::Table;
 use crate::error::DbError;
 use async_trait::async_trait;
 use distlock_core::LockError;
-use distlock_core::backend::{AcquireRequest, WaitUntil};
+use distlock_core::adapter::{AcquireRequest, WaitUntil};
 use distlock_core::toolkit::Backoff;
 use std::time::Duration;
 
@@ -55,7 +55,7 @@ pub(crate) async fn wait_for<A: Attempts>(
     max_pause: Duration,
     attempts: &mut A,
 ) -> Result<A::Won, LockError> {
-    let no_wait = req.wait == WaitUntil::NoWait;
+    let no_wait = req.wait == WaitUntil::No;
     let waiter = table.wakeups.waiter(payload);
     let mut backoff = Backoff::new(FIRST_PAUSE, max_pause);
     loop {

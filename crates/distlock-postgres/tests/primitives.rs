@@ -8,7 +8,8 @@
 mod support;
 
 use distlock_core::{
-    AcquireOptions, Capabilities, DistributedLock, LockError, LockKey, Renewal, Support,
+    AcquireOptions, Capabilities, DistributedLock, Held, LockError, LockKey, Renewal, SingleLease,
+    Support,
 };
 use distlock_postgres::{PostgresConfig, Strategy};
 use distlock_testkit::servers::PostgresServer;

@@ -26,12 +26,13 @@ use crate::replicas::ReplicaAck;
 use crate::restart::{Place, RestartGuard};
 use crate::subscriber::Waiting;
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
+use distlock_core::adapter::{
+    AcquireRequest, Acquired, Backend, BackendLock, LossSignal, Ownership, WaitUntil,
+};
 use distlock_core::toolkit::Timeouts;
 use distlock_core::toolkit::{Inspect, random_owner};
 use distlock_core::{
-    BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError, Primitives, Support,
-    TokenDurability, Wake,
+    Capabilities, FencingGuarantee, FencingToken, LockError, Primitives, TokenDurability, Wake,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -77,27 +78,16 @@ impl RedisBackend {
     /// Strict tokens on one server (re-seeded from the server clock after a
     /// restart that lost them), push wake-up, no FIFO, ttls in whole milliseconds
     /// from 10 ms.
-    pub const CAPABILITIES: Capabilities = Capabilities {
-        fencing: FencingGuarantee::Strict,
-        fifo: false,
-        wake: Wake::Push,
-        session_bound: false,
-        token_durability: TokenDurability::ServerClock,
-        min_ttl: Duration::from_millis(10),
-        ttl_granularity: Duration::from_millis(1),
-        primitives: Primitives {
-            semaphore: Support::Offered,
-            election: Support::Offered,
-            rwlock: Support::Offered,
-        },
-    };
+    pub const CAPABILITIES: Capabilities = Capabilities::new()
+        .fencing(FencingGuarantee::Strict)
+        .wake(Wake::Push)
+        .token_durability(TokenDurability::ServerClock)
+        .min_ttl(Duration::from_millis(10))
+        .primitives(Primitives::ALL);
 
     /// [`RedisBackend::CAPABILITIES`] with waiters served in arrival order:
     /// the fair lock (`fair=true`).
-    pub const FAIR_CAPABILITIES: Capabilities = Capabilities {
-        fifo: true,
-        ..Self::CAPABILITIES
-    };
+    pub const FAIR_CAPABILITIES: Capabilities = Self::CAPABILITIES.fifo(true);
 
     /// Makes the client and loads the scripts, so that a wrong address, password
     /// or a server without Lua scripting fails here rather than at the first
@@ -149,8 +139,8 @@ impl RedisBackend {
             self.timeout,
         );
         // A wait that already ended still gets its one attempt.
-        let race_deadline = req.wait != WaitUntil::NoWait
-            && req.wait.instant().is_none_or(|at| at > Instant::now());
+        let race_deadline =
+            req.wait != WaitUntil::No && req.wait.instant().is_none_or(|at| at > Instant::now());
         let sent_at = Instant::now();
         let reply = tokio::select! {
             reply = self.server.acquire_acked(keys, &owner, (req.ttl, self.guard.as_ref()), self.timeout, self.replicas) => reply,
@@ -243,7 +233,7 @@ impl Backend for RedisBackend {
         if let Step::Won(acquired) = self.attempt(&req, &keys).await? {
             return Ok(acquired);
         }
-        if req.wait == WaitUntil::NoWait {
+        if req.wait == WaitUntil::No {
             return Err(req.not_acquired());
         }
         // Subscribed before the next attempt: a release from here on wakes us.

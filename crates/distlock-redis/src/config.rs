@@ -9,8 +9,9 @@ use crate::error::BACKEND;
 use crate::fence::RedisFence;
 use crate::replicas::ReplicaAck;
 pub(crate) use common::{Common, check_timeout};
+use distlock_core::adapter::BackendLock;
 use distlock_core::toolkit::Timeouts;
-use distlock_core::{AcquireOptions, BackendLock, LockError};
+use distlock_core::{AcquireOptions, LockError};
 pub(crate) use servers::{Schemes, read_servers};
 use std::time::Duration;
 

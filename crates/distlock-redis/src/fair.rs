@@ -24,7 +24,7 @@ use crate::keys::LockKeys;
 use crate::protocol::fair::turn_channel;
 use crate::protocol::{Attempt as Granted, ServerClient};
 use crate::shares::{Attempt, place_lifetime, queued_wait, take_turns};
-use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};
+use distlock_core::adapter::{AcquireRequest, Acquired, WaitUntil};
 use distlock_core::toolkit::{CancelGuard, UndoFuture, random_owner};
 use distlock_core::{FencingToken, LockError};
 use std::sync::Arc;
@@ -56,7 +56,7 @@ impl RedisBackend {
         keys: &LockKeys,
         owner: &str,
     ) -> Result<Attempt<Acquired<RedisHandle>>, LockError> {
-        let queued = req.wait != WaitUntil::NoWait;
+        let queued = req.wait != WaitUntil::No;
         let place = if queued {
             place_lifetime(req.ttl)
         } else {

@@ -15,7 +15,7 @@ use crate::restart::{self, LossSender, Place, Restarts, Watch};
 use crate::sentinel::Target;
 use crate::subscriber::{Hold, Subscriber};
 use distlock_core::LockError;
-use distlock_core::backend::LossSignal;
+use distlock_core::adapter::LossSignal;
 use distlock_core::toolkit::Timeouts;
 use redis::Script;
 use std::sync::{Arc, LazyLock};

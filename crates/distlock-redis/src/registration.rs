@@ -1,7 +1,7 @@
 //! What the facade and the test harnesses know of this crate's two backends.
 
 use crate::{RedisConfig, RedlockConfig};
-use distlock_core::registry::Registration;
+use distlock_core::adapter::Registration;
 use std::sync::Arc;
 
 /// One Redis node, a Sentinel-managed primary or a Cluster: `redis://`,

@@ -21,7 +21,7 @@
 use crate::connection::{Connection, Link, RunId};
 use crate::error::CommandError;
 use crate::keys::guard_marker;
-use distlock_core::backend::LossSignal;
+use distlock_core::adapter::LossSignal;
 use distlock_core::toolkit::Backoff;
 use distlock_core::{LockError, LossReason};
 use redis::ScriptInvocation;

@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use distlock_core::toolkit::Inspect;
-use distlock_core::{AcquireOptions, DistributedLock, LockKey, Wait};
+use distlock_core::{AcquireOptions, DistributedLock, Held, LockKey, Wait};
 use distlock_redis::{LockKeys, RedisConfig, RedisLock};
 use distlock_testkit::servers::RedisCluster;
 use std::collections::BTreeSet;

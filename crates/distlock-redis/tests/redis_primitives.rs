@@ -8,7 +8,7 @@
 mod common;
 
 use common::{admin, client, command_calls, delta, eventually, raw};
-use distlock_core::{AcquireOptions, DistributedLock, LockKey, Wait};
+use distlock_core::{AcquireOptions, DistributedLock, Held, LockKey, SingleLease, Wait};
 use distlock_redis::{RedisConfig, RedisLock};
 use distlock_testkit::servers::RedisServer;
 use std::collections::HashMap;

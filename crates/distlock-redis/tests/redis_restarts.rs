@@ -16,7 +16,7 @@ use common::{
     guarded_pair, lost_in_time, opts, overlap_with, permit_and_share, raw, refused_then_granted,
     revoked_within, server, servers, watch_loss,
 };
-use distlock_core::{DistributedLock, LockError, LockKey, Wait};
+use distlock_core::{DistributedLock, Held, LockError, LockKey, SingleLease, Wait};
 use distlock_redis::RedisConfig;
 use distlock_testkit::servers::RedisOptions;
 use std::time::{Duration, Instant};

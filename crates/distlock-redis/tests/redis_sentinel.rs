@@ -12,7 +12,9 @@
 mod common;
 
 use common::{eventually, raw};
-use distlock_core::{AcquireOptions, DistributedLock, Fence, FencedWrite, FencingToken};
+use distlock_core::{
+    AcquireOptions, DistributedLock, Fence, FencedWrite, FencingToken, SingleLease,
+};
 use distlock_core::{LockKey, LossReason, Wait};
 use distlock_redis::{LockKeys, RedisConfig};
 use distlock_testkit::proxy::FaultProxy;

@@ -14,7 +14,7 @@ use common::{
     eventually, guarded_pair, lost_in_time, opts, permit_and_share, raw, refused_then_granted_by,
     revoked_within, server, watch_loss,
 };
-use distlock_core::{DistributedLock, LockError, LockKey, Wait};
+use distlock_core::{DistributedLock, Held, LockError, LockKey, SingleLease, Wait};
 use distlock_redis::LockKeys;
 use std::time::Duration;
 

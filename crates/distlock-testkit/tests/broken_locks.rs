@@ -3,11 +3,9 @@
 //! the cases guarding that property fail.
 
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired, Backend, Ownership};
+use distlock_core::adapter::{AcquireRequest, Acquired, Backend, BackendLock, Ownership};
 use distlock_core::memory::{MemoryBackend, MemoryHandle, MemoryStore};
-use distlock_core::{
-    BackendLock, BoxError, Capabilities, DynLock, FencingToken, LockError, LockKey,
-};
+use distlock_core::{BoxError, Capabilities, DynLock, FencingToken, LockError, LockKey};
 use distlock_testkit::cases::{self, CaseResult};
 use distlock_testkit::memory::MemoryHarness;
 use distlock_testkit::{Harness, Hooks};

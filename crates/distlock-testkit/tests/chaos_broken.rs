@@ -5,9 +5,9 @@
 //! back to the same verdict.
 
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired, Backend, Ownership};
+use distlock_core::adapter::{AcquireRequest, Acquired, Backend, BackendLock, Ownership};
 use distlock_core::memory::{MemoryBackend, MemoryHandle, MemoryStore};
-use distlock_core::{BackendLock, BoxError, Capabilities, DynLock, FencingToken, LockError};
+use distlock_core::{BoxError, Capabilities, DynLock, FencingToken, LockError};
 use distlock_testkit::Harness;
 use distlock_testkit::chaos::{History, Meta, Pace, Plan, Requirement, check, run};
 use distlock_testkit::harness::Hooks;

@@ -13,9 +13,9 @@ use crate::protocol::{self, OwnNode, Requests};
 use crate::queue::{self, QueuedNode, Turn};
 use crate::session::{Session, SessionSettings, Sessions};
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
+use distlock_core::adapter::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
 use distlock_core::toolkit::Inspect;
-use distlock_core::{Capabilities, FencingToken, LockError, LossReason, Primitives};
+use distlock_core::{Capabilities, FencingToken, LockError, LossReason};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -45,7 +45,7 @@ pub(crate) struct Settings {
 }
 
 /// A ZooKeeper lock client: `ZkConfig::from_url(url)?.connect().await?`.
-pub type ZkLock = distlock_core::BackendLock<ZkBackend>;
+pub type ZkLock = distlock_core::adapter::BackendLock<ZkBackend>;
 
 /// The ZooKeeper adapter. Use it through [`ZkLock`].
 #[derive(Debug)]
@@ -118,10 +118,7 @@ impl ZkBackend {
     /// The capabilities against a server whose `minSessionTimeout` is `min_ttl`:
     /// what a harness can know before it connects.
     pub fn capabilities_with_min_ttl(min_ttl: Duration) -> Capabilities {
-        Capabilities {
-            primitives: Primitives::ALL,
-            ..Capabilities::consensus_queue(min_ttl, Duration::from_millis(1))
-        }
+        Capabilities::consensus_queue(min_ttl, Duration::from_millis(1))
     }
 
     /// Queues a node of `kind` holding `data` in `dir` on the session for the
@@ -245,11 +242,11 @@ impl Backend for ZkBackend {
     }
 }
 
-/// Completes when the wait `until` ends; never for `NoWait`, whose single
+/// Completes when the wait `until` ends; never for `WaitUntil::No`, whose single
 /// attempt ends the wait itself.
 pub(crate) async fn wait_ends(until: WaitUntil) {
     match until {
-        WaitUntil::NoWait => std::future::pending().await,
+        WaitUntil::No => std::future::pending().await,
         other => other.reached().await,
     }
 }

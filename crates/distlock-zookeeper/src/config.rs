@@ -6,10 +6,9 @@ use crate::keys;
 use crate::session::SessionSettings;
 use crate::tls::ZkTls;
 use crate::{ZkElection, ZkRwLockBackend, ZkSemaphoreBackend};
+use distlock_core::adapter::{BackendElection, BackendLock, BackendRwLock, BackendSemaphore};
 use distlock_core::toolkit::{Host, LockUrl, Timeouts};
-use distlock_core::{
-    AcquireOptions, BackendElection, BackendLock, BackendRwLock, BackendSemaphore, LockError,
-};
+use distlock_core::{AcquireOptions, LockError};
 use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_client::{Acl, AuthId, Permission};

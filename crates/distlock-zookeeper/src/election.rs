@@ -10,11 +10,9 @@
 use crate::backend::ZkBackend;
 use crate::keys::{self, NodeKind};
 use async_trait::async_trait;
-use distlock_core::backend::{Acquired, Backend};
+use distlock_core::adapter::{Acquired, Backend, Bound, CampaignRequest, ElectionBackend};
 use distlock_core::toolkit::Holder;
-use distlock_core::{
-    Bound, CampaignRequest, Capabilities, ElectionBackend, FencingToken, LockError, LockKey,
-};
+use distlock_core::{Capabilities, FencingToken, LockError, LockKey};
 use std::sync::Arc;
 
 /// How often `leader` lists again when the leader it found resigned before

@@ -16,7 +16,7 @@ use crate::error::ZkError;
 use crate::keys::{self, NodeKind};
 use crate::protocol::{self, OwnNode, Requests};
 use crate::session::Session;
-use distlock_core::backend::WaitUntil;
+use distlock_core::adapter::WaitUntil;
 use distlock_core::toolkit::{Backoff, CancelGuard, UndoFuture};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -129,10 +129,7 @@ pub(crate) async fn wait_for_turn(
         };
         // A connection loss while the session lives is not the end of a wait:
         // the client reconnects and the node is still in line.
-        if !error.is_transient()
-            || wait == WaitUntil::NoWait
-            || node.session.state().is_terminated()
-        {
+        if !error.is_transient() || wait == WaitUntil::No || node.session.state().is_terminated() {
             return Err(error);
         }
         tracing::debug!(%error, "retrying after a connection loss");
@@ -217,7 +214,7 @@ async fn step(
             also: also.unwrap_or_default(),
         }));
     };
-    if wait == WaitUntil::NoWait {
+    if wait == WaitUntil::No {
         return Ok(Step::Busy);
     }
     let predecessor = keys::node_path(&node.dir, &queue[blocking]);

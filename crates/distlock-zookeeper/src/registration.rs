@@ -1,7 +1,7 @@
 //! What the facade and the test harnesses know of this backend.
 
 use crate::ZkConfig;
-use distlock_core::registry::Registration;
+use distlock_core::adapter::Registration;
 use std::sync::Arc;
 
 /// ZooKeeper: `zk://`, `zookeeper://` (TLS with `?tls=true&ca=…` and the `tls`

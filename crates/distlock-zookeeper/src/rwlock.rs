@@ -14,11 +14,11 @@
 use crate::backend::ZkBackend;
 use crate::keys::{self, NodeKind};
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired, Backend};
-use distlock_core::{
-    BackendRwLock, Bound, Capabilities, FencingToken, LockError, LockKey, RwLockBackend,
-    RwLockInspect, RwMode, ShareInfo,
+use distlock_core::adapter::{
+    AcquireRequest, Acquired, Backend, BackendRwLock, Bound, RwLockBackend, RwLockInspect,
+    ShareInfo,
 };
+use distlock_core::{Capabilities, FencingToken, LockError, LockKey, RwMode};
 use std::sync::Arc;
 
 /// A read-write lock client for ZooKeeper, on the sessions of a

@@ -38,11 +38,11 @@ use crate::lease;
 use crate::queue::{self, QueuedNode, Turn};
 use crate::session::Session;
 use async_trait::async_trait;
-use distlock_core::backend::{Acquired, Backend, WaitUntil};
-use distlock_core::{
-    AcquiredPermit, BackendSemaphore, Bound, Capabilities, FencingToken, LockError, LockKey,
-    PermitInfo, PermitRequest, SemaphoreBackend, SemaphoreInspect, lowest_free_slot,
+use distlock_core::adapter::{
+    Acquired, AcquiredPermit, Backend, BackendSemaphore, Bound, PermitInfo, PermitRequest,
+    SemaphoreBackend, SemaphoreInspect, WaitUntil, lowest_free_slot,
 };
+use distlock_core::{Capabilities, FencingToken, LockError, LockKey};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -183,7 +183,7 @@ impl ZkSemaphoreBackend {
 
     /// As the guard holder: claims, and while the semaphore is full watches
     /// the leases directory and claims again when it changes. `None` for
-    /// `NoWait` when all permits are taken.
+    /// `WaitUntil::No` when all permits are taken.
     async fn claim_in_turn(
         &self,
         session: &Arc<Session>,
@@ -199,7 +199,7 @@ impl ZkSemaphoreBackend {
             match self.claim(session, leases, listed, req).await? {
                 Claim::Held(permit) => return Ok(Some(permit)),
                 Claim::Conflict => {}
-                Claim::Full if req.acquire.wait == WaitUntil::NoWait => return Ok(None),
+                Claim::Full if req.acquire.wait == WaitUntil::No => return Ok(None),
                 Claim::Full => {
                     let watched = requests.watch_children(&session.client, leases).await;
                     match watched.map_err(|e| self.lock.error(e))? {
@@ -284,7 +284,7 @@ impl SemaphoreBackend for ZkSemaphoreBackend {
             };
             match claimed {
                 Claim::Held(permit) => return Ok(permit),
-                Claim::Full if acquire.wait == WaitUntil::NoWait => {
+                Claim::Full if acquire.wait == WaitUntil::No => {
                     return Err(acquire.not_acquired());
                 }
                 Claim::Full => break,

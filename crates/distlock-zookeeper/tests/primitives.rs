@@ -4,7 +4,7 @@
 
 mod common;
 
-use distlock_core::{AcquireOptions, DistributedLock, LockKey};
+use distlock_core::{AcquireOptions, DistributedLock, Held, LockKey, SingleLease};
 use std::time::Duration;
 
 fn opts() -> AcquireOptions {
@@ -100,11 +100,11 @@ async fn candidates_are_latch_nodes_holding_their_proposal() {
         .await
         .unwrap();
     assert_eq!(data, b"node-a");
-    assert_eq!(stat.czxid as u64, leading.term().get());
+    assert_eq!(stat.czxid as u64, leading.token().get());
     let leader = election.leader(&key).await.unwrap().expect("a leader");
     assert_eq!(leader.owner, "node-a");
-    assert_eq!(leader.token, Some(leading.term()));
-    leading.resign().await.unwrap();
+    assert_eq!(leader.token, Some(leading.token()));
+    leading.release().await.unwrap();
     assert_eq!(election.leader(&key).await.unwrap(), None);
 }
 

@@ -1,8 +1,8 @@
 //! `memory://NAME`: the in-process backend, one store per `NAME` in this
 //! process, for locks and fenced data alike.
 
+use distlock_core::adapter::Registration;
 use distlock_core::memory::MemoryStore;
-use distlock_core::registry::Registration;
 use distlock_core::toolkit::LockUrl;
 use distlock_core::{AcquireOptions, LockError, MemoryFence};
 use std::collections::HashMap;

@@ -5,7 +5,7 @@
 //! is off.
 
 use distlock_core::LockError;
-use distlock_core::registry::Registration;
+use distlock_core::adapter::Registration;
 use std::fmt;
 
 /// A backend `connect` can reach, with the URL schemes that select it and the

@@ -7,7 +7,7 @@
 use super::{NAMESPACE, client};
 use crate::sections::{HANDOFF, WAIT};
 use crate::{Named, Shared, unique};
-use distlock_core::{AcquireOptions, DistributedLock, LockKey, Wait};
+use distlock_core::{AcquireOptions, DistributedLock, Held, LockKey, SingleLease, Wait};
 use distlock_testkit::cases::{CaseError, CaseResult, within};
 use distlock_testkit::ensure;
 use std::sync::Arc;
@@ -151,8 +151,8 @@ pub async fn one_leader_across_leader_latch_and_distlock(shared: Arc<Shared>) ->
         !next.acquired_early(),
         "Curator's latch leads while distlock does"
     );
-    let term = leading.term();
-    leading.resign().await?;
+    let term = leading.token();
+    leading.release().await?;
     next.acquired(HANDOFF).await?;
     let leader = election.leader(&key).await?;
     ensure!(

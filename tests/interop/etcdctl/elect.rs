@@ -7,7 +7,7 @@ use super::{EtcdctlChild, client, etcdctl, etcdctl_run_values};
 use crate::inspect::expect_queue;
 use crate::sections::{HANDOFF, WAIT};
 use crate::{Shared, unique};
-use distlock_core::{AcquireOptions, DistributedLock, LockKey, Wait};
+use distlock_core::{AcquireOptions, DistributedLock, Held, LockKey, SingleLease, Wait};
 use distlock_testkit::cases::{CaseError, CaseResult, within};
 use distlock_testkit::ensure;
 use distlock_testkit::servers::EtcdServer;
@@ -66,16 +66,16 @@ pub async fn etcdctl_elect_leads_distlock_follows(shared: Arc<Shared>) -> CaseRe
         elected_at - resigned_at
     );
     ensure!(
-        leadership.term() > their_term,
+        leadership.token() > their_term,
         "distlock's term {} is not above etcdctl's {their_term}",
-        leadership.term()
+        leadership.token()
     );
     let values = etcdctl_run_values(etcd, &name).await?;
     ensure!(
         values == ["our-proposal"],
         "etcdctl reads the election's values {values:?}, not distlock's proposal alone"
     );
-    leadership.resign().await?;
+    leadership.release().await?;
     expect_queue(&lock, &name, 0, "every key deleted").await
 }
 
@@ -106,8 +106,8 @@ pub async fn distlock_leads_etcdctl_elect_follows(shared: Arc<Shared>) -> CaseRe
     );
 
     let resigned_at = Instant::now();
-    let our_term = leadership.term();
-    leadership.resign().await?;
+    let our_term = leadership.token();
+    leadership.release().await?;
     theirs.elected().await?;
     ensure!(
         resigned_at.elapsed() < HANDOFF,

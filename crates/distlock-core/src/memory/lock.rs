@@ -229,20 +229,17 @@ impl Backend for MemoryBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fencing: FencingGuarantee::Strict,
-            fifo: true,
-            wake: Wake::Push,
-            session_bound: false,
-            token_durability: TokenDurability::ServerClock,
-            min_ttl: Duration::from_millis(1),
-            ttl_granularity: Duration::from_nanos(1),
-            primitives: Primitives::ALL,
-        }
+        Capabilities::new()
+            .fencing(FencingGuarantee::Strict)
+            .fifo(true)
+            .wake(Wake::Push)
+            .token_durability(TokenDurability::ServerClock)
+            .ttl_granularity(Duration::from_nanos(1))
+            .primitives(Primitives::ALL)
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<MemoryHandle>, LockError> {
-        let no_wait = req.wait == WaitUntil::NoWait;
+        let no_wait = req.wait == WaitUntil::No;
         let me = Queued {
             id: self.store.next_id(),
             wake: Arc::new(Notify::new()),

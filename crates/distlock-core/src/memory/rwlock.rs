@@ -253,7 +253,7 @@ impl MemoryRwLockBackend {
         mode: RwMode,
     ) -> Result<Acquired<ShareHandle>, LockError> {
         let (network, store) = (&self.network, &self.network.store);
-        let no_wait = req.wait == WaitUntil::NoWait;
+        let no_wait = req.wait == WaitUntil::No;
         let me = Waiter {
             id: store.next_id(),
             wake: Arc::new(Notify::new()),

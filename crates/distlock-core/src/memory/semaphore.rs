@@ -3,11 +3,12 @@
 
 use super::{MemoryBackend, MemoryStore, Queued, clock_seed};
 use crate::backend::{Acquired, Holding, LossSignal, Ownership, WaitUntil};
+use crate::semaphore::lowest_free_slot;
 use crate::semaphore::{
     AcquiredPermit, PermitInfo, PermitRequest, SemaphoreBackend, SemaphoreInspect,
 };
 use crate::toolkit::CancelGuard;
-use crate::{Capabilities, FencingToken, LockError, LockKey, LossReason, lowest_free_slot};
+use crate::{Capabilities, FencingToken, LockError, LockKey, LossReason};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -312,7 +313,7 @@ impl SemaphoreBackend for MemorySemaphoreBackend {
     ) -> Result<AcquiredPermit<PermitHandle>, LockError> {
         let (network, store) = (&self.network, &self.network.store);
         let wait = req.acquire.wait;
-        let no_wait = wait == WaitUntil::NoWait;
+        let no_wait = wait == WaitUntil::No;
         let me = Queued {
             id: store.next_id(),
             wake: Arc::new(Notify::new()),

@@ -99,7 +99,7 @@ mod tests {
                 .await
         );
         assert!(Instant::now() >= deadline);
-        assert!(!backoff.pause(Duration::MAX, WaitUntil::NoWait).await);
+        assert!(!backoff.pause(Duration::MAX, WaitUntil::No).await);
         assert!(
             start.elapsed() < Duration::from_secs(50),
             "{:?}",

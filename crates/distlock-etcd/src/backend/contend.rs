@@ -10,7 +10,7 @@ use crate::etcd_lease::{LeaseEnd, SessionLease, Slot, whole_seconds};
 use crate::keys::{contender_key, printable};
 use crate::queue::QueueEntry;
 use crate::watch::{OnCreate, Subscription, Wake};
-use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};
+use distlock_core::adapter::{AcquireRequest, Acquired, WaitUntil};
 use distlock_core::{FencingToken, LockError};
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -133,7 +133,7 @@ impl EtcdBackend {
                 None => {}
             }
         }
-        if req.wait == WaitUntil::NoWait {
+        if req.wait == WaitUntil::No {
             entry.remove().await?;
             return Err(req.not_acquired().into());
         }

@@ -9,7 +9,8 @@ use super::protocol;
 use crate::error::Failure;
 use crate::keys::{LIMIT_KEY, printable, semaphore_names_prefix};
 use async_trait::async_trait;
-use distlock_core::{FencingToken, LockError, LockKey, PermitInfo, SemaphoreInspect};
+use distlock_core::adapter::{PermitInfo, SemaphoreInspect};
+use distlock_core::{FencingToken, LockError, LockKey};
 
 impl EtcdSemaphoreBackend {
     fn error(&self, failure: Failure) -> LockError {

@@ -28,11 +28,11 @@ use crate::keys::{contender_key, printable, semaphore_prefix};
 use crate::queue::QueueEntry;
 use crate::watch::{OnCreate, Subscription};
 use async_trait::async_trait;
-use distlock_core::backend::{Acquired, Backend, WaitUntil};
-use distlock_core::{
-    AcquiredPermit, BackendSemaphore, Bound, Capabilities, LockError, PermitRequest,
-    SemaphoreBackend, SemaphoreInspect,
+use distlock_core::adapter::{
+    Acquired, AcquiredPermit, Backend, BackendSemaphore, Bound, PermitRequest, SemaphoreBackend,
+    SemaphoreInspect, WaitUntil,
 };
+use distlock_core::{Capabilities, LockError};
 use protocol::{Layout, Look, Refused};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -119,7 +119,7 @@ impl EtcdSemaphoreBackend {
                     protocol::look(&lock.rpc, &lock.kv, layout, &key, revision, req.limit).await?;
                 continue;
             }
-            if acquire.wait == WaitUntil::NoWait {
+            if acquire.wait == WaitUntil::No {
                 entry.remove().await?;
                 return Err(acquire.not_acquired().into());
             }

@@ -22,12 +22,14 @@ use crate::protocol::{ServerClient, loss_signal, release_on_drop};
 use crate::restart::{Place, RestartGuard};
 use crate::subscriber::Waiting;
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
+use distlock_core::adapter::{
+    AcquireRequest, Acquired, Backend, BackendLock, LossSignal, Ownership, WaitUntil, clock_drift,
+};
 use distlock_core::toolkit::Timeouts;
 use distlock_core::toolkit::{Backoff, Inspect, random_owner};
 use distlock_core::{
-    BackendLock, Capabilities, FencingGuarantee, FencingToken, LockError, Primitives, Support,
-    TokenDurability, Wake, clock_drift,
+    Capabilities, FencingGuarantee, FencingToken, LockError, Primitives, Support, TokenDurability,
+    Wake,
 };
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -78,24 +80,20 @@ enum Outcome {
 impl RedlockBackend {
     /// Tokens that rise under timing and persistence assumptions, push wake-up,
     /// no FIFO, ttls in whole milliseconds from 50 ms.
-    pub const CAPABILITIES: Capabilities = Capabilities {
-        fencing: FencingGuarantee::UnderTimingAssumptions,
-        fifo: false,
-        wake: Wake::Push,
-        session_bound: false,
-        token_durability: TokenDurability::ServerClock,
-        min_ttl: Duration::from_millis(50),
-        ttl_granularity: Duration::from_millis(1),
-        primitives: Primitives {
-            semaphore: Support::NotOffered(
-                "no quorum semaphore on Redlock yet; see docs/backends/redlock.md for the argument",
-            ),
-            election: Support::Offered,
-            rwlock: Support::NotOffered(
-                "no quorum read-write lock on Redlock: per-node reader sets cannot be voted on safely",
-            ),
-        },
-    };
+    pub const CAPABILITIES: Capabilities = Capabilities::new()
+        .fencing(FencingGuarantee::UnderTimingAssumptions)
+        .wake(Wake::Push)
+        .token_durability(TokenDurability::ServerClock)
+        .min_ttl(Duration::from_millis(50))
+        .primitives(
+            Primitives::ALL
+                .semaphore(Support::NotOffered(
+                    "no quorum semaphore on Redlock yet; see docs/backends/redlock.md for the argument",
+                ))
+                .rwlock(Support::NotOffered(
+                    "no quorum read-write lock on Redlock: per-node reader sets cannot be voted on safely",
+                )),
+        );
 
     /// Makes a client per node and loads the scripts on all of them at once; a
     /// majority must answer.
@@ -173,8 +171,8 @@ impl RedlockBackend {
     ) -> Result<Outcome, LockError> {
         let owner = random_owner();
         let undo = release_on_drop(&self.nodes, keys, &owner, self.timeout);
-        let race_deadline = req.wait != WaitUntil::NoWait
-            && req.wait.instant().is_none_or(|at| at > Instant::now());
+        let race_deadline =
+            req.wait != WaitUntil::No && req.wait.instant().is_none_or(|at| at > Instant::now());
         let sent_at = Instant::now();
         let tally = tokio::select! {
             tally = self.acquire_round(keys, &owner, req.ttl, sent_at) => tally,
@@ -263,7 +261,7 @@ impl Backend for RedlockBackend {
                 // round (a loaded machine); keep trying until the wait ends.
                 let since = *slow_since.get_or_insert_with(Instant::now);
                 if tally.not_refusing(n) < self.quorum
-                    || req.wait == WaitUntil::NoWait
+                    || req.wait == WaitUntil::No
                     || since.elapsed() >= self.slow_grace
                 {
                     return Err(unavailable);
@@ -272,7 +270,7 @@ impl Backend for RedlockBackend {
             } else {
                 slow_since = None;
             }
-            if req.wait == WaitUntil::NoWait {
+            if req.wait == WaitUntil::No {
                 return Err(match too_slow {
                     true => LockError::Timeout {
                         key: req.key.clone(),

@@ -4,8 +4,9 @@ use super::BACKEND;
 use super::backend::{Redlock, RedlockBackend};
 use crate::address::ServerAddress;
 use crate::config::{Common, RedisConfig, Schemes, read_servers};
+use distlock_core::LockError;
+use distlock_core::adapter::BackendLock;
 use distlock_core::toolkit::Timeouts;
-use distlock_core::{BackendLock, LockError};
 use std::time::Duration;
 
 /// Settings for [`Redlock`]. Build it with [`RedlockConfig::from_url`],

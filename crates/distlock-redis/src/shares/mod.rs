@@ -31,10 +31,11 @@ use crate::primaries::scan_keys;
 use crate::protocol::{ServerClient, flag, loss_signal, share_script, ttl_ms as ms};
 use crate::restart::{Place, RestartGuard};
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Holding, LossSignal, Ownership};
+use distlock_core::adapter::{
+    AcquireRequest, BackendRwLock, BackendSemaphore, Holding, LossSignal, Ownership,
+};
 use distlock_core::toolkit::{CancelGuard, UndoFuture};
-use distlock_core::{BackendRwLock, BackendSemaphore, DynRwLock, DynSemaphore};
-use distlock_core::{Capabilities, LockError, LockKey};
+use distlock_core::{Capabilities, DynRwLock, DynSemaphore, LockError, LockKey};
 use redis::Script;
 use rwlock::RedisRwLockBackend;
 use semaphore::RedisSemaphoreBackend;

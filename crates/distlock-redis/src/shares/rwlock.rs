@@ -31,12 +31,11 @@ use crate::error::BACKEND;
 use crate::protocol::share_script;
 use crate::restart::RestartGuard;
 use async_trait::async_trait;
-use distlock_core::backend::{AcquireRequest, Acquired, WaitUntil};
-use distlock_core::toolkit::random_owner;
-use distlock_core::{
-    BackendRwLock, Capabilities, FencingToken, LockError, LockKey, RwLockBackend, RwLockInspect,
-    RwMode, ShareInfo,
+use distlock_core::adapter::{
+    AcquireRequest, Acquired, BackendRwLock, RwLockBackend, RwLockInspect, ShareInfo, WaitUntil,
 };
+use distlock_core::toolkit::random_owner;
+use distlock_core::{Capabilities, FencingToken, LockError, LockKey, RwMode};
 use redis::Script;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
@@ -107,7 +106,7 @@ impl RedisRwLockBackend {
         mode: RwMode,
     ) -> Result<Attempt<Acquired<RedisShare>>, LockError> {
         let keys = &on.keys;
-        let queued = req.wait != WaitUntil::NoWait;
+        let queued = req.wait != WaitUntil::No;
         let place = if queued {
             place_lifetime(req.ttl)
         } else {

@@ -18,12 +18,12 @@ use crate::error::BACKEND;
 use crate::protocol::share_script;
 use crate::restart::RestartGuard;
 use async_trait::async_trait;
-use distlock_core::backend::Acquired;
-use distlock_core::toolkit::random_owner;
-use distlock_core::{
-    AcquiredPermit, BackendSemaphore, Capabilities, FencingToken, LockError, LockKey, PermitInfo,
-    PermitRequest, SemaphoreBackend, SemaphoreInspect,
+use distlock_core::adapter::{
+    Acquired, AcquiredPermit, BackendSemaphore, PermitInfo, PermitRequest, SemaphoreBackend,
+    SemaphoreInspect,
 };
+use distlock_core::toolkit::random_owner;
+use distlock_core::{Capabilities, FencingToken, LockError, LockKey};
 use redis::Script;
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;

@@ -8,7 +8,7 @@
 use crate::protocol::ServerClient;
 use crate::subscriber::Waiting;
 use distlock_core::LockError;
-use distlock_core::backend::{AcquireRequest, WaitUntil};
+use distlock_core::adapter::{AcquireRequest, WaitUntil};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -56,7 +56,7 @@ where
     if let Attempt::Won(won) = raced(req, attempt(false)).await? {
         return Ok(won);
     }
-    if req.wait == WaitUntil::NoWait {
+    if req.wait == WaitUntil::No {
         return Err(req.not_acquired());
     }
     // Subscribed before the next attempt: a message from here on wakes us.
@@ -105,8 +105,7 @@ async fn raced<T>(
     req: &AcquireRequest<'_>,
     attempt: impl Future<Output = Result<Attempt<T>, LockError>>,
 ) -> Result<Attempt<T>, LockError> {
-    let race =
-        req.wait != WaitUntil::NoWait && req.wait.instant().is_none_or(|at| at > Instant::now());
+    let race = req.wait != WaitUntil::No && req.wait.instant().is_none_or(|at| at > Instant::now());
     tokio::select! {
         outcome = attempt => outcome,
         _ = req.wait.reached(), if race => Err(req.not_acquired()),

@@ -4,7 +4,7 @@
 //! out.
 
 use super::{Readiness, Registration, Signal, Subscriber};
-use distlock_core::backend::WaitUntil;
+use distlock_core::adapter::WaitUntil;
 use distlock_core::toolkit::Backoff;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

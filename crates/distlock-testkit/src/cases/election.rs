@@ -7,7 +7,8 @@ use crate::fault::{Fault, FaultControl};
 use crate::harness::Harness;
 use crate::history::{History, Section};
 use distlock_core::{
-    DynElection, Fence, FencedWrite, Leadership, LockError, LockKey, MemoryFence, Renewal, Wait,
+    DynElection, Fence, FencedWrite, Held, Leadership, LockError, LockKey, MemoryFence, Renewal,
+    SingleLease, Wait,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,7 +43,7 @@ async fn lead(
     }
     history.record(Section {
         key: leadership.key().clone(),
-        token: leadership.term(),
+        token: leadership.token(),
         client: candidate,
         entered,
         left: last_held,
@@ -105,7 +106,7 @@ async fn candidate(
                 drop(leadership);
             }
             (Ending::Kill, _) | (Ending::Pause, None) => leadership.abandon(),
-            (Ending::Resign, _) => leadership.resign().await.map_err(|e| {
+            (Ending::Resign, _) => leadership.release().await.map_err(|e| {
                 CaseError::msg(format!("candidate {id}, resigning term {term}: {e}"))
             })?,
         }
@@ -179,18 +180,18 @@ pub async fn election_terms_strictly_rise(h: &dyn Harness) -> CaseResult {
             .campaign(&key, &format!("round-{round}"), &s.long())
             .await?;
         ensure!(
-            Some(leadership.term()) > last,
+            Some(leadership.token()) > last,
             "term {} after {last:?}",
-            leadership.term()
+            leadership.token()
         );
-        last = Some(leadership.term());
+        last = Some(leadership.token());
         let seen = b.leader(&key).await?;
         ensure!(
-            seen.as_ref().and_then(|l| l.token) == Some(leadership.term()),
+            seen.as_ref().and_then(|l| l.token) == Some(leadership.token()),
             "observer saw {seen:?}, the leader's term is {}",
-            leadership.term()
+            leadership.token()
         );
-        leadership.resign().await?;
+        leadership.release().await?;
     }
     let after = a.leader(&key).await?;
     ensure!(
@@ -212,7 +213,7 @@ pub async fn election_paused_leader_write_refused_by_fence(h: &dyn Harness) -> C
         .campaign(&key, "paused", &s.short().renewal(Renewal::Manual))
         .await?;
     fence
-        .write(resource, paused.term(), FencedWrite::set("paused"))
+        .write(resource, paused.token(), FencedWrite::set("paused"))
         .await?;
     let fresh = b.campaign(&key, "fresh", &s.long()).await?;
     ensure!(
@@ -220,16 +221,16 @@ pub async fn election_paused_leader_write_refused_by_fence(h: &dyn Harness) -> C
         "the paused leader still believes it leads"
     );
     ensure!(
-        fresh.term() > paused.term(),
+        fresh.token() > paused.token(),
         "term {} not above {}",
-        fresh.term(),
-        paused.term()
+        fresh.token(),
+        paused.token()
     );
     fence
-        .write(resource, fresh.term(), FencedWrite::set("fresh"))
+        .write(resource, fresh.token(), FencedWrite::set("fresh"))
         .await?;
     let late = fence
-        .write(resource, paused.term(), FencedWrite::set("late"))
+        .write(resource, paused.token(), FencedWrite::set("late"))
         .await;
     ensure!(
         matches!(late, Err(LockError::StaleToken { .. })),
@@ -240,7 +241,7 @@ pub async fn election_paused_leader_write_refused_by_fence(h: &dyn Harness) -> C
         value.as_deref() == Some("fresh"),
         "the stale write changed the value to {value:?}"
     );
-    fresh.resign().await?;
+    fresh.release().await?;
     Ok(())
 }
 
@@ -277,13 +278,13 @@ pub async fn election_cancelled_campaign_delays_nobody(h: &dyn Harness) -> CaseR
         task.await.is_err_and(|e| e.is_cancelled()),
         "aborted campaign finished instead"
     );
-    leader.resign().await?;
+    leader.release().await?;
     let next = within(
         s.handoff_bound(),
         "campaign after cancelled ones",
         c.campaign(&key, "c", &s.long()),
     )
     .await??;
-    next.resign().await?;
+    next.release().await?;
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use super::{CaseError, CaseResult, Scope, ensure, within};
 use crate::harness::Harness;
-use distlock_core::{DistributedLockExt, DynLock, LockError, LockKey, LossReason, Wait};
+use distlock_core::{DistributedLockExt, DynLock, Held, LockError, LockKey, LossReason, Wait};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 
 use super::{CaseError, CaseResult, Scope, ensure, within};
 use crate::harness::Harness;
-use distlock_core::{DynRwLock, FencingToken, LockError, RwLease, RwMode, Wait};
+use distlock_core::{DynRwLock, FencingToken, Held, LockError, RwLease, RwMode, SingleLease, Wait};
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 
 use super::{CaseError, CaseResult, Scope, ensure, within};
 use crate::harness::Harness;
-use distlock_core::{LockError, LossReason, RwMode, Wait};
+use distlock_core::{Held, LockError, LossReason, RwMode, SingleLease, Wait};
 use std::time::{Duration, Instant};
 
 /// A reader that stops renewing without releasing (a crash) blocks a writer

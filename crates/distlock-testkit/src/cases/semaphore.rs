@@ -3,7 +3,8 @@
 
 use super::{CaseError, CaseResult, Scope, ensure, within};
 use crate::harness::Harness;
-use distlock_core::{DynSemaphore, LockError, MAX_PERMITS, Permit, Wait};
+use distlock_core::adapter::MAX_PERMITS;
+use distlock_core::{DynSemaphore, Held, LockError, Permit, SingleLease, Wait};
 use std::collections::BTreeSet;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::SeqCst;

@@ -4,7 +4,7 @@
 use super::{CaseError, CaseResult, Scope, ensure, within};
 use crate::fault::Fault;
 use crate::harness::Harness;
-use distlock_core::{LockError, LossReason, Wait};
+use distlock_core::{Held, LockError, LossReason, SingleLease, Wait};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

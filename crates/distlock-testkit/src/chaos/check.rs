@@ -303,7 +303,7 @@ fn deadline_bound(lease: &Lease<'_>, taken_at: u64) -> u64 {
         RenewalMode::Auto => {
             let validity = lease
                 .ttl
-                .saturating_sub(distlock_core::clock_drift(lease.ttl));
+                .saturating_sub(distlock_core::adapter::clock_drift(lease.ttl));
             taken_at.saturating_add(u64::try_from(validity.as_nanos()).unwrap_or(u64::MAX))
         }
     }

@@ -10,7 +10,7 @@
 
 use super::{Session, Sessions, millis};
 use crate::error::ZkError;
-use distlock_core::backend::WaitUntil;
+use distlock_core::adapter::WaitUntil;
 use distlock_core::toolkit::Backoff;
 use std::sync::Arc;
 use std::time::Duration;

@@ -10,7 +10,7 @@ use crate::protocol::{Attempt, ServerClient};
 use crate::redlock::round::{self, Unheard};
 use crate::redlock::tally::Tally;
 use distlock_core::LockError;
-use distlock_core::backend::Ownership;
+use distlock_core::adapter::Ownership;
 use distlock_core::toolkit::UndoFuture;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -11,10 +11,12 @@ test:
     if [ "$(id -u)" = 0 ]; then scripts/install-backends; fi
     cargo test --workspace --all-features
 
-# fmt check and clippy with warnings as errors.
+# fmt check, clippy with warnings as errors, and the architecture checks (module cycles, files over
+# 400 lines, the paths and adapter files ARCHITECTURE.md names).
 lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets --all-features -- -D warnings
+    cargo test -p distlock-tests --test architecture
 
 # The flash-sale and paused-holder demo on the in-memory backend (or --url).
 demo *ARGS:

@@ -9,7 +9,7 @@ use crate::backend::EtcdBackend;
 use crate::error::Failure;
 use crate::etcd_lease::whole_seconds;
 use crate::keys::{contender_key, names_prefix, printable, queue_prefix};
-use crate::{metrics, protocol};
+use crate::{protocol, requests};
 use async_trait::async_trait;
 use distlock_core::toolkit::{Holder, Inspect};
 use distlock_core::{FencingToken, LockError, LockKey};
@@ -161,7 +161,7 @@ impl Inspect for EtcdBackend {
     }
 
     async fn server_requests(&self) -> Result<Option<u64>, LockError> {
-        metrics::requests_received(&self.client, &self.rpc)
+        requests::requests_received(&self.client, &self.rpc)
             .await
             .map_err(|f| self.lock_error(f))
     }

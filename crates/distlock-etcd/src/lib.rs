@@ -76,7 +76,7 @@
 //! `watch` (the shared watch stream and the held key's loss watch), `rpc`
 //! (timeouts and retries of one request), `keys` (key layout and escaping),
 //! `error` (client errors as `LockError`s), `inspect` (the operator's view),
-//! `metrics` (the members' request counters), `election`, `rwlock` and
+//! `requests` (the members' request counters), `election`, `rwlock` and
 //! `semaphore` (the other primitives), `tls` (feature `tls`).
 #![deny(missing_docs)]
 
@@ -87,10 +87,10 @@ mod error;
 mod etcd_lease;
 mod inspect;
 mod keys;
-mod metrics;
 mod protocol;
 mod queue;
 mod registration;
+mod requests;
 mod rpc;
 mod rwlock;
 mod semaphore;

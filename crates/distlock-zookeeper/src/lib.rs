@@ -67,7 +67,7 @@
 //!
 //! # Modules
 //!
-//! Dependencies point one way: `config` → `semaphore` (with `lease`, a
+//! Dependencies point one way: `config` → `semaphore` (with `permit_node`, a
 //! permit's slot and limit), `election`, `rwlock` → `backend` → `queue` (the
 //! wait in line, for every recipe's node kind) → `session` (the pooled
 //! sessions) and `protocol` (the znode requests) → [`keys`] (paths and
@@ -83,7 +83,7 @@ mod election;
 mod error;
 mod inspect;
 pub mod keys;
-mod lease;
+mod permit_node;
 mod protocol;
 mod queue;
 mod registration;

@@ -17,7 +17,7 @@
 //! its lease at once.
 //!
 //! A claim takes the lowest slot free in the listing before it, and writes the
-//! slot and limit into the lease (see `lease.rs`). An acquire first claims
+//! slot and limit into the lease (see `permit_node.rs`). An acquire first claims
 //! without the guard (one listing, then the create and a second listing in one
 //! round trip), so permits of a semaphore that is not full are handed out
 //! concurrently. When the semaphore is full, or the claim lost a race, it
@@ -34,7 +34,7 @@
 
 use crate::backend::{ZkBackend, ZkHandle, czxid_token, wait_ends};
 use crate::keys::{self, NodeKind};
-use crate::lease;
+use crate::permit_node;
 use crate::queue::{self, QueuedNode, Turn};
 use crate::session::Session;
 use async_trait::async_trait;
@@ -77,7 +77,7 @@ enum Claim {
 fn slots_of(names: &[String], req: &PermitRequest<'_>) -> Result<Vec<(u32, i64)>, LockError> {
     let mut slots = Vec::new();
     for name in names {
-        let Some((slot, limit)) = lease::parse_permit_name(name) else {
+        let Some((slot, limit)) = permit_node::parse_permit_name(name) else {
             continue;
         };
         if limit != req.limit {
@@ -116,8 +116,8 @@ impl ZkSemaphoreBackend {
         let (true, Some(slot)) = (listed.len() < req.limit as usize, free) else {
             return Ok(Claim::Full);
         };
-        let data = lease::permit_data(slot, req.limit).into_bytes();
-        let uuid = lease::permit_uuid(slot, req.limit);
+        let data = permit_node::permit_data(slot, req.limit).into_bytes();
+        let uuid = permit_node::permit_uuid(slot, req.limit);
         let (requests, client) = (&self.lock.requests, &session.client);
         let mut lease =
             queue::enqueue_as(uuid, session.clone(), leases.into(), NodeKind::Lease, data);
@@ -236,7 +236,7 @@ impl ZkSemaphoreBackend {
             .await;
         let permits = (live.map_err(|e| self.lock.error(e))?.into_iter())
             .filter_map(|(name, data, stat)| {
-                let (slot, _) = lease::parse_permit_data(&data)?;
+                let (slot, _) = permit_node::parse_permit_data(&data)?;
                 Some((name, slot, stat.czxid))
             })
             .collect();

@@ -21,7 +21,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-pub use super::container::{Container, exec_command, run_once};
+mod container;
+pub use container::{Container, exec_command, run_once};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 

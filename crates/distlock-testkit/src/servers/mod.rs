@@ -8,7 +8,6 @@
 //! command, never a silent skip: skipping needs an explicit `DISTLOCK_TEST_SKIP`.
 
 pub(crate) mod child;
-mod container;
 pub mod docker;
 pub mod etcd;
 pub mod mariadb;

@@ -1,5 +1,5 @@
-//! How a permit's lease node records its slot and the semaphore's limit, in two
-//! places Curator ignores:
+//! What a permit node (a "lease" under `leases/` in Curator's layout) records:
+//! its slot and the semaphore's limit, in two places Curator ignores:
 //!
 //! - its data, `distlock slot={slot} limit={limit}`, for operators (`get` in
 //!   `zkCli.sh`) and inspection;

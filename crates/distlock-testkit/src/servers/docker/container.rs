@@ -1,7 +1,7 @@
 //! One server's container, and one-shot commands in the server images.
 
-use super::ServerError;
-use super::docker::{DockerRun, PID_LABEL, RUN_LABEL, blocking, docker, docker_os};
+use super::{DockerRun, PID_LABEL, RUN_LABEL, blocking, docker, docker_os};
+use crate::servers::ServerError;
 use std::ffi::OsString;
 use std::net::IpAddr;
 use std::path::Path;

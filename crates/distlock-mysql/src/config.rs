@@ -4,12 +4,12 @@
 use crate::backend::Table;
 use crate::error::BACKEND;
 use crate::keys::TableName;
-use crate::lock::MySqlLock;
+use crate::lock;
 use crate::pool::Pool;
 use crate::protocol::{HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT, ROW_LOCK_WAIT, Strategy};
 use crate::shares::{RWLOCK_TABLE, SEMAPHORE_TABLE, Shares};
 use distlock_core::toolkit::{LockUrl, Timeouts};
-use distlock_core::{AcquireOptions, LockError};
+use distlock_core::{AcquireOptions, DynLock, LockError};
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 use std::sync::Arc;
 use std::time::Duration;
@@ -278,7 +278,7 @@ impl MySqlConfig {
 
     /// Connects, creates the table if missing (unless turned off), and checks that
     /// the table belongs to this strategy.
-    pub async fn connect(self) -> Result<MySqlLock, LockError> {
+    pub async fn connect(self) -> Result<DynLock, LockError> {
         let table = self.validate()?;
         let pool = Pool::new(
             self.options.clone(),
@@ -300,7 +300,7 @@ impl MySqlConfig {
         let table = Arc::new(Table::open(self.strategy, table, pool, endpoint, create).await?);
         let semaphores = Shares::open(table.clone(), SEMAPHORE_TABLE, create).await?;
         let rwlocks = Shares::open(table.clone(), RWLOCK_TABLE, create).await?;
-        MySqlLock::new(table, holders, self.defaults, semaphores, rwlocks)
+        lock::client(table, holders, self.defaults, semaphores, rwlocks)
     }
 }
 

@@ -7,7 +7,7 @@
 
 mod support;
 
-use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, Wait};
+use distlock_core::{AcquireOptions, LockError, LockKey, Wait};
 use distlock_mysql::{MySqlConfig, Strategy};
 use sqlx::{Connection, MySqlConnection};
 use std::time::{Duration, Instant};

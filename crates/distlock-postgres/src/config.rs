@@ -4,11 +4,11 @@
 use crate::backend::Table;
 use crate::error::BACKEND;
 use crate::keys::{DEFAULT_NAMESPACE, TableName, validate_namespace};
-use crate::lock::PostgresLock;
+use crate::lock;
 use crate::pool::Pool;
 use crate::protocol::Strategy;
 use distlock_core::toolkit::{LockUrl, Timeouts};
-use distlock_core::{AcquireOptions, LockError};
+use distlock_core::{AcquireOptions, DynLock, LockError};
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use std::time::Duration;
@@ -279,7 +279,7 @@ impl PostgresConfig {
 
     /// Connects, creates the table if missing (unless turned off), checks that
     /// the table belongs to this strategy, and starts listening for releases.
-    pub async fn connect(self) -> Result<PostgresLock, LockError> {
+    pub async fn connect(self) -> Result<DynLock, LockError> {
         let table = self.validate()?;
         let pool = Pool::new(self.options.clone(), self.pool_size, self.timeouts);
         // Only advisory takes connections from it, one per held or waiting lock.
@@ -294,7 +294,7 @@ impl PostgresConfig {
             self.create_table,
         )
         .await?;
-        PostgresLock::new(table, holders, self.defaults)
+        lock::client(table, holders, self.defaults)
     }
 }
 

@@ -7,9 +7,7 @@
 
 mod support;
 
-use distlock_core::{
-    AcquireOptions, Capabilities, DistributedLock, LockError, LockKey, Renewal, Support,
-};
+use distlock_core::{AcquireOptions, Capabilities, LockError, LockKey, Renewal, Support};
 use distlock_postgres::{PostgresConfig, Strategy};
 use distlock_testkit::servers::PostgresServer;
 use support::{admin_value, client, server};

@@ -98,17 +98,13 @@ async fn connect_kind(kind: BackendKind, url: &str) -> Result<DynLock, LockError
                 .await?,
         )),
         #[cfg(feature = "mysql")]
-        BackendKind::MySql => Ok(Arc::new(
-            distlock_mysql::MySqlConfig::from_url(url)?
-                .connect()
-                .await?,
-        )),
+        BackendKind::MySql => distlock_mysql::MySqlConfig::from_url(url)?.connect().await,
         #[cfg(feature = "postgres")]
-        BackendKind::Postgres => Ok(Arc::new(
+        BackendKind::Postgres => {
             distlock_postgres::PostgresConfig::from_url(url)?
                 .connect()
-                .await?,
-        )),
+                .await
+        }
         // `from_url` refused these already; with every feature on there are none.
         #[allow(unreachable_patterns)]
         disabled => Err(disabled.disabled(url.split_once("://").map_or("", |(s, _)| s))),

@@ -72,18 +72,20 @@
 //! # Modules
 //!
 //! `config` (URL and settings) → `lock` (the strategy choice: core's
-//! `BackendLock` over one of the strategies, as a `DynLock`) → `version_cas`, `advisory`, each its own `Backend` →
-//! `backend` (the lock table they share, the undo of a cut-off statement) →
-//! `session` (a session as backend pid and start, and ending one) → `pool`
-//! (connections), `wake` (LISTEN/NOTIFY) → `protocol` (the SQL, in `sql/`) →
-//! `keys` (row layout, advisory keys), `error`. `inspect` implements
-//! `Inspect` on the table. `semaphore` and `rwlock` are the two primitives'
-//! adapters (with their inspection), waiting through `waiting`.
+//! `BackendLock` over one of the strategies, as a `DynLock`) → `version_cas`,
+//! `advisory`, each its own `Backend` → `backend` (the lock table they share,
+//! the undo of a cut-off statement) → `ending` (ending a cut-off session by
+//! pid and start) → `pool` (connections, each knowing its `session`), `wake`
+//! (LISTEN/NOTIFY) → `protocol` (the SQL, in `sql/`) → `keys` (row layout,
+//! advisory keys), `error`. `inspect` implements `Inspect` on the table.
+//! `semaphore` and `rwlock` are the two primitives' adapters (with their
+//! inspection), waiting through `waiting`.
 #![deny(missing_docs)]
 
 mod advisory;
 mod backend;
 mod config;
+mod ending;
 mod error;
 mod inspect;
 mod keys;

@@ -132,6 +132,7 @@
 //! of your own statements the same way.
 #![deny(missing_docs)]
 
+pub mod adapter;
 mod connect;
 mod db;
 mod dialect;

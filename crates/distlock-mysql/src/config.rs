@@ -10,7 +10,8 @@ use crate::protocol::{HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT, ROW_LOCK_WAIT, Str
 use crate::shares::{RWLOCK_TABLE, SEMAPHORE_TABLE, Shares};
 use distlock_core::toolkit::LockUrl;
 use distlock_core::{DynLock, LockError};
-use distlock_sql::adapter::{Settings, check_scheme, finish, read_server};
+use distlock_sql::adapter::{Settings, check_scheme, endpoint, finish, read_server};
+use sqlx::MySql;
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 use std::sync::Arc;
 
@@ -152,20 +153,7 @@ impl MySqlConfig {
 
     /// The server address, without credentials, for messages.
     pub fn endpoint(&self) -> String {
-        match self.options.get_socket() {
-            Some(socket) => format!("mysql://{}", socket.display()),
-            None => {
-                let host = self.options.get_host();
-                let (port, database) = (
-                    self.options.get_port(),
-                    self.options.get_database().unwrap_or(""),
-                );
-                match host.contains(':') {
-                    true => format!("mysql://[{host}]:{port}/{database}"),
-                    false => format!("mysql://{host}:{port}/{database}"),
-                }
-            }
-        }
+        endpoint::<MySql>(&self.options)
     }
 
     fn validate(&self) -> Result<TableName, LockError> {

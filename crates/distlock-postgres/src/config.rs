@@ -9,9 +9,9 @@ use crate::pool::Pool;
 use crate::protocol::Strategy;
 use distlock_core::toolkit::LockUrl;
 use distlock_core::{DynLock, LockError};
-use distlock_sql::adapter::{Settings, check_scheme, finish, read_server};
-use sqlx::ConnectOptions;
+use distlock_sql::adapter::{Settings, check_scheme, endpoint, finish, read_server};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
+use sqlx::{ConnectOptions, Postgres};
 
 /// Where and how to connect. Build it with [`PostgresConfig::from_url`] or
 /// [`PostgresConfig::from_options`] and the setters, then
@@ -165,7 +165,7 @@ impl PostgresConfig {
 
     /// The server address, without credentials, for messages.
     pub fn endpoint(&self) -> String {
-        endpoint(&self.options)
+        endpoint::<Postgres>(&self.options)
     }
 
     fn validate(&self) -> Result<TableName, LockError> {
@@ -203,19 +203,6 @@ impl PostgresConfig {
         )
         .await?;
         lock::client(table, holders, self.settings.defaults)
-    }
-}
-
-/// The server address of `options`, without credentials, for messages.
-pub(crate) fn endpoint(options: &PgConnectOptions) -> String {
-    let database = options.get_database().unwrap_or("");
-    if let Some(socket) = options.get_socket() {
-        return format!("postgres://{}/{database}", socket.display());
-    }
-    let (host, port) = (options.get_host(), options.get_port());
-    match host.contains(':') {
-        true => format!("postgres://[{host}]:{port}/{database}"),
-        false => format!("postgres://{host}:{port}/{database}"),
     }
 }
 

@@ -1,6 +1,7 @@
 //! What `distlock-mysql` and `distlock-postgres` share, written once rather
 //! than copied into each: their URL's server and settings. Not a stable API.
 
+use crate::db::SqlDatabase;
 use distlock_core::toolkit::{LockUrl, Timeouts};
 use distlock_core::{AcquireOptions, LockError};
 use sqlx::mysql::MySqlConnectOptions;
@@ -90,6 +91,14 @@ impl Default for Settings {
             defaults: AcquireOptions::new(),
         }
     }
+}
+
+/// The server `options` name, without credentials, for messages: the same
+/// text the fence and the store name it by.
+pub fn endpoint<DB: SqlDatabase>(
+    options: &<DB::Connection as sqlx::Connection>::Options,
+) -> String {
+    DB::endpoint(options)
 }
 
 /// Refuses a URL whose scheme is neither of `schemes`, suggesting `example`.

@@ -122,8 +122,7 @@ macro_rules! sql_backend {
                             .port(port),
                     ),
                 };
-                let lock = config.table(table).strategy(strategy).connect().await?;
-                Ok(::std::sync::Arc::new(lock))
+                Ok(config.table(table).strategy(strategy).connect().await?)
             }
         }
     };

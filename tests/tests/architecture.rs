@@ -19,10 +19,6 @@ mod lexer;
 use graph::Crate;
 use std::path::{Path, PathBuf};
 
-/// Crates whose cycles are printed but not yet failed on: the SQL rework
-/// (one adapter for MySQL and PostgreSQL) removes their cycles, and this entry.
-const CYCLES_ALLOWED_UNTIL_SQL_REWORK: &[&str] = &["distlock-postgres", "distlock-sql"];
-
 const MAX_LINES: usize = 400;
 
 fn workspace() -> PathBuf {
@@ -62,19 +58,10 @@ fn no_module_cycles() {
     for (name, src) in crates() {
         let krate = Crate::scan(&name, &src).expect("sources are readable");
         let cycles = krate.cycles();
-        let allowed = CYCLES_ALLOWED_UNTIL_SQL_REWORK.contains(&name.as_str());
         for cycle in &cycles {
-            println!(
-                "{}{}: {cycle}",
-                if allowed { "(allowed) " } else { "" },
-                krate.name
-            );
+            println!("{}: {cycle}", krate.name);
         }
-        if allowed && cycles.is_empty() {
-            failures.push(format!(
-                "{name} has no cycle left: remove it from CYCLES_ALLOWED_UNTIL_SQL_REWORK"
-            ));
-        } else if !allowed && !cycles.is_empty() {
+        if !cycles.is_empty() {
             failures.push(format!(
                 "{name}: {} module cycle(s), printed above",
                 cycles.len()

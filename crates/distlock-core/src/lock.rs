@@ -1,8 +1,8 @@
 //! The public lock trait, and `BackendLock`, which turns any [`Backend`] into one.
 
-use crate::adapter::{BackendElection, LockElection};
 use crate::backend::{AcquireRequest, Backend, WaitUntil};
 use crate::counters::{Metrics, MetricsSnapshot};
+use crate::election::{BackendElection, LockElection};
 use crate::lease::{Bound, Lease, Shared};
 use crate::reentry::Registry;
 use crate::start::{self, Won};

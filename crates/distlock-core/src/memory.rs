@@ -19,7 +19,10 @@
 //! # Ok(()) }
 //! ```
 
-use crate::adapter::{BackendElection, BackendLock, BackendRwLock, BackendSemaphore, LockElection};
+use crate::election::{BackendElection, LockElection};
+use crate::lock::BackendLock;
+use crate::rwlock::BackendRwLock;
+use crate::semaphore::BackendSemaphore;
 use crate::{LockError, LockKey};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

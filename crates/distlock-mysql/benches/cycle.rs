@@ -8,11 +8,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use criterion::Criterion;
-use distlock_core::{AcquireOptions, DistributedLock, LockKey, Renewal, Wait};
-use distlock_mysql::{MySqlConfig, MySqlLock, Strategy};
+use distlock_core::{AcquireOptions, DynLock, LockKey, Renewal, Wait};
+use distlock_mysql::{MySqlConfig, Strategy};
 use distlock_testkit::servers::MariaDbServer;
 use sqlx::{Connection, MySqlConnection};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 use tokio::sync::Mutex;
@@ -32,7 +31,7 @@ fn opts() -> AcquireOptions {
         .wait(Wait::For(Duration::from_secs(10)))
 }
 
-async fn client(server: &MariaDbServer, strategy: Strategy) -> MySqlLock {
+async fn client(server: &MariaDbServer, strategy: Strategy) -> DynLock {
     MySqlConfig::from_url(&server.url())
         .expect("launcher URL")
         .strategy(strategy)
@@ -50,7 +49,7 @@ async fn select_one(conn: &Mutex<MySqlConnection>) {
         .expect("SELECT 1");
 }
 
-async fn cycle(lock: &MySqlLock, key: &LockKey) {
+async fn cycle(lock: &DynLock, key: &LockKey) {
     let lease = lock
         .acquire(key, &opts())
         .await
@@ -59,7 +58,7 @@ async fn cycle(lock: &MySqlLock, key: &LockKey) {
 }
 
 /// One hand-off: `holder` releases while `waiter` waits; returns release → acquired.
-async fn handoff(holder: &MySqlLock, waiter: &Arc<MySqlLock>, key: &LockKey) -> Duration {
+async fn handoff(holder: &DynLock, waiter: &DynLock, key: &LockKey) -> Duration {
     let lease = holder.acquire(key, &opts()).await.expect("holder acquires");
     let (waiter, waiting_key) = (waiter.clone(), key.clone());
     let task = tokio::spawn(async move {
@@ -96,16 +95,10 @@ fn main() {
             .block_on(MySqlConnection::connect(&server.url()))
             .expect("raw connection"),
     );
-    let clients: Vec<(Strategy, MySqlLock, Arc<MySqlLock>)> = STRATEGIES
+    let clients: Vec<(Strategy, DynLock, DynLock)> = STRATEGIES
         .iter()
         .map(|&s| {
-            runtime.block_on(async {
-                (
-                    s,
-                    client(&server, s).await,
-                    Arc::new(client(&server, s).await),
-                )
-            })
+            runtime.block_on(async { (s, client(&server, s).await, client(&server, s).await) })
         })
         .collect();
     let key = LockKey::new("bench/cycle").expect("key");

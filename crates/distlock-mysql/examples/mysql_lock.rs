@@ -2,7 +2,7 @@
 //!
 //! `cargo run -p distlock-mysql --example mysql_lock -- [URL]` (default `mysql://root:secret@127.0.0.1:3306/distlock`).
 
-use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey};
+use distlock_core::{AcquireOptions, LockError, LockKey};
 use distlock_mysql::MySqlConfig;
 use std::time::Duration;
 

@@ -4,15 +4,16 @@
 use crate::backend::Table;
 use crate::error::BACKEND;
 use crate::keys::TableName;
-use crate::lock::MySqlLock;
+use crate::lock;
 use crate::pool::Pool;
 use crate::protocol::{HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT, ROW_LOCK_WAIT, Strategy};
 use crate::shares::{RWLOCK_TABLE, SEMAPHORE_TABLE, Shares};
-use distlock_core::toolkit::{LockUrl, Timeouts};
-use distlock_core::{AcquireOptions, LockError};
+use distlock_core::toolkit::LockUrl;
+use distlock_core::{DynLock, LockError};
+use distlock_sql::adapter::{Settings, check_scheme, endpoint, finish, read_server};
+use sqlx::MySql;
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Where and how to connect. Build it with [`MySqlConfig::from_url`] or
 /// [`MySqlConfig::from_options`] and the setters, then [`MySqlConfig::connect`].
@@ -23,40 +24,27 @@ pub struct MySqlConfig {
     options: MySqlConnectOptions,
     table: String,
     strategy: Strategy,
-    pool_size: u32,
-    held_connections: u32,
-    timeouts: Timeouts,
-    create_table: bool,
-    defaults: AcquireOptions,
+    settings: Settings,
 }
 
 impl std::fmt::Debug for MySqlConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MySqlConfig")
+        let mut debug = f.debug_struct("MySqlConfig");
+        debug
             .field("endpoint", &self.endpoint())
             .field("user", &self.options.get_username())
             .field("password", &"<redacted>")
             .field("table", &self.table)
-            .field("strategy", &self.strategy)
-            .field("pool_size", &self.pool_size)
-            .field("held_connections", &self.held_connections)
-            .field("timeouts", &self.timeouts)
-            .field("create_table", &self.create_table)
-            .field("defaults", &self.defaults)
-            .finish()
+            .field("strategy", &self.strategy);
+        self.settings.fields(&mut debug).finish()
     }
 }
 
 impl MySqlConfig {
-    /// Connections per client for single statements: 10.
-    pub const DEFAULT_POOL_SIZE: u32 = 10;
-    /// `for_update`: locks one client can hold or wait for at once, each on its own
-    /// connection: 100.
-    pub const DEFAULT_HELD_CONNECTIONS: u32 = 100;
-    /// How long to wait for a connection, and for any one statement's reply: 5 s
-    /// each.
-    pub const DEFAULT_TIMEOUTS: Timeouts =
-        Timeouts::new(Duration::from_secs(5), Duration::from_secs(5));
+    distlock_sql::settings_setters!(
+        held: "`for_update`",
+        create: " Turn it off when the user lacks the CREATE privilege and the table was created beforehand with the SQL in the crate docs (\"The table\")."
+    );
 
     /// Defaults around sqlx connect options (host, credentials, database, TLS).
     pub fn from_options(options: MySqlConnectOptions) -> Self {
@@ -73,11 +61,7 @@ impl MySqlConfig {
             options: options.timezone(Some("+00:00".to_owned())),
             table: TableName::DEFAULT.to_owned(),
             strategy: Strategy::default(),
-            pool_size: Self::DEFAULT_POOL_SIZE,
-            held_connections: Self::DEFAULT_HELD_CONNECTIONS,
-            timeouts: Self::DEFAULT_TIMEOUTS,
-            create_table: true,
-            defaults: AcquireOptions::new(),
+            settings: Settings::default(),
         }
     }
 
@@ -94,36 +78,16 @@ impl MySqlConfig {
     /// echo the password.
     pub fn from_url(url: &str) -> Result<Self, LockError> {
         let mut url = LockUrl::parse(BACKEND, url)?;
-        if !matches!(url.scheme(), "mysql" | "mariadb") {
-            return Err(url.error(format_args!(
-                "scheme `{}` is not mysql:// or mariadb://; use mysql://USER:PASSWORD@HOST:3306/DATABASE",
-                url.scheme()
-            )));
-        }
-        let mut options = MySqlConnectOptions::new();
-        match url.hosts() {
-            [] => {}
-            [host] => {
-                options = options.host(&host.host);
-                if let Some(port) = host.port {
-                    options = options.port(port);
-                }
-            }
-            _ => {
-                return Err(url.error(
-                    "a MySQL lock URL names one server (the primary); replicas cannot hold locks",
-                ));
-            }
-        }
-        if let Some(user) = url.user() {
-            options = options.username(user);
-        }
-        if let Some(password) = url.password() {
-            options = options.password(password);
-        }
-        if let Some(database) = url.path().filter(|path| !path.is_empty()) {
-            options = options.database(database);
-        }
+        check_scheme(
+            &url,
+            ["mysql", "mariadb"],
+            "mysql://USER:PASSWORD@HOST:3306/DATABASE",
+        )?;
+        let mut options = read_server(
+            &url,
+            MySqlConnectOptions::new(),
+            "a MySQL lock URL names one server (the primary); replicas cannot hold locks",
+        )?;
         let ssl_modes = "disabled, preferred, required, verify_ca or verify_identity";
         let mode = url.parse_param::<MySqlSslMode>("ssl-mode", ssl_modes)?;
         let ca = url.string("ssl-ca");
@@ -158,23 +122,8 @@ impl MySqlConfig {
         if let Some(table) = url.string("table") {
             config.table = table;
         }
-        let count = "a whole number of connections";
-        if let Some(size) = url.parse_param("pool_size", count)? {
-            config.pool_size = size;
-        }
-        if let Some(count) = url.parse_param("held_connections", count)? {
-            config.held_connections = count;
-        }
-        config.timeouts = config.timeouts.read(&mut url)?;
-        if let Some(create) = url.bool("create_table")? {
-            config.create_table = create;
-        }
-        config.defaults = AcquireOptions::new().read(&mut url)?;
-        url.finish()?;
-        config.validate().map_err(|e| match e {
-            LockError::Config { reason, .. } => url.error(reason),
-            other => other,
-        })?;
+        config.settings = config.settings.read(&mut url)?;
+        finish(&url, || config.validate())?;
         Ok(config)
     }
 
@@ -191,43 +140,6 @@ impl MySqlConfig {
         self
     }
 
-    /// Connections per client for single statements (default 10).
-    pub fn pool_size(mut self, size: u32) -> Self {
-        self.pool_size = size;
-        self
-    }
-
-    /// `for_update` only: how many locks one client can hold or wait for at once
-    /// (default 100). Each takes a connection of its own for as long as it is held;
-    /// one more waits up to the connect timeout for a free slot.
-    pub fn held_connections(mut self, count: u32) -> Self {
-        self.held_connections = count;
-        self
-    }
-
-    /// How long to wait for a new connection, and for a statement's reply before
-    /// treating the connection as dead (default 5 s each).
-    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
-        self.timeouts = timeouts;
-        self
-    }
-
-    /// Whether `connect` creates the table when it is missing (default true).
-    /// Turn it off when the user lacks the CREATE privilege and the table was
-    /// created beforehand with the SQL in the crate docs ("The table").
-    pub fn create_table(mut self, create: bool) -> Self {
-        self.create_table = create;
-        self
-    }
-
-    /// The lock's [`distlock_core::DistributedLock::default_options`] (the URL's
-    /// `ttl`, `wait`, `renewal`, `max_hold`), checked against the strategy's
-    /// limits at connect.
-    pub fn defaults(mut self, defaults: AcquireOptions) -> Self {
-        self.defaults = defaults;
-        self
-    }
-
     /// The strategy in use.
     pub fn get_strategy(&self) -> Strategy {
         self.strategy
@@ -239,35 +151,14 @@ impl MySqlConfig {
         self.options.clone()
     }
 
-    /// The connect and reply timeouts.
-    pub fn get_timeouts(&self) -> Timeouts {
-        self.timeouts
-    }
-
     /// The server address, without credentials, for messages.
     pub fn endpoint(&self) -> String {
-        match self.options.get_socket() {
-            Some(socket) => format!("mysql://{}", socket.display()),
-            None => {
-                let host = self.options.get_host();
-                let (port, database) = (
-                    self.options.get_port(),
-                    self.options.get_database().unwrap_or(""),
-                );
-                match host.contains(':') {
-                    true => format!("mysql://[{host}]:{port}/{database}"),
-                    false => format!("mysql://{host}:{port}/{database}"),
-                }
-            }
-        }
+        endpoint::<MySql>(&self.options)
     }
 
     fn validate(&self) -> Result<TableName, LockError> {
         let bad = |reason: &str| Err(LockError::config(BACKEND, reason));
-        if self.pool_size == 0 || self.held_connections == 0 {
-            return bad("pool_size and held_connections must be at least 1");
-        }
-        self.timeouts.validate(BACKEND)?;
+        self.settings.validate(BACKEND)?;
         if self.options.get_database().is_none_or(str::is_empty) {
             return bad(
                 "no database given; add it to the URL path: mysql://USER:PASSWORD@HOST:3306/DATABASE",
@@ -278,29 +169,29 @@ impl MySqlConfig {
 
     /// Connects, creates the table if missing (unless turned off), and checks that
     /// the table belongs to this strategy.
-    pub async fn connect(self) -> Result<MySqlLock, LockError> {
+    pub async fn connect(self) -> Result<DynLock, LockError> {
         let table = self.validate()?;
         let pool = Pool::new(
             self.options.clone(),
-            self.pool_size,
+            self.settings.pool_size,
             &[ROW_LOCK_WAIT],
             false,
-            self.timeouts,
+            self.settings.timeouts,
         );
         // Only for_update takes connections from it, one per held or waiting lock.
         let holders = Pool::new(
             self.options.clone(),
-            self.held_connections,
+            self.settings.held_connections,
             &[HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT],
             true,
-            self.timeouts,
+            self.settings.timeouts,
         );
         let endpoint = self.endpoint();
-        let create = self.create_table;
+        let create = self.settings.create_table;
         let table = Arc::new(Table::open(self.strategy, table, pool, endpoint, create).await?);
         let semaphores = Shares::open(table.clone(), SEMAPHORE_TABLE, create).await?;
         let rwlocks = Shares::open(table.clone(), RWLOCK_TABLE, create).await?;
-        MySqlLock::new(table, holders, self.defaults, semaphores, rwlocks)
+        lock::client(table, holders, self.settings.defaults, semaphores, rwlocks)
     }
 }
 
@@ -312,6 +203,7 @@ fn needs_tls(mode: MySqlSslMode) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn reason(url: &str) -> String {
         match MySqlConfig::from_url(url) {
@@ -333,10 +225,11 @@ mod tests {
         .unwrap();
         assert_eq!(config.table, "locks");
         assert_eq!(config.strategy, Strategy::ForUpdate);
-        assert_eq!((config.pool_size, config.held_connections), (3, 7));
-        assert_eq!(config.timeouts.connect, Duration::from_millis(250));
-        assert_eq!(config.timeouts.reply, Duration::from_millis(1500));
-        assert!(!config.create_table);
+        let settings = &config.settings;
+        assert_eq!((settings.pool_size, settings.held_connections), (3, 7));
+        assert_eq!(settings.timeouts.connect, Duration::from_millis(250));
+        assert_eq!(settings.timeouts.reply, Duration::from_millis(1500));
+        assert!(!settings.create_table);
         assert_eq!(config.options.get_username(), "u");
         assert!(matches!(
             config.options.get_ssl_mode(),

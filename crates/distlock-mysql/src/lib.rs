@@ -2,7 +2,7 @@
 //! the database clock, and a fencing token from a counter that never resets.
 //!
 //! ```no_run
-//! use distlock_core::{AcquireOptions, DistributedLock, LockKey};
+//! use distlock_core::{AcquireOptions, LockKey};
 //! use distlock_mysql::MySqlConfig;
 //! use std::time::Duration;
 //! # #[tokio::main(flavor = "current_thread")]
@@ -80,8 +80,8 @@
 //!
 //! # Modules
 //!
-//! `config` (URL and settings) → `lock` ([`MySqlLock`], forwarding to one of
-//! the strategies) → `version_cas`, `unique_insert` (both over `poll`, the shared
+//! `config` (URL and settings) → `lock` (the strategy choice: core's
+//! `BackendLock` over one of the strategies, as a `DynLock`) → `version_cas`, `unique_insert` (both over `poll`, the shared
 //! polling loop) and `for_update` (its held connection in `holder_session`),
 //! each its own `Backend` → `backend` (the lock table they share) → `pool` (connections) → `protocol` (the SQL, in `sql/`)
 //! → `keys` (row layout), `error`. `inspect` implements `Inspect` on the table;
@@ -114,7 +114,6 @@ mod version_cas;
 
 pub use config::MySqlConfig;
 pub use keys::{NAME_COLUMN_BYTES, TableName, counter_name, row_name};
-pub use lock::MySqlLock;
 pub use protocol::Strategy;
 pub use registration::MYSQL;
 pub use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};

@@ -11,7 +11,7 @@ pub const MYSQL: Registration = Registration::new(
     "mysql",
     &["mysql", "mariadb"],
     "mysql://USER:PASSWORD@HOST:3306/DB?strategy=version_cas",
-    |url| Box::pin(async move { Ok(Arc::new(MySqlConfig::from_url(&url)?.connect().await?) as _) }),
+    |url| Box::pin(async move { MySqlConfig::from_url(&url)?.connect().await }),
 )
 .with_fence(|url| {
     Box::pin(async move {

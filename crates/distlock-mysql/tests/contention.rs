@@ -13,8 +13,8 @@
 
 mod support;
 
-use distlock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockKey, Renewal, Wait};
-use distlock_mysql::{MySqlLock, Strategy, counter_name, row_name};
+use distlock_core::{AcquireOptions, DynLock, Lease, LockError, LockKey, Renewal, Wait};
+use distlock_mysql::{Strategy, counter_name, row_name};
 use distlock_testkit::servers::MariaDbServer;
 use sqlx::{AssertSqlSafe, Connection, MySqlConnection, Row};
 use std::time::{Duration, Instant};
@@ -99,7 +99,7 @@ fn waiting(limit: Duration) -> AcquireOptions {
 }
 
 /// Creates the lock row of `key` (and its counter row) by one acquire/release.
-async fn create_rows(lock: &MySqlLock, key: &LockKey) {
+async fn create_rows(lock: &DynLock, key: &LockKey) {
     lock.acquire(key, &AcquireOptions::new())
         .await
         .unwrap()
@@ -110,7 +110,7 @@ async fn create_rows(lock: &MySqlLock, key: &LockKey) {
 
 /// Runs `acquire` with a 30 s wait while a blocker ends after [`HOLD`]: it must
 /// get the lock, no sooner than the blocker let go.
-async fn acquire_once_released(lock: &MySqlLock, key: &LockKey, blocker: Blocker) -> Lease {
+async fn acquire_once_released(lock: &DynLock, key: &LockKey, blocker: Blocker) -> Lease {
     let started = Instant::now();
     let released = blocker.roll_back_after(HOLD);
     let lease = lock.acquire(key, &waiting(Duration::from_secs(30))).await;

@@ -4,7 +4,7 @@
 
 mod support;
 
-use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, LossReason, Wait};
+use distlock_core::{AcquireOptions, LockError, LockKey, LossReason, Wait};
 use distlock_mysql::{MySqlConfig, Strategy};
 use std::time::{Duration, Instant};
 use support::{

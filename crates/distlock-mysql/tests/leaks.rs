@@ -10,8 +10,8 @@
 
 mod support;
 
-use distlock_core::{AcquireOptions, DistributedLock, LockKey, Wait};
-use distlock_mysql::{MySqlLock, Strategy};
+use distlock_core::{AcquireOptions, DynLock, LockKey, Wait};
+use distlock_mysql::Strategy;
 use distlock_testkit::History;
 use distlock_testkit::servers::MariaDbServer;
 use std::sync::Arc;
@@ -69,7 +69,7 @@ impl Churn {
     /// One client's share, until the run has its cycles: acquire a hot key,
     /// record the section, release. Every `CANCEL_EVERY`th acquire is given up
     /// after 1 to 4 ms, the others wait up to 20 s.
-    async fn run(&self, client: usize, lock: &MySqlLock) {
+    async fn run(&self, client: usize, lock: &DynLock) {
         let opts = AcquireOptions::new().wait(Wait::For(Duration::from_secs(20)));
         let mut attempt = 0;
         while self.done.load(Ordering::Relaxed) < self.cycles {
@@ -107,7 +107,7 @@ async fn no_leaks_over(strategy: Strategy, cycles: usize) {
 
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
-        clients.push(Arc::new(client(server, strategy, &table).await));
+        clients.push(client(server, strategy, &table).await);
     }
     let churn = Arc::new(Churn {
         keys: (0..KEYS)

@@ -20,12 +20,12 @@ async fn statements_per_cycle(server: &MariaDbServer, strategy: Strategy) -> f64
     let key = LockKey::new("steady").unwrap();
     // Manual renewal: a renewal landing inside the window would be counted.
     let opts = AcquireOptions::new().renewal(Renewal::Manual);
-    distlock_testkit::cycles(&lock, &key, &opts, 3)
+    distlock_testkit::cycles(&*lock, &key, &opts, 3)
         .await
         .unwrap();
     let mut probe = MySqlConnection::connect(&server.url()).await.unwrap();
     let before = questions(&mut probe).await;
-    distlock_testkit::cycles(&lock, &key, &opts, CYCLES as usize)
+    distlock_testkit::cycles(&*lock, &key, &opts, CYCLES as usize)
         .await
         .unwrap();
     let after = questions(&mut probe).await;
@@ -56,7 +56,6 @@ async fn unique_insert_and_for_update_cost_three_statements_per_cycle() {
 /// statements with nothing around them), and `Inspect::server_requests`
 /// reading the same `Questions`.
 async fn statements_per_floor(server: &MariaDbServer, strategy: Strategy) -> (f64, u64) {
-    use distlock_core::DistributedLock;
     let table = format!("floor_{}", strategy.as_str());
     let lock = client(server, strategy, &table).await;
     let inspect = lock.inspect().unwrap();

@@ -5,7 +5,7 @@
 
 mod support;
 
-use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey};
+use distlock_core::{AcquireOptions, LockError, LockKey};
 use distlock_mysql::{MySqlConfig, MySqlConnectOptions, Strategy};
 use std::str::FromStr;
 use std::sync::Arc;

@@ -9,7 +9,7 @@
 
 mod support;
 
-use distlock_core::{AcquireOptions, DistributedLock, LockKey, LossReason, Renewal, Wait};
+use distlock_core::{AcquireOptions, LockKey, LossReason, Renewal, Wait};
 use distlock_mysql::Strategy;
 use distlock_testkit::{History, Section};
 use std::time::{Duration, Instant};

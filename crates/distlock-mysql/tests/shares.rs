@@ -7,7 +7,7 @@
 
 mod support;
 
-use distlock_core::{AcquireOptions, DistributedLock, Held, LockError, LockKey, SingleLease, Wait};
+use distlock_core::{AcquireOptions, Held, LockError, LockKey, SingleLease, Wait};
 use distlock_mysql::{MySqlConfig, Strategy};
 use sqlx::{Connection, MySqlConnection};
 use std::time::{Duration, Instant};

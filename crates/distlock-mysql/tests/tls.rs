@@ -63,7 +63,7 @@ async fn locks_work_over_verified_tls() {
             .connect()
             .await
             .unwrap();
-        distlock_testkit::rising_tokens(&lock, &format!("tls/{mode}"))
+        distlock_testkit::rising_tokens(&*lock, &format!("tls/{mode}"))
             .await
             .unwrap();
     }
@@ -109,7 +109,7 @@ async fn a_user_that_requires_a_client_certificate_is_refused_without_one() {
         .connect()
         .await
         .unwrap();
-    distlock_testkit::rising_tokens(&lock, "tls/mutual")
+    distlock_testkit::rising_tokens(&*lock, "tls/mutual")
         .await
         .unwrap();
 }

@@ -4,7 +4,7 @@
 
 mod support;
 
-use distlock_core::{AcquireOptions, DistributedLock, LockKey, Renewal};
+use distlock_core::{AcquireOptions, LockKey, Renewal};
 use distlock_mysql::{Strategy, row_name};
 use std::sync::Arc;
 use std::time::Duration;

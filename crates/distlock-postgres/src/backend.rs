@@ -6,11 +6,12 @@
 //! says which), every expiry is judged by the server clock (`now()`, or the
 //! server's own idle timeout), and a name's fence only ever rises.
 
+use crate::ending;
 use crate::error::{BACKEND, DbError, code};
 use crate::keys::{TableName, wake_payload};
 use crate::pool::{Conn, Pool, Statement};
 use crate::protocol::{Statements, Strategy, TABLE_COMMENT};
-use crate::session::{self, Session};
+use crate::session::Session;
 use crate::wake::Wakeups;
 use distlock_core::toolkit::UndoFuture;
 use distlock_core::{LockError, LockKey};
@@ -185,7 +186,7 @@ pub(crate) fn undo(state: Undo) -> Option<UndoFuture> {
     Some(Box::pin(async move {
         let table = &state.table;
         if let Some(cut_off) = state.in_flight
-            && let Err(e) = session::end(&table.pool, cut_off).await
+            && let Err(e) = ending::end(&table.pool, cut_off).await
         {
             tracing::debug!(error = %e, "could not see a cut-off session end; undoing anyway");
         }

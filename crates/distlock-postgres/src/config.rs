@@ -4,14 +4,14 @@
 use crate::backend::Table;
 use crate::error::BACKEND;
 use crate::keys::{DEFAULT_NAMESPACE, TableName, validate_namespace};
-use crate::lock::PostgresLock;
+use crate::lock;
 use crate::pool::Pool;
 use crate::protocol::Strategy;
-use distlock_core::toolkit::{LockUrl, Timeouts};
-use distlock_core::{AcquireOptions, LockError};
-use sqlx::ConnectOptions;
+use distlock_core::toolkit::LockUrl;
+use distlock_core::{DynLock, LockError};
+use distlock_sql::adapter::{Settings, check_scheme, endpoint, finish, read_server};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
-use std::time::Duration;
+use sqlx::{ConnectOptions, Postgres};
 
 /// Where and how to connect. Build it with [`PostgresConfig::from_url`] or
 /// [`PostgresConfig::from_options`] and the setters, then
@@ -24,41 +24,25 @@ pub struct PostgresConfig {
     table: Option<String>,
     namespace: String,
     strategy: Strategy,
-    pool_size: u32,
-    held_connections: u32,
-    timeouts: Timeouts,
-    create_table: bool,
-    defaults: AcquireOptions,
+    settings: Settings,
 }
 
 impl std::fmt::Debug for PostgresConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresConfig")
+        let mut debug = f.debug_struct("PostgresConfig");
+        debug
             .field("endpoint", &self.endpoint())
             .field("user", &self.options.get_username())
             .field("password", &"<redacted>")
             .field("table", &self.table_name())
             .field("namespace", &self.namespace)
-            .field("strategy", &self.strategy)
-            .field("pool_size", &self.pool_size)
-            .field("held_connections", &self.held_connections)
-            .field("timeouts", &self.timeouts)
-            .field("create_table", &self.create_table)
-            .field("defaults", &self.defaults)
-            .finish()
+            .field("strategy", &self.strategy);
+        self.settings.fields(&mut debug).finish()
     }
 }
 
 impl PostgresConfig {
-    /// Connections per client for single statements: 10.
-    pub const DEFAULT_POOL_SIZE: u32 = 10;
-    /// `advisory`: locks one client can hold or wait for at once, each on its
-    /// own connection: 100.
-    pub const DEFAULT_HELD_CONNECTIONS: u32 = 100;
-    /// How long to wait for a new connection, and for any one statement's reply:
-    /// 5 s each.
-    pub const DEFAULT_TIMEOUTS: Timeouts =
-        Timeouts::new(Duration::from_secs(5), Duration::from_secs(5));
+    distlock_sql::settings_setters!(held: "`advisory`", create: "");
 
     /// Defaults around sqlx connect options (host, credentials, database, TLS).
     pub fn from_options(options: PgConnectOptions) -> Self {
@@ -74,11 +58,7 @@ impl PostgresConfig {
             table: None,
             namespace: DEFAULT_NAMESPACE.to_owned(),
             strategy: Strategy::default(),
-            pool_size: Self::DEFAULT_POOL_SIZE,
-            held_connections: Self::DEFAULT_HELD_CONNECTIONS,
-            timeouts: Self::DEFAULT_TIMEOUTS,
-            create_table: true,
-            defaults: AcquireOptions::new(),
+            settings: Settings::default(),
         }
     }
 
@@ -96,36 +76,16 @@ impl PostgresConfig {
     /// lists these. Errors never echo the password.
     pub fn from_url(url: &str) -> Result<Self, LockError> {
         let mut url = LockUrl::parse(BACKEND, url)?;
-        if !matches!(url.scheme(), "postgres" | "postgresql") {
-            return Err(url.error(format_args!(
-                "scheme `{}` is not postgres:// or postgresql://; use postgres://USER:PASSWORD@HOST:5432/DATABASE",
-                url.scheme()
-            )));
-        }
-        let mut options = PgConnectOptions::new_without_pgpass();
-        match url.hosts() {
-            [] => {}
-            [host] => {
-                options = options.host(&host.host);
-                if let Some(port) = host.port {
-                    options = options.port(port);
-                }
-            }
-            _ => {
-                return Err(url.error(
-                    "a PostgreSQL lock URL names one server (the primary); standbys cannot hold locks",
-                ));
-            }
-        }
-        if let Some(user) = url.user() {
-            options = options.username(user);
-        }
-        if let Some(password) = url.password() {
-            options = options.password(password);
-        }
-        if let Some(database) = url.path().filter(|path| !path.is_empty()) {
-            options = options.database(database);
-        }
+        check_scheme(
+            &url,
+            ["postgres", "postgresql"],
+            "postgres://USER:PASSWORD@HOST:5432/DATABASE",
+        )?;
+        let mut options = read_server(
+            &url,
+            PgConnectOptions::new_without_pgpass(),
+            "a PostgreSQL lock URL names one server (the primary); standbys cannot hold locks",
+        )?;
         let modes = "disable, allow, prefer, require, verify-ca or verify-full";
         let mut mode = url.parse_param::<PgSslMode>("sslmode", modes)?;
         if url.bool("tls")? == Some(true) {
@@ -158,23 +118,8 @@ impl PostgresConfig {
         if let Some(namespace) = url.string("namespace") {
             config.namespace = namespace;
         }
-        let count = "a whole number of connections";
-        if let Some(size) = url.parse_param("pool_size", count)? {
-            config.pool_size = size;
-        }
-        if let Some(count) = url.parse_param("held_connections", count)? {
-            config.held_connections = count;
-        }
-        config.timeouts = config.timeouts.read(&mut url)?;
-        if let Some(create) = url.bool("create_table")? {
-            config.create_table = create;
-        }
-        config.defaults = AcquireOptions::new().read(&mut url)?;
-        url.finish()?;
-        config.validate().map_err(|e| match e {
-            LockError::Config { reason, .. } => url.error(reason),
-            other => other,
-        })?;
+        config.settings = config.settings.read(&mut url)?;
+        finish(&url, || config.validate())?;
         Ok(config)
     }
 
@@ -200,40 +145,6 @@ impl PostgresConfig {
         self
     }
 
-    /// Connections per client for single statements (default 10).
-    pub fn pool_size(mut self, size: u32) -> Self {
-        self.pool_size = size;
-        self
-    }
-
-    /// `advisory` only: how many locks one client can hold or wait for at once
-    /// (default 100), each on a connection of its own.
-    pub fn held_connections(mut self, count: u32) -> Self {
-        self.held_connections = count;
-        self
-    }
-
-    /// How long to wait for a new connection, and for a statement's reply before
-    /// treating the connection as dead (default 5 s each).
-    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
-        self.timeouts = timeouts;
-        self
-    }
-
-    /// Whether `connect` creates the table when it is missing (default true).
-    pub fn create_table(mut self, create: bool) -> Self {
-        self.create_table = create;
-        self
-    }
-
-    /// The lock's [`distlock_core::DistributedLock::default_options`] (the URL's
-    /// `ttl`, `wait`, `renewal`, `max_hold`), checked against the strategy's
-    /// limits at connect.
-    pub fn defaults(mut self, defaults: AcquireOptions) -> Self {
-        self.defaults = defaults;
-        self
-    }
-
     /// The strategy in use.
     pub fn get_strategy(&self) -> Strategy {
         self.strategy
@@ -245,11 +156,6 @@ impl PostgresConfig {
         self.options.clone()
     }
 
-    /// The connect and reply timeouts.
-    pub fn get_timeouts(&self) -> Timeouts {
-        self.timeouts
-    }
-
     /// The table this config uses.
     pub fn table_name(&self) -> &str {
         self.table
@@ -259,15 +165,12 @@ impl PostgresConfig {
 
     /// The server address, without credentials, for messages.
     pub fn endpoint(&self) -> String {
-        endpoint(&self.options)
+        endpoint::<Postgres>(&self.options)
     }
 
     fn validate(&self) -> Result<TableName, LockError> {
         let bad = |reason: &str| Err(LockError::config(BACKEND, reason));
-        if self.pool_size == 0 || self.held_connections == 0 {
-            return bad("pool_size and held_connections must be at least 1");
-        }
-        self.timeouts.validate(BACKEND)?;
+        self.settings.validate(BACKEND)?;
         validate_namespace(&self.namespace)?;
         if self.options.get_database().is_none_or(str::is_empty) {
             return bad(
@@ -279,11 +182,16 @@ impl PostgresConfig {
 
     /// Connects, creates the table if missing (unless turned off), checks that
     /// the table belongs to this strategy, and starts listening for releases.
-    pub async fn connect(self) -> Result<PostgresLock, LockError> {
+    pub async fn connect(self) -> Result<DynLock, LockError> {
         let table = self.validate()?;
-        let pool = Pool::new(self.options.clone(), self.pool_size, self.timeouts);
+        let settings = &self.settings;
+        let pool = Pool::new(self.options.clone(), settings.pool_size, settings.timeouts);
         // Only advisory takes connections from it, one per held or waiting lock.
-        let holders = Pool::new(self.options.clone(), self.held_connections, self.timeouts);
+        let holders = Pool::new(
+            self.options.clone(),
+            settings.held_connections,
+            settings.timeouts,
+        );
         let endpoint = self.endpoint();
         let table = Table::open(
             self.strategy,
@@ -291,23 +199,10 @@ impl PostgresConfig {
             self.namespace,
             pool,
             endpoint,
-            self.create_table,
+            settings.create_table,
         )
         .await?;
-        PostgresLock::new(table, holders, self.defaults)
-    }
-}
-
-/// The server address of `options`, without credentials, for messages.
-pub(crate) fn endpoint(options: &PgConnectOptions) -> String {
-    let database = options.get_database().unwrap_or("");
-    if let Some(socket) = options.get_socket() {
-        return format!("postgres://{}/{database}", socket.display());
-    }
-    let (host, port) = (options.get_host(), options.get_port());
-    match host.contains(':') {
-        true => format!("postgres://[{host}]:{port}/{database}"),
-        false => format!("postgres://{host}:{port}/{database}"),
+        lock::client(table, holders, self.settings.defaults)
     }
 }
 
@@ -322,6 +217,7 @@ fn needs_tls(mode: PgSslMode) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn reason(url: &str) -> String {
         match PostgresConfig::from_url(url) {
@@ -346,11 +242,12 @@ mod tests {
         assert_eq!(config.table_name(), "distlock_advisory");
         assert_eq!(config.namespace, "billing");
         assert_eq!(config.strategy, Strategy::Advisory);
-        assert_eq!((config.pool_size, config.held_connections), (3, 7));
-        assert_eq!(config.timeouts.connect, Duration::from_millis(250));
-        assert_eq!(config.timeouts.reply, Duration::from_millis(1500));
-        assert!(!config.create_table);
-        assert_eq!(config.defaults.get_ttl(), Duration::from_secs(10));
+        let settings = &config.settings;
+        assert_eq!((settings.pool_size, settings.held_connections), (3, 7));
+        assert_eq!(settings.timeouts.connect, Duration::from_millis(250));
+        assert_eq!(settings.timeouts.reply, Duration::from_millis(1500));
+        assert!(!settings.create_table);
+        assert_eq!(settings.defaults.get_ttl(), Duration::from_secs(10));
         assert_eq!(config.options.get_username(), "u");
         assert_eq!(config.endpoint(), "postgres://db.example:5433/app");
         assert!(!format!("{config:?}").contains("s3cret"));

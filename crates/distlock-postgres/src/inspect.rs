@@ -11,12 +11,13 @@
 
 use crate::advisory::{Attempt, attempt};
 use crate::backend::{Table, micros};
+use crate::ending;
 use crate::error::{BACKEND, DbError};
 use crate::keys::{advisory_key, wake_payload};
 use crate::pool::Statement;
 use crate::protocol::inspect::*;
 use crate::protocol::{KEEPALIVE, Strategy, for_table};
-use crate::session::{self, Session};
+use crate::session::Session;
 use crate::version_cas::{self, cas};
 use async_trait::async_trait;
 use distlock_core::toolkit::{Holder, Inspect, random_owner};
@@ -95,7 +96,7 @@ impl Inspect for Table {
                     ),
                 ));
             };
-            let ended = session::terminate(
+            let ended = ending::terminate(
                 &self.pool,
                 Session {
                     pid: holder.pid,

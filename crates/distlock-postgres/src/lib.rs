@@ -3,7 +3,7 @@
 //! resets, and waiters woken by `LISTEN/NOTIFY`.
 //!
 //! ```no_run
-//! use distlock_core::{AcquireOptions, DistributedLock, LockKey};
+//! use distlock_core::{AcquireOptions, LockKey};
 //! use distlock_postgres::PostgresConfig;
 //! use std::time::Duration;
 //! # #[tokio::main(flavor = "current_thread")]
@@ -71,19 +71,21 @@
 //!
 //! # Modules
 //!
-//! `config` (URL and settings) → `lock` ([`PostgresLock`], forwarding to one
-//! of the strategies) → `version_cas`, `advisory`, each its own `Backend` →
-//! `backend` (the lock table they share, the undo of a cut-off statement) →
-//! `session` (a session as backend pid and start, and ending one) → `pool`
-//! (connections), `wake` (LISTEN/NOTIFY) → `protocol` (the SQL, in `sql/`) →
-//! `keys` (row layout, advisory keys), `error`. `inspect` implements
-//! `Inspect` on the table. `semaphore` and `rwlock` are the two primitives'
-//! adapters (with their inspection), waiting through `waiting`.
+//! `config` (URL and settings) → `lock` (the strategy choice: core's
+//! `BackendLock` over one of the strategies, as a `DynLock`) → `version_cas`,
+//! `advisory`, each its own `Backend` → `backend` (the lock table they share,
+//! the undo of a cut-off statement) → `ending` (ending a cut-off session by
+//! pid and start) → `pool` (connections, each knowing its `session`), `wake`
+//! (LISTEN/NOTIFY) → `protocol` (the SQL, in `sql/`) → `keys` (row layout,
+//! advisory keys), `error`. `inspect` implements `Inspect` on the table.
+//! `semaphore` and `rwlock` are the two primitives' adapters (with their
+//! inspection), waiting through `waiting`.
 #![deny(missing_docs)]
 
 mod advisory;
 mod backend;
 mod config;
+mod ending;
 mod error;
 mod inspect;
 mod keys;
@@ -101,7 +103,6 @@ mod wake;
 
 pub use config::PostgresConfig;
 pub use keys::{DEFAULT_NAMESPACE, TableName, advisory_key};
-pub use lock::PostgresLock;
 pub use protocol::Strategy;
 pub use registration::POSTGRES;
 pub use sqlx::postgres::{PgConnectOptions, PgSslMode};

@@ -11,9 +11,7 @@ pub const POSTGRES: Registration = Registration::new(
     "postgres",
     &["postgres", "postgresql"],
     "postgres://USER:PASSWORD@HOST:5432/DB?strategy=version_cas",
-    |url| {
-        Box::pin(async move { Ok(Arc::new(PostgresConfig::from_url(&url)?.connect().await?) as _) })
-    },
+    |url| Box::pin(async move { PostgresConfig::from_url(&url)?.connect().await }),
 )
 .with_fence(|url| {
     Box::pin(async move {

@@ -8,7 +8,7 @@
 
 mod support;
 
-use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, LossReason, Wait};
+use distlock_core::{AcquireOptions, LockError, LockKey, LossReason, Wait};
 use distlock_postgres::{PostgresConfig, Strategy, advisory_key};
 use std::time::Duration;
 use support::{admin_value, client, eventually, server};

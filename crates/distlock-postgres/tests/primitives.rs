@@ -8,8 +8,7 @@
 mod support;
 
 use distlock_core::{
-    AcquireOptions, Capabilities, DistributedLock, Held, LockError, LockKey, Renewal, SingleLease,
-    Support,
+    AcquireOptions, Capabilities, Held, LockError, LockKey, Renewal, SingleLease, Support,
 };
 use distlock_postgres::{PostgresConfig, Strategy};
 use distlock_testkit::servers::PostgresServer;

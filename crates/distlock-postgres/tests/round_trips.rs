@@ -6,7 +6,7 @@
 
 mod support;
 
-use distlock_core::{AcquireOptions, DistributedLock, LockKey, Renewal};
+use distlock_core::{AcquireOptions, LockKey, Renewal};
 use distlock_postgres::Strategy;
 use distlock_testkit::servers::PostgresServer;
 use support::{admin_value, client, server};
@@ -29,11 +29,11 @@ async fn statements_per_cycle(server: &PostgresServer, strategy: Strategy) -> f6
     let key = LockKey::new("steady").unwrap();
     // Manual renewal: a renewal landing inside the window would be counted.
     let opts = AcquireOptions::new().renewal(Renewal::Manual);
-    distlock_testkit::cycles(&lock, &key, &opts, 3)
+    distlock_testkit::cycles(&*lock, &key, &opts, 3)
         .await
         .unwrap();
     let before = statements(server).await;
-    distlock_testkit::cycles(&lock, &key, &opts, CYCLES as usize)
+    distlock_testkit::cycles(&*lock, &key, &opts, CYCLES as usize)
         .await
         .unwrap();
     let after = statements(server).await;

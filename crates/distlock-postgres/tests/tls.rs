@@ -64,7 +64,7 @@ async fn locks_work_over_verified_tls() {
             .connect()
             .await
             .unwrap_or_else(|e| panic!("{params}: {e}"));
-        distlock_testkit::rising_tokens(&lock, "tls/lock")
+        distlock_testkit::rising_tokens(&*lock, "tls/lock")
             .await
             .unwrap_or_else(|e| panic!("{params}: {e:?}"));
         // The client keeps its LISTEN connection and a pooled one open.

@@ -4,13 +4,9 @@
 //! No message ever carries a password: endpoints are rebuilt from host, port
 //! and database only.
 
-use crate::db::{SqlDatabase, Steps};
 use distlock_core::LockError;
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError};
+use sqlx::mysql::MySqlDatabaseError;
 use sqlx::postgres::PgDatabaseError;
-use sqlx::{ConnectOptions, Connection, MySql};
-use std::str::FromStr;
-use std::time::Duration;
 
 /// The backend name in errors.
 pub(crate) const BACKEND: &str = "mysql";
@@ -18,9 +14,6 @@ pub(crate) const BACKEND: &str = "mysql";
 /// The endpoint named when a statement on the caller's own connection fails:
 /// the crate never sees that connection's URL.
 pub(crate) const CALLER_CONNECTION: &str = "the caller's connection";
-
-/// How long [`connect`] waits for the server.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// PostgreSQL SQLSTATEs this crate acts on.
 mod sqlstate {
@@ -84,11 +77,6 @@ pub fn map_error(error: sqlx::Error) -> LockError {
         _ => BACKEND,
     };
     map_error_at(error, CALLER_CONNECTION, backend)
-}
-
-/// [`map_error`] for a statement on a connection to `DB`.
-pub(crate) fn map_error_of<DB: SqlDatabase>(error: sqlx::Error) -> LockError {
-    map_error_at(error, CALLER_CONNECTION, DB::BACKEND)
 }
 
 /// [`map_error`] naming `endpoint` (never with credentials) and `backend`.
@@ -165,58 +153,5 @@ fn meaning(error: &sqlx::Error) -> Option<Meaning> {
             Some(Meaning::Contention)
         }
         _ => None,
-    }
-}
-
-/// Opens one connection to `url` (`mysql://user:password@host:port/database`),
-/// waiting at most [`CONNECT_TIMEOUT`], with errors mapped as by [`map_error`]
-/// and naming the server without credentials: a server that cannot be reached
-/// is [`LockError::Unavailable`], a bad URL or refused login is
-/// [`LockError::Config`].
-///
-/// Connections from your own `sqlx` pool work just as well with
-/// [`crate::SqlFence`]; this is a convenience.
-///
-/// ```no_run
-/// # async fn run() -> Result<(), distlock_core::LockError> {
-/// let mut conn = distlock_sql::connect("mysql://app:secret@127.0.0.1:3306/app").await?;
-/// distlock_sql::SqlFence::new().create_table(&mut conn).await?;
-/// # Ok(()) }
-/// ```
-pub async fn connect(url: &str) -> Result<MySqlConnection, LockError> {
-    let options = MySqlConnectOptions::from_str(url)
-        .map_err(|e| LockError::config(BACKEND, format!("the URL does not parse: {e}")))?;
-    let options = options.disable_statement_logging();
-    let endpoint = MySql::endpoint(&options);
-    match tokio::time::timeout(CONNECT_TIMEOUT, MySqlConnection::connect_with(&options)).await {
-        Ok(connected) => connected.map_err(|e| map_error_at(e, &endpoint, BACKEND)),
-        Err(_) => Err(LockError::Unavailable {
-            backend: BACKEND,
-            endpoint,
-            source: format!("no connection within {CONNECT_TIMEOUT:?}").into(),
-        }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn bad_urls_are_config_errors_without_the_password() {
-        let err = connect("mysql://u:hunter2@127.0.0.1:notaport/db")
-            .await
-            .unwrap_err();
-        assert!(matches!(err, LockError::Config { .. }), "{err:?}");
-        assert!(!err.to_string().contains("hunter2"), "{err}");
-        assert!(!format!("{err:?}").contains("hunter2"), "{err:?}");
-    }
-
-    #[test]
-    fn endpoints_carry_no_credentials() {
-        let options =
-            MySqlConnectOptions::from_str("mysql://u:hunter2@db.example:3307/app").unwrap();
-        assert_eq!(MySql::endpoint(&options), "mysql://db.example:3307/app");
-        assert!(!is_contention(&LockError::config(BACKEND, "x")));
     }
 }

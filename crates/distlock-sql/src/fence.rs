@@ -3,7 +3,7 @@
 
 use crate::db::{Admitted, Binds, FenceConnection, SqlDatabase, Steps};
 use crate::dialect::{Dialect, MYSQL, POSTGRES, render};
-use crate::error::map_error_of;
+use crate::error::{CALLER_CONNECTION, map_error_at};
 use crate::ident::Ident;
 use distlock_core::fence::{invalid_write, stale, validate_resource};
 use distlock_core::{FencingToken, LockError};
@@ -257,4 +257,9 @@ impl SqlFence {
             .map_err(map_error_of::<C::Database>)?;
         Ok(highest.map(FencingToken::new))
     }
+}
+
+/// [`crate::map_error`] for a statement on a connection to `DB`.
+fn map_error_of<DB: SqlDatabase>(error: sqlx::Error) -> LockError {
+    map_error_at(error, CALLER_CONNECTION, DB::BACKEND)
 }

@@ -132,6 +132,8 @@
 //! of your own statements the same way.
 #![deny(missing_docs)]
 
+pub mod adapter;
+mod connect;
 mod db;
 mod dialect;
 mod error;
@@ -140,8 +142,9 @@ mod ident;
 mod row;
 mod store;
 
+pub use connect::{CONNECT_TIMEOUT, connect};
 pub use db::{FenceConnection, SqlDatabase};
-pub use error::{CONNECT_TIMEOUT, connect, is_contention, map_error};
+pub use error::{is_contention, map_error};
 pub use fence::SqlFence;
 pub use row::FencedRow;
 pub use store::SqlStore;

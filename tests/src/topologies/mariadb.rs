@@ -3,8 +3,8 @@
 //! holder gets in with a higher token.
 
 use super::{Case, check_history};
-use distlock_core::{AcquireOptions, BoxError, DistributedLock, LockKey, Wait};
-use distlock_mysql::{MySqlConfig, MySqlLock, Strategy};
+use distlock_core::{AcquireOptions, BoxError, DynLock, LockKey, Wait};
+use distlock_mysql::{MySqlConfig, Strategy};
 use distlock_testkit::history::History;
 use distlock_testkit::servers::MariaDbServer;
 use std::time::{Duration, Instant};
@@ -18,7 +18,7 @@ pub(super) fn cases() -> Vec<Case> {
     )]
 }
 
-async fn client(server: &MariaDbServer) -> Result<MySqlLock, BoxError> {
+async fn client(server: &MariaDbServer) -> Result<DynLock, BoxError> {
     Ok(MySqlConfig::from_url(&server.url())?
         .table("topology_locks")
         .strategy(Strategy::ForUpdate)

@@ -2,7 +2,8 @@
 //! it, and root access for what an operator would do.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use distlock_mysql::{MySqlConfig, MySqlLock, Strategy};
+use distlock_core::DynLock;
+use distlock_mysql::{MySqlConfig, Strategy};
 use distlock_testkit::servers::MariaDbServer;
 use sqlx::{MySqlConnection, Row};
 use std::time::{Duration, Instant};
@@ -21,7 +22,7 @@ pub async fn server() -> MariaDbServer {
 }
 
 /// A connected client of `strategy` on `table`.
-pub async fn client(server: &MariaDbServer, strategy: Strategy, table: &str) -> MySqlLock {
+pub async fn client(server: &MariaDbServer, strategy: Strategy, table: &str) -> DynLock {
     MySqlConfig::from_url(&server.url())
         .expect("the launcher's URL parses")
         .strategy(strategy)

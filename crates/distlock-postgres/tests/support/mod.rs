@@ -2,7 +2,8 @@
 //! on it, and superuser access for what an operator would do.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use distlock_postgres::{PostgresConfig, PostgresLock, Strategy};
+use distlock_core::DynLock;
+use distlock_postgres::{PostgresConfig, Strategy};
 use distlock_testkit::servers::PostgresServer;
 use std::time::{Duration, Instant};
 
@@ -19,7 +20,7 @@ pub async fn server() -> PostgresServer {
 }
 
 /// A connected client of `strategy` on `table`.
-pub async fn client(server: &PostgresServer, strategy: Strategy, table: &str) -> PostgresLock {
+pub async fn client(server: &PostgresServer, strategy: Strategy, table: &str) -> DynLock {
     PostgresConfig::from_url(&server.url())
         .expect("the launcher's URL parses")
         .strategy(strategy)

@@ -5,9 +5,10 @@
 // Test code: a failed expectation should panic with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::{Session, end, terminate};
+use super::{end, terminate};
 use crate::pool::{Conn, Pool};
 use crate::protocol::{KEEPALIVE, SESSION_LISTED};
+use crate::session::Session;
 use distlock_core::toolkit::Timeouts;
 use distlock_testkit::servers::PostgresServer;
 use sqlx::Row;

@@ -195,6 +195,9 @@ mod tests {
         };
         assert_eq!(error.exit_code(), 0);
         let text = shown(&error, &args).to_string();
-        assert!(text.contains("mysql://USER:PASSWORD@HOST:3306/DB"), "{text}");
+        assert!(
+            text.contains("mysql://USER:PASSWORD@HOST:3306/DB"),
+            "{text}"
+        );
     }
 }

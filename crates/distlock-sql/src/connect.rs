@@ -13,7 +13,7 @@ use std::time::Duration;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Opens one connection to `url` (`mysql://user:password@host:port/database`),
-/// waiting at most [`CONNECT_TIMEOUT`], with errors mapped as by [`map_error`]
+/// waiting at most [`CONNECT_TIMEOUT`], with errors mapped as by [`map_error`](crate::map_error)
 /// and naming the server without credentials: a server that cannot be reached
 /// is [`LockError::Unavailable`], a bad URL or refused login is
 /// [`LockError::Config`].

@@ -13,7 +13,7 @@ use std::sync::Arc;
 ///
 /// | scheme | store | feature |
 /// |---|---|---|
-/// | `memory://NAME` | a [`MemoryFence`] shared by every `connect_fence` of `NAME` in this process | always on |
+/// | `memory://NAME` | a [`MemoryFence`](distlock_core::MemoryFence) shared by every `connect_fence` of `NAME` in this process | always on |
 /// | `redis://`, `rediss://` | `RedisFence`: one Lua script per write | `redis` |
 /// | `mysql://`, `mariadb://` | `SqlStore`: a fenced value table, one transaction per write | `mysql` |
 /// | `postgres://`, `postgresql://` | `SqlStore` on PostgreSQL, the same | `postgres` |

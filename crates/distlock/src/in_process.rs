@@ -79,20 +79,22 @@ fn memory_url_error() -> LockError {
 /// # Ok(()) }
 /// ```
 pub fn memory_store(name: &str) -> MemoryStore {
-    static STORES: OnceLock<Mutex<HashMap<String, MemoryStore>>> = OnceLock::new();
-    STORES
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .entry(name.to_owned())
-        .or_default()
-        .clone()
+    static STORES: Named<MemoryStore> = OnceLock::new();
+    named(&STORES, name)
 }
 
 /// The process-wide store behind `connect_fence("memory://NAME")`.
 pub fn memory_fence(name: &str) -> Arc<MemoryFence> {
-    static STORES: OnceLock<Mutex<HashMap<String, Arc<MemoryFence>>>> = OnceLock::new();
-    STORES
+    static STORES: Named<Arc<MemoryFence>> = OnceLock::new();
+    named(&STORES, name)
+}
+
+/// One value per name for the life of the process.
+type Named<T> = OnceLock<Mutex<HashMap<String, T>>>;
+
+/// `name`'s value in `values`, made on first use.
+fn named<T: Clone + Default>(values: &Named<T>, name: &str) -> T {
+    values
         .get_or_init(Mutex::default)
         .lock()
         .unwrap_or_else(PoisonError::into_inner)

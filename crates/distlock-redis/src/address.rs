@@ -190,15 +190,7 @@ impl std::fmt::Debug for Sentinels {
 impl Sentinels {
     /// `s1:26379,s2:26379/<master>`, for endpoints.
     pub fn describe(&self) -> String {
-        let nodes: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|(host, port)| match host.contains(':') {
-                true => format!("[{host}]:{port}"),
-                false => format!("{host}:{port}"),
-            })
-            .collect();
-        format!("{}/{}", nodes.join(","), self.master)
+        format!("{}/{}", host_list(&self.nodes), self.master)
     }
 }
 
@@ -215,14 +207,18 @@ pub(crate) struct ClusterSeeds {
 impl ClusterSeeds {
     /// `h1:p1,h2:p2`, for endpoints.
     pub fn describe(&self) -> String {
-        let nodes: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|(host, port)| match host.contains(':') {
-                true => format!("[{host}]:{port}"),
-                false => format!("{host}:{port}"),
-            })
-            .collect();
-        nodes.join(",")
+        host_list(&self.nodes)
     }
+}
+
+/// `h1:p1,h2:p2`, IPv6 hosts in brackets.
+fn host_list(nodes: &[(String, u16)]) -> String {
+    let nodes: Vec<String> = nodes
+        .iter()
+        .map(|(host, port)| match host.contains(':') {
+            true => format!("[{host}]:{port}"),
+            false => format!("{host}:{port}"),
+        })
+        .collect();
+    nodes.join(",")
 }

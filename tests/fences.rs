@@ -14,10 +14,9 @@ fn main() -> ExitCode {
     args.test_threads.get_or_insert(8);
     let servers = Arc::new(Servers::default());
     let holder = env!("CARGO_BIN_EXE_fenced-holder");
-    let paused = fences::REMOTE_STORES
+    let paused = fences::remote_stores()
         .into_iter()
-        .filter(|(enabled, ..)| *enabled)
-        .flat_map(|(_, store, at, _)| paused::trials(store, at, &servers, holder));
+        .flat_map(|(store, at)| paused::trials(store, at, &servers, holder));
     let trials = fences::specs(&servers)
         .into_iter()
         .flat_map(distlock_testkit::fences::trials)

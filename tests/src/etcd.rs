@@ -158,3 +158,9 @@ impl Harness for EtcdHarness {
         Some(format!("etcd://{}/{NAMESPACE}", self.addr))
     }
 }
+
+/// A one-member etcd for the fence target.
+pub async fn launch_url() -> Result<crate::Running, BoxError> {
+    let server = launch_server().await?;
+    Ok(crate::Running::new(format!("etcd://{}", server.addr()), server))
+}

@@ -1,7 +1,11 @@
 //! The backends the conformance suite runs against: memory always, the others
 //! behind a Cargo feature each.
 
+use distlock_core::BoxError;
 use distlock_testkit::runner::BackendSpec;
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
 
 pub mod chaos;
 #[cfg(feature = "etcd")]
@@ -30,8 +34,9 @@ pub mod zookeeper;
 
 /// What the test targets know of one registered backend: its conformance
 /// suites (one per strategy or deployment shape, the first named like the
-/// backend) and its chaos trials. `tests/registry.rs` checks that every
-/// backend the facade registers has an entry.
+/// backend), its chaos trials, and how the fence target starts its server.
+/// `tests/registry.rs` checks that every backend the facade registers has an
+/// entry.
 #[derive(Debug, Clone, Copy)]
 pub struct TestBackend {
     /// The backend's registered name.
@@ -40,6 +45,51 @@ pub struct TestBackend {
     pub suites: fn() -> Vec<BackendSpec>,
     /// Its chaos trials.
     pub chaos: fn() -> Vec<chaos::Spec>,
+    /// Starts a server (or the nodes) the fence target reaches by URL; `None`
+    /// for the in-process backend.
+    pub launch: Option<fn() -> Starting>,
+    /// The locks the fence target's paused holder runs under, as (name, URL
+    /// query appended to the launched URL); the first is also the fenced
+    /// store's URL where the backend stores fenced data.
+    pub fence_locks: &'static [(&'static str, &'static str)],
+}
+
+/// A server starting.
+pub type Starting = Pin<Box<dyn Future<Output = Result<Running, BoxError>> + Send>>;
+
+/// A launched server's URL, and the server, stopped when this is dropped.
+pub struct Running {
+    /// The URL a client connects with.
+    pub url: String,
+    _servers: Box<dyn Any + Send + Sync>,
+}
+
+impl Running {
+    /// `servers`, reached at `url`.
+    pub fn new(url: String, servers: impl Any + Send + Sync) -> Self {
+        Running {
+            url,
+            _servers: Box::new(servers),
+        }
+    }
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running").field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+/// A paused-holder lock of an SQL backend: one per strategy, each on a table
+/// of its own (strategies cannot share one).
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+macro_rules! strategy {
+    ($lock:literal, $strategy:literal) => {
+        (
+            $lock,
+            concat!("?strategy=", $strategy, "&table=fenced_locks_", $strategy),
+        )
+    };
 }
 
 /// Every backend this build has, one line each.
@@ -49,18 +99,28 @@ pub fn backends() -> Vec<TestBackend> {
             name: "memory",
             suites: || vec![memory::spec()],
             chaos: chaos::trials::memory,
+            launch: None,
+            fence_locks: &[],
         },
         #[cfg(feature = "zookeeper")]
         TestBackend {
             name: "zookeeper",
             suites: || vec![zookeeper::spec()],
             chaos: chaos::trials::zookeeper,
+            launch: Some(|| Box::pin(zookeeper::launch_url())),
+            fence_locks: &[("zookeeper", "")],
         },
         #[cfg(feature = "mysql")]
         TestBackend {
             name: "mysql",
             suites: sql::specs::<mysql::MySql>,
             chaos: chaos::trials::mysql,
+            launch: Some(|| Box::pin(sql::launch_url::<mysql::MySql>())),
+            fence_locks: &[
+                strategy!("mysql", "version_cas"),
+                strategy!("mysql_unique_insert", "unique_insert"),
+                strategy!("mysql_for_update", "for_update"),
+            ],
         },
         #[cfg(feature = "redis")]
         TestBackend {
@@ -75,24 +135,35 @@ pub fn backends() -> Vec<TestBackend> {
                 ]
             },
             chaos: chaos::restart::redis_specs,
+            launch: Some(|| Box::pin(redis::launch_url())),
+            fence_locks: &[("redis", "")],
         },
         #[cfg(feature = "redlock")]
         TestBackend {
             name: "redlock",
             suites: || vec![redlock::spec()],
             chaos: chaos::trials::redlock,
+            launch: Some(|| Box::pin(redlock::launch_url())),
+            fence_locks: &[("redlock", "")],
         },
         #[cfg(feature = "etcd")]
         TestBackend {
             name: "etcd",
             suites: || vec![etcd::spec()],
             chaos: chaos::trials::etcd,
+            launch: Some(|| Box::pin(etcd::launch_url())),
+            fence_locks: &[("etcd", "")],
         },
         #[cfg(feature = "postgres")]
         TestBackend {
             name: "postgres",
             suites: sql::specs::<postgres::Postgres>,
             chaos: chaos::trials::postgres,
+            launch: Some(|| Box::pin(sql::launch_url::<postgres::Postgres>())),
+            fence_locks: &[
+                strategy!("postgres", "version_cas"),
+                strategy!("postgres_advisory", "advisory"),
+            ],
         },
     ]
 }

@@ -181,3 +181,9 @@ impl Harness for RedisHarness {
         Some(format!("{}{joint}namespace={NAMESPACE}", self.url))
     }
 }
+
+/// One Redis node for the fence target.
+pub async fn launch_url() -> Result<crate::Running, BoxError> {
+    let node = launch_servers(1).await?.pop().ok_or("no Redis server started")?;
+    Ok(crate::Running::new(node.url(), node))
+}

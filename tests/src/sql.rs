@@ -322,3 +322,9 @@ impl<B: SqlBackend> Harness for SqlHarness<B> {
         ))
     }
 }
+
+/// A server of `B` for the fence target.
+pub async fn launch_url<B: SqlBackend>() -> Result<crate::Running, BoxError> {
+    let server = launch_server::<B>().await?;
+    Ok(crate::Running::new(B::url(&server), server))
+}

@@ -1,6 +1,6 @@
-//! The stores the fence suite runs against: memory always, Redis, MySQL and
-//! PostgreSQL
-//! behind their features; and the paused-holder cross product over every lock
+//! The stores the fence suite runs against: memory always, and every
+//! registered backend that stores fenced data (Redis, MySQL, PostgreSQL)
+//! behind its feature; and the paused-holder cross product over every lock
 //! backend.
 
 mod memory;
@@ -12,47 +12,34 @@ use distlock_testkit::fences::{FenceHarness, FenceSpec};
 use servers::{Endpoint, Servers};
 use std::sync::Arc;
 
-/// The stores behind a server: name, where, and an address nobody answers at.
-pub const REMOTE_STORES: [(bool, &str, Endpoint, &str); 3] = [
-    (
-        cfg!(feature = "redis"),
-        "redis",
-        Endpoint::Redis,
-        "redis://127.0.0.1:1",
-    ),
-    (
-        cfg!(feature = "mysql"),
-        "mysql",
-        Endpoint::MySql("version_cas"),
-        "mysql://root:secret@127.0.0.1:1/distlock",
-    ),
-    (
-        cfg!(feature = "postgres"),
-        "postgres",
-        Endpoint::Postgres("version_cas"),
-        "postgres://distlock:secret@127.0.0.1:1/distlock",
-    ),
-];
+/// The stores behind a server: each backend the facade registers as a fenced
+/// store, at the URL of its first paused-holder lock.
+pub fn remote_stores() -> Vec<(&'static str, Endpoint)> {
+    let is_store = |name| {
+        distlock::BackendKind::all()
+            .find(|kind| kind.name() == name)
+            .and_then(|kind| kind.registration())
+            .is_some_and(|registration| registration.has_fence())
+    };
+    paused::locks()
+        .into_iter()
+        .filter(|(name, at)| *name == at.backend && is_store(at.backend))
+        .collect()
+}
 
 /// Every enabled store.
 pub fn specs(servers: &Arc<Servers>) -> Vec<FenceSpec> {
-    let remote_stores = REMOTE_STORES
+    let remote_stores = remote_stores()
         .into_iter()
-        .filter(|(enabled, ..)| *enabled)
-        .map(|(_, name, at, dead_url)| remote(name, at, dead_url, servers));
+        .map(|(name, at)| remote(name, at, servers));
     std::iter::once(memory::spec())
         .chain(remote_stores)
         .collect()
 }
 
 /// A store reached through `distlock::connect_fence` at a launched server; its
-/// unreachable twin is `dead_url`, a port nobody listens on.
-fn remote(
-    name: &'static str,
-    at: Endpoint,
-    dead_url: &'static str,
-    servers: &Arc<Servers>,
-) -> FenceSpec {
+/// unreachable twin is the same URL at a port nobody listens on.
+fn remote(name: &'static str, at: Endpoint, servers: &Arc<Servers>) -> FenceSpec {
     let servers = servers.clone();
     FenceSpec {
         name: name.into(),
@@ -61,6 +48,7 @@ fn remote(
             let servers = servers.clone();
             Box::pin(async move {
                 let url = servers.url(at).await?;
+                let dead_url = servers::unreachable_twin(&url)?;
                 Ok(Arc::new(ConnectedStore { url, dead_url }) as Arc<dyn FenceHarness>)
             })
         }),
@@ -71,7 +59,7 @@ fn remote(
 #[derive(Debug)]
 struct ConnectedStore {
     url: String,
-    dead_url: &'static str,
+    dead_url: String,
 }
 
 #[async_trait::async_trait]
@@ -81,6 +69,6 @@ impl FenceHarness for ConnectedStore {
     }
 
     async fn unreachable(&self) -> Result<Arc<dyn Fence>, LockError> {
-        distlock::connect_fence(self.dead_url).await
+        distlock::connect_fence(&self.dead_url).await
     }
 }

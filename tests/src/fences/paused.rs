@@ -16,46 +16,23 @@ use std::time::Duration;
 /// The frozen holder's ttl: above every backend's minimum, short enough to wait out.
 const HOLDER_TTL: Duration = Duration::from_secs(2);
 
-/// Every lock backend this build has, by name.
+/// Every lock the paused holder runs under, by name: each backend's
+/// `fence_locks` in the backends' table.
 pub fn locks() -> Vec<(&'static str, Endpoint)> {
-    [
-        (cfg!(feature = "redis"), "redis", Endpoint::Redis),
-        (cfg!(feature = "redlock"), "redlock", Endpoint::Redlock),
-        (cfg!(feature = "etcd"), "etcd", Endpoint::Etcd),
-        (
-            cfg!(feature = "zookeeper"),
-            "zookeeper",
-            Endpoint::ZooKeeper,
-        ),
-        (
-            cfg!(feature = "mysql"),
-            "mysql",
-            Endpoint::MySql("version_cas"),
-        ),
-        (
-            cfg!(feature = "mysql"),
-            "mysql_unique_insert",
-            Endpoint::MySql("unique_insert"),
-        ),
-        (
-            cfg!(feature = "mysql"),
-            "mysql_for_update",
-            Endpoint::MySql("for_update"),
-        ),
-        (
-            cfg!(feature = "postgres"),
-            "postgres",
-            Endpoint::Postgres("version_cas"),
-        ),
-        (
-            cfg!(feature = "postgres"),
-            "postgres_advisory",
-            Endpoint::Postgres("advisory"),
-        ),
-    ]
-    .into_iter()
-    .filter_map(|(enabled, name, at)| enabled.then_some((name, at)))
-    .collect()
+    crate::backends()
+        .into_iter()
+        .filter_map(|backend| Some((backend, backend.launch?)))
+        .flat_map(|(backend, launch)| {
+            backend.fence_locks.iter().map(move |&(name, query)| {
+                let at = Endpoint {
+                    backend: backend.name,
+                    launch,
+                    query,
+                };
+                (name, at)
+            })
+        })
+        .collect()
 }
 
 /// One trial per lock backend for `store`; `holder` is the path of the

@@ -1,104 +1,80 @@
 //! The servers the fence target runs against, each started on first use and
 //! shared by every case (keys and resources carry a random prefix). They stop
-//! when the last case holding them is dropped, at the end of the run.
+//! when the last case holding them is dropped, at the end of the run. Which
+//! servers there are, and how each starts, is the backends' table
+//! ([`crate::backends`]).
 
+use crate::{Running, Starting};
 use distlock_core::BoxError;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::OnceCell;
 
-/// A server (and, for MySQL, a strategy) that a case needs a URL for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
-    /// One Redis node: a fenced store and a lock backend.
-    Redis,
-    /// Three more Redis nodes, for Redlock.
-    Redlock,
-    /// One etcd member.
-    Etcd,
-    /// One ZooKeeper server.
-    ZooKeeper,
-    /// MariaDB: a fenced store, and a lock backend with the given strategy.
-    MySql(&'static str),
-    /// PostgreSQL: a fenced store, and a lock backend with the given strategy.
-    Postgres(&'static str),
+/// A backend's server that a case needs a URL for, with the query that picks
+/// a lock variant (an SQL strategy and its table).
+#[derive(Debug, Clone, Copy)]
+pub struct Endpoint {
+    /// The backend's registered name.
+    pub backend: &'static str,
+    /// Starts its server.
+    pub launch: fn() -> Starting,
+    /// Appended to the server's URL.
+    pub query: &'static str,
 }
 
-/// Lazily started servers.
+/// Lazily started servers, one per backend.
 #[derive(Debug, Default)]
 pub struct Servers {
-    #[cfg(any(feature = "redis", feature = "redlock"))]
-    redis: tokio::sync::OnceCell<Vec<distlock_testkit::servers::RedisServer>>,
-    #[cfg(feature = "redlock")]
-    redlock: tokio::sync::OnceCell<Vec<distlock_testkit::servers::RedisServer>>,
-    #[cfg(feature = "etcd")]
-    etcd: tokio::sync::OnceCell<distlock_testkit::servers::EtcdServer>,
-    #[cfg(feature = "zookeeper")]
-    zookeeper: tokio::sync::OnceCell<distlock_testkit::servers::ZooKeeperServer>,
-    #[cfg(feature = "mysql")]
-    mariadb: tokio::sync::OnceCell<distlock_testkit::servers::MariaDbServer>,
-    #[cfg(feature = "postgres")]
-    postgres: tokio::sync::OnceCell<distlock_testkit::servers::PostgresServer>,
+    started: Mutex<HashMap<&'static str, Arc<OnceCell<Running>>>>,
 }
 
 impl Servers {
     /// The URL a client of `endpoint` connects with, starting its server first
     /// if needed.
     pub async fn url(&self, endpoint: Endpoint) -> Result<String, BoxError> {
-        match endpoint {
-            #[cfg(any(feature = "redis", feature = "redlock"))]
-            Endpoint::Redis => {
-                let nodes = self
-                    .redis
-                    .get_or_try_init(|| crate::redis::launch_servers(1));
-                let node = nodes.await?.first().ok_or("no Redis server started")?;
-                Ok(node.url())
-            }
-            #[cfg(feature = "redlock")]
-            Endpoint::Redlock => {
-                let nodes = self
-                    .redlock
-                    .get_or_try_init(|| crate::redis::launch_servers(3));
-                let hosts: Vec<String> =
-                    nodes.await?.iter().map(|n| n.addr().to_string()).collect();
-                Ok(format!("redlock://{}", hosts.join(",")))
-            }
-            #[cfg(feature = "etcd")]
-            Endpoint::Etcd => {
-                let server = self
-                    .etcd
-                    .get_or_try_init(crate::etcd::launch_server)
-                    .await?;
-                Ok(format!("etcd://{}", server.addr()))
-            }
-            #[cfg(feature = "zookeeper")]
-            Endpoint::ZooKeeper => {
-                let server = self
-                    .zookeeper
-                    .get_or_try_init(crate::zookeeper::launch_server);
-                Ok(format!("zk://{}", server.await?.addr()))
-            }
-            #[cfg(feature = "mysql")]
-            Endpoint::MySql(strategy) => {
-                let server = self
-                    .mariadb
-                    .get_or_try_init(crate::sql::launch_server::<crate::mysql::MySql>);
-                // Strategies cannot share a lock table.
-                let url = server.await?.url();
-                Ok(format!(
-                    "{url}?strategy={strategy}&table=fenced_locks_{strategy}"
-                ))
-            }
-            #[cfg(feature = "postgres")]
-            Endpoint::Postgres(strategy) => {
-                let server = self
-                    .postgres
-                    .get_or_try_init(crate::sql::launch_server::<crate::postgres::Postgres>);
-                // Strategies cannot share a lock table.
-                let url = server.await?.url();
-                Ok(format!(
-                    "{url}?strategy={strategy}&table=fenced_locks_{strategy}"
-                ))
-            }
-            #[allow(unreachable_patterns)]
-            other => Err(format!("{other:?} is not compiled into this build").into()),
-        }
+        let cell = self
+            .started
+            .lock()
+            .map_err(|_| "a case panicked while starting a server")?
+            .entry(endpoint.backend)
+            .or_default()
+            .clone();
+        let running = cell.get_or_try_init(endpoint.launch).await?;
+        Ok(format!("{}{}", running.url, endpoint.query))
+    }
+}
+
+/// `url` at port 1 of the same host, where nobody listens, without its query:
+/// the store's unreachable twin.
+pub fn unreachable_twin(url: &str) -> Result<String, BoxError> {
+    let url = url.split('?').next().unwrap_or(url);
+    let (scheme, rest) = url.split_once("://").ok_or("a URL without ://")?;
+    let host_start = rest.rfind('@').map_or(0, |at| at + 1);
+    let host_end = rest[host_start..]
+        .find('/')
+        .map_or(rest.len(), |slash| host_start + slash);
+    let host = &rest[host_start..host_end];
+    let name = host.rsplit_once(':').map_or(host, |(name, _port)| name);
+    Ok(format!(
+        "{scheme}://{}{name}:1{}",
+        &rest[..host_start],
+        &rest[host_end..]
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unreachable_twin;
+
+    #[test]
+    fn the_twin_keeps_credentials_and_database_and_moves_the_port() {
+        assert_eq!(
+            unreachable_twin("mysql://root:secret@127.0.0.1:40123/distlock?strategy=x").unwrap(),
+            "mysql://root:secret@127.0.0.1:1/distlock"
+        );
+        assert_eq!(
+            unreachable_twin("redis://127.0.0.1:6379").unwrap(),
+            "redis://127.0.0.1:1"
+        );
     }
 }

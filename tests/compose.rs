@@ -20,109 +20,95 @@ fn load(file: &str) -> Yaml {
     docs.remove(0)
 }
 
-/// Every topology the suite knows: file → (service, container port, host port).
-fn expected() -> BTreeMap<&'static str, Vec<(&'static str, u16, u16)>> {
-    BTreeMap::from([
-        ("redis.yml", vec![("redis", 6379, 16379)]),
-        (
-            "redlock.yml",
-            (1..=5)
-                .map(|i| {
-                    (
-                        ["redis-1", "redis-2", "redis-3", "redis-4", "redis-5"][i - 1],
-                        6379,
-                        16380 + i as u16,
-                    )
-                })
-                .collect(),
-        ),
-        ("etcd.yml", vec![("etcd", 2379, 12379)]),
-        (
-            "etcd-cluster.yml",
-            vec![
-                ("etcd-1", 2379, 12381),
-                ("etcd-2", 2379, 12382),
-                ("etcd-3", 2379, 12383),
-            ],
-        ),
-        ("zookeeper.yml", vec![("zookeeper", 2181, 12181)]),
-        ("mysql.yml", vec![("mysql", 3306, 13306)]),
-        ("mariadb.yml", vec![("mariadb", 3306, 13307)]),
-        ("postgres.yml", vec![("postgres", 5432, 15432)]),
-    ])
-}
-
-#[test]
-fn every_topology_has_its_services_with_healthchecks_on_fixed_loopback_ports() {
-    for (file, services) in expected() {
-        let doc = load(file);
-        let defined = doc["services"]
-            .as_hash()
-            .unwrap_or_else(|| panic!("{file}: no services"));
-        assert_eq!(defined.len(), services.len(), "{file}: unexpected services");
-        for (name, container, host) in services {
-            let service = &doc["services"][name];
-            assert!(!service.is_badvalue(), "{file}: service {name} missing");
-            assert!(
-                service["image"].as_str().is_some_and(|i| i.contains(':')),
-                "{file}/{name}: pin an image tag"
-            );
-            let test = &service["healthcheck"]["test"];
-            let has_test = match test {
-                Yaml::Array(parts) => {
-                    parts.len() >= 2 && parts[0].as_str().is_some_and(|p| p.starts_with("CMD"))
-                }
-                Yaml::String(command) => !command.is_empty(),
-                _ => false,
-            };
-            assert!(has_test, "{file}/{name}: healthcheck.test missing");
-            for field in ["interval", "timeout", "retries"] {
-                assert!(
-                    !service["healthcheck"][field].is_badvalue(),
-                    "{file}/{name}: healthcheck.{field}"
-                );
-            }
-            let ports: Vec<&str> = service["ports"]
-                .as_vec()
-                .unwrap()
-                .iter()
-                .filter_map(Yaml::as_str)
-                .collect();
-            assert_eq!(
-                ports,
-                [format!("127.0.0.1:{host}:{container}")],
-                "{file}/{name}: ports"
-            );
-        }
-    }
-}
-
-#[test]
-fn no_compose_file_is_left_unchecked() {
-    let mut found: Vec<String> = std::fs::read_dir(repo().join("docker"))
+/// Every compose file in docker/, by file name.
+fn files() -> BTreeMap<String, Yaml> {
+    std::fs::read_dir(repo().join("docker"))
         .unwrap()
         .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
         .filter(|name| name.ends_with(".yml") || name.ends_with(".yaml"))
+        .map(|name| {
+            let doc = load(&name);
+            (name, doc)
+        })
+        .collect()
+}
+
+/// Every service of every compose file: (file/service, its definition).
+fn services() -> Vec<(String, Yaml)> {
+    files()
+        .into_iter()
+        .flat_map(|(file, doc)| {
+            let services = doc["services"]
+                .as_hash()
+                .unwrap_or_else(|| panic!("{file}: no services"))
+                .clone();
+            services.into_iter().map(move |(name, service)| {
+                let name = name.as_str().unwrap_or_else(|| panic!("{file}: a service name"));
+                (format!("{file}/{name}"), service)
+            })
+        })
+        .collect()
+}
+
+/// The one host port a service publishes, checked to be on loopback only.
+fn host_port(name: &str, service: &Yaml) -> u16 {
+    let ports: Vec<&str> = service["ports"]
+        .as_vec()
+        .unwrap_or_else(|| panic!("{name}: no ports"))
+        .iter()
+        .filter_map(Yaml::as_str)
         .collect();
-    found.sort();
-    let known: Vec<String> = expected().keys().map(|k| (*k).to_owned()).collect();
-    assert_eq!(found, known);
+    let [port] = ports[..] else {
+        panic!("{name}: publish exactly one port, have {ports:?}");
+    };
+    let (host, container) = port
+        .strip_prefix("127.0.0.1:")
+        .and_then(|rest| rest.split_once(':'))
+        .unwrap_or_else(|| panic!("{name}: publish on 127.0.0.1 only, as 127.0.0.1:HOST:CONTAINER"));
+    assert!(container.parse::<u16>().is_ok(), "{name}: container port {container}");
+    host.parse()
+        .unwrap_or_else(|_| panic!("{name}: host port {host}"))
+}
+
+#[test]
+fn every_service_has_a_pinned_image_a_healthcheck_and_a_fixed_loopback_port() {
+    for (name, service) in services() {
+        assert!(
+            service["image"].as_str().is_some_and(|i| i.contains(':')),
+            "{name}: pin an image tag"
+        );
+        let test = &service["healthcheck"]["test"];
+        let has_test = match test {
+            Yaml::Array(parts) => {
+                parts.len() >= 2 && parts[0].as_str().is_some_and(|p| p.starts_with("CMD"))
+            }
+            Yaml::String(command) => !command.is_empty(),
+            _ => false,
+        };
+        assert!(has_test, "{name}: healthcheck.test missing");
+        for field in ["interval", "timeout", "retries"] {
+            assert!(
+                !service["healthcheck"][field].is_badvalue(),
+                "{name}: healthcheck.{field}"
+            );
+        }
+        host_port(&name, &service);
+    }
 }
 
 #[test]
 fn host_ports_are_unique_across_topologies() {
     let mut seen = BTreeMap::new();
-    for (file, services) in expected() {
-        for (name, _, host) in services {
-            if let Some(other) = seen.insert(host, format!("{file}/{name}")) {
-                panic!("port {host} used by {other} and {file}/{name}");
-            }
+    for (name, service) in services() {
+        let host = host_port(&name, &service);
+        if let Some(other) = seen.insert(host, name.clone()) {
+            panic!("port {host} used by {other} and {name}");
         }
     }
 }
 
-/// `just test-compose-servers` must point each `DISTLOCK_TEST_<BACKEND>_URL` at a port a
-/// compose file publishes.
+/// `just test-compose-servers` must point each registered backend's
+/// `DISTLOCK_TEST_<BACKEND>_URL` at a port a compose file publishes.
 #[test]
 fn test_compose_servers_recipe_uses_the_published_ports() {
     let justfile = std::fs::read_to_string(repo().join("justfile")).unwrap();
@@ -135,12 +121,15 @@ fn test_compose_servers_recipe_uses_the_published_ports() {
         .take_while(|l| l.is_empty() || l.starts_with(' ') || l.starts_with('\t'))
         .collect::<Vec<_>>()
         .join("\n");
-    let published: Vec<u16> = expected()
-        .values()
-        .flatten()
-        .map(|(_, _, host)| *host)
+    let published: Vec<u16> = services()
+        .iter()
+        .map(|(name, service)| host_port(name, service))
         .collect();
-    for backend in ["REDIS", "REDLOCK", "ETCD", "ZOOKEEPER", "MYSQL", "POSTGRES"] {
+    let backends: Vec<String> = distlock::BackendKind::all()
+        .filter(|kind| kind.feature().is_some())
+        .map(|kind| kind.name().to_ascii_uppercase())
+        .collect();
+    for backend in &backends {
         assert!(
             recipe.contains(&format!("DISTLOCK_TEST_{backend}_URL=")),
             "test-compose-servers sets no {backend} URL"
@@ -161,7 +150,7 @@ fn test_compose_servers_recipe_uses_the_published_ports() {
         used += 1;
     }
     assert!(
-        used >= 5,
+        used >= backends.len(),
         "test-compose-servers names too few servers:\n{recipe}"
     );
 }

@@ -21,6 +21,7 @@ use crate::plot;
 use crate::progress::Progress;
 use crate::stats::{Samples, Summary};
 use counter::Counter;
+use distlock::toolkit::Inspect;
 use distlock::{AcquireOptions, DynLock, LockError, LockKey, Wait};
 use report::Report;
 use std::fs::File;
@@ -237,6 +238,23 @@ fn keys(what: &str, count: usize) -> Result<Vec<LockKey>, LockError> {
         .collect()
 }
 
+/// [`repeat_until`] with `op` on `lock`'s server-side inspection; a backend
+/// without one fails the task once.
+async fn repeat_inspecting<'l, F, Fut>(lock: &'l DynLock, end: Instant, mut op: F) -> TaskResult
+where
+    F: FnMut(&'l dyn Inspect) -> Fut,
+    Fut: Future<Output = Result<(), LockError>>,
+{
+    match lock.inspect() {
+        Some(inspect) => repeat_until(end, || op(inspect)).await,
+        None => {
+            let mut result = TaskResult::default();
+            result.error(no_inspect(lock));
+            result
+        }
+    }
+}
+
 /// Each client's protocol floor on a key of its own, as fast as it goes.
 fn floor_phase<'a>(
     clients: &'a [DynLock],
@@ -247,16 +265,7 @@ fn floor_phase<'a>(
     let keys = keys("floor", clients.len())?;
     Ok(phase(clients.len(), length, progress, move |i, end| {
         let (lock, key) = (clients[i].clone(), keys[i].clone());
-        async move {
-            match lock.inspect() {
-                Some(inspect) => repeat_until(end, || inspect.floor_cycle(&key, ttl)).await,
-                None => {
-                    let mut result = TaskResult::default();
-                    result.error(no_inspect(&lock));
-                    result
-                }
-            }
-        }
+        async move { repeat_inspecting(&lock, end, |inspect| inspect.floor_cycle(&key, ttl)).await }
     }))
 }
 
@@ -268,16 +277,7 @@ fn read_phase<'a>(
 ) -> impl Future<Output = Phase> + 'a {
     phase(clients.len(), length, progress, |i, end| {
         let lock = clients[i].clone();
-        async move {
-            match lock.inspect() {
-                Some(inspect) => repeat_until(end, || inspect.ping()).await,
-                None => {
-                    let mut result = TaskResult::default();
-                    result.error(no_inspect(&lock));
-                    result
-                }
-            }
-        }
+        async move { repeat_inspecting(&lock, end, |inspect| inspect.ping()).await }
     })
 }
 

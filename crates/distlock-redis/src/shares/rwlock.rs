@@ -23,8 +23,8 @@
 //! refused waiter takes no place: waiters queue afresh once it has passed.
 
 use super::{
-    Acquiring, Attempt, Invocation, RedisShare, ShareClient, ShareKeys, delete, live, ms,
-    place_lifetime, queued_wait, residue,
+    Acquiring, Attempt, Invocation, RedisShare, ShareClient, ShareKeys, delete, ms, place_lifetime,
+    queued_wait, residue,
 };
 use crate::command::CommandConn;
 use crate::error::BACKEND;
@@ -38,7 +38,7 @@ use distlock_core::toolkit::random_owner;
 use distlock_core::{Capabilities, FencingToken, LockError, LockKey, RwMode};
 use redis::Script;
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(share_script!("restart_guard.lua", "rwlock_acquire.lua")));
@@ -107,11 +107,7 @@ impl RedisRwLockBackend {
     ) -> Result<Attempt<Acquired<RedisShare>>, LockError> {
         let keys = &on.keys;
         let queued = req.wait != WaitUntil::No;
-        let place = if queued {
-            place_lifetime(req.ttl)
-        } else {
-            Duration::ZERO
-        };
+        let place = place_lifetime(req);
         let sent_at = Instant::now();
         let (reply, run_id): (Vec<i64>, _) = on
             .send(|conn| {
@@ -190,7 +186,7 @@ impl RwLockBackend for RedisRwLockBackend {
 }
 
 /// A share's `R:token` / `W:token` description.
-fn parse_share(owner: String, described: &str) -> Option<ShareInfo> {
+fn parse_share(owner: &str, described: &str) -> Option<ShareInfo> {
     let (mode, token) = described.split_once(':')?;
     Some(ShareInfo {
         mode: match mode {
@@ -199,27 +195,17 @@ fn parse_share(owner: String, described: &str) -> Option<ShareInfo> {
             _ => return None,
         },
         token: FencingToken::new(token.parse().ok()?),
-        holder: owner,
+        holder: owner.to_owned(),
     })
 }
 
 #[async_trait]
 impl RwLockInspect for RedisRwLockBackend {
     async fn shares(&self, key: &LockKey) -> Result<Vec<ShareInfo>, LockError> {
-        let keys = self.keys(key);
-        let shares = live(
-            &self.client.server,
-            &keys.expiry,
-            &keys.info,
-            self.client.budget,
-        )
-        .await?;
-        let mut shares: Vec<ShareInfo> = shares
-            .into_iter()
-            .filter_map(|(owner, described)| parse_share(owner, &described))
-            .collect();
-        shares.sort_by_key(|s| s.token);
-        Ok(shares)
+        (self
+            .client
+            .described(&self.keys(key), parse_share, |s| s.token))
+        .await
     }
 
     async fn delete_shares(&self, key: &LockKey) -> Result<usize, LockError> {

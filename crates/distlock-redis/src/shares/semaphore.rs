@@ -13,7 +13,7 @@
 //! while any permit lives, and the limit goes with the last permit. With a
 //! restart guard, no permit is granted while the guard refuses.
 
-use super::{Acquiring, Attempt, ShareClient, ShareKeys, delete, live, ms, residue};
+use super::{Acquiring, Attempt, ShareClient, ShareKeys, delete, ms, residue};
 use crate::error::BACKEND;
 use crate::protocol::share_script;
 use crate::restart::RestartGuard;
@@ -139,32 +139,22 @@ impl SemaphoreBackend for RedisSemaphoreBackend {
 }
 
 /// A permit's `slot:token` description.
-fn parse_permit(owner: String, described: &str) -> Option<PermitInfo> {
+fn parse_permit(owner: &str, described: &str) -> Option<PermitInfo> {
     let (slot, token) = described.split_once(':')?;
     Some(PermitInfo {
         slot: slot.parse().ok()?,
         token: FencingToken::new(token.parse().ok()?),
-        holder: owner,
+        holder: owner.to_owned(),
     })
 }
 
 #[async_trait]
 impl SemaphoreInspect for RedisSemaphoreBackend {
     async fn permits(&self, key: &LockKey) -> Result<Vec<PermitInfo>, LockError> {
-        let keys = self.keys(key);
-        let shares = live(
-            &self.client.server,
-            &keys.expiry,
-            &keys.info,
-            self.client.budget,
-        )
-        .await?;
-        let mut permits: Vec<PermitInfo> = shares
-            .into_iter()
-            .filter_map(|(owner, described)| parse_permit(owner, &described))
-            .collect();
-        permits.sort_by_key(|p| p.slot);
-        Ok(permits)
+        (self
+            .client
+            .described(&self.keys(key), parse_permit, |p| p.slot))
+        .await
     }
 
     async fn delete_permit(&self, key: &LockKey, slot: u32) -> Result<bool, LockError> {

@@ -1,8 +1,8 @@
 //! `BackendKind`: the one table of backends the facade knows, read from a URL's
 //! scheme. Each enabled backend's knowledge (how a URL connects, whether it
 //! is also a fenced store) is its crate's [`Registration`]; this table only
-//! adds the Cargo feature, and the schemes that name a backend whose feature
-//! is off.
+//! adds the Cargo feature and, from core's [`schemes`], the schemes that name
+//! a backend whose feature is off.
 
 use distlock_core::LockError;
 use distlock_core::adapter::{Registration, schemes};

@@ -6,7 +6,7 @@ use super::{ShareClient, ShareKeys, fail};
 use crate::keys::lock_key_pattern;
 use crate::primaries::scan_keys;
 use crate::protocol::{ServerClient, share_script};
-use distlock_core::LockError;
+use distlock_core::{FencingToken, LockError};
 use redis::Script;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -36,13 +36,23 @@ pub(crate) async fn live<T>(
 }
 
 impl ShareClient {
-    /// The live shares of `keys` as `parse` reads them, in `order`.
+    /// The live shares of `keys`, in `order`. A share's description is
+    /// `<what>:<token>`; `share` makes one of its owner value, `what` and
+    /// token (`None`, as for a description of another form: left out).
     pub async fn described<T, O: Ord>(
         &self,
         keys: &ShareKeys,
-        parse: impl Fn(&str, &str) -> Option<T>,
+        share: impl Fn(String, &str, FencingToken) -> Option<T>,
         order: impl FnMut(&T) -> O,
     ) -> Result<Vec<T>, LockError> {
+        let parse = |owner: &str, described: &str| {
+            let (what, token) = described.split_once(':')?;
+            share(
+                owner.to_owned(),
+                what,
+                FencingToken::new(token.parse().ok()?),
+            )
+        };
         let sets = (keys.expiry.as_str(), keys.info.as_str());
         let mut shares = live(&self.server, sets, self.budget, parse).await?;
         shares.sort_by_key(order);

@@ -185,27 +185,22 @@ impl RwLockBackend for RedisRwLockBackend {
     }
 }
 
-/// A share's `R:token` / `W:token` description.
-fn parse_share(owner: &str, described: &str) -> Option<ShareInfo> {
-    let (mode, token) = described.split_once(':')?;
-    Some(ShareInfo {
-        mode: match mode {
-            "R" => RwMode::Read,
-            "W" => RwMode::Write,
-            _ => return None,
-        },
-        token: FencingToken::new(token.parse().ok()?),
-        holder: owner.to_owned(),
-    })
-}
-
 #[async_trait]
 impl RwLockInspect for RedisRwLockBackend {
     async fn shares(&self, key: &LockKey) -> Result<Vec<ShareInfo>, LockError> {
-        (self
-            .client
-            .described(&self.keys(key), parse_share, |s| s.token))
-        .await
+        let share = |holder, mode: &str, token| {
+            let mode = match mode {
+                "R" => RwMode::Read,
+                "W" => RwMode::Write,
+                _ => return None,
+            };
+            Some(ShareInfo {
+                mode,
+                token,
+                holder,
+            })
+        };
+        (self.client.described(&self.keys(key), share, |s| s.token)).await
     }
 
     async fn delete_shares(&self, key: &LockKey) -> Result<usize, LockError> {

@@ -138,23 +138,18 @@ impl SemaphoreBackend for RedisSemaphoreBackend {
     }
 }
 
-/// A permit's `slot:token` description.
-fn parse_permit(owner: &str, described: &str) -> Option<PermitInfo> {
-    let (slot, token) = described.split_once(':')?;
-    Some(PermitInfo {
-        slot: slot.parse().ok()?,
-        token: FencingToken::new(token.parse().ok()?),
-        holder: owner.to_owned(),
-    })
-}
-
 #[async_trait]
 impl SemaphoreInspect for RedisSemaphoreBackend {
     async fn permits(&self, key: &LockKey) -> Result<Vec<PermitInfo>, LockError> {
-        (self
-            .client
-            .described(&self.keys(key), parse_permit, |p| p.slot))
-        .await
+        let permit = |holder, slot: &str, token| {
+            let slot = slot.parse().ok()?;
+            Some(PermitInfo {
+                slot,
+                token,
+                holder,
+            })
+        };
+        (self.client.described(&self.keys(key), permit, |p| p.slot)).await
     }
 
     async fn delete_permit(&self, key: &LockKey, slot: u32) -> Result<bool, LockError> {

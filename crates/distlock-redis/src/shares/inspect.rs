@@ -58,11 +58,31 @@ impl ShareClient {
         shares.sort_by_key(order);
         Ok(shares)
     }
+
+    /// Deletes the live shares of `owners` (all of them when empty) of `keys`
+    /// behind their holders' backs; returns how many there were.
+    pub async fn delete(&self, keys: &ShareKeys, owners: &[String]) -> Result<usize, LockError> {
+        delete(&self.server, keys, owners, self.budget).await
+    }
+
+    /// [`residue`] in this client's namespace, in each set `at` names.
+    pub async fn residue(
+        &self,
+        prefix: &str,
+        at: &[(&str, &str)],
+    ) -> Result<Vec<String>, LockError> {
+        let mut found = Vec::new();
+        for &at in at {
+            let (server, namespace) = (&self.server, &self.namespace);
+            found.extend(residue(server, namespace, prefix, at, self.budget).await?);
+        }
+        Ok(found)
+    }
 }
 
 /// Deletes the live shares of `owners` (all of them when empty) behind their
 /// holders' backs and wakes waiters; returns how many there were.
-pub(crate) async fn delete(
+async fn delete(
     server: &ServerClient,
     keys: &ShareKeys,
     owners: &[String],

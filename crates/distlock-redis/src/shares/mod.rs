@@ -47,7 +47,7 @@ pub(crate) mod rwlock;
 pub(crate) mod semaphore;
 pub(crate) mod turns;
 
-pub(crate) use inspect::{delete, residue};
+pub(crate) use inspect::residue;
 pub(crate) use turns::{Attempt, place_lifetime, queued_wait, take_turns};
 
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(share_script!("share_renew.lua")));

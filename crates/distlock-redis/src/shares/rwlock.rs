@@ -23,8 +23,8 @@
 //! refused waiter takes no place: waiters queue afresh once it has passed.
 
 use super::{
-    Acquiring, Attempt, Invocation, RedisShare, ShareClient, ShareKeys, delete, ms, place_lifetime,
-    queued_wait, residue,
+    Acquiring, Attempt, Invocation, RedisShare, ShareClient, ShareKeys, ms, place_lifetime,
+    queued_wait,
 };
 use crate::command::CommandConn;
 use crate::error::BACKEND;
@@ -204,35 +204,11 @@ impl RwLockInspect for RedisRwLockBackend {
     }
 
     async fn delete_shares(&self, key: &LockKey) -> Result<usize, LockError> {
-        delete(
-            &self.client.server,
-            &self.keys(key),
-            &[],
-            self.client.budget,
-        )
-        .await
+        self.client.delete(&self.keys(key), &[]).await
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        let (namespace, budget) = (&self.client.namespace, self.client.budget);
-        let mut found = residue(
-            &self.client.server,
-            namespace,
-            prefix,
-            ("rw", "expiry"),
-            budget,
-        )
-        .await?;
-        found.extend(
-            residue(
-                &self.client.server,
-                namespace,
-                prefix,
-                ("rw", "places"),
-                budget,
-            )
-            .await?,
-        );
-        Ok(found)
+        let sets = [("rw", "expiry"), ("rw", "places")];
+        self.client.residue(prefix, &sets).await
     }
 }

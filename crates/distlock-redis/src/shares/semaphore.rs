@@ -13,7 +13,7 @@
 //! while any permit lives, and the limit goes with the last permit. With a
 //! restart guard, no permit is granted while the guard refuses.
 
-use super::{Acquiring, Attempt, ShareClient, ShareKeys, delete, ms, residue};
+use super::{Acquiring, Attempt, ShareClient, ShareKeys, ms};
 use crate::error::BACKEND;
 use crate::protocol::share_script;
 use crate::restart::RestartGuard;
@@ -160,25 +160,10 @@ impl SemaphoreInspect for RedisSemaphoreBackend {
         if owners.is_empty() {
             return Ok(false);
         }
-        Ok(delete(
-            &self.client.server,
-            &self.keys(key),
-            &owners,
-            self.client.budget,
-        )
-        .await?
-            > 0)
+        Ok(self.client.delete(&self.keys(key), &owners).await? > 0)
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        let at = ("sem", "expiry");
-        residue(
-            &self.client.server,
-            &self.client.namespace,
-            prefix,
-            at,
-            self.client.budget,
-        )
-        .await
+        self.client.residue(prefix, &[("sem", "expiry")]).await
     }
 }

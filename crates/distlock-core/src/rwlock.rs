@@ -223,26 +223,24 @@ impl<Q: LockQueueRwLock> RwLockBackend for Q {
         &self,
         req: AcquireRequest<'_>,
     ) -> Result<Acquired<Bound<Q::Lock>>, LockError> {
-        Ok(bind(self.lock(), self.queue_up(req, RwMode::Read).await?))
+        Ok(Bound::acquired(
+            self.lock(),
+            self.queue_up(req, RwMode::Read).await?,
+        ))
     }
 
     async fn acquire_write(
         &self,
         req: AcquireRequest<'_>,
     ) -> Result<Acquired<Bound<Q::Lock>>, LockError> {
-        Ok(bind(self.lock(), self.queue_up(req, RwMode::Write).await?))
+        Ok(Bound::acquired(
+            self.lock(),
+            self.queue_up(req, RwMode::Write).await?,
+        ))
     }
 
     fn inspect(&self) -> Option<&dyn RwLockInspect> {
         Some(self)
-    }
-}
-
-fn bind<B: Backend>(lock: &Arc<B>, won: Acquired<B::Handle>) -> Acquired<Bound<B>> {
-    Acquired {
-        handle: Bound::new(lock.clone(), won.handle),
-        token: won.token,
-        sent_at: won.sent_at,
     }
 }
 

@@ -65,6 +65,29 @@ pub(crate) struct ShareClient {
     pub capabilities: Capabilities,
 }
 
+impl ShareClient {
+    /// One acquire of `keys` by `owner` on this client, once the restart
+    /// guard allows `req`'s ttl; a primitive whose waiters queue sets its own
+    /// channel and how to leave the queue.
+    pub fn acquiring(
+        &self,
+        req: &AcquireRequest<'_>,
+        keys: Arc<ShareKeys>,
+        owner: String,
+    ) -> Result<Acquiring<'_>, LockError> {
+        RestartGuard::check(self.guard.as_ref(), req.ttl)?;
+        Ok(Acquiring {
+            server: &self.server,
+            keys,
+            budget: self.budget,
+            owner,
+            own_channel: None,
+            leave: None,
+            guard: self.guard.as_ref(),
+        })
+    }
+}
+
 impl std::fmt::Debug for ShareClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShareClient")

@@ -29,7 +29,6 @@ use super::{
 use crate::command::CommandConn;
 use crate::error::BACKEND;
 use crate::protocol::share_script;
-use crate::restart::RestartGuard;
 use async_trait::async_trait;
 use distlock_core::adapter::{
     AcquireRequest, Acquired, BackendRwLock, RwLockBackend, RwLockInspect, ShareInfo, WaitUntil,
@@ -69,7 +68,6 @@ impl RedisRwLockBackend {
         req: AcquireRequest<'_>,
         mode: RwMode,
     ) -> Result<Acquired<RedisShare>, LockError> {
-        RestartGuard::check(self.client.guard.as_ref(), req.ttl)?;
         let keys = Arc::new(self.keys(req.key));
         let owner = random_owner();
         let member = format!("{}:{owner}", kind(mode));
@@ -86,15 +84,10 @@ impl RedisRwLockBackend {
                 invocation
             }) as Invocation
         };
-        let on = Acquiring {
-            server: &self.client.server,
-            own_channel: Some(format!("{}:{owner}", keys.channel)),
-            keys,
-            budget: self.client.budget,
-            owner,
-            leave: Some(leave),
-            guard: self.client.guard.as_ref(),
-        };
+        let own_channel = format!("{}:{owner}", keys.channel);
+        let mut on = self.client.acquiring(&req, keys, owner)?;
+        on.own_channel = Some(own_channel);
+        on.leave = Some(leave);
         on.until_won(&req, |_| self.attempt(&on, &req, mode)).await
     }
 

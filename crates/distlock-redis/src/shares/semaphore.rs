@@ -16,7 +16,6 @@
 use super::{Acquiring, Attempt, ShareClient, ShareKeys, ms};
 use crate::error::BACKEND;
 use crate::protocol::share_script;
-use crate::restart::RestartGuard;
 use async_trait::async_trait;
 use distlock_core::adapter::{
     Acquired, AcquiredPermit, BackendSemaphore, PermitInfo, PermitRequest, SemaphoreBackend,
@@ -119,16 +118,8 @@ impl SemaphoreBackend for RedisSemaphoreBackend {
         &self,
         req: PermitRequest<'_>,
     ) -> Result<AcquiredPermit<super::RedisShare>, LockError> {
-        RestartGuard::check(self.client.guard.as_ref(), req.acquire.ttl)?;
-        let on = Acquiring {
-            server: &self.client.server,
-            keys: Arc::new(self.keys(req.acquire.key)),
-            budget: self.client.budget,
-            owner: random_owner(),
-            own_channel: None,
-            leave: None,
-            guard: self.client.guard.as_ref(),
-        };
+        let keys = Arc::new(self.keys(req.acquire.key));
+        let on = (self.client).acquiring(&req.acquire, keys, random_owner())?;
         on.until_won(&req.acquire, |waited| self.attempt(&on, &req, waited))
             .await
     }

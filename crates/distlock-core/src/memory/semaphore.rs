@@ -23,15 +23,6 @@ pub(super) struct SemState {
     pub(super) holders: Holders<u32, u64>,
 }
 
-impl SemState {
-    /// The slot of the live permit `id`, if it still has one.
-    fn slot_of(&self, id: u64) -> Option<u32> {
-        (self.holders.live.iter())
-            .find(|(_, p)| p.what == id)
-            .map(|(slot, _)| *slot)
-    }
-}
-
 /// A permit the store granted.
 struct Won {
     id: u64,
@@ -87,11 +78,13 @@ impl MemoryStore {
         f: impl FnOnce(&mut Holders<u32, u64>, u32),
     ) -> Ownership {
         let mut state = self.state();
-        let Some(sem) = state.semaphores.get_mut(key) else {
-            return Ownership::NotHeld;
+        let permits = state.semaphores.get_mut(key).map(|sem| &mut sem.holders);
+        let slot_of_id = |permits: &Holders<u32, u64>| {
+            (permits.live.iter())
+                .find(|(_, p)| p.what == id)
+                .map(|(slot, _)| *slot)
         };
-        let slot = sem.slot_of(id);
-        holders::if_holder(Some(&mut sem.holders), |_| slot, f)
+        holders::if_holder(permits, slot_of_id, f)
     }
 
     /// The live permits of the semaphore `key`.

@@ -21,6 +21,7 @@ use crate::plot;
 use crate::progress::Progress;
 use crate::stats::{Samples, Summary};
 use counter::Counter;
+use distlock::toolkit::Inspect;
 use distlock::{AcquireOptions, DynLock, LockError, LockKey, Wait};
 use report::Report;
 use std::fs::File;
@@ -104,7 +105,16 @@ pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
     let mut report = Report::new(backend, &url, args.clients, args.keys, args.duration);
     if let Some(name) = floor_name {
         progress.phase("protocol floor", reference_time);
-        let phase = floor_phase(&clients, ttl, reference_time, &progress)?;
+        // The protocol floor: each client's cheapest full cycle, as fast as it goes.
+        let phase = own_key_phase(
+            "floor",
+            &clients,
+            reference_time,
+            &progress,
+            |lock, key, end| async move {
+                repeat_inspecting(&lock, end, |inspect| inspect.floor_cycle(&key, ttl)).await
+            },
+        )?;
         report.floor(name, Counter::around(counter, phase).await);
     }
     if let Some(name) = read_name {
@@ -113,7 +123,17 @@ pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
         report.read(name, Counter::around(counter, phase).await);
     }
     progress.phase("uncontended", phase_time);
-    let phase = uncontended_phase(&clients, phase_time, &progress)?;
+    let opts = AcquireOptions::new().wait(Wait::For(Duration::from_secs(5)));
+    let phase = own_key_phase("own", &clients, phase_time, &progress, |lock, key, end| {
+        let opts = opts.clone();
+        async move {
+            repeat_until(end, || async {
+                let lease = lock.acquire(&key, &opts).await?;
+                lease.release().await
+            })
+            .await
+        }
+    })?;
     report.uncontended(Counter::around(counter, phase).await);
     progress.phase("hand-off", phase_time);
     let phase = handoff_phase(&clients, args.keys, phase_time, &progress)?;
@@ -237,26 +257,39 @@ fn keys(what: &str, count: usize) -> Result<Vec<LockKey>, LockError> {
         .collect()
 }
 
-/// Each client's protocol floor on a key of its own, as fast as it goes.
-fn floor_phase<'a>(
+/// [`repeat_until`] with `op` on `lock`'s server-side inspection; a backend
+/// without one fails the task once.
+async fn repeat_inspecting<'l, F, Fut>(lock: &'l DynLock, end: Instant, mut op: F) -> TaskResult
+where
+    F: FnMut(&'l dyn Inspect) -> Fut,
+    Fut: Future<Output = Result<(), LockError>>,
+{
+    match lock.inspect() {
+        Some(inspect) => repeat_until(end, || op(inspect)).await,
+        None => {
+            let mut result = TaskResult::default();
+            result.error(no_inspect(lock));
+            result
+        }
+    }
+}
+
+/// A phase in which each client works on a key of its own (`what/<i>`):
+/// `work` gets the client, its key and the phase's end.
+fn own_key_phase<'a, F, Fut>(
+    what: &str,
     clients: &'a [DynLock],
-    ttl: Duration,
     length: Duration,
     progress: &'a Progress,
-) -> Result<impl Future<Output = Phase> + 'a, LockError> {
-    let keys = keys("floor", clients.len())?;
+    work: F,
+) -> Result<impl Future<Output = Phase> + 'a, LockError>
+where
+    F: Fn(DynLock, LockKey, Instant) -> Fut + 'a,
+    Fut: Future<Output = TaskResult> + Send + 'static,
+{
+    let keys = keys(what, clients.len())?;
     Ok(phase(clients.len(), length, progress, move |i, end| {
-        let (lock, key) = (clients[i].clone(), keys[i].clone());
-        async move {
-            match lock.inspect() {
-                Some(inspect) => repeat_until(end, || inspect.floor_cycle(&key, ttl)).await,
-                None => {
-                    let mut result = TaskResult::default();
-                    result.error(no_inspect(&lock));
-                    result
-                }
-            }
-        }
+        work(clients[i].clone(), keys[i].clone(), end)
     }))
 }
 
@@ -268,37 +301,8 @@ fn read_phase<'a>(
 ) -> impl Future<Output = Phase> + 'a {
     phase(clients.len(), length, progress, |i, end| {
         let lock = clients[i].clone();
-        async move {
-            match lock.inspect() {
-                Some(inspect) => repeat_until(end, || inspect.ping()).await,
-                None => {
-                    let mut result = TaskResult::default();
-                    result.error(no_inspect(&lock));
-                    result
-                }
-            }
-        }
+        async move { repeat_inspecting(&lock, end, |inspect| inspect.ping()).await }
     })
-}
-
-fn uncontended_phase<'a>(
-    clients: &'a [DynLock],
-    length: Duration,
-    progress: &'a Progress,
-) -> Result<impl Future<Output = Phase> + 'a, LockError> {
-    let keys = keys("own", clients.len())?;
-    let opts = AcquireOptions::new().wait(Wait::For(Duration::from_secs(5)));
-    let phase = phase(clients.len(), length, progress, move |i, end| {
-        let (lock, key, opts) = (clients[i].clone(), keys[i].clone(), opts.clone());
-        async move {
-            repeat_until(end, || async {
-                let lease = lock.acquire(&key, &opts).await?;
-                lease.release().await
-            })
-            .await
-        }
-    });
-    Ok(phase)
 }
 
 fn handoff_phase<'a>(

@@ -2,6 +2,7 @@
 //! where one fits, so shell scripts and schedulers can tell the cases apart.
 
 use distlock::LockError;
+use distlock::toolkit::with_causes;
 
 /// Success.
 pub const OK: u8 = 0;
@@ -63,15 +64,5 @@ impl From<LockError> for Failure {
 
 /// The error and every source not already quoted in its message, on one line.
 pub fn describe(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = cause.source();
-    }
-    message.replace('\n', " ")
+    with_causes(&error.to_string(), error.source()).replace('\n', " ")
 }

@@ -8,7 +8,8 @@
 //! - [`SemaphoreBackend`], [`ElectionBackend`], [`RwLockBackend`]: the acquire
 //!   step of each other primitive, wrapped by [`BackendSemaphore`],
 //!   [`BackendElection`] and [`BackendRwLock`]. [`LockElection`] elects with
-//!   any lock `Backend`.
+//!   any lock `Backend`; [`LockQueueRwLock`] is the read-write lock of a lock
+//!   `Backend` whose queue also takes read and write requests.
 //! - [`Holding`]: one acquisition reduced to renew, release and a loss signal,
 //!   which every held thing's lease runs over ([`Bound`] pairs a lock backend
 //!   with its handle).
@@ -22,7 +23,8 @@
 //! - [`Registration`]: how a backend crate describes itself (name, URL
 //!   schemes, example URL, how a URL connects, its fenced store) to the
 //!   `distlock` facade, the CLI and the test harnesses, which walk these
-//!   instead of matching on backend names.
+//!   instead of matching on backend names; [`schemes`] holds the URL schemes
+//!   of the workspace's backends, which the facade knows even without them.
 
 pub use crate::backend::{
     AcquireRequest, Acquired, Backend, Holding, LossSignal, Ownership, WaitUntil,
@@ -32,8 +34,8 @@ pub use crate::election::{
 };
 pub use crate::lease::{Bound, clock_drift};
 pub use crate::lock::BackendLock;
-pub use crate::registry::{ConnectFence, ConnectLock, Connecting, Registration};
-pub use crate::rwlock::{BackendRwLock, RwLockBackend, RwLockInspect, ShareInfo};
+pub use crate::registry::{ConnectFence, ConnectLock, Connecting, Registration, schemes};
+pub use crate::rwlock::{BackendRwLock, LockQueueRwLock, RwLockBackend, RwLockInspect, ShareInfo};
 pub use crate::semaphore::{
     AcquiredPermit, BackendSemaphore, MAX_PERMITS, PermitInfo, PermitRequest, SemaphoreBackend,
     SemaphoreInspect, lowest_free_slot,

@@ -233,11 +233,7 @@ impl<B: Backend> ElectionBackend for LockElection<B> {
 
     async fn campaign(&self, req: CampaignRequest<'_>) -> Result<Acquired<Bound<B>>, LockError> {
         let acquired = self.lock.acquire(req.acquire).await?;
-        Ok(Acquired {
-            handle: Bound::new(self.lock.clone(), acquired.handle),
-            token: acquired.token,
-            sent_at: acquired.sent_at,
-        })
+        Ok(Bound::acquired(&self.lock, acquired))
     }
 
     async fn leader(&self, name: &LockKey) -> Result<Option<Holder>, LockError> {

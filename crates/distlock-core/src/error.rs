@@ -181,6 +181,30 @@ impl LockError {
         }
     }
 
+    /// An [`LockError::Unavailable`] with its endpoint and cause rewritten by
+    /// `rewrite`, for context known only further up (a hint, a mask); any
+    /// other error unchanged.
+    #[must_use]
+    pub fn map_unavailable(
+        self,
+        rewrite: impl FnOnce(String, BoxError) -> (String, BoxError),
+    ) -> Self {
+        let LockError::Unavailable {
+            backend,
+            endpoint,
+            source,
+        } = self
+        else {
+            return self;
+        };
+        let (endpoint, source) = rewrite(endpoint, source);
+        LockError::Unavailable {
+            backend,
+            endpoint,
+            source,
+        }
+    }
+
     /// True for errors that may go away on retry (network, server availability).
     pub fn is_transient(&self) -> bool {
         matches!(

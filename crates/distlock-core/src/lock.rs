@@ -2,9 +2,11 @@
 
 use crate::backend::{AcquireRequest, Backend, WaitUntil};
 use crate::counters::{Metrics, MetricsSnapshot};
-use crate::election::{BackendElection, LockElection};
+use crate::election::{BackendElection, ElectionBackend, LockElection};
 use crate::lease::{Bound, Lease, Shared};
 use crate::reentry::Registry;
+use crate::rwlock::{BackendRwLock, RwLockBackend};
+use crate::semaphore::{BackendSemaphore, SemaphoreBackend};
 use crate::start::{self, Won};
 use crate::telemetry::Attempt;
 use crate::toolkit::Inspect;
@@ -140,6 +142,30 @@ impl<B: Backend> BackendLock<B> {
             election: None,
             rwlock: None,
         }
+    }
+
+    /// [`BackendLock::shared`], offering the semaphore, election and
+    /// read-write lock that `semaphore`, `election` and `rwlock` build on the
+    /// same backend: for adapters whose every primitive runs on the lock's
+    /// connection.
+    pub fn shared_with_primitives<S, E, R>(
+        backend: Arc<B>,
+        semaphore: impl FnOnce(Arc<B>) -> S,
+        election: impl FnOnce(Arc<B>) -> E,
+        rwlock: impl FnOnce(Arc<B>) -> R,
+    ) -> Self
+    where
+        S: SemaphoreBackend,
+        E: ElectionBackend,
+        R: RwLockBackend,
+    {
+        let semaphore = BackendSemaphore::new(semaphore(backend.clone()));
+        let election = BackendElection::new(election(backend.clone()));
+        let rwlock = BackendRwLock::new(rwlock(backend.clone()));
+        BackendLock::shared(backend)
+            .with_semaphore(Arc::new(semaphore))
+            .with_election(Arc::new(election))
+            .with_rwlock(Arc::new(rwlock))
     }
 
     /// Offers `semaphore` as [`DistributedLock::semaphore`].

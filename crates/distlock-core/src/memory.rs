@@ -19,16 +19,19 @@
 //! # Ok(()) }
 //! ```
 
+use crate::backend::{AcquireRequest, LossSignal, WaitUntil};
 use crate::election::{BackendElection, LockElection};
 use crate::lock::BackendLock;
 use crate::rwlock::BackendRwLock;
 use crate::semaphore::BackendSemaphore;
-use crate::{LockError, LockKey};
+use crate::toolkit::CancelGuard;
+use crate::{LockError, LockKey, LossReason};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{Notify, watch};
 
+mod holders;
 mod lock;
 mod rwlock;
 mod semaphore;
@@ -72,6 +75,24 @@ struct State {
 struct Queued {
     id: u64,
     wake: Arc<Notify>,
+}
+
+/// One try of a waiter at what it queues for.
+enum Attempt<T> {
+    /// Won: what the store granted.
+    Taken(T),
+    /// Not now. `wake_at` is the earliest expiry in the way when the waiter is
+    /// first in line.
+    Blocked { wake_at: Option<Instant> },
+}
+
+/// The loss signal of a holder the store revokes through `revoked`.
+fn revoked_signal(revoked: &Arc<Notify>) -> LossSignal {
+    let revoked = revoked.clone();
+    Box::pin(async move {
+        revoked.notified().await;
+        LossReason::Revoked
+    })
 }
 
 /// Seeds a fresh counter from the wall clock in microseconds, so tokens keep
@@ -140,7 +161,7 @@ impl MemoryStore {
         let mut state = self.state();
         state.counters.clear();
         for sem in state.semaphores.values_mut() {
-            sem.revoke_all();
+            sem.holders.revoke_all();
         }
         state.semaphores.clear();
         for rw in state.rwlocks.values_mut() {
@@ -216,6 +237,75 @@ impl MemoryBackend {
         let fault = *self.fault.borrow();
         if let MemoryFault::Delay(delay) = fault {
             tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// `step` on the store as one request: it reaches the server, then its
+    /// reply comes back.
+    async fn round_trip<R>(&self, step: impl FnOnce(&MemoryStore) -> R) -> Result<R, LockError> {
+        self.reach().await?;
+        let outcome = step(&self.store);
+        self.reply().await;
+        Ok(outcome)
+    }
+
+    /// The wait every memory primitive queues in: `attempt` (told whether to
+    /// queue), then sleep until woken by a release, by the earliest expiry in
+    /// the way when first in line, or by the deadline. A cancelled waiter
+    /// `leave`s the queue, so nobody waits behind a ghost; a win whose reply is
+    /// still in flight when the caller gives up is given back by `give_back`,
+    /// so cancellation leaves nothing held. Gives the win and when its request
+    /// was sent.
+    async fn queue_for<T>(
+        &self,
+        req: &AcquireRequest<'_>,
+        mut attempt: impl FnMut(&Queued, bool) -> Result<Attempt<T>, LockError>,
+        leave: impl Fn(u64),
+        give_back: impl Fn(T),
+    ) -> Result<(T, Instant), LockError> {
+        let no_wait = req.wait == WaitUntil::No;
+        let me = Queued {
+            id: self.store.next_id(),
+            wake: Arc::new(Notify::new()),
+        };
+        let _in_queue = CancelGuard::new(me.id, |id| {
+            leave(id);
+            None
+        });
+        loop {
+            let sent_at = Instant::now();
+            tokio::select! {
+                reached = self.reach() => reached?,
+                _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
+            }
+            match attempt(&me, !no_wait)? {
+                Attempt::Taken(won) => {
+                    let in_flight = CancelGuard::new(won, |won| {
+                        give_back(won);
+                        None
+                    });
+                    self.reply().await;
+                    let won = in_flight.disarm().ok_or_else(|| req.not_acquired())?;
+                    return Ok((won, sent_at));
+                }
+                Attempt::Blocked { .. } if no_wait => {
+                    self.reply().await;
+                    return Err(req.not_acquired());
+                }
+                Attempt::Blocked { wake_at } => {
+                    let expiry = async {
+                        match wake_at {
+                            Some(at) => tokio::time::sleep_until(at.into()).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        _ = me.wake.notified() => {}
+                        _ = expiry => {}
+                        _ = req.wait.reached() => return Err(req.not_acquired()),
+                    }
+                }
+            }
         }
     }
 }

@@ -23,19 +23,11 @@ use std::time::{Duration, Instant};
 ///
 /// Dropping it releases every member in the background, as dropping a `Lease`
 /// does; [`Held::release`] releases them and reports how it went.
+#[derive(Debug)]
 pub struct MultiLease {
+    backend: &'static str,
     /// In canonical (sorted) key order.
     leases: Vec<Lease>,
-    backend: &'static str,
-}
-
-impl std::fmt::Debug for MultiLease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MultiLease")
-            .field("backend", &self.backend)
-            .field("leases", &self.leases)
-            .finish()
-    }
 }
 
 impl MultiLease {

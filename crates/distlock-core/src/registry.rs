@@ -113,3 +113,31 @@ impl std::fmt::Debug for Registration {
             .finish_non_exhaustive()
     }
 }
+
+/// The URL schemes of the backends this workspace ships, lowercase, without
+/// `://`. They live here rather than only in each backend's crate because the
+/// `distlock` facade recognises a URL of a backend its build lacks, to name the
+/// Cargo feature that adds it; each backend's [`Registration`] takes its list
+/// from here, so the two cannot drift.
+pub mod schemes {
+    /// One Redis node, a Sentinel-managed primary or a Cluster, each with its
+    /// TLS form.
+    pub const REDIS: &[&str] = &[
+        "redis",
+        "rediss",
+        "redis+sentinel",
+        "rediss+sentinel",
+        "redis+cluster",
+        "rediss+cluster",
+    ];
+    /// Redlock over independent Redis nodes, and its TLS form.
+    pub const REDLOCK: &[&str] = &["redlock", "redlocks"];
+    /// etcd, and its TLS form.
+    pub const ETCD: &[&str] = &["etcd", "etcds"];
+    /// ZooKeeper.
+    pub const ZOOKEEPER: &[&str] = &["zk", "zookeeper"];
+    /// MySQL and MariaDB.
+    pub const MYSQL: &[&str] = &["mysql", "mariadb"];
+    /// PostgreSQL.
+    pub const POSTGRES: &[&str] = &["postgres", "postgresql"];
+}

@@ -3,8 +3,9 @@
 //! release and release on drop come from core's lease machinery, exactly as for
 //! the lock. The policy and the meaning of tokens are on [`DistributedRwLock`].
 
-use crate::backend::{AcquireRequest, Acquired, Holding, WaitUntil};
+use crate::backend::{AcquireRequest, Acquired, Backend, Holding, WaitUntil};
 use crate::counters::Metrics;
+use crate::lease::Bound;
 use crate::start::{self, Won};
 use crate::{
     AcquireOptions, Capabilities, FencingToken, Lease, LockError, LockKey, SingleLease, Wait,
@@ -181,6 +182,65 @@ pub trait RwLockBackend: Send + Sync + 'static {
     /// Server-side inspection, when the backend offers it.
     fn inspect(&self) -> Option<&dyn RwLockInspect> {
         None
+    }
+}
+
+/// A read-write lock whose shares are a lock [`Backend`]'s own handles, taken
+/// in that backend's queue (etcd's revisions, ZooKeeper's sequence nodes): the
+/// adapter only queues a request in a mode and inspects; the name, the
+/// guarantees, renewal, release and loss are the lock's, so the
+/// [`RwLockBackend`] around it is written once here.
+#[async_trait]
+pub trait LockQueueRwLock: RwLockInspect + 'static {
+    /// The lock backend whose handles the shares are.
+    type Lock: Backend;
+
+    /// The lock backend the shares are held on.
+    fn lock(&self) -> &Arc<Self::Lock>;
+
+    /// Queues a request for a `mode` share and waits for it per `req.wait`;
+    /// gives `req.not_acquired()` when the wait ends. Must be cancel-safe.
+    async fn queue_up(
+        &self,
+        req: AcquireRequest<'_>,
+        mode: RwMode,
+    ) -> Result<Acquired<<Self::Lock as Backend>::Handle>, LockError>;
+}
+
+#[async_trait]
+impl<Q: LockQueueRwLock> RwLockBackend for Q {
+    type Share = Bound<Q::Lock>;
+
+    fn name(&self) -> &'static str {
+        self.lock().name()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.lock().capabilities()
+    }
+
+    async fn acquire_read(
+        &self,
+        req: AcquireRequest<'_>,
+    ) -> Result<Acquired<Bound<Q::Lock>>, LockError> {
+        Ok(Bound::acquired(
+            self.lock(),
+            self.queue_up(req, RwMode::Read).await?,
+        ))
+    }
+
+    async fn acquire_write(
+        &self,
+        req: AcquireRequest<'_>,
+    ) -> Result<Acquired<Bound<Q::Lock>>, LockError> {
+        Ok(Bound::acquired(
+            self.lock(),
+            self.queue_up(req, RwMode::Write).await?,
+        ))
+    }
+
+    fn inspect(&self) -> Option<&dyn RwLockInspect> {
+        Some(self)
     }
 }
 

@@ -6,7 +6,7 @@ use crate::error::{BACKEND, Endpoints};
 use crate::rpc::Rpc;
 use crate::rwlock::EtcdRwLockBackend;
 use crate::semaphore::EtcdSemaphoreBackend;
-use distlock_core::adapter::{BackendElection, BackendLock, BackendRwLock, BackendSemaphore};
+use distlock_core::adapter::BackendLock;
 use distlock_core::toolkit::{Host, LockUrl, Timeouts};
 use distlock_core::{AcquireOptions, LockError};
 use etcd_client::{Client, ConnectOptions};
@@ -276,15 +276,13 @@ impl EtcdConfig {
             Some(_) => crate::tls::hint(e),
             None => e,
         });
-        let backend = Arc::new(backend?);
-        let election = BackendElection::new(EtcdElection::new(backend.clone()));
-        let rwlock = BackendRwLock::new(EtcdRwLockBackend::new(backend.clone()));
-        let semaphore = BackendSemaphore::new(EtcdSemaphoreBackend::new(backend.clone()));
-        BackendLock::shared(backend)
-            .with_semaphore(Arc::new(semaphore))
-            .with_election(Arc::new(election))
-            .with_rwlock(Arc::new(rwlock))
-            .with_defaults(self.defaults)
+        BackendLock::shared_with_primitives(
+            Arc::new(backend?),
+            EtcdSemaphoreBackend::new,
+            EtcdElection::new,
+            EtcdRwLockBackend::new,
+        )
+        .with_defaults(self.defaults)
     }
 }
 

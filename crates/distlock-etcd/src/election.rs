@@ -50,11 +50,7 @@ impl ElectionBackend for EtcdElection {
             .backend
             .queue_up(req.acquire, &Queue::plain(&prefix), req.proposal.as_bytes())
             .await?;
-        Ok(Acquired {
-            handle: Bound::new(self.backend.clone(), won.handle),
-            token: won.token,
-            sent_at: won.sent_at,
-        })
+        Ok(Bound::acquired(&self.backend, won))
     }
 
     async fn leader(&self, name: &LockKey) -> Result<Option<Holder>, LockError> {

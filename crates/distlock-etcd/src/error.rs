@@ -1,6 +1,7 @@
 //! etcd client errors mapped to [`LockError`]s that say what to do next.
 
 use distlock_core::LockError;
+use distlock_core::toolkit::with_causes;
 use etcd_client::Error as ClientError;
 use std::sync::Arc;
 
@@ -169,21 +170,6 @@ impl Endpoints {
         };
         Failure::Other(error)
     }
-}
-
-/// `message`, followed by each cause in turn (a transport error's own text hides
-/// why it failed: refused, reset, no route).
-fn with_causes(message: &str, mut cause: Option<&(dyn std::error::Error + 'static)>) -> String {
-    let mut text = message.to_owned();
-    while let Some(e) = cause {
-        let part = e.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        cause = e.source();
-    }
-    text
 }
 
 /// Whether `message` is rustls refusing a certificate or the server's TLS alert

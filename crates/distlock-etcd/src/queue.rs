@@ -116,6 +116,24 @@ impl QueueEntry {
         protocol::first_look(&response)
     }
 
+    /// Records `sent`, a transaction under way in a task of its own, and
+    /// awaits the task. The caller records the outcome with no await between,
+    /// so the undo never awaits a finished task twice.
+    async fn run(&mut self, sent: Sent) -> Result<TxnResponse, Failure> {
+        self.set(sent);
+        let task = match self.guard.state_mut() {
+            Some(Pending {
+                sent: Sent::Putting(task) | Sent::Trading { task, .. },
+                ..
+            }) => task,
+            _ => return Err(protocol("queue entry state changed under it").into()),
+        };
+        match task.await {
+            Ok(outcome) => outcome,
+            Err(e) => Err(LockError::backend(crate::error::BACKEND, e).into()),
+        }
+    }
+
     /// Sends `txn`, a transaction that puts our key if absent and otherwise
     /// reads it first (as [`protocol::enqueue`] does), so the undo knows whether
     /// the key exists from [`protocol::enqueued_revision`].
@@ -123,20 +141,7 @@ impl QueueEntry {
     where
         F: Future<Output = Result<TxnResponse, Failure>> + Send + 'static,
     {
-        self.set(Sent::Putting(tokio::spawn(txn)));
-        let Some(Pending {
-            sent: Sent::Putting(task),
-            ..
-        }) = self.guard.state_mut()
-        else {
-            return Err(protocol("queue entry state changed under it").into());
-        };
-        // Nothing is awaited between the task's end and the state update below,
-        // so the undo never awaits a finished task twice.
-        let outcome = match task.await {
-            Ok(outcome) => outcome,
-            Err(e) => Err(LockError::backend(crate::error::BACKEND, e).into()),
-        };
+        let outcome = self.run(Sent::Putting(tokio::spawn(txn))).await;
         let response = match outcome {
             Ok(response) => response,
             Err(failure) => {
@@ -171,23 +176,12 @@ impl QueueEntry {
     where
         F: Future<Output = Result<TxnResponse, Failure>> + Send + 'static,
     {
-        self.set(Sent::Trading {
+        let trading = Sent::Trading {
             from,
             to: to.to_vec(),
             task: tokio::spawn(txn),
-        });
-        let Some(Pending {
-            sent: Sent::Trading { task, .. },
-            ..
-        }) = self.guard.state_mut()
-        else {
-            return Err(protocol("queue entry state changed under it").into());
         };
-        // As in `put`: nothing is awaited between the task's end and the update.
-        let outcome = match task.await {
-            Ok(outcome) => outcome,
-            Err(e) => Err(LockError::backend(crate::error::BACKEND, e).into()),
-        };
+        let outcome = self.run(trading).await;
         match &outcome {
             Ok(response) if response.succeeded() => match response.header() {
                 Some(header) => self.set(Sent::Traded {

@@ -17,10 +17,9 @@ use crate::keys::{READ_DIR, WRITE_DIR, printable, rwlock_names_prefix, rwlock_pr
 use crate::protocol;
 use async_trait::async_trait;
 use distlock_core::adapter::{
-    AcquireRequest, Acquired, Backend, BackendRwLock, Bound, RwLockBackend, RwLockInspect,
-    ShareInfo,
+    AcquireRequest, Acquired, Backend, BackendRwLock, LockQueueRwLock, RwLockInspect, ShareInfo,
 };
-use distlock_core::{Capabilities, FencingToken, LockError, LockKey, RwMode};
+use distlock_core::{FencingToken, LockError, LockKey, RwMode};
 use etcd_client::KeyValue;
 use std::sync::Arc;
 
@@ -39,34 +38,6 @@ impl EtcdRwLockBackend {
     /// Read-write locks on `lock`'s connection.
     pub fn new(lock: Arc<EtcdBackend>) -> Self {
         EtcdRwLockBackend { lock }
-    }
-
-    async fn acquire(
-        &self,
-        req: AcquireRequest<'_>,
-        mode: RwMode,
-    ) -> Result<Acquired<Bound<EtcdBackend>>, LockError> {
-        let range = rwlock_prefix(self.lock.namespace(), req.key);
-        let reads = [range.as_slice(), READ_DIR].concat();
-        let writes = [range.as_slice(), WRITE_DIR].concat();
-        let queue = match mode {
-            RwMode::Read => Queue {
-                all: &range,
-                key_dir: &reads,
-                blocked_by_writes_under: Some(&writes),
-            },
-            RwMode::Write => Queue {
-                all: &range,
-                key_dir: &writes,
-                blocked_by_writes_under: None,
-            },
-        };
-        let acquired = self.lock.queue_up(req, &queue, b"").await?;
-        Ok(Acquired {
-            handle: Bound::new(self.lock.clone(), acquired.handle),
-            token: acquired.token,
-            sent_at: acquired.sent_at,
-        })
     }
 
     fn error(&self, failure: Failure) -> LockError {
@@ -98,33 +69,34 @@ impl EtcdRwLockBackend {
 }
 
 #[async_trait]
-impl RwLockBackend for EtcdRwLockBackend {
-    type Share = Bound<EtcdBackend>;
+impl LockQueueRwLock for EtcdRwLockBackend {
+    type Lock = EtcdBackend;
 
-    fn name(&self) -> &'static str {
-        self.lock.name()
+    fn lock(&self) -> &Arc<EtcdBackend> {
+        &self.lock
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.lock.capabilities()
-    }
-
-    async fn acquire_read(
+    async fn queue_up(
         &self,
         req: AcquireRequest<'_>,
-    ) -> Result<Acquired<Bound<EtcdBackend>>, LockError> {
-        self.acquire(req, RwMode::Read).await
-    }
-
-    async fn acquire_write(
-        &self,
-        req: AcquireRequest<'_>,
-    ) -> Result<Acquired<Bound<EtcdBackend>>, LockError> {
-        self.acquire(req, RwMode::Write).await
-    }
-
-    fn inspect(&self) -> Option<&dyn RwLockInspect> {
-        Some(self)
+        mode: RwMode,
+    ) -> Result<Acquired<<EtcdBackend as Backend>::Handle>, LockError> {
+        let range = rwlock_prefix(self.lock.namespace(), req.key);
+        let reads = [range.as_slice(), READ_DIR].concat();
+        let writes = [range.as_slice(), WRITE_DIR].concat();
+        let queue = match mode {
+            RwMode::Read => Queue {
+                all: &range,
+                key_dir: &reads,
+                blocked_by_writes_under: Some(&writes),
+            },
+            RwMode::Write => Queue {
+                all: &range,
+                key_dir: &writes,
+                blocked_by_writes_under: None,
+            },
+        };
+        self.lock.queue_up(req, &queue, b"").await
     }
 }
 

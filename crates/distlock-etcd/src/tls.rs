@@ -9,23 +9,12 @@ use distlock_core::LockError;
 /// connection instead of the server's alert; a handshake failure the client
 /// did see is a `Config` error already.
 pub(crate) fn hint(error: LockError) -> LockError {
-    match error {
-        LockError::Unavailable {
-            backend,
-            endpoint,
-            source,
-        } => LockError::Unavailable {
-            backend,
-            endpoint,
-            source: format!(
-                "{source} (over TLS: if the server runs, check that `ca=` names the CA that \
-                 signed etcd's certificate, and give `cert=` and `key=` if etcd requires client \
-                 certificates)"
-            )
-            .into(),
-        },
-        other => other,
-    }
+    error.map_unavailable(|endpoint, source| {
+        let hint = "over TLS: if the server runs, check that `ca=` names the CA that signed \
+                    etcd's certificate, and give `cert=` and `key=` if etcd requires client \
+                    certificates";
+        (endpoint, format!("{source} ({hint})").into())
+    })
 }
 
 /// How to verify etcd's certificate and, optionally, which client certificate to

@@ -49,6 +49,18 @@ impl std::fmt::Debug for ServerAddress {
 }
 
 impl ServerAddress {
+    /// These settings at each of `nodes` instead, for the other nodes of one
+    /// deployment (a cluster's seeds, the Sentinels), which are never a
+    /// cluster themselves.
+    pub fn at_each<'a>(&'a self, nodes: &'a [(String, u16)]) -> impl Iterator<Item = Self> + 'a {
+        nodes.iter().map(|(host, port)| ServerAddress {
+            host: host.clone(),
+            port: *port,
+            cluster: None,
+            ..self.clone()
+        })
+    }
+
     pub fn new(host: &str, port: u16) -> Self {
         ServerAddress {
             host: host.to_owned(),

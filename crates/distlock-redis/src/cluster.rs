@@ -73,19 +73,8 @@ impl ClusterTarget {
             true => ProtocolVersion::RESP3,
             false => ProtocolVersion::RESP2,
         };
-        let nodes = self
-            .seeds
-            .nodes
-            .iter()
-            .map(|(host, port)| {
-                let node = ServerAddress {
-                    host: host.clone(),
-                    port: *port,
-                    cluster: None,
-                    ..self.address.clone()
-                };
-                node.connection_info(self.backend, protocol, pushes.is_some())
-            })
+        let nodes = (self.address.at_each(&self.seeds.nodes))
+            .map(|node| node.connection_info(self.backend, protocol, pushes.is_some()))
             .collect::<Result<Vec<_>, LockError>>()?;
         let remap = self
             .seeds

@@ -57,11 +57,7 @@ impl RedisBackend {
         owner: &str,
     ) -> Result<Attempt<Acquired<RedisHandle>>, LockError> {
         let queued = req.wait != WaitUntil::No;
-        let place = if queued {
-            place_lifetime(req.ttl)
-        } else {
-            Duration::ZERO
-        };
+        let place = place_lifetime(req);
         let sent_at = Instant::now();
         let reply = self
             .server

@@ -1,7 +1,7 @@
 //! What the facade and the test harnesses know of this crate's two backends.
 
 use crate::{RedisConfig, RedlockConfig};
-use distlock_core::adapter::Registration;
+use distlock_core::adapter::{Registration, schemes};
 use std::sync::Arc;
 
 /// One Redis node, a Sentinel-managed primary or a Cluster: `redis://`,
@@ -9,14 +9,7 @@ use std::sync::Arc;
 /// forms). Also a fenced store ([`crate::RedisFence`]).
 pub const REDIS: Registration = Registration::new(
     "redis",
-    &[
-        "redis",
-        "rediss",
-        "redis+sentinel",
-        "rediss+sentinel",
-        "redis+cluster",
-        "rediss+cluster",
-    ],
+    schemes::REDIS,
     "redis://[:PASSWORD@]HOST:6379/0",
     |url| Box::pin(async move { Ok(Arc::new(RedisConfig::from_url(&url)?.connect().await?) as _) }),
 )
@@ -27,7 +20,7 @@ pub const REDIS: Registration = Registration::new(
 /// Redlock over N independent Redis nodes: `redlock://`, `redlocks://` (TLS).
 pub const REDLOCK: Registration = Registration::new(
     "redlock",
-    &["redlock", "redlocks"],
+    schemes::REDLOCK,
     "redlock://H1:6379,H2:6379,H3:6379",
     |url| {
         Box::pin(async move { Ok(Arc::new(RedlockConfig::from_url(&url)?.connect().await?) as _) })

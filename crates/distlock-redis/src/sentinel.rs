@@ -100,23 +100,16 @@ impl Target {
         let Some(sentinels) = &address.sentinels else {
             return Ok(Target::Direct(Box::new(address.client(backend, pubsub)?)));
         };
-        let clients = sentinels
-            .nodes
-            .iter()
-            .map(|(host, port)| {
-                let node = ServerAddress {
-                    host: host.clone(),
-                    port: *port,
-                    username: sentinels.username.clone(),
-                    password: sentinels.password.clone(),
-                    db: 0,
-                    resp3: false,
-                    sentinels: None,
-                    cluster: None,
-                    ..address.clone()
-                };
-                Ok((node.endpoint(), node.client(backend, false)?))
-            })
+        let login = ServerAddress {
+            username: sentinels.username.clone(),
+            password: sentinels.password.clone(),
+            db: 0,
+            resp3: false,
+            sentinels: None,
+            ..address.clone()
+        };
+        let clients = (login.at_each(&sentinels.nodes))
+            .map(|node| Ok((node.endpoint(), node.client(backend, false)?)))
             .collect::<Result<_, LockError>>()?;
         Ok(Target::Sentinel(Box::new(SentinelTarget {
             backend,

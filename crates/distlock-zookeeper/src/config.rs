@@ -6,7 +6,7 @@ use crate::keys;
 use crate::session::SessionSettings;
 use crate::tls::ZkTls;
 use crate::{ZkElection, ZkRwLockBackend, ZkSemaphoreBackend};
-use distlock_core::adapter::{BackendElection, BackendLock, BackendRwLock, BackendSemaphore};
+use distlock_core::adapter::BackendLock;
 use distlock_core::toolkit::{Host, LockUrl, Timeouts};
 use distlock_core::{AcquireOptions, LockError};
 use std::sync::Arc;
@@ -372,15 +372,13 @@ impl ZkConfig {
     pub async fn connect(self) -> Result<ZkLock, LockError> {
         self.validate()?;
         let defaults = self.defaults.clone();
-        let backend = Arc::new(ZkBackend::connect(self.settings()).await?);
-        let semaphore = BackendSemaphore::new(ZkSemaphoreBackend::new(backend.clone()));
-        let election = BackendElection::new(ZkElection::new(backend.clone()));
-        let rwlock = BackendRwLock::new(ZkRwLockBackend::new(backend.clone()));
-        BackendLock::shared(backend)
-            .with_semaphore(Arc::new(semaphore))
-            .with_election(Arc::new(election))
-            .with_rwlock(Arc::new(rwlock))
-            .with_defaults(defaults)
+        BackendLock::shared_with_primitives(
+            Arc::new(ZkBackend::connect(self.settings()).await?),
+            ZkSemaphoreBackend::new,
+            ZkElection::new,
+            ZkRwLockBackend::new,
+        )
+        .with_defaults(defaults)
     }
 }
 

@@ -58,11 +58,7 @@ impl ElectionBackend for ZkElection {
         let won = (self.lock)
             .queue_up(req.acquire, dir, NodeKind::Latch, proposal)
             .await?;
-        Ok(Acquired {
-            handle: Bound::new(self.lock.clone(), won.handle),
-            token: won.token,
-            sent_at: won.sent_at,
-        })
+        Ok(Bound::acquired(&self.lock, won))
     }
 
     /// The first latch node's data, as Curator's `LeaderLatch.getLeader`

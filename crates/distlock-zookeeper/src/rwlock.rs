@@ -15,10 +15,9 @@ use crate::backend::ZkBackend;
 use crate::keys::{self, NodeKind};
 use async_trait::async_trait;
 use distlock_core::adapter::{
-    AcquireRequest, Acquired, Backend, BackendRwLock, Bound, RwLockBackend, RwLockInspect,
-    ShareInfo,
+    AcquireRequest, Acquired, Backend, BackendRwLock, LockQueueRwLock, RwLockInspect, ShareInfo,
 };
-use distlock_core::{Capabilities, FencingToken, LockError, LockKey, RwMode};
+use distlock_core::{FencingToken, LockError, LockKey, RwMode};
 use std::sync::Arc;
 
 /// A read-write lock client for ZooKeeper, on the sessions of a
@@ -40,20 +39,6 @@ impl ZkRwLockBackend {
 
     fn dir(&self, name: &str) -> String {
         keys::primitive_dir(&self.lock.namespace, keys::RWLOCKS, name)
-    }
-
-    async fn acquire(
-        &self,
-        req: AcquireRequest<'_>,
-        kind: NodeKind,
-    ) -> Result<Acquired<Bound<ZkBackend>>, LockError> {
-        let dir = self.dir(req.key.as_str());
-        let won = self.lock.queue_up(req, dir, kind, Vec::new()).await?;
-        Ok(Acquired {
-            handle: Bound::new(self.lock.clone(), won.handle),
-            token: won.token,
-            sent_at: won.sent_at,
-        })
     }
 
     /// The nodes of `key` that hold a share now, in queue order: the first if
@@ -99,33 +84,24 @@ struct Share {
 }
 
 #[async_trait]
-impl RwLockBackend for ZkRwLockBackend {
-    type Share = Bound<ZkBackend>;
+impl LockQueueRwLock for ZkRwLockBackend {
+    type Lock = ZkBackend;
 
-    fn name(&self) -> &'static str {
-        self.lock.name()
+    fn lock(&self) -> &Arc<ZkBackend> {
+        &self.lock
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.lock.capabilities()
-    }
-
-    async fn acquire_read(
+    async fn queue_up(
         &self,
         req: AcquireRequest<'_>,
-    ) -> Result<Acquired<Bound<ZkBackend>>, LockError> {
-        self.acquire(req, NodeKind::Read).await
-    }
-
-    async fn acquire_write(
-        &self,
-        req: AcquireRequest<'_>,
-    ) -> Result<Acquired<Bound<ZkBackend>>, LockError> {
-        self.acquire(req, NodeKind::Write).await
-    }
-
-    fn inspect(&self) -> Option<&dyn RwLockInspect> {
-        Some(self)
+        mode: RwMode,
+    ) -> Result<Acquired<<ZkBackend as Backend>::Handle>, LockError> {
+        let kind = match mode {
+            RwMode::Read => NodeKind::Read,
+            RwMode::Write => NodeKind::Write,
+        };
+        let dir = self.dir(req.key.as_str());
+        self.lock.queue_up(req, dir, kind, Vec::new()).await
     }
 }
 

@@ -1,11 +1,11 @@
 //! `BackendKind`: the one table of backends the facade knows, read from a URL's
 //! scheme. Each enabled backend's knowledge (how a URL connects, whether it
 //! is also a fenced store) is its crate's [`Registration`]; this table only
-//! adds the Cargo feature, and the schemes that name a backend whose feature
-//! is off.
+//! adds the Cargo feature and, from core's [`schemes`], the schemes that name
+//! a backend whose feature is off.
 
 use distlock_core::LockError;
-use distlock_core::adapter::Registration;
+use distlock_core::adapter::{Registration, schemes};
 use std::fmt;
 
 /// A backend `connect` can reach, with the URL schemes that select it and the
@@ -32,15 +32,16 @@ struct Known {
     registration: Option<Registration>,
 }
 
-/// A backend behind the facade's Cargo feature `$feature`: its name and
-/// schemes are written here too, so that a URL of a backend this build lacks
-/// names the feature to enable; a test checks they match the registration.
+/// A backend behind the facade's Cargo feature `$feature`: its name is written
+/// here too, and its schemes come from core rather than its crate, so that a URL
+/// of a backend this build lacks names the feature to enable; a test checks
+/// they match the registration.
 macro_rules! known {
     ($feature:literal, $name:literal, $schemes:expr, $registration:expr) => {
         Known {
             feature: Some($feature),
             name: $name,
-            schemes: &$schemes,
+            schemes: $schemes,
             #[cfg(feature = $feature)]
             registration: Some($registration),
             #[cfg(not(feature = $feature))]
@@ -58,42 +59,25 @@ static KNOWN: [Known; 7] = [
         schemes: &["memory"],
         registration: Some(crate::in_process::MEMORY),
     },
-    known!(
-        "redis",
-        "redis",
-        [
-            "redis",
-            "rediss",
-            "redis+sentinel",
-            "rediss+sentinel",
-            "redis+cluster",
-            "rediss+cluster"
-        ],
-        distlock_redis::REDIS
-    ),
+    known!("redis", "redis", schemes::REDIS, distlock_redis::REDIS),
     known!(
         "redlock",
         "redlock",
-        ["redlock", "redlocks"],
+        schemes::REDLOCK,
         distlock_redis::REDLOCK
     ),
-    known!("etcd", "etcd", ["etcd", "etcds"], distlock_etcd::ETCD),
+    known!("etcd", "etcd", schemes::ETCD, distlock_etcd::ETCD),
     known!(
         "zookeeper",
         "zookeeper",
-        ["zk", "zookeeper"],
+        schemes::ZOOKEEPER,
         distlock_zookeeper::ZOOKEEPER
     ),
-    known!(
-        "mysql",
-        "mysql",
-        ["mysql", "mariadb"],
-        distlock_mysql::MYSQL
-    ),
+    known!("mysql", "mysql", schemes::MYSQL, distlock_mysql::MYSQL),
     known!(
         "postgres",
         "postgres",
-        ["postgres", "postgresql"],
+        schemes::POSTGRES,
         distlock_postgres::POSTGRES
     ),
 ];

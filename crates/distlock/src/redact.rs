@@ -147,15 +147,9 @@ pub(crate) fn scrub(error: LockError, secrets: &[String]) -> LockError {
             backend,
             reason: mask(&reason, secrets),
         },
-        LockError::Unavailable {
-            backend,
-            endpoint,
-            source,
-        } => LockError::Unavailable {
-            backend,
-            endpoint: mask(&endpoint, secrets),
-            source: mask_source(source, secrets),
-        },
+        error @ LockError::Unavailable { .. } => error.map_unavailable(|endpoint, source| {
+            (mask(&endpoint, secrets), mask_source(source, secrets))
+        }),
         LockError::Backend { backend, source } => LockError::Backend {
             backend,
             source: mask_source(source, secrets),

@@ -3,7 +3,7 @@
 //! because it is the adapter side of that seam, not the lifecycle.
 
 use crate::LockError;
-use crate::backend::{Backend, Holding, LossSignal, Ownership};
+use crate::backend::{Acquired, Backend, Holding, LossSignal, Ownership};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +28,16 @@ impl<B: Backend> Bound<B> {
     /// Pairs a backend with a handle it returned.
     pub fn new(backend: Arc<B>, handle: B::Handle) -> Self {
         Bound { backend, handle }
+    }
+
+    /// What `backend` acquired, with its handle paired with it: the share,
+    /// permit or leadership of a primitive whose holdings are the lock's own.
+    pub fn acquired(backend: &Arc<B>, won: Acquired<B::Handle>) -> Acquired<Self> {
+        Acquired {
+            handle: Bound::new(backend.clone(), won.handle),
+            token: won.token,
+            sent_at: won.sent_at,
+        }
     }
 }
 

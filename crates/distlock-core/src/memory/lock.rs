@@ -4,12 +4,12 @@
 //! Apart from the store and its network, which the semaphore and the read-write
 //! lock share, as those two keep their own state in their own files.
 
-use super::{MemoryBackend, MemoryStore, Queued, State, clock_seed};
-use crate::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
-use crate::toolkit::{CancelGuard, Holder, Inspect};
+use super::{Attempt, MemoryBackend, MemoryStore, Queued, State, clock_seed, revoked_signal};
+use crate::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership};
+use crate::toolkit::{Holder, Inspect};
 use crate::{
-    Capabilities, FencingGuarantee, FencingToken, LockError, LockKey, LossReason, Primitives,
-    TokenDurability, Wake,
+    Capabilities, FencingGuarantee, FencingToken, LockError, LockKey, Primitives, TokenDurability,
+    Wake,
 };
 use async_trait::async_trait;
 use std::collections::VecDeque;
@@ -56,14 +56,6 @@ impl KeyState {
     pub(super) fn is_empty(&self) -> bool {
         self.holder.is_none() && self.queue.is_empty()
     }
-}
-
-enum Attempt {
-    Taken(MemoryHandle, FencingToken),
-    /// Held elsewhere. `wake_at` is the holder's expiry when we are first in line.
-    Held {
-        wake_at: Option<Instant>,
-    },
 }
 
 impl MemoryStore {
@@ -120,7 +112,13 @@ impl MemoryStore {
         })
     }
 
-    fn attempt(&self, key: &LockKey, ttl: Duration, me: &Queued, enqueue: bool) -> Attempt {
+    fn attempt(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        me: &Queued,
+        enqueue: bool,
+    ) -> Attempt<(MemoryHandle, FencingToken)> {
         let now = Instant::now();
         let mut guard = self.state();
         let State {
@@ -152,7 +150,7 @@ impl MemoryStore {
                 expires_at: now + ttl,
                 revoked: handle.revoked.clone(),
             });
-            return Attempt::Taken(handle, FencingToken::new(*counter));
+            return Attempt::Taken((handle, FencingToken::new(*counter)));
         }
         if enqueue && !entry.queue.iter().any(|q| q.id == me.id) {
             entry.queue.push_back(Queued {
@@ -169,7 +167,7 @@ impl MemoryStore {
         if entry.is_empty() {
             keys.remove(key);
         }
-        Attempt::Held { wake_at }
+        Attempt::Blocked { wake_at }
     }
 
     fn leave_queue(&self, key: &LockKey, id: u64) {
@@ -239,85 +237,40 @@ impl Backend for MemoryBackend {
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<MemoryHandle>, LockError> {
-        let no_wait = req.wait == WaitUntil::No;
-        let me = Queued {
-            id: self.store.next_id(),
-            wake: Arc::new(Notify::new()),
-        };
-        // A cancelled waiter leaves the queue, so nobody waits behind a ghost.
-        let _in_queue = CancelGuard::new(me.id, |id| {
-            self.store.leave_queue(req.key, id);
-            None
-        });
-        loop {
-            let sent_at = Instant::now();
-            tokio::select! {
-                reached = self.reach() => reached?,
-                _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
-            }
-            match self.store.attempt(req.key, req.ttl, &me, !no_wait) {
-                Attempt::Taken(handle, token) => {
-                    // The caller may give up while the reply is in flight: a lock
-                    // won then is released, so cancellation leaves nothing held.
-                    let in_flight = CancelGuard::new(handle, |handle| {
-                        self.store.if_holder(&handle, KeyState::remove_holder);
-                        None
-                    });
-                    self.reply().await;
-                    return in_flight
-                        .disarm()
-                        .map(|handle| Acquired {
-                            handle,
-                            token,
-                            sent_at,
-                        })
-                        .ok_or_else(|| req.not_acquired());
-                }
-                Attempt::Held { .. } if no_wait => {
-                    self.reply().await;
-                    return Err(req.not_acquired());
-                }
-                Attempt::Held { wake_at } => {
-                    let expiry = async {
-                        match wake_at {
-                            Some(at) => tokio::time::sleep_until(at.into()).await,
-                            None => std::future::pending().await,
-                        }
-                    };
-                    tokio::select! {
-                        _ = me.wake.notified() => {}
-                        _ = expiry => {}
-                        _ = req.wait.reached() => return Err(req.not_acquired()),
-                    }
-                }
-            }
-        }
+        let store = &self.store;
+        let ((handle, token), sent_at) = (self.queue_for(
+            &req,
+            |me, enqueue| Ok(store.attempt(req.key, req.ttl, me, enqueue)),
+            |id| store.leave_queue(req.key, id),
+            |(handle, _)| {
+                store.if_holder(&handle, KeyState::remove_holder);
+            },
+        ))
+        .await?;
+        Ok(Acquired {
+            handle,
+            token,
+            sent_at,
+        })
     }
 
     async fn renew(&self, handle: &MemoryHandle, ttl: Duration) -> Result<Ownership, LockError> {
-        self.reach().await?;
-        let outcome = self.store.if_holder(handle, |entry| {
-            if let Some(holder) = entry.holder.as_mut() {
-                holder.expires_at = Instant::now() + ttl;
-            }
-        });
-        self.reply().await;
-        Ok(outcome)
+        self.round_trip(|store| {
+            store.if_holder(handle, |entry| {
+                if let Some(holder) = entry.holder.as_mut() {
+                    holder.expires_at = Instant::now() + ttl;
+                }
+            })
+        })
+        .await
     }
 
     async fn release(&self, handle: &MemoryHandle) -> Result<Ownership, LockError> {
-        self.reach().await?;
-        let outcome = self.store.if_holder(handle, KeyState::remove_holder);
-        self.reply().await;
-        Ok(outcome)
+        (self.round_trip(|store| store.if_holder(handle, KeyState::remove_holder))).await
     }
 
     fn loss_signal(&self, handle: &MemoryHandle) -> Option<LossSignal> {
-        let revoked = handle.revoked.clone();
-        Some(Box::pin(async move {
-            revoked.notified().await;
-            LossReason::Revoked
-        }))
+        Some(revoked_signal(&handle.revoked))
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {

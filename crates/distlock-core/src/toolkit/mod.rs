@@ -15,6 +15,7 @@
 //! - [`sql_identifier_problem`]: table and column names checked before any SQL
 //!   adapter splices them into a statement.
 //! - [`random_owner`]: an owner value no other acquisition shares.
+//! - [`with_causes`]: an error's message with the causes it does not quote.
 
 mod backoff;
 mod cancel;
@@ -36,4 +37,20 @@ pub use url::{Host, LockUrl, redact};
 /// touch another acquisition's lock.
 pub fn random_owner() -> String {
     format!("{:032x}", rand::random::<u128>())
+}
+
+/// `message`, then each error of the `cause` chain whose text it does not
+/// already quote, `: `-separated: a transport error's own text often hides why
+/// it failed (refused, reset, no route).
+pub fn with_causes(message: &str, mut cause: Option<&(dyn std::error::Error + 'static)>) -> String {
+    let mut text = message.to_owned();
+    while let Some(e) = cause {
+        let part = e.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        cause = e.source();
+    }
+    text
 }

@@ -26,8 +26,7 @@ use crate::backend::RedisBackend;
 use crate::command::CommandConn;
 use crate::connection::{Link, RunId};
 use crate::error::{BACKEND, CommandError};
-use crate::keys::{LockKeys, lock_key_pattern};
-use crate::primaries::scan_keys;
+use crate::keys::LockKeys;
 use crate::protocol::{ServerClient, flag, loss_signal, share_script, ttl_ms as ms};
 use crate::restart::{Place, RestartGuard};
 use async_trait::async_trait;
@@ -43,17 +42,17 @@ use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+mod inspect;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
 pub(crate) mod turns;
 
+pub(crate) use inspect::residue;
 pub(crate) use turns::{Attempt, place_lifetime, queued_wait, take_turns};
 
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(share_script!("share_renew.lua")));
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(share_script!("share_release.lua")));
-static LIVE: LazyLock<Script> = LazyLock::new(|| Script::new(share_script!("share_live.lua")));
-static DELETE: LazyLock<Script> = LazyLock::new(|| Script::new(share_script!("share_delete.lua")));
 
 /// What the semaphore and the read-write lock of one client share: the
 /// lock's server connection, namespace, reply budget, restart guard and
@@ -64,6 +63,29 @@ pub(crate) struct ShareClient {
     pub budget: Duration,
     pub guard: Option<RestartGuard>,
     pub capabilities: Capabilities,
+}
+
+impl ShareClient {
+    /// One acquire of `keys` by `owner` on this client, once the restart
+    /// guard allows `req`'s ttl; a primitive whose waiters queue sets its own
+    /// channel and how to leave the queue.
+    pub fn acquiring(
+        &self,
+        req: &AcquireRequest<'_>,
+        keys: Arc<ShareKeys>,
+        owner: String,
+    ) -> Result<Acquiring<'_>, LockError> {
+        RestartGuard::check(self.guard.as_ref(), req.ttl)?;
+        Ok(Acquiring {
+            server: &self.server,
+            keys,
+            budget: self.budget,
+            owner,
+            own_channel: None,
+            leave: None,
+            guard: self.guard.as_ref(),
+        })
+    }
 }
 
 impl std::fmt::Debug for ShareClient {
@@ -319,76 +341,6 @@ impl Acquiring<'_> {
         }
         outcome
     }
-}
-
-/// The live shares of one primitive: (owner value, description).
-pub(crate) async fn live(
-    server: &ServerClient,
-    expiry: &str,
-    info: &str,
-    budget: Duration,
-) -> Result<Vec<(String, String)>, LockError> {
-    let reply: Vec<String> = server
-        .invoke(budget, || {
-            let mut invocation = LIVE.key(expiry);
-            invocation.key(info);
-            invocation
-        })
-        .await
-        .map_err(|e| fail(server, e))?;
-    Ok(reply
-        .chunks_exact(2)
-        .map(|pair| (pair[0].clone(), pair[1].clone()))
-        .collect())
-}
-
-/// Deletes the live shares of `owners` (all of them when empty) behind their
-/// holders' backs and wakes waiters; returns how many there were.
-pub(crate) async fn delete(
-    server: &ServerClient,
-    keys: &ShareKeys,
-    owners: &[String],
-    budget: Duration,
-) -> Result<usize, LockError> {
-    let deleted: i64 = server
-        .invoke_on(budget, |conn| {
-            let mut invocation = DELETE.key(&keys.expiry);
-            invocation
-                .key(&keys.info)
-                .arg(&keys.channel)
-                .arg(conn.publish_command());
-            for owner in owners {
-                invocation.arg(owner);
-            }
-            invocation
-        })
-        .await
-        .map_err(|e| fail(server, e))?;
-    Ok(usize::try_from(deleted).unwrap_or(0))
-}
-
-/// The live entries of every `kind` primitive whose name starts with `prefix`,
-/// in the sorted sets named `<lock key>:<kind>:<suffix>` (`rw:expiry`,
-/// `rw:writers`, the fair lock's `queue:timeouts`), as `<set> <owner>`.
-pub(crate) async fn residue(
-    server: &ServerClient,
-    namespace: &str,
-    prefix: &str,
-    (kind, suffix): (&str, &str),
-    budget: Duration,
-) -> Result<Vec<String>, LockError> {
-    let pattern = format!("{}:{kind}:{suffix}", lock_key_pattern(namespace, prefix));
-    let sets = scan_keys(server, &pattern, budget)
-        .await
-        .map_err(|e| fail(server, e))?;
-    let mut found = Vec::new();
-    for set in sets {
-        let info = format!("{}info", set.trim_end_matches(suffix));
-        for (owner, _) in live(server, &set, &info, budget).await? {
-            found.push(format!("{set} {owner}"));
-        }
-    }
-    Ok(found)
 }
 
 #[cfg(test)]

@@ -23,13 +23,12 @@
 //! refused waiter takes no place: waiters queue afresh once it has passed.
 
 use super::{
-    Acquiring, Attempt, Invocation, RedisShare, ShareClient, ShareKeys, delete, live, ms,
-    place_lifetime, queued_wait, residue,
+    Acquiring, Attempt, Invocation, RedisShare, ShareClient, ShareKeys, ms, place_lifetime,
+    queued_wait,
 };
 use crate::command::CommandConn;
 use crate::error::BACKEND;
 use crate::protocol::share_script;
-use crate::restart::RestartGuard;
 use async_trait::async_trait;
 use distlock_core::adapter::{
     AcquireRequest, Acquired, BackendRwLock, RwLockBackend, RwLockInspect, ShareInfo, WaitUntil,
@@ -38,7 +37,7 @@ use distlock_core::toolkit::random_owner;
 use distlock_core::{Capabilities, FencingToken, LockError, LockKey, RwMode};
 use redis::Script;
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(share_script!("restart_guard.lua", "rwlock_acquire.lua")));
@@ -69,7 +68,6 @@ impl RedisRwLockBackend {
         req: AcquireRequest<'_>,
         mode: RwMode,
     ) -> Result<Acquired<RedisShare>, LockError> {
-        RestartGuard::check(self.client.guard.as_ref(), req.ttl)?;
         let keys = Arc::new(self.keys(req.key));
         let owner = random_owner();
         let member = format!("{}:{owner}", kind(mode));
@@ -86,15 +84,10 @@ impl RedisRwLockBackend {
                 invocation
             }) as Invocation
         };
-        let on = Acquiring {
-            server: &self.client.server,
-            own_channel: Some(format!("{}:{owner}", keys.channel)),
-            keys,
-            budget: self.client.budget,
-            owner,
-            leave: Some(leave),
-            guard: self.client.guard.as_ref(),
-        };
+        let own_channel = format!("{}:{owner}", keys.channel);
+        let mut on = self.client.acquiring(&req, keys, owner)?;
+        on.own_channel = Some(own_channel);
+        on.leave = Some(leave);
         on.until_won(&req, |_| self.attempt(&on, &req, mode)).await
     }
 
@@ -107,11 +100,7 @@ impl RedisRwLockBackend {
     ) -> Result<Attempt<Acquired<RedisShare>>, LockError> {
         let keys = &on.keys;
         let queued = req.wait != WaitUntil::No;
-        let place = if queued {
-            place_lifetime(req.ttl)
-        } else {
-            Duration::ZERO
-        };
+        let place = place_lifetime(req);
         let sent_at = Instant::now();
         let (reply, run_id): (Vec<i64>, _) = on
             .send(|conn| {
@@ -189,69 +178,30 @@ impl RwLockBackend for RedisRwLockBackend {
     }
 }
 
-/// A share's `R:token` / `W:token` description.
-fn parse_share(owner: String, described: &str) -> Option<ShareInfo> {
-    let (mode, token) = described.split_once(':')?;
-    Some(ShareInfo {
-        mode: match mode {
-            "R" => RwMode::Read,
-            "W" => RwMode::Write,
-            _ => return None,
-        },
-        token: FencingToken::new(token.parse().ok()?),
-        holder: owner,
-    })
-}
-
 #[async_trait]
 impl RwLockInspect for RedisRwLockBackend {
     async fn shares(&self, key: &LockKey) -> Result<Vec<ShareInfo>, LockError> {
-        let keys = self.keys(key);
-        let shares = live(
-            &self.client.server,
-            &keys.expiry,
-            &keys.info,
-            self.client.budget,
-        )
-        .await?;
-        let mut shares: Vec<ShareInfo> = shares
-            .into_iter()
-            .filter_map(|(owner, described)| parse_share(owner, &described))
-            .collect();
-        shares.sort_by_key(|s| s.token);
-        Ok(shares)
+        let share = |holder, mode: &str, token| {
+            let mode = match mode {
+                "R" => RwMode::Read,
+                "W" => RwMode::Write,
+                _ => return None,
+            };
+            Some(ShareInfo {
+                mode,
+                token,
+                holder,
+            })
+        };
+        (self.client.described(&self.keys(key), share, |s| s.token)).await
     }
 
     async fn delete_shares(&self, key: &LockKey) -> Result<usize, LockError> {
-        delete(
-            &self.client.server,
-            &self.keys(key),
-            &[],
-            self.client.budget,
-        )
-        .await
+        self.client.delete(&self.keys(key), &[]).await
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        let (namespace, budget) = (&self.client.namespace, self.client.budget);
-        let mut found = residue(
-            &self.client.server,
-            namespace,
-            prefix,
-            ("rw", "expiry"),
-            budget,
-        )
-        .await?;
-        found.extend(
-            residue(
-                &self.client.server,
-                namespace,
-                prefix,
-                ("rw", "places"),
-                budget,
-            )
-            .await?,
-        );
-        Ok(found)
+        let sets = [("rw", "expiry"), ("rw", "places")];
+        self.client.residue(prefix, &sets).await
     }
 }

@@ -13,10 +13,9 @@
 //! while any permit lives, and the limit goes with the last permit. With a
 //! restart guard, no permit is granted while the guard refuses.
 
-use super::{Acquiring, Attempt, ShareClient, ShareKeys, delete, live, ms, residue};
+use super::{Acquiring, Attempt, ShareClient, ShareKeys, ms};
 use crate::error::BACKEND;
 use crate::protocol::share_script;
-use crate::restart::RestartGuard;
 use async_trait::async_trait;
 use distlock_core::adapter::{
     Acquired, AcquiredPermit, BackendSemaphore, PermitInfo, PermitRequest, SemaphoreBackend,
@@ -119,16 +118,8 @@ impl SemaphoreBackend for RedisSemaphoreBackend {
         &self,
         req: PermitRequest<'_>,
     ) -> Result<AcquiredPermit<super::RedisShare>, LockError> {
-        RestartGuard::check(self.client.guard.as_ref(), req.acquire.ttl)?;
-        let on = Acquiring {
-            server: &self.client.server,
-            keys: Arc::new(self.keys(req.acquire.key)),
-            budget: self.client.budget,
-            owner: random_owner(),
-            own_channel: None,
-            leave: None,
-            guard: self.client.guard.as_ref(),
-        };
+        let keys = Arc::new(self.keys(req.acquire.key));
+        let on = (self.client).acquiring(&req.acquire, keys, random_owner())?;
         on.until_won(&req.acquire, |waited| self.attempt(&on, &req, waited))
             .await
     }
@@ -138,33 +129,18 @@ impl SemaphoreBackend for RedisSemaphoreBackend {
     }
 }
 
-/// A permit's `slot:token` description.
-fn parse_permit(owner: String, described: &str) -> Option<PermitInfo> {
-    let (slot, token) = described.split_once(':')?;
-    Some(PermitInfo {
-        slot: slot.parse().ok()?,
-        token: FencingToken::new(token.parse().ok()?),
-        holder: owner,
-    })
-}
-
 #[async_trait]
 impl SemaphoreInspect for RedisSemaphoreBackend {
     async fn permits(&self, key: &LockKey) -> Result<Vec<PermitInfo>, LockError> {
-        let keys = self.keys(key);
-        let shares = live(
-            &self.client.server,
-            &keys.expiry,
-            &keys.info,
-            self.client.budget,
-        )
-        .await?;
-        let mut permits: Vec<PermitInfo> = shares
-            .into_iter()
-            .filter_map(|(owner, described)| parse_permit(owner, &described))
-            .collect();
-        permits.sort_by_key(|p| p.slot);
-        Ok(permits)
+        let permit = |holder, slot: &str, token| {
+            let slot = slot.parse().ok()?;
+            Some(PermitInfo {
+                slot,
+                token,
+                holder,
+            })
+        };
+        (self.client.described(&self.keys(key), permit, |p| p.slot)).await
     }
 
     async fn delete_permit(&self, key: &LockKey, slot: u32) -> Result<bool, LockError> {
@@ -175,25 +151,10 @@ impl SemaphoreInspect for RedisSemaphoreBackend {
         if owners.is_empty() {
             return Ok(false);
         }
-        Ok(delete(
-            &self.client.server,
-            &self.keys(key),
-            &owners,
-            self.client.budget,
-        )
-        .await?
-            > 0)
+        Ok(self.client.delete(&self.keys(key), &owners).await? > 0)
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        let at = ("sem", "expiry");
-        residue(
-            &self.client.server,
-            &self.client.namespace,
-            prefix,
-            at,
-            self.client.budget,
-        )
-        .await
+        self.client.residue(prefix, &[("sem", "expiry")]).await
     }
 }

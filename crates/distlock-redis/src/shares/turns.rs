@@ -21,12 +21,16 @@ pub(crate) enum Attempt<T> {
     Wait(i64),
 }
 
-/// How long a waiter's place in a queue lives without a new attempt: its ttl
-/// (a vanished waiter holds the queue no longer than a crashed holder holds
-/// the lock), within 300 ms (so that short ttls do not make waiters spin) and
-/// 5 s (so that a vanished waiter does not stall the queue for a long ttl).
-pub(crate) fn place_lifetime(ttl: Duration) -> Duration {
-    ttl.clamp(Duration::from_millis(300), Duration::from_secs(5))
+/// How long `req`'s place in a queue lives without a new attempt: none for a
+/// request that does not wait; else its ttl (a vanished waiter holds the queue
+/// no longer than a crashed holder holds the lock), within 300 ms (so that
+/// short ttls do not make waiters spin) and 5 s (so that a vanished waiter
+/// does not stall the queue for a long ttl).
+pub(crate) fn place_lifetime(req: &AcquireRequest<'_>) -> Duration {
+    match req.wait {
+        WaitUntil::No => Duration::ZERO,
+        _ => (req.ttl).clamp(Duration::from_millis(300), Duration::from_secs(5)),
+    }
 }
 
 /// The sleep of a queued waiter told to wait `hint` ms (negative: nothing to

@@ -2,8 +2,8 @@
 //! is still among the key's live shares.
 
 use crate::backend::{Holding, LossSignal, Ownership};
-use crate::memory::MemoryBackend;
-use crate::{LockError, LockKey, LossReason};
+use crate::memory::{MemoryBackend, revoked_signal};
+use crate::{LockError, LockKey};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,32 +25,26 @@ impl Holding for ShareHandle {
     }
 
     async fn renew(&self, ttl: Duration) -> Result<Ownership, LockError> {
-        let network = &self.network;
-        network.reach().await?;
-        let outcome = network.store.if_share_holder(&self.key, self.id, |rw, id| {
-            if let Some(share) = rw.shares.get_mut(&id) {
-                share.expires_at = Instant::now() + ttl;
-            }
-        });
-        network.reply().await;
-        Ok(outcome)
+        (self.network.round_trip(|store| {
+            store.if_share_holder(&self.key, self.id, |rw, id| {
+                if let Some(share) = rw.live.get_mut(&id) {
+                    share.expires_at = Instant::now() + ttl;
+                }
+            })
+        }))
+        .await
     }
 
     async fn release(&self) -> Result<Ownership, LockError> {
-        let network = &self.network;
-        network.reach().await?;
-        let outcome = network.store.if_share_holder(&self.key, self.id, |rw, id| {
-            rw.remove(id);
-        });
-        network.reply().await;
-        Ok(outcome)
+        (self.network.round_trip(|store| {
+            store.if_share_holder(&self.key, self.id, |rw, id| {
+                rw.remove(id);
+            })
+        }))
+        .await
     }
 
     fn loss_signal(&self) -> Option<LossSignal> {
-        let revoked = self.revoked.clone();
-        Some(Box::pin(async move {
-            revoked.notified().await;
-            LossReason::Revoked
-        }))
+        Some(revoked_signal(&self.revoked))
     }
 }

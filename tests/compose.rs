@@ -43,7 +43,9 @@ fn services() -> Vec<(String, Yaml)> {
                 .unwrap_or_else(|| panic!("{file}: no services"))
                 .clone();
             services.into_iter().map(move |(name, service)| {
-                let name = name.as_str().unwrap_or_else(|| panic!("{file}: a service name"));
+                let name = name
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{file}: a service name"));
                 (format!("{file}/{name}"), service)
             })
         })
@@ -64,8 +66,13 @@ fn host_port(name: &str, service: &Yaml) -> u16 {
     let (host, container) = port
         .strip_prefix("127.0.0.1:")
         .and_then(|rest| rest.split_once(':'))
-        .unwrap_or_else(|| panic!("{name}: publish on 127.0.0.1 only, as 127.0.0.1:HOST:CONTAINER"));
-    assert!(container.parse::<u16>().is_ok(), "{name}: container port {container}");
+        .unwrap_or_else(|| {
+            panic!("{name}: publish on 127.0.0.1 only, as 127.0.0.1:HOST:CONTAINER")
+        });
+    assert!(
+        container.parse::<u16>().is_ok(),
+        "{name}: container port {container}"
+    );
     host.parse()
         .unwrap_or_else(|_| panic!("{name}: host port {host}"))
 }

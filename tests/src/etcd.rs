@@ -162,5 +162,8 @@ impl Harness for EtcdHarness {
 /// A one-member etcd for the fence target.
 pub async fn launch_url() -> Result<crate::Running, BoxError> {
     let server = launch_server().await?;
-    Ok(crate::Running::new(format!("etcd://{}", server.addr()), server))
+    Ok(crate::Running::new(
+        format!("etcd://{}", server.addr()),
+        server,
+    ))
 }

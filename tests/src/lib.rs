@@ -76,7 +76,9 @@ impl Running {
 
 impl std::fmt::Debug for Running {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Running").field("url", &self.url).finish_non_exhaustive()
+        f.debug_struct("Running")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
     }
 }
 

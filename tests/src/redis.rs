@@ -184,6 +184,9 @@ impl Harness for RedisHarness {
 
 /// One Redis node for the fence target.
 pub async fn launch_url() -> Result<crate::Running, BoxError> {
-    let node = launch_servers(1).await?.pop().ok_or("no Redis server started")?;
+    let node = launch_servers(1)
+        .await?
+        .pop()
+        .ok_or("no Redis server started")?;
     Ok(crate::Running::new(node.url(), node))
 }

@@ -164,5 +164,8 @@ impl Harness for RedlockHarness {
 pub async fn launch_url() -> Result<crate::Running, BoxError> {
     let nodes = launch_servers(3).await?;
     let hosts: Vec<String> = nodes.iter().map(|n| n.addr().to_string()).collect();
-    Ok(crate::Running::new(format!("redlock://{}", hosts.join(",")), nodes))
+    Ok(crate::Running::new(
+        format!("redlock://{}", hosts.join(",")),
+        nodes,
+    ))
 }

@@ -166,5 +166,8 @@ impl Harness for ZkHarness {
 /// A standalone ZooKeeper for the fence target.
 pub async fn launch_url() -> Result<crate::Running, BoxError> {
     let server = launch_server().await?;
-    Ok(crate::Running::new(format!("zk://{}", server.addr()), server))
+    Ok(crate::Running::new(
+        format!("zk://{}", server.addr()),
+        server,
+    ))
 }

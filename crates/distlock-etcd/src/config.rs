@@ -138,7 +138,8 @@ impl EtcdConfig {
     ///
     /// - The path is the namespace, with a `/` appended when missing: `/locks` gives
     ///   `locks/`, `/` gives the root (where `etcdctl lock` keeps its locks), and no
-    ///   path gives `distlock/`. Percent-escapes are decoded.
+    ///   path gives `distlock/`. Percent-escapes are decoded. `?namespace=locks`, the
+    ///   parameter every scheme takes, means the same as the path `/locks`.
     /// - Parameters: `connect_timeout` and `timeout` (`500ms`, `5s`, `1m`;
     ///   `request_timeout` is now `timeout`), and the acquire defaults `ttl`,
     ///   `wait`, `renewal`, `max_hold` (see [`EtcdConfig::defaults`]).
@@ -159,7 +160,17 @@ impl EtcdConfig {
             return Err(url.error("no hosts; write etcd://host[:port][,host[:port]…]"));
         }
         let mut config = EtcdConfig::new(url.hosts().iter().map(ToString::to_string));
-        config.namespace = namespace_from_path(url.path());
+        // `namespace=` is the parameter every scheme takes; the path is etcd's own
+        // spelling of it (as etcdctl users write prefixes). One, not both.
+        let parameter = url.string("namespace");
+        config.namespace = match (url.path(), parameter) {
+            (Some(_), Some(_)) => {
+                return Err(url.error(
+                    "the namespace is given twice, as the path and as `namespace=`; keep one",
+                ));
+            }
+            (path, parameter) => namespace_from_path(path.or(parameter.as_deref())),
+        };
         config.user = match (url.user(), url.password()) {
             (Some(user), Some(password)) => Some((user.to_owned(), password.to_owned())),
             (None, None) => None,
@@ -321,6 +332,9 @@ mod tests {
         assert_eq!(namespace("etcd://h/"), "");
         assert_eq!(namespace("etcd://h/ns/"), "ns/");
         assert_eq!(namespace("etcd://h/ns"), "ns/");
+        assert_eq!(namespace("etcd://h?namespace=ns"), "ns/");
+        assert_eq!(namespace("etcd://h?namespace="), "");
+        assert!(reason("etcd://h/ns?namespace=ns").contains("given twice"));
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! the moment it asks is the moment it would have written.
 
 use super::FaultKind;
-use super::history::{Event, Op, Outcome, RenewalMode};
+use super::history::{Op, Outcome, RenewalMode};
 use super::workload::Workload;
 use crate::holder::HolderProcess;
 use distlock_core::{BoxError, LockKey};
@@ -41,18 +41,7 @@ pub(crate) async fn pause_cycle(
         .prefix("distlock-chaos-holder-")
         .tempdir()?;
     let go = dir.path().join("go");
-    let lease = w.recorder.new_lease();
-    let event = |op, invoked, token, deadline, outcome| Event {
-        client: client.into(),
-        lease,
-        key: key.to_string(),
-        op,
-        invoked,
-        completed: w.recorder.now(),
-        token,
-        deadline,
-        outcome,
-    };
+    let event = w.recorder.lease_events(client, key);
     let acquire = Op::Acquire {
         ttl: w.ttl,
         renewal: RenewalMode::Auto,

@@ -53,21 +53,16 @@ pub fn window(history: &History, violation: &Violation) -> Window {
             earlier,
             later,
             ..
+        }
+        | Violation::StaleAdmitted {
+            key,
+            highest_write: earlier,
+            write: later,
         } => (
             key,
             events[*earlier].invoked,
             events[*later].completed,
             vec![*earlier, *later],
-        ),
-        Violation::StaleAdmitted {
-            key,
-            write,
-            highest_write,
-        } => (
-            key,
-            events[*highest_write].invoked,
-            events[*write].completed,
-            vec![*highest_write, *write],
         ),
         Violation::MissedLost {
             key,

@@ -116,18 +116,7 @@ async fn cycle(w: &Arc<Workload>, client: &str, lock: &dyn DistributedLock, key:
         .ttl(w.ttl)
         .wait(Wait::For(w.ttl * 2))
         .renewal(renewal);
-    let lease_id = w.recorder.new_lease();
-    let event = |op, invoked, token, deadline, outcome| Event {
-        client: client.into(),
-        lease: lease_id,
-        key: key.to_string(),
-        op,
-        invoked,
-        completed: w.recorder.now(),
-        token,
-        deadline,
-        outcome,
-    };
+    let event = w.recorder.lease_events(client, key);
     let acquire = Op::Acquire {
         ttl: w.ttl,
         renewal: mode,

@@ -166,6 +166,23 @@ impl ServerProcess {
         Ok(())
     }
 
+    /// [`stop`](Self::stop)s the process if it runs, starts the same command
+    /// line again and waits until `probe` answers, as [`wait_ready`](Self::wait_ready).
+    pub async fn restart<F, Fut>(
+        &self,
+        grace: Duration,
+        timeout: Duration,
+        probe: F,
+    ) -> Result<(), ServerError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = bool>,
+    {
+        self.stop(grace).await;
+        self.respawn()?;
+        self.wait_ready(timeout, probe).await
+    }
+
     /// Polls `probe` until it returns true. Fails early, with the log tail, if the
     /// process exits, and after `timeout` if it never answers.
     pub async fn wait_ready<F, Fut>(

@@ -56,6 +56,29 @@ pub(super) fn stale_gave_lost<T: std::fmt::Debug>(
     Ok(())
 }
 
+/// Waits for `lost` of a hold cut off from the backend at `cut_at`: it must
+/// fire for `Expired`, by the local deadline.
+pub(super) async fn lost_by_partition(
+    s: &Scope<'_>,
+    cut_at: Instant,
+    lost: impl std::future::Future<Output = LossReason>,
+) -> CaseResult {
+    let ttl = s.short_ttl();
+    let reason = within(ttl * 2, "lost() during a partition", lost).await?;
+    let lost_after = cut_at.elapsed();
+    ensure!(
+        reason == LossReason::Expired,
+        "lost for {reason:?}, expected Expired"
+    );
+    // The last renewal went out before the cut, so the deadline is within one ttl
+    // of it; the timer may fire a little late on a loaded machine.
+    ensure!(
+        lost_after <= ttl + Duration::from_millis(500),
+        "lost() fired {lost_after:?} after the cut, ttl {ttl:?}"
+    );
+    Ok(())
+}
+
 /// Waits for `lost` of a hold an operator deleted: push backends tell at once,
 /// others find out at the next renewal (ttl/3).
 pub(super) async fn lost_by_deletion(
@@ -99,18 +122,7 @@ pub async fn lost_signal_on_partition(h: &dyn Harness) -> CaseResult {
     let lease = faulty.lock.acquire(&key, &s.short()).await?;
     let cut_at = Instant::now();
     faulty.faults.set_fault(Fault::Blackhole).await;
-    let reason = within(ttl * 2, "lost() during a partition", lease.lost()).await?;
-    let lost_after = cut_at.elapsed();
-    ensure!(
-        reason == LossReason::Expired,
-        "lost for {reason:?}, expected Expired"
-    );
-    // The last renewal went out before the cut, so the deadline is within one ttl
-    // of it; the timer may fire a little late on a loaded machine.
-    ensure!(
-        lost_after <= ttl + Duration::from_millis(500),
-        "lost() fired {lost_after:?} after the cut, ttl {ttl:?}"
-    );
+    lost_by_partition(&s, cut_at, lease.lost()).await?;
     ensure!(!lease.is_held(), "partitioned lease still held");
     // Meanwhile the server still honours the lease until its own expiry.
     let next = within(

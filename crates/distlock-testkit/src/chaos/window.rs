@@ -136,6 +136,10 @@ pub fn render(history: &History, violation: &Violation) -> String {
 
 fn describe(history: &History, violation: &Violation) -> String {
     let e = &history.events;
+    let lease_token = |i: usize| {
+        let token: String = e[i].token.map_or_else(|| "-".into(), |t| t.to_string());
+        (e[i].lease, token)
+    };
     let measured = match violation.requirement(history) {
         Requirement::Measured => " [measured, not required here]",
         Requirement::Required => "",
@@ -160,24 +164,23 @@ fn describe(history: &History, violation: &Violation) -> String {
             order,
             earlier,
             later,
-        } => format!(
-            "token not rising on `{key}` ({order:?} order): lease {} got token {} after lease {} had {}",
-            e[*later].lease,
-            token(&e[*later]),
-            e[*earlier].lease,
-            token(&e[*earlier])
-        ),
+        } => {
+            let ((lease, got), (before, had)) = (lease_token(*later), lease_token(*earlier));
+            format!(
+                "token not rising on `{key}` ({order:?} order): lease {lease} got token {got} after lease {before} had {had}"
+            )
+        }
         Violation::StaleAdmitted {
             key,
             write,
             highest_write,
-        } => format!(
-            "stale write admitted on `{key}`: lease {} wrote with token {} after lease {}'s token {} was admitted",
-            e[*write].lease,
-            token(&e[*write]),
-            e[*highest_write].lease,
-            token(&e[*highest_write])
-        ),
+        } => {
+            let ((lease, wrote), (before, had)) =
+                (lease_token(*write), lease_token(*highest_write));
+            format!(
+                "stale write admitted on `{key}`: lease {lease} wrote with token {wrote} after lease {before}'s token {had} was admitted"
+            )
+        }
         Violation::MissedLost {
             key,
             lease,
@@ -229,10 +232,6 @@ fn line(e: &Event, from: u64) -> String {
         let _ = write!(text, "  deadline {}", relative(d, from));
     }
     text
-}
-
-fn token(e: &Event) -> String {
-    e.token.map_or_else(|| "-".into(), |t| t.to_string())
 }
 
 /// `t` − `from` in signed milliseconds.

@@ -3,7 +3,7 @@
 //! missed-lost cases are in `tests/lost.rs`, the file's trip in `tests/file.rs`.
 
 use super::FaultKind;
-use super::check::{Order, Violation, check};
+use super::check::{Order, Overlap, Violation, check};
 use super::history::{Event, History, Meta, Op, Outcome, RenewalMode, Requirement};
 use super::report::verdict;
 use super::window::{render, window};
@@ -149,13 +149,13 @@ fn a_clean_history_has_no_violation() {
 fn an_overlap_with_both_writes_admitted_is_found_with_its_window() {
     let h = history(Requirement::Required, overlapping(Outcome::Admitted(2)));
     let findings = check(&h);
-    let overlap = Violation::Overlap {
+    let overlap = Violation::Overlap(Overlap {
         key: "k".into(),
         first: 2,
         second: 3,
         from: 20 * MS,
         to: 30 * MS,
-    };
+    });
     assert_eq!(findings.violations, vec![overlap.clone()]);
     assert_eq!(findings.stats.max_overlap, Duration::from_millis(10));
     assert_eq!(findings.failures(&h).count(), 1);

@@ -30,23 +30,16 @@ pub struct Window {
 pub fn window(history: &History, violation: &Violation) -> Window {
     let events = &history.events;
     let (key, from, to, must): (&str, u64, u64, Vec<usize>) = match violation {
-        Violation::Overlap {
-            key,
-            first,
-            second,
-            from,
-            to,
-            ..
-        } => {
-            let defining = lease_events(history, &[*first, *second])
+        Violation::Overlap(o) => {
+            let defining = lease_events(history, &[o.first, o.second])
                 .into_iter()
                 .filter(|&i| match events[i].op {
                     Op::Acquire { .. } => true,
-                    Op::Write { .. } => (*from..=*to).contains(&events[i].invoked),
+                    Op::Write { .. } => (o.from..=o.to).contains(&events[i].invoked),
                     _ => false,
                 })
                 .collect();
-            (key, *from, *to, defining)
+            (&o.key, o.from, o.to, defining)
         }
         Violation::TokenNotRising {
             key,
@@ -145,19 +138,15 @@ fn describe(history: &History, violation: &Violation) -> String {
         Requirement::Required => "",
     };
     let what = match violation {
-        Violation::Overlap {
-            key,
-            first,
-            second,
-            from,
-            to,
-            ..
-        } => format!(
-            "overlap on `{key}`: leases {first} and {second} both believed they held it and both had \
+        Violation::Overlap(o) => format!(
+            "overlap on `{}`: leases {} and {} both believed they held it and both had \
              writes admitted, for at least {} ms ({} .. {} ms)",
-            ms(to - from),
-            ms(*from),
-            ms(*to)
+            o.key,
+            o.first,
+            o.second,
+            ms(o.to - o.from),
+            ms(o.from),
+            ms(o.to)
         ),
         Violation::TokenNotRising {
             key,

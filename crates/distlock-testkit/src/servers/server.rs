@@ -1,12 +1,12 @@
 //! What every single-node launcher hands out: the process, the address clients
 //! dial, the scratch dir, and what the server's kind adds. Written once so the
-//! Redis, ZooKeeper, MariaDB and PostgreSQL launchers only add their own parts.
+//! Redis, etcd, ZooKeeper, MariaDB and PostgreSQL launchers only add their own parts.
 
 use super::process::ServerProcess;
 use std::net::{IpAddr, SocketAddr};
 use tempfile::TempDir;
 
-/// A launched server of kind `K` ([`super::RedisServer`],
+/// A launched server of kind `K` ([`super::RedisServer`], [`super::EtcdServer`],
 /// [`super::ZooKeeperServer`], [`super::MariaDbServer`], [`super::PostgresServer`]):
 /// a child process on a free port in its own temp dir (or in a container at its
 /// own address, see [`super::placement`]).
@@ -50,8 +50,8 @@ impl<K> Server<K> {
         self.port
     }
 
-    /// The TLS port, when the server serves TLS on a port of its own (Redis and
-    /// ZooKeeper started with TLS options).
+    /// The TLS port, when the server serves TLS on a port of its own (Redis,
+    /// etcd and ZooKeeper started with TLS).
     pub fn tls_port(&self) -> Option<u16> {
         self.tls_port
     }

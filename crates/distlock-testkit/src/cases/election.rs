@@ -2,6 +2,7 @@
 //! killed and paused leaders; terms that strictly rise; a deposed leader's late
 //! write refused by a fence; a withdrawn campaign that delays nobody.
 
+use super::exclusion::late_write_refused;
 use super::{CaseError, CaseResult, Scope, ensure, within};
 use crate::fault::{Fault, FaultControl};
 use crate::harness::Harness;
@@ -226,21 +227,7 @@ pub async fn election_paused_leader_write_refused_by_fence(h: &dyn Harness) -> C
         fresh.token(),
         paused.token()
     );
-    fence
-        .write(resource, fresh.token(), FencedWrite::set("fresh"))
-        .await?;
-    let late = fence
-        .write(resource, paused.token(), FencedWrite::set("late"))
-        .await;
-    ensure!(
-        matches!(late, Err(LockError::StaleToken { .. })),
-        "the deposed leader's late write gave {late:?}, not StaleToken"
-    );
-    let value = fence.read(resource).await?;
-    ensure!(
-        value.as_deref() == Some("fresh"),
-        "the stale write changed the value to {value:?}"
-    );
+    late_write_refused(&fence, resource, paused.token(), fresh.token()).await?;
     fresh.release().await?;
     Ok(())
 }

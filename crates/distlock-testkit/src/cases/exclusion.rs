@@ -3,7 +3,7 @@
 use super::{CaseError, CaseResult, Scope, ensure, within};
 use crate::harness::Harness;
 use crate::history::History;
-use distlock_core::{Fence, FencedWrite, LockError, MemoryFence, Renewal, Wait};
+use distlock_core::{Fence, FencedWrite, FencingToken, LockError, MemoryFence, Renewal, Wait};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
@@ -108,16 +108,29 @@ pub async fn fence_rejects_stale_holder(h: &dyn Harness) -> CaseResult {
         !paused.is_held(),
         "the paused lease still believes it holds the lock"
     );
+    late_write_refused(&fence, resource, paused.token(), fresh.token()).await?;
+    fresh.release().await?;
+    Ok(())
+}
+
+/// The fresh holder's write lands; the paused holder's late write is refused
+/// with `StaleToken` naming both tokens, and the value stays the fresh one.
+pub(super) async fn late_write_refused(
+    fence: &MemoryFence,
+    resource: &str,
+    paused: FencingToken,
+    fresh: FencingToken,
+) -> CaseResult {
     fence
-        .write(resource, fresh.token(), FencedWrite::set("fresh"))
+        .write(resource, fresh, FencedWrite::set("fresh"))
         .await?;
     match fence
-        .write(resource, paused.token(), FencedWrite::set("late"))
+        .write(resource, paused, FencedWrite::set("late"))
         .await
     {
         Err(LockError::StaleToken { token, highest, .. }) => {
             ensure!(
-                token == paused.token() && highest == fresh.token(),
+                token == paused && highest == fresh,
                 "wrong tokens in StaleToken"
             );
         }
@@ -132,7 +145,6 @@ pub async fn fence_rejects_stale_holder(h: &dyn Harness) -> CaseResult {
         value.as_deref() == Some("fresh"),
         "the stale write changed the value to {value:?}"
     );
-    fresh.release().await?;
     Ok(())
 }
 

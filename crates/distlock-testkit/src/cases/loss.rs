@@ -30,17 +30,71 @@ pub async fn release_by_non_owner_is_noop(h: &dyn Harness) -> CaseResult {
             "release" => stale.release().await,
             _ => stale.renew().await,
         };
-        ensure!(
-            matches!(outcome, Err(LockError::Lost { .. })),
-            "{op} by a foreign lease gave {outcome:?}, not Lost"
-        );
         s.stays_held(&c, &key, Duration::from_millis(300)).await?;
-        ensure!(
+        stale_gave_lost(
+            &format!("{op} by a foreign lease"),
+            &outcome,
             fresh.is_held(),
-            "the owner's lease ended after a foreign {op}"
-        );
+        )?;
         fresh.release().await?;
     }
+    Ok(())
+}
+
+/// A stale holder's `op`, which gave `outcome`, must give `Lost` and must not
+/// have ended the new holder's hold.
+pub(super) fn stale_gave_lost<T: std::fmt::Debug>(
+    op: &str,
+    outcome: &Result<T, LockError>,
+    new_holder_held: bool,
+) -> CaseResult {
+    ensure!(
+        matches!(outcome, Err(LockError::Lost { .. })),
+        "{op} gave {outcome:?}, not Lost"
+    );
+    ensure!(new_holder_held, "{op} ended the new holder's hold");
+    Ok(())
+}
+
+/// Waits for `lost` of a hold cut off from the backend at `cut_at`: it must
+/// fire for `Expired`, by the local deadline.
+pub(super) async fn lost_by_partition(
+    s: &Scope<'_>,
+    cut_at: Instant,
+    lost: impl std::future::Future<Output = LossReason>,
+) -> CaseResult {
+    let ttl = s.short_ttl();
+    let reason = within(ttl * 2, "lost() during a partition", lost).await?;
+    let lost_after = cut_at.elapsed();
+    ensure!(
+        reason == LossReason::Expired,
+        "lost for {reason:?}, expected Expired"
+    );
+    // The last renewal went out before the cut, so the deadline is within one ttl
+    // of it; the timer may fire a little late on a loaded machine.
+    ensure!(
+        lost_after <= ttl + Duration::from_millis(500),
+        "lost() fired {lost_after:?} after the cut, ttl {ttl:?}"
+    );
+    Ok(())
+}
+
+/// Waits for `lost` of a hold an operator deleted: push backends tell at once,
+/// others find out at the next renewal (ttl/3).
+pub(super) async fn lost_by_deletion(
+    s: &Scope<'_>,
+    lost: impl std::future::Future<Output = LossReason>,
+) -> CaseResult {
+    let reason = within(
+        s.short_ttl() + s.handoff_bound(),
+        "lost() after deletion",
+        lost,
+    )
+    .await?;
+    ensure!(
+        matches!(reason, LossReason::Revoked | LossReason::SessionEnded),
+        "lost for {reason:?}, expected Revoked or SessionEnded"
+    );
     Ok(())
 }
 
@@ -48,20 +102,9 @@ pub async fn release_by_non_owner_is_noop(h: &dyn Harness) -> CaseResult {
 pub async fn lost_signal_on_external_deletion(h: &dyn Harness) -> CaseResult {
     let s = Scope::new(h, "lost_signal_on_external_deletion");
     let (a, key) = (s.client().await?, s.key("k")?);
-    let ttl = s.short_ttl();
     let lease = a.acquire(&key, &s.short()).await?;
     h.delete_lock(&key).await?;
-    // Push backends tell at once; others find out at the next renewal (ttl/3).
-    let reason = within(
-        ttl + s.handoff_bound(),
-        "lost() after deletion",
-        lease.lost(),
-    )
-    .await?;
-    ensure!(
-        matches!(reason, LossReason::Revoked | LossReason::SessionEnded),
-        "lost for {reason:?}, expected Revoked or SessionEnded"
-    );
+    lost_by_deletion(&s, lease.lost()).await?;
     ensure!(!lease.is_held(), "lease still held after deletion");
     ensure!(
         matches!(lease.release().await, Err(LockError::Lost { .. })),
@@ -79,18 +122,7 @@ pub async fn lost_signal_on_partition(h: &dyn Harness) -> CaseResult {
     let lease = faulty.lock.acquire(&key, &s.short()).await?;
     let cut_at = Instant::now();
     faulty.faults.set_fault(Fault::Blackhole).await;
-    let reason = within(ttl * 2, "lost() during a partition", lease.lost()).await?;
-    let lost_after = cut_at.elapsed();
-    ensure!(
-        reason == LossReason::Expired,
-        "lost for {reason:?}, expected Expired"
-    );
-    // The last renewal went out before the cut, so the deadline is within one ttl
-    // of it; the timer may fire a little late on a loaded machine.
-    ensure!(
-        lost_after <= ttl + Duration::from_millis(500),
-        "lost() fired {lost_after:?} after the cut, ttl {ttl:?}"
-    );
+    lost_by_partition(&s, cut_at, lease.lost()).await?;
     ensure!(!lease.is_held(), "partitioned lease still held");
     // Meanwhile the server still honours the lease until its own expiry.
     let next = within(

@@ -1,9 +1,10 @@
 //! Read-write lock cases about ending shares: crashed readers and writers free
 //! at their ttl, cancelled waits leave nothing, `lost()` fires on deletion.
 
+use super::loss::{lost_by_deletion, stale_gave_lost};
 use super::{CaseError, CaseResult, Scope, ensure, within};
 use crate::harness::Harness;
-use distlock_core::{Held, LockError, LossReason, RwMode, SingleLease, Wait};
+use distlock_core::{Held, LockError, RwMode, SingleLease, Wait};
 use std::time::{Duration, Instant};
 
 /// A reader that stops renewing without releasing (a crash) blocks a writer
@@ -97,7 +98,6 @@ pub async fn rwlock_cancelled_wait_leaves_no_residue(h: &dyn Harness) -> CaseRes
 pub async fn rwlock_lost_on_external_deletion(h: &dyn Harness) -> CaseResult {
     let s = Scope::new(h, "rwlock_lost_on_external_deletion");
     let (a, b, key) = (s.rwlock().await?, s.rwlock().await?, s.key("rw")?);
-    let ttl = s.short_ttl();
     let inspect_client = s.rwlock().await?;
     let inspect = inspect_client
         .inspect()
@@ -120,26 +120,15 @@ pub async fn rwlock_lost_on_external_deletion(h: &dyn Harness) -> CaseResult {
             deleted == 1,
             "the inspector deleted {deleted} shares, not 1"
         );
-        let reason = within(
-            ttl + s.handoff_bound(),
-            "lost() after deletion",
-            lease.lost(),
-        )
-        .await?;
-        ensure!(
-            matches!(reason, LossReason::Revoked | LossReason::SessionEnded),
-            "lost for {reason:?}, expected Revoked or SessionEnded"
-        );
+        lost_by_deletion(&s, lease.lost()).await?;
         ensure!(!lease.is_held(), "{mode} lease still held after deletion");
         let next = b.write(&key, &s.long()).await?;
-        ensure!(
-            matches!(lease.release().await, Err(LockError::Lost { .. })),
-            "release of a deleted {mode} lease must give Lost"
-        );
-        ensure!(
+        let outcome = lease.release().await;
+        stale_gave_lost(
+            &format!("release of a deleted {mode} lease"),
+            &outcome,
             next.is_held(),
-            "a stale release ended the new writer's lease"
-        );
+        )?;
         next.release().await?;
     }
     s.expect_rwlock_residue(0, Duration::from_secs(5)).await

@@ -121,15 +121,33 @@ impl<'a> Scope<'a> {
         if !self.h.hooks().residue {
             return Ok(());
         }
+        self.poll_residue("lock", expected, within, || self.h.residue(&self.prefix))
+            .await
+    }
+
+    /// Polls `residue` until it lists `expected` artifacts, failing at `within`
+    /// with what it found; `what` names the primitive in the message.
+    pub(super) async fn poll_residue<F, Fut, E>(
+        &self,
+        what: &str,
+        expected: usize,
+        within: Duration,
+        residue: F,
+    ) -> CaseResult
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<Vec<String>, E>>,
+        E: std::fmt::Display,
+    {
         let deadline = Instant::now() + within;
         loop {
-            let found = self.h.residue(&self.prefix).await?;
+            let found = residue().await?;
             if found.len() == expected {
                 return Ok(());
             }
             ensure!(
                 Instant::now() < deadline,
-                "expected {expected} lock artifacts under {}, found {} after {within:?}: {found:?}",
+                "expected {expected} {what} artifacts under {}, found {} after {within:?}: {found:?}",
                 self.prefix,
                 found.len()
             );

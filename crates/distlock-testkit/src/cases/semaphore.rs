@@ -244,19 +244,9 @@ impl Scope<'_> {
                 sem.name()
             )));
         };
-        let deadline = Instant::now() + within;
-        loop {
-            let found = inspect.residue(self.prefix()).await?;
-            if found.len() == expected {
-                return Ok(());
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "expected {expected} semaphore artifacts under {}, found {} after {within:?}: {found:?}",
-                self.prefix(),
-                found.len()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.poll_residue("semaphore", expected, within, || {
+            inspect.residue(self.prefix())
+        })
+        .await
     }
 }

@@ -34,23 +34,27 @@ pub enum Order {
     Acceptance,
 }
 
+/// Two leases' admitted spans intersecting over `[from, to)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overlap {
+    /// The key.
+    pub key: String,
+    /// The lease with the lower token.
+    pub first: u64,
+    /// The other lease.
+    pub second: u64,
+    /// Start of the common part.
+    pub from: u64,
+    /// Its end.
+    pub to: u64,
+}
+
 /// One broken property. Leases are named by their id, events by their index in
 /// [`History::events`]; times are ns since the run started.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Violation {
-    /// Two leases' admitted spans intersect over `[from, to)`.
-    Overlap {
-        /// The key.
-        key: String,
-        /// The lease with the lower token.
-        first: u64,
-        /// The other lease.
-        second: u64,
-        /// Start of the common part.
-        from: u64,
-        /// Its end.
-        to: u64,
-    },
+    /// Two leases' admitted spans intersect.
+    Overlap(Overlap),
     /// Tokens did not strictly rise.
     TokenNotRising {
         /// The key.
@@ -94,7 +98,7 @@ impl Violation {
     /// A short name: `overlap`, `token-order`, `stale-admitted`, `missed-lost`.
     pub fn kind(&self) -> &'static str {
         match self {
-            Violation::Overlap { .. } => "overlap",
+            Violation::Overlap(_) => "overlap",
             Violation::TokenNotRising { .. } => "token-order",
             Violation::StaleAdmitted { .. } => "stale-admitted",
             Violation::MissedLost { .. } => "missed-lost",
@@ -105,7 +109,7 @@ impl Violation {
     /// The fence and the lost signal are required everywhere.
     pub fn requirement(&self, history: &History) -> Requirement {
         match self {
-            Violation::Overlap { .. } => history.meta.exclusion,
+            Violation::Overlap(_) => history.meta.exclusion,
             Violation::TokenNotRising { .. } => history.meta.token_order,
             _ => Requirement::Required,
         }
@@ -181,13 +185,13 @@ fn overlaps(key: &str, leases: &[Lease<'_>], out: &mut Vec<Violation>) {
             let (from, to) = ((*start_a).max(*start_b), (*end_a).min(*end_b));
             if from < to {
                 let (first, second) = if a.token <= b.token { (a, b) } else { (b, a) };
-                out.push(Violation::Overlap {
+                out.push(Violation::Overlap(Overlap {
                     key: key.into(),
                     first: first.id,
                     second: second.id,
                     from,
                     to,
-                });
+                }));
             }
         }
     }
@@ -340,7 +344,7 @@ fn stats(history: &History, violations: &[Violation]) -> Stats {
     s.max_overlap = violations
         .iter()
         .filter_map(|v| match v {
-            Violation::Overlap { from, to, .. } => Some(Duration::from_nanos(to - from)),
+            Violation::Overlap(o) => Some(Duration::from_nanos(o.to - o.from)),
             _ => None,
         })
         .max()

@@ -159,6 +159,27 @@ impl Recorder {
         self.leases.fetch_add(1, Ordering::Relaxed) + 1
     }
 
+    /// The events of one fresh lease of `client` on `key`, each completed when
+    /// it is built: the acquire, writes, release and loss all share the lease id.
+    pub fn lease_events<'a>(
+        &'a self,
+        client: &'a str,
+        key: &'a impl std::fmt::Display,
+    ) -> impl Fn(Op, u64, Option<u64>, Option<u64>, Outcome) -> Event + 'a {
+        let lease = self.new_lease();
+        move |op, invoked, token, deadline, outcome| Event {
+            client: client.into(),
+            lease,
+            key: key.to_string(),
+            op,
+            invoked,
+            completed: self.now(),
+            token,
+            deadline,
+            outcome,
+        }
+    }
+
     /// Adds one event.
     pub fn record(&self, event: Event) {
         self.events

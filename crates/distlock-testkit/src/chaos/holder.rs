@@ -12,7 +12,7 @@
 //! the moment it asks is the moment it would have written.
 
 use super::FaultKind;
-use super::history::{Event, Op, Outcome, RenewalMode};
+use super::history::{Op, Outcome, RenewalMode};
 use super::workload::Workload;
 use crate::holder::HolderProcess;
 use distlock_core::{BoxError, LockKey};
@@ -41,43 +41,19 @@ pub(crate) async fn pause_cycle(
         .prefix("distlock-chaos-holder-")
         .tempdir()?;
     let go = dir.path().join("go");
-    let lease = w.recorder.new_lease();
-    let event = |op, invoked, token, deadline, outcome| Event {
-        client: client.into(),
-        lease,
-        key: key.to_string(),
-        op,
-        invoked,
-        completed: w.recorder.now(),
-        token,
-        deadline,
-        outcome,
-    };
-    let acquire = Op::Acquire {
-        ttl: w.ttl,
-        renewal: RenewalMode::Auto,
-    };
+    let event = w.recorder.lease_events(client, key);
     let invoked = w.recorder.now();
     let mut child = HolderProcess::spawn(command(key, w.ttl, &go))?;
     let first = child.wait_line("", w.ttl * 4 + START_SLACK).await?;
-    let Some((token, remaining)) = parse_holding(&first) else {
-        // Not acquired within its wait, or it could not connect: no fault here.
-        let outcome = match first.strip_prefix("NOT-ACQUIRED ") {
-            Some(_) => Outcome::NotAcquired,
-            None => Outcome::Error(first),
-        };
-        w.recorder
-            .record(event(acquire, invoked, None, None, outcome));
+    // Not acquired within its wait, or it could not connect: no fault here.
+    let held = match parse_holding(&first) {
+        Some((token, remaining)) => Ok((token, w.recorder.at(Instant::now() + remaining))),
+        None if first.starts_with("NOT-ACQUIRED ") => Err(Outcome::NotAcquired),
+        None => Err(Outcome::Error(first)),
+    };
+    let Some(token) = w.record_acquire(&event, RenewalMode::Auto, invoked, held) else {
         return Ok(());
     };
-    let deadline = w.recorder.at(Instant::now() + remaining);
-    w.recorder.record(event(
-        acquire,
-        invoked,
-        Some(token),
-        Some(deadline),
-        Outcome::Ok,
-    ));
 
     // The pause: past the ttl, so the lock is free for others meanwhile.
     let length = w.ttl.mul_f64(rand::rng().random_range(1.2..2.0));

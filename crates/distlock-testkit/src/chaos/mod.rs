@@ -29,7 +29,7 @@ mod text;
 pub mod window;
 pub mod workload;
 
-pub use check::{Findings, Order, Stats, Violation, check};
+pub use check::{Findings, Order, Overlap, Stats, Violation, check};
 pub use history::{Event, History, Meta, Op, Outcome, Recorder, RenewalMode, Requirement};
 pub use inject::{HarnessInjector, Injector};
 pub use run::{Plan, Report, run};

@@ -113,7 +113,7 @@ fn longest_overlap(findings: &Findings) -> Option<&Violation> {
         .violations
         .iter()
         .filter_map(|v| match v {
-            Violation::Overlap { from, to, .. } => Some((to - from, v)),
+            Violation::Overlap(o) => Some((o.to - o.from, v)),
             _ => None,
         })
         .max_by_key(|(length, _)| *length)

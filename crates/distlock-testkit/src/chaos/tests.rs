@@ -3,7 +3,7 @@
 //! missed-lost cases are in `tests/lost.rs`, the file's trip in `tests/file.rs`.
 
 use super::FaultKind;
-use super::check::{Order, Violation, check};
+use super::check::{Order, Overlap, Violation, check};
 use super::history::{Event, History, Meta, Op, Outcome, RenewalMode, Requirement};
 use super::report::verdict;
 use super::window::{render, window};
@@ -80,6 +80,26 @@ fn lost(client: &str, lease: u64, key: &str, at: u64) -> Event {
     }
 }
 
+/// Lease `lease` of client `c<lease - 1>` on `k`: acquired with `token` over
+/// `acquired`, its `writes` (at, outcome), and its release at `released`.
+fn hold(
+    lease: u64,
+    token: u64,
+    acquired: (u64, u64),
+    mode: RenewalMode,
+    writes: &[(u64, Outcome)],
+    released: u64,
+) -> Vec<Event> {
+    let client = format!("c{}", lease - 1);
+    let (from, to) = acquired;
+    let mut events = vec![acquire(&client, lease, "k", token, from, to, mode)];
+    for (at, outcome) in writes {
+        events.push(write(&client, lease, "k", token, *at, outcome.clone()));
+    }
+    events.push(release(&client, lease, "k", token, released));
+    events
+}
+
 fn history(exclusion: Requirement, mut events: Vec<Event>) -> History {
     events.sort_by_key(|e| (e.invoked, e.completed));
     History {
@@ -111,15 +131,12 @@ fn overlapping(a_late_write: Outcome) -> Vec<Event> {
 fn a_clean_history_has_no_violation() {
     let h = history(
         Requirement::Required,
-        vec![
-            acquire("c0", 1, "k", 5, 0, 2, Auto),
-            write("c0", 1, "k", 5, 3, Outcome::Admitted(1)),
-            release("c0", 1, "k", 5, 4),
-            acquire("c1", 2, "k", 6, 3, 6, Manual),
-            write("c1", 2, "k", 6, 7, Outcome::Admitted(2)),
-            release("c1", 2, "k", 6, 8),
-            write("c0", 1, "k", 5, 9, Outcome::Stale(6)),
-        ],
+        [
+            hold(1, 5, (0, 2), Auto, &[(3, Outcome::Admitted(1))], 4),
+            hold(2, 6, (3, 6), Manual, &[(7, Outcome::Admitted(2))], 8),
+            vec![write("c0", 1, "k", 5, 9, Outcome::Stale(6))],
+        ]
+        .concat(),
     );
     let findings = check(&h);
     assert_eq!(findings.violations, vec![], "{}", verdict(&h, &findings));
@@ -132,13 +149,13 @@ fn a_clean_history_has_no_violation() {
 fn an_overlap_with_both_writes_admitted_is_found_with_its_window() {
     let h = history(Requirement::Required, overlapping(Outcome::Admitted(2)));
     let findings = check(&h);
-    let overlap = Violation::Overlap {
+    let overlap = Violation::Overlap(Overlap {
         key: "k".into(),
         first: 2,
         second: 3,
         from: 20 * MS,
         to: 30 * MS,
-    };
+    });
     assert_eq!(findings.violations, vec![overlap.clone()]);
     assert_eq!(findings.stats.max_overlap, Duration::from_millis(10));
     assert_eq!(findings.failures(&h).count(), 1);
@@ -180,12 +197,11 @@ fn a_measured_overlap_is_counted_not_failed() {
 fn a_token_not_above_an_earlier_holders_is_found() {
     let h = history(
         Requirement::Required,
-        vec![
-            acquire("c0", 1, "k", 5, 0, 2, Auto),
-            release("c0", 1, "k", 5, 4),
-            acquire("c1", 2, "k", 5, 10, 12, Auto),
-            release("c1", 2, "k", 5, 14),
-        ],
+        [
+            hold(1, 5, (0, 2), Auto, &[], 4),
+            hold(2, 5, (10, 12), Auto, &[], 14),
+        ]
+        .concat(),
     );
     let findings = check(&h);
     let expected = Violation::TokenNotRising {
@@ -208,14 +224,11 @@ fn two_leases_admitted_with_one_token_break_acceptance_order() {
     // Concurrent acquires (so acquisition order says nothing) with equal tokens.
     let h = history(
         Requirement::Measured,
-        vec![
-            acquire("c0", 1, "k", 7, 0, 10, Auto),
-            acquire("c1", 2, "k", 7, 5, 15, Auto),
-            write("c0", 1, "k", 7, 12, Outcome::Admitted(1)),
-            release("c0", 1, "k", 7, 13),
-            write("c1", 2, "k", 7, 30, Outcome::Admitted(2)),
-            release("c1", 2, "k", 7, 31),
-        ],
+        [
+            hold(1, 7, (0, 10), Auto, &[(12, Outcome::Admitted(1))], 13),
+            hold(2, 7, (5, 15), Auto, &[(30, Outcome::Admitted(2))], 31),
+        ]
+        .concat(),
     );
     let findings = check(&h);
     let acceptance: Vec<&Violation> = findings
@@ -243,14 +256,11 @@ fn two_leases_admitted_with_one_token_break_acceptance_order() {
 fn a_stale_write_admitted_is_found() {
     let h = history(
         Requirement::Measured,
-        vec![
-            acquire("c0", 1, "k", 8, 0, 1, Auto),
-            acquire("c1", 2, "k", 9, 0, 2, Auto),
-            write("c1", 2, "k", 9, 10, Outcome::Admitted(1)),
-            release("c1", 2, "k", 9, 11),
-            write("c0", 1, "k", 8, 20, Outcome::Admitted(2)),
-            release("c0", 1, "k", 8, 21),
-        ],
+        [
+            hold(1, 8, (0, 1), Auto, &[(20, Outcome::Admitted(2))], 21),
+            hold(2, 9, (0, 2), Auto, &[(10, Outcome::Admitted(1))], 11),
+        ]
+        .concat(),
     );
     let findings = check(&h);
     let stale = Violation::StaleAdmitted {

@@ -30,44 +30,32 @@ pub struct Window {
 pub fn window(history: &History, violation: &Violation) -> Window {
     let events = &history.events;
     let (key, from, to, must): (&str, u64, u64, Vec<usize>) = match violation {
-        Violation::Overlap {
-            key,
-            first,
-            second,
-            from,
-            to,
-            ..
-        } => {
-            let defining = lease_events(history, &[*first, *second])
+        Violation::Overlap(o) => {
+            let defining = lease_events(history, &[o.first, o.second])
                 .into_iter()
                 .filter(|&i| match events[i].op {
                     Op::Acquire { .. } => true,
-                    Op::Write { .. } => (*from..=*to).contains(&events[i].invoked),
+                    Op::Write { .. } => (o.from..=o.to).contains(&events[i].invoked),
                     _ => false,
                 })
                 .collect();
-            (key, *from, *to, defining)
+            (&o.key, o.from, o.to, defining)
         }
         Violation::TokenNotRising {
             key,
             earlier,
             later,
             ..
+        }
+        | Violation::StaleAdmitted {
+            key,
+            highest_write: earlier,
+            write: later,
         } => (
             key,
             events[*earlier].invoked,
             events[*later].completed,
             vec![*earlier, *later],
-        ),
-        Violation::StaleAdmitted {
-            key,
-            write,
-            highest_write,
-        } => (
-            key,
-            events[*highest_write].invoked,
-            events[*write].completed,
-            vec![*highest_write, *write],
         ),
         Violation::MissedLost {
             key,
@@ -141,48 +129,47 @@ pub fn render(history: &History, violation: &Violation) -> String {
 
 fn describe(history: &History, violation: &Violation) -> String {
     let e = &history.events;
+    let lease_token = |i: usize| {
+        let token: String = e[i].token.map_or_else(|| "-".into(), |t| t.to_string());
+        (e[i].lease, token)
+    };
     let measured = match violation.requirement(history) {
         Requirement::Measured => " [measured, not required here]",
         Requirement::Required => "",
     };
     let what = match violation {
-        Violation::Overlap {
-            key,
-            first,
-            second,
-            from,
-            to,
-            ..
-        } => format!(
-            "overlap on `{key}`: leases {first} and {second} both believed they held it and both had \
+        Violation::Overlap(o) => format!(
+            "overlap on `{}`: leases {} and {} both believed they held it and both had \
              writes admitted, for at least {} ms ({} .. {} ms)",
-            ms(to - from),
-            ms(*from),
-            ms(*to)
+            o.key,
+            o.first,
+            o.second,
+            ms(o.to - o.from),
+            ms(o.from),
+            ms(o.to)
         ),
         Violation::TokenNotRising {
             key,
             order,
             earlier,
             later,
-        } => format!(
-            "token not rising on `{key}` ({order:?} order): lease {} got token {} after lease {} had {}",
-            e[*later].lease,
-            token(&e[*later]),
-            e[*earlier].lease,
-            token(&e[*earlier])
-        ),
+        } => {
+            let ((lease, got), (before, had)) = (lease_token(*later), lease_token(*earlier));
+            format!(
+                "token not rising on `{key}` ({order:?} order): lease {lease} got token {got} after lease {before} had {had}"
+            )
+        }
         Violation::StaleAdmitted {
             key,
             write,
             highest_write,
-        } => format!(
-            "stale write admitted on `{key}`: lease {} wrote with token {} after lease {}'s token {} was admitted",
-            e[*write].lease,
-            token(&e[*write]),
-            e[*highest_write].lease,
-            token(&e[*highest_write])
-        ),
+        } => {
+            let ((lease, wrote), (before, had)) =
+                (lease_token(*write), lease_token(*highest_write));
+            format!(
+                "stale write admitted on `{key}`: lease {lease} wrote with token {wrote} after lease {before}'s token {had} was admitted"
+            )
+        }
         Violation::MissedLost {
             key,
             lease,
@@ -234,10 +221,6 @@ fn line(e: &Event, from: u64) -> String {
         let _ = write!(text, "  deadline {}", relative(d, from));
     }
     text
-}
-
-fn token(e: &Event) -> String {
-    e.token.map_or_else(|| "-".into(), |t| t.to_string())
 }
 
 /// `t` − `from` in signed milliseconds.

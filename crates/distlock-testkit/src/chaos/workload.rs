@@ -66,6 +66,29 @@ impl Workload {
         self.recorder.at(Instant::now() + lease.remaining())
     }
 
+    /// Records how an acquire invoked at `invoked` ended, as `event` builds it:
+    /// held with a token and a local deadline, or else the outcome. The token,
+    /// when held.
+    pub fn record_acquire(
+        &self,
+        event: impl Fn(Op, u64, Option<u64>, Option<u64>, Outcome) -> Event,
+        renewal: RenewalMode,
+        invoked: u64,
+        held: Result<(u64, u64), Outcome>,
+    ) -> Option<u64> {
+        let acquire = Op::Acquire {
+            ttl: self.ttl,
+            renewal,
+        };
+        let (token, deadline, outcome) = match held {
+            Ok((token, deadline)) => (Some(token), Some(deadline), Outcome::Ok),
+            Err(outcome) => (None, None, outcome),
+        };
+        self.recorder
+            .record(event(acquire, invoked, token, deadline, outcome));
+        token
+    }
+
     /// Makes the fenced write that `write` (an event with its client, lease,
     /// key, token and invocation filled in) describes, and records it with its
     /// completion and outcome.
@@ -116,44 +139,17 @@ async fn cycle(w: &Arc<Workload>, client: &str, lock: &dyn DistributedLock, key:
         .ttl(w.ttl)
         .wait(Wait::For(w.ttl * 2))
         .renewal(renewal);
-    let lease_id = w.recorder.new_lease();
-    let event = |op, invoked, token, deadline, outcome| Event {
-        client: client.into(),
-        lease: lease_id,
-        key: key.to_string(),
-        op,
-        invoked,
-        completed: w.recorder.now(),
-        token,
-        deadline,
-        outcome,
-    };
-    let acquire = Op::Acquire {
-        ttl: w.ttl,
-        renewal: mode,
-    };
+    let event = w.recorder.lease_events(client, key);
     let invoked = w.recorder.now();
-    let lease = match lock.acquire(key, &opts).await {
-        Ok(lease) => lease,
-        Err(e) => {
-            let outcome = match e {
-                LockError::Timeout { .. } | LockError::Busy { .. } => Outcome::NotAcquired,
-                other => Outcome::Error(other.to_string()),
-            };
-            w.recorder
-                .record(event(acquire, invoked, None, None, outcome));
-            return false;
-        }
+    let acquired = lock.acquire(key, &opts).await;
+    let held = match &acquired {
+        Ok(lease) => Ok((lease.token().get(), w.deadline(lease))),
+        Err(LockError::Timeout { .. } | LockError::Busy { .. }) => Err(Outcome::NotAcquired),
+        Err(other) => Err(Outcome::Error(other.to_string())),
     };
-    let token = lease.token().get();
-    let deadline = w.deadline(&lease);
-    w.recorder.record(event(
-        acquire,
-        invoked,
-        Some(token),
-        Some(deadline),
-        Outcome::Ok,
-    ));
+    let (Some(token), Ok(lease)) = (w.record_acquire(&event, mode, invoked, held), acquired) else {
+        return false;
+    };
     let base = event(Op::Lost, 0, Some(token), None, Outcome::Ok);
     let (done, watcher) = watch_lost(w, base.clone(), &lease);
     hold(w, &base, &lease, manual).await;

@@ -1,12 +1,10 @@
 //! etcd launcher: one node, or a cluster whose members can be killed one by one.
 
-use super::process::ServerProcess;
+use super::server::Server;
 use super::tls::ServerTls;
 use super::{READY_TIMEOUT, ServerError, find_binary};
-use std::net::{IpAddr, SocketAddr};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
-use tempfile::TempDir;
 
 mod cluster;
 mod gateway;
@@ -23,28 +21,40 @@ const ETCDCTL_TIMEOUT: Duration = Duration::from_secs(20);
 /// One etcd member (`etcd` child process) on free loopback ports, in its own temp
 /// dir. Alone it is a single-node cluster; [`EtcdCluster`] holds several.
 ///
-/// The process is killed when this value is dropped.
-pub struct EtcdServer {
+/// The process is killed when this value is dropped. [`Server::tls_port`] is
+/// the TLS client port (`https://<host>:<port>`) of a member started with
+/// [`EtcdServer::start_tls`].
+pub type EtcdServer = Server<Etcd>;
+
+/// What an etcd [`Server`] adds: the member's name and raft id, and the root
+/// password once authentication is on.
+pub struct Etcd {
     name: String,
-    host: IpAddr,
-    client_port: u16,
-    tls_port: Option<u16>,
     member_id: u64,
-    process: ServerProcess,
     root_password: Mutex<Option<String>>,
-    _dir: TempDir,
 }
 
-impl std::fmt::Debug for EtcdServer {
+impl Etcd {
+    fn new(name: String) -> Self {
+        Etcd {
+            name,
+            member_id: 0,
+            root_password: Mutex::new(None),
+        }
+    }
+}
+
+impl std::fmt::Debug for Etcd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdServer")
+        let auth = self
+            .root_password
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some();
+        f.debug_struct("Etcd")
             .field("name", &self.name)
-            .field("host", &self.host)
-            .field("client_port", &self.client_port)
-            .field("tls_port", &self.tls_port)
             .field("member_id", &self.member_id)
-            .field("auth", &self.root_password().is_some())
-            .field("process", &self.process)
+            .field("auth", &auth)
             .finish()
     }
 }
@@ -80,36 +90,20 @@ impl EtcdServer {
             .ok_or_else(|| ServerError::Protocol("etcd started no member".into()))
     }
 
-    /// The TLS client port (`https://<host>:<port>`) of a member started
-    /// with [`EtcdServer::start_tls`].
-    pub fn tls_port(&self) -> Option<u16> {
-        self.tls_port
-    }
-
     /// The client URL, `http://<host>:<port>` (host `127.0.0.1`, or the
     /// container's address).
     pub fn url(&self) -> String {
         format!("http://{}", self.addr())
     }
 
-    /// The address clients connect to: loopback, or the container's own.
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::new(self.host, self.client_port)
-    }
-
-    /// The client port; it stays the same across restarts.
-    pub fn port(&self) -> u16 {
-        self.client_port
-    }
-
     /// The member's name in the cluster.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.kind.name
     }
 
     /// The member's raft id, stable across restarts.
     pub fn member_id(&self) -> u64 {
-        self.member_id
+        self.kind.member_id
     }
 
     /// Shuts the member down cleanly (SIGTERM), killing it if that takes too long.
@@ -185,7 +179,7 @@ impl EtcdServer {
             .await
             .map_err(ServerError::io(format!(
                 "status of etcd member {}",
-                self.name
+                self.name()
             )))?;
         let field = |key| json_u64(&body, key);
         match (code, field("member_id"), field("leader"), field("raftTerm")) {
@@ -208,7 +202,8 @@ impl EtcdServer {
     }
 
     fn root_password(&self) -> Option<String> {
-        self.root_password
+        self.kind
+            .root_password
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
@@ -216,17 +211,9 @@ impl EtcdServer {
 
     fn set_root_password(&self, password: &str) {
         *self
+            .kind
             .root_password
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(password.to_owned());
-    }
-}
-
-/// The process operations (`pid`, `kill`, `pause`, `resume`, `log_tail`...) are
-/// those of [`ServerProcess`]; `stop` and `restart` are the server's own.
-impl std::ops::Deref for EtcdServer {
-    type Target = ServerProcess;
-    fn deref(&self) -> &ServerProcess {
-        &self.process
     }
 }

@@ -2,24 +2,20 @@
 //! free loopback port, with a `distlock` database and a password-protected user.
 
 use super::process::ServerProcess;
+use super::server::Server;
+use super::sql::{DATABASE, Sql, USER, run_setup, run_sql};
 use super::tls::ServerTls;
-use super::{Placement, ServerError, free_port, place, random_password, retry_on_exit, url_encode};
+use super::{Placement, ServerError, free_port, place, retry_on_exit};
 use std::ffi::OsString;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
-use tempfile::TempDir;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 /// Install plus first start; slow disks make the install the long part.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
 const STOP_GRACE: Duration = Duration::from_secs(20);
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
-/// The database and user every test server gets.
-const DATABASE: &str = "distlock";
-const USER: &str = "distlock";
 
 /// Server settings shared by the install and the server: small and fast to start,
 /// no binlog, no performance schema. No `--log-error`, so the log goes to stderr
@@ -43,27 +39,13 @@ const SERVER_FLAGS: &[&str] = &[
 /// allowed everything on that database.
 ///
 /// The process is killed when this value is dropped.
-pub struct MariaDbServer {
-    host: IpAddr,
-    port: u16,
-    password: String,
+pub type MariaDbServer = Server<Sql<MariaDb>>;
+
+/// What a MariaDB server adds to a SQL [`Server`]: where `root` logs in.
+#[derive(Debug)]
+pub struct MariaDb {
     socket: PathBuf,
     client: PathBuf,
-    process: ServerProcess,
-    _dir: TempDir,
-}
-
-impl std::fmt::Debug for MariaDbServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MariaDbServer")
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("user", &USER)
-            .field("password", &"<redacted>")
-            .field("socket", &self.socket)
-            .field("process", &self.process)
-            .finish()
-    }
 }
 
 impl MariaDbServer {
@@ -118,15 +100,14 @@ impl MariaDbServer {
             Ok((port, process))
         })
         .await?;
-        let server = MariaDbServer {
-            host: placement.host(),
-            port,
-            password: random_password(),
-            socket,
-            client,
+        let engine = MariaDb { socket, client };
+        let server = Server::new(
+            placement.host(),
+            (port, None),
             process,
-            _dir: dir,
-        };
+            dir,
+            Sql::new("mysql", engine),
+        );
         let require = match tls {
             Some(tls) if tls.require_client_cert => " REQUIRE X509",
             _ => "",
@@ -136,50 +117,15 @@ impl MariaDbServer {
                 "CREATE DATABASE IF NOT EXISTS `{DATABASE}`;\n\
                  CREATE USER IF NOT EXISTS '{USER}'@'%' IDENTIFIED BY '{}'{require};\n\
                  GRANT ALL ON `{DATABASE}`.* TO '{USER}'@'%';\n",
-                server.password
+                server.password()
             ))
             .await?;
         Ok(server)
     }
 
-    /// `mysql://distlock:<password>@<host>:<port>/distlock` (host `127.0.0.1`, or
-    /// the container's address).
-    pub fn url(&self) -> String {
-        format!(
-            "mysql://{USER}:{}@{}/{DATABASE}",
-            url_encode(&self.password),
-            self.addr()
-        )
-    }
-
-    /// The address clients connect to: loopback, or the container's own.
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::new(self.host, self.port)
-    }
-
-    /// The TCP port; it stays the same across restarts.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The test user's name (`distlock`).
-    pub fn user(&self) -> &str {
-        USER
-    }
-
-    /// The test user's password.
-    pub fn password(&self) -> &str {
-        &self.password
-    }
-
-    /// The database the test user owns (`distlock`).
-    pub fn database(&self) -> &str {
-        DATABASE
-    }
-
     /// The server's Unix socket, where `root` logs in without a password.
     pub fn socket_path(&self) -> &Path {
-        &self.socket
+        &self.kind.engine.socket
     }
 
     /// Shuts the server down cleanly (SIGTERM), killing it if that takes too long.
@@ -190,11 +136,9 @@ impl MariaDbServer {
     /// Stops the server if it runs, then starts it on the same port with the same
     /// datadir (tables, rows and users survive) and waits until it accepts clients.
     pub async fn restart(&self) -> Result<(), ServerError> {
-        self.stop().await;
-        self.process.respawn()?;
         let addr = self.addr();
         self.process
-            .wait_ready(READY_TIMEOUT, || greets(addr))
+            .restart(STOP_GRACE, READY_TIMEOUT, || greets(addr))
             .await
     }
 
@@ -205,40 +149,14 @@ impl MariaDbServer {
         let mut command = match self.process.container() {
             // The socket is in the mounted scratch dir; the image's client reads it.
             Some(container) => super::docker::exec_command(container, "mariadb"),
-            None => tokio::process::Command::new(&self.client),
+            None => tokio::process::Command::new(&self.kind.engine.client),
         };
-        let mut child = command
+        command
             .arg("--no-defaults")
             .arg("--protocol=socket")
-            .arg(arg("--socket=", &self.socket))
-            .args(["--user=root", "--batch", "--skip-column-names"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(ServerError::io("spawn the mariadb client"))?;
-        // SQL goes through stdin so passwords in it stay out of process listings.
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(sql.as_bytes())
-                .await
-                .map_err(ServerError::io("send SQL to the mariadb client"))?;
-        }
-        let output = tokio::time::timeout(CLIENT_TIMEOUT, child.wait_with_output())
-            .await
-            .map_err(|_| ServerError::Command {
-                command: "mariadb (as root)".into(),
-                output: format!("no answer within {CLIENT_TIMEOUT:?}"),
-            })?
-            .map_err(ServerError::io("run the mariadb client"))?;
-        if !output.status.success() {
-            return Err(ServerError::Command {
-                command: "mariadb (as root)".into(),
-                output: String::from_utf8_lossy(&output.stderr).into_owned(),
-            });
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+            .arg(arg("--socket=", self.socket_path()))
+            .args(["--user=root", "--batch", "--skip-column-names"]);
+        run_sql(&mut command, sql, "mariadb (as root)").await
     }
 }
 
@@ -260,40 +178,9 @@ async fn install_datadir(
     args.extend(run_as_root_flag());
     let scratch = datadir.parent().unwrap_or(datadir);
     let tmp = tmpdir.as_os_str().to_owned();
-    let output = async {
-        match placement.docker() {
-            Some((_, image)) => {
-                super::docker::run_once(image, install, &args, scratch, &[("TMPDIR", &tmp)]).await
-            }
-            None => tokio::process::Command::new(install)
-                .args(&args)
-                .env("TMPDIR", tmpdir)
-                .kill_on_drop(true)
-                .output()
-                .await
-                .map_err(ServerError::io("run mariadb-install-db")),
-        }
-    };
-    let output = tokio::time::timeout(READY_TIMEOUT, output)
-        .await
-        .map_err(|_| ServerError::Command {
-            command: "mariadb-install-db".into(),
-            output: format!("no result within {READY_TIMEOUT:?}"),
-        })??;
-    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&output.stderr));
-    // Kept for post-mortems; a failure to write it must not hide the install result.
-    let _ = std::fs::write(log, &text);
-    if output.status.success() {
-        Ok(())
-    } else {
-        let tail: Vec<&str> = text.lines().rev().take(40).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        Err(ServerError::Command {
-            command: "mariadb-install-db".into(),
-            output: tail.join("\n"),
-        })
-    }
+    let env = [("TMPDIR", &tmp)];
+    let name = "mariadb-install-db";
+    run_setup(placement, name, install, &args, &env, scratch, log).await
 }
 
 /// `mariadbd` refuses to run as root unless told to.
@@ -327,14 +214,5 @@ async fn greets(addr: SocketAddr) -> bool {
         10 => true,
         0xFF => u16::from_le_bytes([header[5], header[6]]) == HOST_NOT_ALLOWED,
         _ => false,
-    }
-}
-
-/// The process operations (`pid`, `kill`, `pause`, `resume`, `log_tail`...) are
-/// those of [`ServerProcess`]; `stop` and `restart` are the server's own.
-impl std::ops::Deref for MariaDbServer {
-    type Target = ServerProcess;
-    fn deref(&self) -> &ServerProcess {
-        &self.process
     }
 }

@@ -18,6 +18,8 @@ pub mod redis;
 pub mod redis_cluster;
 mod resp;
 pub mod sentinel;
+pub mod server;
+mod sql;
 pub mod tls;
 pub mod zookeeper;
 
@@ -29,6 +31,8 @@ pub use process::ServerProcess;
 pub use redis::{RedisOptions, RedisServer};
 pub use redis_cluster::RedisCluster;
 pub use sentinel::{SentinelOptions, SentinelTopology};
+pub use server::Server;
+pub use sql::Sql;
 pub use tls::{ServerTls, TestCertificates};
 pub use zookeeper::{ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperServer};
 

@@ -12,28 +12,22 @@
 //! mounted temp dir; clients dial the container's address.
 
 use super::process::ServerProcess;
+use super::server::Server;
+use super::sql::{DATABASE, Sql, USER, run_setup, run_sql};
 use super::tls::ServerTls;
-use super::{ServerError, free_port, place, random_password, retry_on_exit, url_encode};
+use super::{ServerError, free_port, place, retry_on_exit};
 use nix::sys::signal::Signal;
 use std::ffi::OsString;
-use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
-use tempfile::TempDir;
-use tokio::io::AsyncWriteExt;
 
 mod commands;
 
-use commands::{Probe, Runner, run_to_end, server_bin_dir, tool};
+use commands::{Runner, SocketLogin, server_bin_dir};
 
 /// initdb plus first start.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
 const STOP_GRACE: Duration = Duration::from_secs(20);
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
-/// The database and role every test server gets.
-const DATABASE: &str = "distlock";
-const USER: &str = "distlock";
 /// The superuser, which logs in over the Unix socket without a password.
 const SUPERUSER: &str = "postgres";
 /// Where Debian's package (and so the `distlock/postgres` image) keeps the binaries.
@@ -56,27 +50,13 @@ const SERVER_SETTINGS: &[&str] = &[
 /// a random password owning it.
 ///
 /// The process is killed when this value is dropped.
-pub struct PostgresServer {
-    host: IpAddr,
-    port: u16,
-    password: String,
-    dir_path: PathBuf,
-    bin: PathBuf,
-    process: ServerProcess,
-    _dir: TempDir,
-}
+pub type PostgresServer = Server<Sql<Postgres>>;
 
-impl std::fmt::Debug for PostgresServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresServer")
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("user", &USER)
-            .field("password", &"<redacted>")
-            .field("dir", &self.dir_path)
-            .field("process", &self.process)
-            .finish()
-    }
+/// What a PostgreSQL server adds to a SQL [`Server`]: how the superuser logs in
+/// over the Unix socket.
+#[derive(Debug)]
+pub struct Postgres {
+    login: SocketLogin,
 }
 
 impl PostgresServer {
@@ -125,7 +105,8 @@ impl PostgresServer {
         // shared machine (an unoptimised test build computes them slowly).
         init.extend(["--auth-local=trust".into(), "--auth-host=md5".into()]);
         let log = dir.path().join("initdb.log");
-        run_to_end(&placement, &runner, &initdb, &init, dir.path(), &log).await?;
+        let program = runner.program(&initdb);
+        run_setup(&placement, "initdb", &program, &init, &[], dir.path(), &log).await?;
         if placement.is_container() {
             // Clients come from the host, through the network's gateway address.
             let hba = data.join("pg_hba.conf");
@@ -160,28 +141,28 @@ impl PostgresServer {
             let program = runner.program(&postgres);
             let process =
                 ServerProcess::start_at(&placement, "postgres", &program, args, dir.path())?;
-            let probe = Probe::new(&bin, dir.path(), port);
+            let login = SocketLogin::new(&bin, dir.path(), port);
             process
-                .wait_ready(READY_TIMEOUT, || probe.ready(&process))
+                .wait_ready(READY_TIMEOUT, || login.ready(&process))
                 .await?;
             Ok((port, process))
         })
         .await?;
-        let server = PostgresServer {
-            host: placement.host(),
-            port,
-            password: random_password(),
-            dir_path: dir.path().to_owned(),
-            bin,
+        let login = SocketLogin::new(&bin, dir.path(), port);
+        let engine = Postgres { login };
+        let server = Server::new(
+            placement.host(),
+            (port, None),
             process,
-            _dir: dir,
-        };
+            dir,
+            Sql::new("postgres", engine),
+        );
         server
             .exec_as(
                 "postgres",
                 &format!(
                     "CREATE ROLE {USER} LOGIN PASSWORD '{}';\nCREATE DATABASE {DATABASE} OWNER {USER};\n",
-                    server.password
+                    server.password()
                 ),
             )
             .await?;
@@ -191,45 +172,10 @@ impl PostgresServer {
         Ok(server)
     }
 
-    /// `postgres://distlock:<password>@<host>:<port>/distlock` (host `127.0.0.1`,
-    /// or the container's address).
-    pub fn url(&self) -> String {
-        format!(
-            "postgres://{USER}:{}@{}/{DATABASE}",
-            url_encode(&self.password),
-            self.addr()
-        )
-    }
-
-    /// The address clients connect to: loopback, or the container's own.
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::new(self.host, self.port)
-    }
-
-    /// The TCP port; it stays the same across restarts.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The test role's name (`distlock`).
-    pub fn user(&self) -> &str {
-        USER
-    }
-
-    /// The test role's password.
-    pub fn password(&self) -> &str {
-        &self.password
-    }
-
-    /// The database the test role owns (`distlock`).
-    pub fn database(&self) -> &str {
-        DATABASE
-    }
-
     /// The directory of the server's Unix socket, where the superuser logs in
     /// without a password.
     pub fn socket_dir(&self) -> &Path {
-        &self.dir_path
+        self.kind.engine.login.socket_dir()
     }
 
     /// Shuts the server down fast and cleanly (SIGINT: sessions are ended,
@@ -259,9 +205,9 @@ impl PostgresServer {
     pub async fn restart(&self) -> Result<(), ServerError> {
         self.stop().await;
         self.process.respawn()?;
-        let probe = Probe::new(&self.bin, &self.dir_path, self.port);
+        let login = &self.kind.engine.login;
         self.process
-            .wait_ready(READY_TIMEOUT, || probe.ready(&self.process))
+            .wait_ready(READY_TIMEOUT, || login.ready(&self.process))
             .await
     }
 
@@ -274,45 +220,9 @@ impl PostgresServer {
     }
 
     async fn exec_as(&self, database: &str, sql: &str) -> Result<String, ServerError> {
-        let mut child = tool(&self.bin, &self.process, "psql")
-            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
-            .arg("-h")
-            .arg(&self.dir_path)
-            .args([
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                SUPERUSER,
-                "-d",
-                database,
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(ServerError::io("spawn psql"))?;
-        // SQL goes through stdin so passwords in it stay out of process listings.
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(sql.as_bytes())
-                .await
-                .map_err(ServerError::io("send SQL to psql"))?;
-        }
-        let output = tokio::time::timeout(CLIENT_TIMEOUT, child.wait_with_output())
-            .await
-            .map_err(|_| ServerError::Command {
-                command: "psql (as the superuser)".into(),
-                output: format!("no answer within {CLIENT_TIMEOUT:?}"),
-            })?
-            .map_err(ServerError::io("run psql"))?;
-        if !output.status.success() {
-            return Err(ServerError::Command {
-                command: "psql (as the superuser)".into(),
-                output: String::from_utf8_lossy(&output.stderr).into_owned(),
-            });
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        let mut psql = self.kind.engine.login.tool(&self.process, "psql", database);
+        psql.args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"]);
+        run_sql(&mut psql, sql, "psql (as the superuser)").await
     }
 }
 
@@ -334,13 +244,4 @@ fn ssl_settings(tls: &ServerTls, dir: &Path, runner: &Runner) -> Result<Vec<Stri
         settings.push(format!("{setting}={}", to.display()));
     }
     Ok(settings)
-}
-
-/// The process operations (`pid`, `kill`, `pause`, `resume`, `log_tail`...) are
-/// those of [`ServerProcess`]; `stop` and `restart` are the server's own.
-impl std::ops::Deref for PostgresServer {
-    type Target = ServerProcess;
-    fn deref(&self) -> &ServerProcess {
-        &self.process
-    }
 }

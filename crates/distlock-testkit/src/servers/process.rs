@@ -63,15 +63,7 @@ impl ServerProcess {
         args: Vec<OsString>,
         dir: &Path,
     ) -> Result<Self, ServerError> {
-        let process = ServerProcess {
-            name: name.to_owned(),
-            program: program.to_owned(),
-            args,
-            dir: dir.to_owned(),
-            log_path: dir.join("server.log"),
-            child: Mutex::new(None),
-            container: None,
-        };
+        let process = Self::new(name, program, args, dir, None);
         process.respawn()?;
         Ok(process)
     }
@@ -90,15 +82,25 @@ impl ServerProcess {
             return Self::start(name, program, args, dir);
         };
         let container = Container::run(run, image, placement.host(), program, &args, dir)?;
-        Ok(ServerProcess {
+        Ok(Self::new(name, program, args, dir, Some(container)))
+    }
+
+    fn new(
+        name: &str,
+        program: &Path,
+        args: Vec<OsString>,
+        dir: &Path,
+        container: Option<Container>,
+    ) -> Self {
+        ServerProcess {
             name: name.to_owned(),
             program: program.to_owned(),
             args,
             dir: dir.to_owned(),
             log_path: dir.join("server.log"),
             child: Mutex::new(None),
-            container: Some(container),
-        })
+            container,
+        }
     }
 
     /// The container this server runs in, when it was placed in one.
@@ -162,6 +164,23 @@ impl ServerProcess {
             .stderr(log_err);
         *slot = Some(ManagedChild::spawn(&self.name, &mut command, &self.dir)?);
         Ok(())
+    }
+
+    /// [`stop`](Self::stop)s the process if it runs, starts the same command
+    /// line again and waits until `probe` answers, as [`wait_ready`](Self::wait_ready).
+    pub async fn restart<F, Fut>(
+        &self,
+        grace: Duration,
+        timeout: Duration,
+        probe: F,
+    ) -> Result<(), ServerError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = bool>,
+    {
+        self.stop(grace).await;
+        self.respawn()?;
+        self.wait_ready(timeout, probe).await
     }
 
     /// Polls `probe` until it returns true. Fails early, with the log tail, if the

@@ -1,6 +1,7 @@
 //! Redis launcher: one node, or several independent nodes for Redlock.
 
 use super::process::ServerProcess;
+use super::server::Server;
 use super::tls::ServerTls;
 use super::{
     READY_TIMEOUT, ServerError, free_port, place, retry_on_exit, url_encode, write_private,
@@ -8,7 +9,6 @@ use super::{
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -51,25 +51,21 @@ impl std::fmt::Debug for RedisOptions {
 /// in a container at its own address, see [`super::placement`]).
 ///
 /// Without [`RedisOptions::aof`] nothing is persisted: a restart starts empty. The
-/// process is killed when this value is dropped.
-pub struct RedisServer {
-    host: IpAddr,
-    port: u16,
-    tls_port: Option<u16>,
+/// process is killed when this value is dropped. [`Server::tls_port`] is the
+/// TLS port of a server started with [`RedisOptions::tls`].
+pub type RedisServer = Server<Redis>;
+
+/// What a Redis [`Server`] adds: its password and data dir.
+pub struct Redis {
     password: Option<String>,
-    process: ServerProcess,
     data_dir: PathBuf,
-    _dir: TempDir,
 }
 
-impl std::fmt::Debug for RedisServer {
+impl std::fmt::Debug for Redis {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisServer")
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("tls_port", &self.tls_port)
+        f.debug_struct("Redis")
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("process", &self.process)
+            .field("data_dir", &self.data_dir)
             .finish()
     }
 }
@@ -110,15 +106,14 @@ impl RedisServer {
             Ok((placement.host(), port, tls_port, process))
         })
         .await?;
-        Ok(RedisServer {
+        let password = options.password.clone();
+        Ok(Server::new(
             host,
-            port,
-            tls_port,
-            password: options.password.clone(),
+            (port, tls_port),
             process,
-            data_dir,
-            _dir: dir,
-        })
+            dir,
+            Redis { password, data_dir },
+        ))
     }
 
     /// Starts `count` independent servers (as Redlock needs), each with `options`.
@@ -141,7 +136,7 @@ impl RedisServer {
     /// `redis://[:password@]<host>:<port>/` (host `127.0.0.1`, or the container's
     /// address), ready for a Redis client.
     pub fn url(&self) -> String {
-        match &self.password {
+        match &self.kind.password {
             Some(password) => format!("redis://:{}@{}/", url_encode(password), self.addr()),
             None => format!("redis://{}/", self.addr()),
         }
@@ -150,37 +145,22 @@ impl RedisServer {
     /// `rediss://[:password@]<host>:<tls port>/` when the server was started
     /// with [`RedisOptions::tls`]; add `?ca=…` (and `cert=`, `key=`) to trust it.
     pub fn tls_url(&self) -> Option<String> {
-        let port = self.tls_port?;
-        let addr = SocketAddr::new(self.host, port);
-        Some(match &self.password {
+        let port = self.tls_port()?;
+        let addr = SocketAddr::new(self.addr().ip(), port);
+        Some(match &self.kind.password {
             Some(password) => format!("rediss://:{}@{addr}/", url_encode(password)),
             None => format!("rediss://{addr}/"),
         })
     }
 
-    /// The TLS port, when the server was started with [`RedisOptions::tls`].
-    pub fn tls_port(&self) -> Option<u16> {
-        self.tls_port
-    }
-
-    /// The address clients dial: loopback, or the container's own.
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::new(self.host, self.port)
-    }
-
-    /// The port the server listens on; it stays the same across restarts.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
     /// The password clients must send, if any.
     pub fn password(&self) -> Option<&str> {
-        self.password.as_deref()
+        self.kind.password.as_deref()
     }
 
     /// The directory holding the server's RDB and AOF files.
     pub fn data_dir(&self) -> &Path {
-        &self.data_dir
+        &self.kind.data_dir
     }
 
     /// Shuts the server down cleanly (SIGTERM), killing it if that takes too long.
@@ -199,8 +179,8 @@ impl RedisServer {
     /// Like [`restart`](Self::restart), but deletes all persisted data first.
     pub async fn restart_empty(&self) -> Result<(), ServerError> {
         self.stop().await;
-        std::fs::remove_dir_all(&self.data_dir)
-            .and_then(|()| std::fs::create_dir_all(&self.data_dir))
+        std::fs::remove_dir_all(self.data_dir())
+            .and_then(|()| std::fs::create_dir_all(self.data_dir()))
             .map_err(ServerError::io("wipe redis data dir"))?;
         self.process.respawn()?;
         self.wait_ready().await
@@ -208,7 +188,7 @@ impl RedisServer {
 
     async fn wait_ready(&self) -> Result<(), ServerError> {
         let addr = self.addr();
-        let password = self.password.as_deref();
+        let password = self.password();
         self.process
             .wait_ready(READY_TIMEOUT, || ping(addr, password))
             .await
@@ -292,13 +272,4 @@ pub(crate) fn resp_command(args: &[&str]) -> Vec<u8> {
         out.extend_from_slice(b"\r\n");
     }
     out
-}
-
-/// The process operations (`pid`, `kill`, `pause`, `resume`, `log_tail`...) are
-/// those of [`ServerProcess`]; `stop` and `restart` are the server's own.
-impl std::ops::Deref for RedisServer {
-    type Target = ServerProcess;
-    fn deref(&self) -> &ServerProcess {
-        &self.process
-    }
 }

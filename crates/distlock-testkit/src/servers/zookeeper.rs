@@ -6,6 +6,7 @@ mod ensemble;
 pub use ensemble::{Mode, ZooKeeperEnsemble};
 
 use super::process::ServerProcess;
+use super::server::Server;
 use super::tls::ServerTls;
 use super::{
     Placement, READY_TIMEOUT, ServerError, free_port, place, retry_on_exit, write_private,
@@ -15,7 +16,6 @@ use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
-use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -89,15 +89,13 @@ impl std::fmt::Debug for ZooKeeperOptions {
 /// A standalone ZooKeeper (`java ... ZooKeeperServerMain`) on a free loopback port,
 /// with its data in its own temp dir and every four-letter word enabled.
 ///
-/// The process is killed when this value is dropped.
+/// The process is killed when this value is dropped. [`Server::tls_port`] is
+/// the `secureClientPort` of a server started with [`ZooKeeperOptions::tls`].
+pub type ZooKeeperServer = Server<ZooKeeper>;
+
+/// A ZooKeeper [`Server`] adds nothing to what every server has.
 #[derive(Debug)]
-pub struct ZooKeeperServer {
-    host: IpAddr,
-    port: u16,
-    tls_port: Option<u16>,
-    process: ServerProcess,
-    _dir: TempDir,
-}
+pub struct ZooKeeper;
 
 impl ZooKeeperServer {
     /// Starts a server with default options and waits until `ruok` answers `imok`.
@@ -143,34 +141,19 @@ impl ZooKeeperServer {
             Ok((port, tls_port, process))
         })
         .await?;
-        Ok(ZooKeeperServer {
-            host: placement.host(),
-            port,
-            tls_port,
+        Ok(Server::new(
+            placement.host(),
+            (port, tls_port),
             process,
-            _dir: dir,
-        })
+            dir,
+            ZooKeeper,
+        ))
     }
 
     /// The connect string, `<host>:<port>` (host `127.0.0.1`, or the container's
     /// address), as ZooKeeper clients take it.
     pub fn url(&self) -> String {
         self.addr().to_string()
-    }
-
-    /// The `secureClientPort` of a server started with [`ZooKeeperOptions::tls`].
-    pub fn tls_port(&self) -> Option<u16> {
-        self.tls_port
-    }
-
-    /// The address clients connect to: loopback, or the container's own.
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::new(self.host, self.port)
-    }
-
-    /// The client port; it stays the same across restarts.
-    pub fn port(&self) -> u16 {
-        self.port
     }
 
     /// Shuts the server down (SIGTERM), killing it if that takes too long.
@@ -181,12 +164,9 @@ impl ZooKeeperServer {
     /// Stops the server if it runs, then starts it on the same port with the same
     /// data dir (znodes and sessions survive) and waits until it answers.
     pub async fn restart(&self) -> Result<(), ServerError> {
-        self.stop().await;
-        self.process.respawn()?;
-        let addr = self.addr();
-        let tls_port = self.tls_port;
+        let (addr, tls_port) = (self.addr(), self.tls_port());
         self.process
-            .wait_ready(READY_TIMEOUT, || ready(addr, tls_port))
+            .restart(STOP_GRACE, READY_TIMEOUT, || ready(addr, tls_port))
             .await
     }
 
@@ -333,13 +313,4 @@ async fn four_letter_word(addr: SocketAddr, word: &str) -> std::io::Result<Strin
         .map_err(|_| {
             std::io::Error::new(std::io::ErrorKind::TimedOut, "zookeeper did not answer")
         })?
-}
-
-/// The process operations (`pid`, `kill`, `pause`, `resume`, `log_tail`...) are
-/// those of [`ServerProcess`]; `stop` and `restart` are the server's own.
-impl std::ops::Deref for ZooKeeperServer {
-    type Target = ServerProcess;
-    fn deref(&self) -> &ServerProcess {
-        &self.process
-    }
 }

@@ -62,12 +62,11 @@ fn a_self_renewing_lease_is_judged_by_its_bound_and_a_pause_moves_it() {
 fn a_lease_released_before_the_takeover_owes_nothing() {
     let h = history(
         Requirement::Required,
-        vec![
-            acquire("c0", 1, "k", 1, 0, 1, Manual),
-            release("c0", 1, "k", 1, 500),
-            acquire("c1", 2, "k", 2, 400, 1100, Auto),
-            release("c1", 2, "k", 2, 1200),
-        ],
+        [
+            hold(1, 1, (0, 1), Manual, &[], 500),
+            hold(2, 2, (400, 1100), Auto, &[], 1200),
+        ]
+        .concat(),
     );
     assert_eq!(check(&h).violations, vec![]);
 }

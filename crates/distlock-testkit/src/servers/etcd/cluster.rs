@@ -2,13 +2,13 @@
 //! the start of members itself (a single server is a cluster of one). Apart
 //! from the member so that file reads as one process and its `etcdctl`.
 
-use super::EtcdServer;
+use super::{Etcd, EtcdServer};
 use crate::servers::process::ServerProcess;
+use crate::servers::server::Server;
 use crate::servers::tls::ServerTls;
 use crate::servers::{ServerError, free_port, place, retry_on_exit};
 use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -57,7 +57,7 @@ impl EtcdCluster {
             let leader = self
                 .members
                 .iter()
-                .position(|m| m.member_id == status.leader && m.process.is_running());
+                .position(|m| m.member_id() == status.leader && m.process.is_running());
             if let Some(index) = leader
                 && let Ok(own) = self.members[index].status().await
                 && own.leader == own.member_id
@@ -79,7 +79,7 @@ impl EtcdCluster {
                 let tails: Vec<String> = self
                     .members
                     .iter()
-                    .map(|m| format!("--- {}:\n{}", m.name, m.log_tail(10)))
+                    .map(|m| format!("--- {}:\n{}", m.name(), m.log_tail(10)))
                     .collect();
                 return Err(ServerError::NotReady {
                     name: "etcd cluster leader".into(),
@@ -183,18 +183,10 @@ pub(super) async fn start_members(
         }
         let mut members = Vec::with_capacity(size);
         for (name, host, client_port, tls_port, process, dir) in spawned {
-            let mut member = EtcdServer {
-                name,
-                host,
-                client_port,
-                tls_port,
-                member_id: 0,
-                process,
-                root_password: Mutex::new(None),
-                _dir: dir,
-            };
+            let kind = Etcd::new(name);
+            let mut member = Server::new(host, (client_port, tls_port), process, dir, kind);
             member.wait_healthy().await?;
-            member.member_id = member.status().await?.member_id;
+            member.kind.member_id = member.status().await?.member_id;
             members.push(member);
         }
         Ok(members)

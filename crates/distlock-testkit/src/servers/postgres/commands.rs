@@ -1,11 +1,11 @@
 //! How the PostgreSQL launcher runs the server's programs: where the binaries
-//! are, as which user (`nobody` through `setpriv` under root), natively or in a
-//! one-shot container, and the `pg_isready` probe. Apart from the server's
-//! lifecycle so that file reads as start, stop, restart and `psql`.
+//! are, as which user (`nobody` through `setpriv` under root), and how the
+//! superuser logs in over the socket (`psql`, the `pg_isready` probe). Apart
+//! from the server's lifecycle so that file reads as start, stop, restart and SQL.
 
-use super::{READY_TIMEOUT, SUPERUSER};
+use super::SUPERUSER;
 use crate::servers::process::ServerProcess;
-use crate::servers::{Placement, ServerError, find_binary};
+use crate::servers::{ServerError, find_binary};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -107,92 +107,54 @@ impl Runner {
     }
 }
 
-/// A client tool of the server (`psql`, `pg_isready`): this machine's, or the
-/// image's through `docker exec` in the server's container.
-pub(super) fn tool(bin: &Path, process: &ServerProcess, name: &str) -> tokio::process::Command {
-    match process.container() {
-        Some(container) => crate::servers::docker::exec_command(container, name),
-        None => tokio::process::Command::new(bin.join(name)),
-    }
-}
-
-/// Runs `binary args` (as the runner's user) to its end, natively or in a one-shot
-/// container of the image, keeping its output in `log`; a failure carries the
-/// output's tail.
-pub(super) async fn run_to_end(
-    placement: &Placement,
-    runner: &Runner,
-    binary: &Path,
-    args: &[OsString],
-    scratch: &Path,
-    log: &Path,
-) -> Result<(), ServerError> {
-    let name = binary.file_name().unwrap_or_default().to_string_lossy();
-    let program = runner.program(binary);
-    let run = async {
-        match placement.docker() {
-            Some((_, image)) => {
-                crate::servers::docker::run_once(image, &program, args, scratch, &[]).await
-            }
-            None => {
-                let mut command = tokio::process::Command::new(&program);
-                command.args(args).kill_on_drop(true);
-                command
-                    .output()
-                    .await
-                    .map_err(ServerError::io(format!("run {name}")))
-            }
-        }
-    };
-    let output = tokio::time::timeout(READY_TIMEOUT, run)
-        .await
-        .map_err(|_| ServerError::Command {
-            command: name.to_string(),
-            output: format!("no result within {READY_TIMEOUT:?}"),
-        })??;
-    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&output.stderr));
-    // Kept for post-mortems; a failure to write it must not hide the result.
-    let _ = std::fs::write(log, &text);
-    if output.status.success() {
-        return Ok(());
-    }
-    let tail: Vec<&str> = text.lines().rev().take(40).collect();
-    let tail: Vec<&str> = tail.into_iter().rev().collect();
-    Err(ServerError::Command {
-        command: name.to_string(),
-        output: tail.join("\n"),
-    })
-}
-
-/// `pg_isready` against the server's socket: true once it accepts logins.
-pub(super) struct Probe {
+/// How the superuser reaches the server: over its Unix socket, with the
+/// server's client tools (`psql`, `pg_isready`).
+#[derive(Debug)]
+pub(super) struct SocketLogin {
     bin: PathBuf,
     socket_dir: PathBuf,
     port: u16,
 }
 
-impl Probe {
+impl SocketLogin {
     pub(super) fn new(bin: &Path, socket_dir: &Path, port: u16) -> Self {
-        Probe {
+        SocketLogin {
             bin: bin.to_owned(),
             socket_dir: socket_dir.to_owned(),
             port,
         }
     }
 
+    pub(super) fn socket_dir(&self) -> &Path {
+        &self.socket_dir
+    }
+
+    /// The client tool `name`, this machine's or the image's through `docker
+    /// exec` in the server's container, logged in as the superuser to `database`.
+    pub(super) fn tool(
+        &self,
+        process: &ServerProcess,
+        name: &str,
+        database: &str,
+    ) -> tokio::process::Command {
+        let mut command = match process.container() {
+            Some(container) => crate::servers::docker::exec_command(container, name),
+            None => tokio::process::Command::new(self.bin.join(name)),
+        };
+        command.arg("-h").arg(&self.socket_dir).args([
+            "-p",
+            &self.port.to_string(),
+            "-U",
+            SUPERUSER,
+            "-d",
+            database,
+        ]);
+        command
+    }
+
+    /// `pg_isready`: true once the server accepts logins.
     pub(super) async fn ready(&self, process: &ServerProcess) -> bool {
-        tool(&self.bin, process, "pg_isready")
-            .arg("-h")
-            .arg(&self.socket_dir)
-            .args([
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                SUPERUSER,
-                "-d",
-                "postgres",
-            ])
+        self.tool(process, "pg_isready", "postgres")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)

@@ -3,9 +3,11 @@
 //! into a minority with [`ServerProcess::disconnect`].
 
 use super::{
-    JVM_FLAGS, STOP_GRACE, ZooKeeperOptions, ZooKeeperServer, classpath, four_letter_word,
+    JVM_FLAGS, STOP_GRACE, ZooKeeper, ZooKeeperOptions, ZooKeeperServer, classpath,
+    four_letter_word,
 };
 use crate::servers::process::ServerProcess;
+use crate::servers::server::Server;
 use crate::servers::{ServerError, free_port, place, write_private};
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -71,13 +73,13 @@ impl ZooKeeperEnsemble {
             args.push(config.into());
             let name = format!("zookeeper {id}");
             let process = ServerProcess::start_at(placement, &name, &java, args, dir.path())?;
-            members.push(ZooKeeperServer {
-                host: placement.host(),
-                port: *port,
-                tls_port: None,
+            members.push(Server::new(
+                placement.host(),
+                (*port, None),
                 process,
-                _dir: dir,
-            });
+                dir,
+                ZooKeeper,
+            ));
         }
         let ensemble = ZooKeeperEnsemble { members };
         for index in 0..size {

@@ -1,5 +1,5 @@
 //! Every registered backend has what the project promises for each: a docs
-//! page, a conformance suite, a chaos trial, a compose file and a fuzz target
+//! page, a conformance suite, a server launcher, a chaos trial, a compose file and a fuzz target
 //! for its URLs.
 //! A backend added to the facade's table without one of them fails here, with
 //! the file or function to add.
@@ -43,7 +43,7 @@ fn every_backend_has_a_docs_page() {
 }
 
 #[test]
-fn every_backend_has_a_conformance_suite_and_a_chaos_trial() {
+fn every_backend_has_a_conformance_suite_a_launcher_and_a_chaos_trial() {
     let tested = distlock_tests::backends();
     for kind in BackendKind::all() {
         let Some(backend) = tested.iter().find(|backend| backend.name == kind.name()) else {
@@ -54,6 +54,13 @@ fn every_backend_has_a_conformance_suite_and_a_chaos_trial() {
             suites.first().is_some_and(|suite| suite == kind.name()),
             "{kind}: its first conformance suite must be `{kind}::`; have {suites:?}"
         );
+        if kind.name() != "memory" {
+            assert!(
+                backend.launch.is_some() && !backend.fence_locks.is_empty(),
+                "{kind}: its TestBackend needs a `launch` (a server the fence target starts) \
+                 and at least one `fence_locks` entry (tests/src/lib.rs)"
+            );
+        }
         let trials: Vec<&str> = (backend.chaos)().iter().map(|spec| spec.trial).collect();
         let trial = format!("{kind}::chaos");
         assert!(

@@ -104,7 +104,7 @@ impl ForUpdate {
         let mut other = table.pool.get().await?;
         table.bump_counter(&mut other, &row, until).await?;
         conn.execute(sqlx::query(END_TRANSACTION)).await?;
-        conn.transaction_ended();
+        conn.holds_nothing();
         Ok(())
     }
 }

@@ -166,7 +166,7 @@ impl Backend for ForUpdate {
         };
         match conn.execute(sqlx::query(END_TRANSACTION)).await {
             Ok(_) => {
-                conn.transaction_ended();
+                conn.holds_nothing();
                 Ok(Ownership::Held)
             }
             Err(DbError::TimedOut(_)) => Err(self.unreachable()),

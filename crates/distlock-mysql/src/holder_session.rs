@@ -63,7 +63,7 @@ async fn end_abandoned(mut conn: Conn) {
         Ok::<_, DbError>(row.try_get::<i64, _>(0).map_err(DbError::Sql)? == 0)
     };
     match ended.await {
-        Ok(true) => conn.transaction_ended(),
+        Ok(true) => conn.holds_nothing(),
         Ok(false) => {
             tracing::warn!("an abandoned for_update session is still in a transaction; closing it")
         }

@@ -101,7 +101,7 @@ pub(crate) async fn acquire_polling(
             });
             let state = Undo {
                 table: table.clone(),
-                in_flight: Some(conn.id()),
+                in_flight: Some(conn.session().id),
                 make,
             };
             let mut guard = CancelGuard::new(state, undo);

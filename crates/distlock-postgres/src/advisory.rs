@@ -121,7 +121,7 @@ impl Backend for Advisory {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let sent_at = Instant::now();
-            conn.may_hold_lock();
+            conn.may_hold();
             // Dropped armed (deadline or cancel mid-statement, or a failure):
             // ends the session, and with it any lock the statement took.
             let state = Undo {
@@ -154,7 +154,7 @@ impl Backend for Advisory {
                 }
                 Ok(Attempt::Busy) => {
                     // The server answered that it did not grant the lock.
-                    conn.unlocked();
+                    conn.holds_nothing();
                     guard.disarm();
                 }
                 Ok(Attempt::Collision(namespace, name)) => {
@@ -225,7 +225,7 @@ impl Backend for Advisory {
         match conn.fetch_one(release).await {
             Ok(row) => match row.try_get::<bool, _>(0) {
                 Ok(true) => {
-                    conn.unlocked();
+                    conn.holds_nothing();
                     Ok(Ownership::Held)
                 }
                 _ => Ok(Ownership::NotHeld),

@@ -185,11 +185,19 @@ impl PostgresConfig {
     pub async fn connect(self) -> Result<DynLock, LockError> {
         let table = self.validate()?;
         let settings = &self.settings;
-        let pool = Pool::new(self.options.clone(), settings.pool_size, settings.timeouts);
+        let pool = Pool::new(
+            self.options.clone(),
+            settings.pool_size,
+            &[],
+            false,
+            settings.timeouts,
+        );
         // Only advisory takes connections from it, one per held or waiting lock.
         let holders = Pool::new(
             self.options.clone(),
             settings.held_connections,
+            &[],
+            false,
             settings.timeouts,
         );
         let endpoint = self.endpoint();

@@ -269,11 +269,11 @@ impl Table {
             }
             Strategy::Advisory => {
                 let lock_key = advisory_key(&self.namespace, key);
-                conn.may_hold_lock();
+                conn.may_hold();
                 match attempt(self, &mut conn, key.as_str(), lock_key, ttl).await? {
                     Attempt::Won(_) => {}
                     Attempt::Busy => {
-                        conn.unlocked();
+                        conn.holds_nothing();
                         return Ok(false);
                     }
                     Attempt::Collision(..) => {
@@ -286,7 +286,7 @@ impl Table {
                     .bind(payload);
                 let row = conn.fetch_one(release).await?;
                 if row.try_get::<bool, _>(0).map_err(DbError::Sql)? {
-                    conn.unlocked();
+                    conn.holds_nothing();
                 }
             }
         }

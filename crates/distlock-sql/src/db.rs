@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 /// A boxed, sendable future.
-pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What an admit statement answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -139,6 +139,8 @@ mod dialect;
 mod error;
 mod fence;
 mod ident;
+#[doc(hidden)]
+pub mod pool;
 mod row;
 mod store;
 

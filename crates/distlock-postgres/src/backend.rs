@@ -8,7 +8,7 @@
 
 use crate::ending;
 use crate::error::{BACKEND, DbError, code};
-use crate::keys::{TableName, wake_payload};
+use crate::keys::{TableName, check_room_for_primitives, wake_payload};
 use crate::pool::{Conn, Pool, Statement};
 use crate::protocol::{Statements, Strategy, TABLE_COMMENT};
 use crate::session::Session;
@@ -46,7 +46,7 @@ impl Table {
         create: bool,
     ) -> Result<Table, LockError> {
         if strategy == Strategy::VersionCas {
-            name.check_room_for_primitives()?;
+            check_room_for_primitives(&name)?;
         }
         let err = |e: DbError| e.into_lock_error(&endpoint);
         let mut conn = pool.get().await.map_err(err)?;

@@ -14,7 +14,7 @@
 //! acquisition per microsecond on average).
 
 use crate::error::BACKEND;
-use crate::keys::TableName;
+use crate::keys::{DEFAULT_ADVISORY_TABLE, TableName};
 use distlock_core::{
     Capabilities, FencingGuarantee, LockError, Primitives, Support, TokenDurability, Wake,
 };
@@ -72,7 +72,7 @@ impl Strategy {
     pub(crate) fn default_table(self) -> &'static str {
         match self {
             Strategy::VersionCas => TableName::DEFAULT,
-            Strategy::Advisory => TableName::DEFAULT_ADVISORY,
+            Strategy::Advisory => DEFAULT_ADVISORY_TABLE,
         }
     }
 

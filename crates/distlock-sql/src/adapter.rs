@@ -1,5 +1,6 @@
 //! What `distlock-mysql` and `distlock-postgres` share, written once rather
-//! than copied into each: their URL's server and settings. Not a stable API.
+//! than copied into each: their URL's server and settings, and the lock table's
+//! validated name. Not a stable API.
 
 use crate::db::SqlDatabase;
 use distlock_core::toolkit::{LockUrl, Timeouts};
@@ -7,6 +8,7 @@ use distlock_core::{AcquireOptions, LockError};
 use sqlx::mysql::MySqlConnectOptions;
 use sqlx::postgres::PgConnectOptions;
 use std::fmt;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 /// The settings of an SQL lock client beside its server: the two pools, the
@@ -252,4 +254,58 @@ macro_rules! settings_setters {
             self.settings.timeouts
         }
     };
+}
+
+/// A lock table name checked to be a plain identifier (the toolkit's
+/// [`distlock_core::toolkit::sql_identifier_problem`], and `DB`'s own limits).
+/// It is the only text ever placed into SQL, so nothing else may pass.
+pub struct TableName<DB>(String, PhantomData<fn() -> DB>);
+
+impl<DB: SqlDatabase> TableName<DB> {
+    /// The table used when none is configured.
+    pub const DEFAULT: &'static str = "distlock_locks";
+
+    /// Validates `name`; anything but a plain identifier is a `Config` error.
+    pub fn new(name: &str) -> Result<Self, LockError> {
+        let problem =
+            distlock_core::toolkit::sql_identifier_problem(name, "table name", Self::DEFAULT)
+                .or_else(|| DB::table_name_problem(name, Self::DEFAULT));
+        match problem {
+            None => Ok(TableName(name.to_owned(), PhantomData)),
+            Some(reason) => Err(LockError::config(DB::BACKEND, reason)),
+        }
+    }
+}
+
+impl<DB> TableName<DB> {
+    /// The name as validated.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<DB> Clone for TableName<DB> {
+    fn clone(&self) -> Self {
+        TableName(self.0.clone(), PhantomData)
+    }
+}
+
+impl<DB> PartialEq for TableName<DB> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl<DB> Eq for TableName<DB> {}
+
+impl<DB> fmt::Debug for TableName<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("TableName").field(&self.0).finish()
+    }
+}
+
+impl<DB> fmt::Display for TableName<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
 }

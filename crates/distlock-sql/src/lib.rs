@@ -111,7 +111,9 @@
 //!
 //! When a write touches one row of a table that can hold the token itself,
 //! [`FencedRow`] does check and write in one `UPDATE … WHERE fence <= ?`, with
-//! or without a transaction.
+//! or without a transaction. It runs on MySQL and MariaDB only (the caller's
+//! `?` placeholders come first, and PostgreSQL numbers its own), as does the
+//! convenience [`connect`]; [`SqlFence`] and [`SqlStore`] serve both.
 //!
 //! # Any store with compare-and-set
 //!

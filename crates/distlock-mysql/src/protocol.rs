@@ -44,6 +44,10 @@ pub enum Strategy {
 /// of its life in round trips.
 const MIN_POLLING_TTL: Duration = Duration::from_millis(10);
 
+impl distlock_sql::config::SqlStrategy for Strategy {
+    const NAMES: &'static [&'static str] = &Strategy::NAMES;
+}
+
 impl Strategy {
     /// Every strategy's name, as `?strategy=` takes it.
     pub const NAMES: [&'static str; 3] = ["version_cas", "unique_insert", "for_update"];

@@ -51,6 +51,17 @@ const MIN_CAS_TTL: Duration = Duration::from_millis(10);
 /// its own.
 const MIN_ADVISORY_TTL: Duration = Duration::from_secs(1);
 
+impl distlock_sql::config::SqlStrategy for Strategy {
+    const NAMES: &'static [&'static str] = &Strategy::NAMES;
+
+    fn default_table(self) -> &'static str {
+        match self {
+            Strategy::VersionCas => TableName::DEFAULT,
+            Strategy::Advisory => DEFAULT_ADVISORY_TABLE,
+        }
+    }
+}
+
 impl Strategy {
     /// Every strategy's name, as `?strategy=` takes it.
     pub const NAMES: [&'static str; 2] = ["version_cas", "advisory"];
@@ -66,14 +77,6 @@ impl Strategy {
     /// The comment that marks a table as owned by this strategy.
     pub(crate) fn table_comment(self) -> String {
         format!("distlock:{}", self.as_str())
-    }
-
-    /// The table used when none is configured.
-    pub(crate) fn default_table(self) -> &'static str {
-        match self {
-            Strategy::VersionCas => TableName::DEFAULT,
-            Strategy::Advisory => DEFAULT_ADVISORY_TABLE,
-        }
     }
 
     /// What a client of this strategy guarantees.

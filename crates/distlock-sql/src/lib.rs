@@ -135,6 +135,8 @@
 #![deny(missing_docs)]
 
 pub mod adapter;
+#[doc(hidden)]
+pub mod config;
 mod connect;
 mod db;
 mod dialect;

@@ -42,6 +42,10 @@ impl PoolDialect for Thread {
         DbError::Protocol("connection already closed".into())
     }
 
+    fn is_timeout(error: &DbError) -> bool {
+        matches!(error, DbError::TimedOut(_))
+    }
+
     fn keeps_connection(error: &DbError) -> bool {
         error.keeps_connection()
     }

@@ -31,6 +31,10 @@ impl PoolDialect for Session {
         DbError::Protocol("connection already closed".into())
     }
 
+    fn is_timeout(error: &DbError) -> bool {
+        matches!(error, DbError::TimedOut(_))
+    }
+
     fn keeps_connection(error: &DbError) -> bool {
         error.keeps_connection()
     }

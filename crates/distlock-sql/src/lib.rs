@@ -142,6 +142,8 @@ mod db;
 mod dialect;
 mod error;
 mod fence;
+#[doc(hidden)]
+pub mod held;
 mod ident;
 #[doc(hidden)]
 pub mod pool;

@@ -40,6 +40,9 @@ pub trait PoolDialect: Send + Sync + 'static {
     fn timed_out(limit: Duration) -> Self::Error;
     /// The connection was already closed.
     fn closed() -> Self::Error;
+    /// Whether `error` is [`PoolDialect::timed_out`]'s: no reply came, and the
+    /// statement may still run.
+    fn is_timeout(error: &Self::Error) -> bool;
     /// Whether the connection is still usable after `error`: the server
     /// answered with an error and the session goes on.
     fn keeps_connection(error: &Self::Error) -> bool;

@@ -206,11 +206,10 @@ impl Table {
     }
 
     async fn fetch_all(&self, statement: Statement) -> Result<Vec<MySqlRow>, LockError> {
-        let rows = async {
-            let mut conn = self.pool.get().await?;
-            conn.fetch_all(statement).await
-        };
-        rows.await.map_err(|e| self.error(e))
+        self.pool
+            .fetch_all(statement)
+            .await
+            .map_err(|e| self.error(e))
     }
 
     /// The first column of the first row, if any.
@@ -218,11 +217,7 @@ impl Table {
     where
         T: for<'r> sqlx::Decode<'r, sqlx::MySql> + sqlx::Type<sqlx::MySql>,
     {
-        let rows = self.fetch_all(statement).await?;
-        rows.first()
-            .map(|row| row.try_get(0))
-            .transpose()
-            .map_err(|e| self.error(DbError::Sql(e)))
+        self.pool.scalar(statement).await.map_err(|e| self.error(e))
     }
 
     /// The fence of row `name`: for a counter row, the last token issued.

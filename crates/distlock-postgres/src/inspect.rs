@@ -202,11 +202,10 @@ impl Table {
 
     /// Runs a read on a pooled connection.
     pub(crate) async fn fetch_all(&self, statement: Statement) -> Result<Vec<PgRow>, LockError> {
-        let rows = async {
-            let mut conn = self.pool.get().await?;
-            conn.fetch_all(statement).await
-        };
-        rows.await.map_err(|e| self.error(e))
+        self.pool
+            .fetch_all(statement)
+            .await
+            .map_err(|e| self.error(e))
     }
 
     /// The first column of the first row, if any.
@@ -214,11 +213,7 @@ impl Table {
     where
         T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
     {
-        let rows = self.fetch_all(statement).await?;
-        rows.first()
-            .map(|row| row.try_get(0))
-            .transpose()
-            .map_err(|e| self.error(DbError::Sql(e)))
+        self.pool.scalar(statement).await.map_err(|e| self.error(e))
     }
 
     /// advisory: the names starting with `prefix` (or exactly `prefix`) whose

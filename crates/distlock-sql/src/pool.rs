@@ -16,7 +16,7 @@
 
 pub use crate::db::BoxFuture;
 use sqlx::query::Query;
-use sqlx::{Connection, Database, Executor, IntoArguments, SqlStr};
+use sqlx::{ColumnIndex, Connection, Database, Decode, Executor, IntoArguments, Row, SqlStr, Type};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -195,6 +195,32 @@ impl<D: PoolDialect> Pool<D> {
             }
         }
         None
+    }
+}
+
+impl<D: PoolDialect> Pool<D>
+where
+    for<'c> &'c mut <D::Database as Database>::Connection: Executor<'c, Database = D::Database>,
+    <D::Database as Database>::Arguments: IntoArguments<D::Database>,
+{
+    /// Runs a read on a pooled connection.
+    pub async fn fetch_all(
+        &self,
+        statement: Statement<D::Database>,
+    ) -> Result<Vec<<D::Database as Database>::Row>, D::Error> {
+        let mut conn = self.get().await?;
+        conn.fetch_all(statement).await
+    }
+
+    /// The first column of the first row, if any.
+    pub async fn scalar<T>(&self, statement: Statement<D::Database>) -> Result<Option<T>, D::Error>
+    where
+        T: for<'r> Decode<'r, D::Database> + Type<D::Database>,
+        usize: ColumnIndex<<D::Database as Database>::Row>,
+    {
+        let rows = self.fetch_all(statement).await?;
+        let first = rows.first().map(|row| row.try_get(0));
+        Ok(first.transpose()?)
     }
 }
 

@@ -129,10 +129,13 @@ pub fn is_contention(error: &LockError) -> bool {
     let LockError::Backend { source, .. } = error else {
         return false;
     };
-    source
-        .downcast_ref::<sqlx::Error>()
-        .and_then(meaning)
-        .is_some_and(|meaning| meaning == Meaning::Contention)
+    source.downcast_ref::<sqlx::Error>().is_some_and(contended)
+}
+
+/// True when the server refused the statement for contention (deadlock, lock
+/// wait timeout, serialization failure) and rolled it back.
+pub(crate) fn contended(error: &sqlx::Error) -> bool {
+    meaning(error) == Some(Meaning::Contention)
 }
 
 /// What the server's error means, for errors the server sent.

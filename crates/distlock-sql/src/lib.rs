@@ -139,6 +139,8 @@ pub mod adapter;
 pub mod config;
 mod connect;
 mod db;
+#[doc(hidden)]
+pub mod db_error;
 mod dialect;
 mod error;
 mod fence;

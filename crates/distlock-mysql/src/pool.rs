@@ -31,24 +31,7 @@ pub(crate) struct Thread {
 
 impl PoolDialect for Thread {
     type Database = MySql;
-    type Error = DbError;
     type Session = Thread;
-
-    fn timed_out(limit: Duration) -> DbError {
-        DbError::TimedOut(limit)
-    }
-
-    fn closed() -> DbError {
-        DbError::Protocol("connection already closed".into())
-    }
-
-    fn is_timeout(error: &DbError) -> bool {
-        matches!(error, DbError::TimedOut(_))
-    }
-
-    fn keeps_connection(error: &DbError) -> bool {
-        error.keeps_connection()
-    }
 
     fn open<'c>(
         conn: &'c mut <MySql as Database>::Connection,
@@ -58,9 +41,9 @@ impl PoolDialect for Thread {
         Box::pin(async move {
             let conn: &mut MySqlConnection = conn;
             for statement in setup {
-                timed::<Thread, _>(limit, sqlx::query(*statement).execute(&mut *conn)).await?;
+                timed(limit, sqlx::query(*statement).execute(&mut *conn)).await?;
             }
-            let row = timed::<Thread, _>(limit, sqlx::query(CONNECTION_ID).fetch_one(conn)).await?;
+            let row = timed(limit, sqlx::query(CONNECTION_ID).fetch_one(conn)).await?;
             let id = row.try_get::<u64, _>(0).map_err(DbError::Sql)?;
             Ok(Thread {
                 id,

@@ -20,24 +20,7 @@ pub(crate) type Statement = distlock_sql::pool::Statement<Postgres>;
 
 impl PoolDialect for Session {
     type Database = Postgres;
-    type Error = DbError;
     type Session = Session;
-
-    fn timed_out(limit: Duration) -> DbError {
-        DbError::TimedOut(limit)
-    }
-
-    fn closed() -> DbError {
-        DbError::Protocol("connection already closed".into())
-    }
-
-    fn is_timeout(error: &DbError) -> bool {
-        matches!(error, DbError::TimedOut(_))
-    }
-
-    fn keeps_connection(error: &DbError) -> bool {
-        error.keeps_connection()
-    }
 
     fn open<'c>(
         conn: &'c mut <Postgres as Database>::Connection,
@@ -47,7 +30,7 @@ impl PoolDialect for Session {
         Box::pin(async move {
             let conn: &mut PgConnection = conn;
             let identity = sqlx::query(SESSION_IDENTITY).fetch_one(conn);
-            Session::from_row(&timed::<Session, _>(limit, identity).await?)
+            Session::from_row(&timed(limit, identity).await?)
         })
     }
 }

@@ -8,6 +8,7 @@
 //! for the next statement to read as its own. The next statement waits for the
 //! connection instead.
 
+use crate::db_error::DbError;
 use crate::pool::{Conn, PoolDialect, Statement};
 use distlock_core::adapter::Ownership;
 use sqlx::{Database, Executor, IntoArguments};
@@ -39,7 +40,6 @@ impl<D: PoolDialect> HeldConnection<D>
 where
     for<'c> &'c mut <D::Database as Database>::Connection: Executor<'c, Database = D::Database>,
     <D::Database as Database>::Arguments: IntoArguments<D::Database>,
-    D::Error: std::fmt::Display + 'static,
 {
     /// `conn`, whose session now holds the lock.
     pub fn new(conn: Conn<D>) -> Self {
@@ -77,7 +77,7 @@ where
                 Some(Ownership::Held)
             }
             Ok(_) => Some(Ownership::NotHeld),
-            Err(e) if D::is_timeout(&e) => None,
+            Err(DbError::TimedOut(_)) => None,
             Err(_) => Some(Ownership::NotHeld),
         }
     }
@@ -114,7 +114,6 @@ async fn keepalive_on<D: PoolDialect>(
 where
     for<'c> &'c mut <D::Database as Database>::Connection: Executor<'c, Database = D::Database>,
     <D::Database as Database>::Arguments: IntoArguments<D::Database>,
-    D::Error: std::fmt::Display,
 {
     let conn = match &mut *slot {
         Slot::Holding(conn) => conn,
@@ -123,7 +122,7 @@ where
     };
     match conn.execute(statement).await {
         Ok(_) => Some(Ownership::Held),
-        Err(e) if D::is_timeout(&e) => {
+        Err(DbError::TimedOut(_)) => {
             *slot = Slot::Unreachable;
             None
         }

@@ -15,6 +15,7 @@
 //! pool's next user would carry someone else's lock, or a dead session.
 
 pub use crate::db::BoxFuture;
+use crate::db_error::DbError;
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Connection, Database, Decode, Executor, IntoArguments, Row, SqlStr, Type};
 use std::fmt;
@@ -31,21 +32,9 @@ const MAX_IDLE: Duration = Duration::from_secs(60);
 pub trait PoolDialect: Send + Sync + 'static {
     /// The sqlx driver.
     type Database: Database;
-    /// The adapter's error for one statement or connection.
-    type Error: From<sqlx::Error> + Send;
     /// What identifies (and configures) the server session of a connection.
     type Session: Copy + fmt::Debug + Send + Sync + 'static;
 
-    /// No reply came within `limit`.
-    fn timed_out(limit: Duration) -> Self::Error;
-    /// The connection was already closed.
-    fn closed() -> Self::Error;
-    /// Whether `error` is [`PoolDialect::timed_out`]'s: no reply came, and the
-    /// statement may still run.
-    fn is_timeout(error: &Self::Error) -> bool;
-    /// Whether the connection is still usable after `error`: the server
-    /// answered with an error and the session goes on.
-    fn keeps_connection(error: &Self::Error) -> bool;
     /// Runs `setup` on a new connection, then reads its session, before anything
     /// else runs on it (so every statement that could be cut off has a session
     /// to end).
@@ -53,7 +42,7 @@ pub trait PoolDialect: Send + Sync + 'static {
         conn: &'c mut <Self::Database as Database>::Connection,
         setup: &'static [&'static str],
         limit: Duration,
-    ) -> BoxFuture<'c, Result<Self::Session, Self::Error>>;
+    ) -> BoxFuture<'c, Result<Self::Session, DbError>>;
     /// How long the server keeps this session idle, when set below its default.
     fn idle_limit(_session: &Self::Session) -> Option<Duration> {
         None
@@ -154,7 +143,7 @@ impl<D: PoolDialect> Pool<D> {
 
     /// A connection for exclusive use: an idle one, or a new one. Waits at most the
     /// connect timeout for a free slot.
-    pub async fn get(&self) -> Result<Conn<D>, D::Error> {
+    pub async fn get(&self) -> Result<Conn<D>, DbError> {
         let inner = &self.0;
         let permit =
             tokio::time::timeout(inner.connect_timeout, inner.permits.clone().acquire_owned())
@@ -167,7 +156,7 @@ impl<D: PoolDialect> Pool<D> {
             Some(idle) => (idle.conn, idle.session, false),
             None => {
                 let connect = <D::Database as Database>::Connection::connect_with(&inner.options);
-                let mut conn = timed::<D, _>(inner.connect_timeout, connect).await?;
+                let mut conn = timed(inner.connect_timeout, connect).await?;
                 let session = D::open(&mut conn, inner.setup, inner.timeout).await?;
                 (conn, session, inner.transactional)
             }
@@ -207,13 +196,13 @@ where
     pub async fn fetch_all(
         &self,
         statement: Statement<D::Database>,
-    ) -> Result<Vec<<D::Database as Database>::Row>, D::Error> {
+    ) -> Result<Vec<<D::Database as Database>::Row>, DbError> {
         let mut conn = self.get().await?;
         conn.fetch_all(statement).await
     }
 
     /// The first column of the first row, if any.
-    pub async fn scalar<T>(&self, statement: Statement<D::Database>) -> Result<Option<T>, D::Error>
+    pub async fn scalar<T>(&self, statement: Statement<D::Database>) -> Result<Option<T>, DbError>
     where
         T: for<'r> Decode<'r, D::Database> + Type<D::Database>,
         usize: ColumnIndex<<D::Database as Database>::Row>,
@@ -275,19 +264,21 @@ impl<D: PoolDialect> Conn<D> {
         self.holding = false;
     }
 
-    fn start(&mut self) -> Result<&mut <D::Database as Database>::Connection, D::Error> {
+    fn start(&mut self) -> Result<&mut <D::Database as Database>::Connection, DbError> {
         // Until the reply is in, the connection may carry a half-read answer: if
         // the statement's future is dropped, the connection must be closed, not
         // reused.
         self.reusable = false;
         self.holding |= self.pool.transactional;
-        self.conn.as_mut().ok_or_else(D::closed)
+        self.conn
+            .as_mut()
+            .ok_or_else(|| DbError::Protocol("connection already closed".into()))
     }
 
-    fn finish<T>(&mut self, outcome: Result<T, D::Error>) -> Result<T, D::Error> {
+    fn finish<T>(&mut self, outcome: Result<T, DbError>) -> Result<T, DbError> {
         self.reusable = match &outcome {
             Ok(_) => true,
-            Err(e) => D::keeps_connection(e),
+            Err(e) => e.keeps_connection(),
         };
         outcome
     }
@@ -305,8 +296,8 @@ where
         &mut self,
         sql: SqlStr,
         limit: Duration,
-    ) -> Result<<D::Database as Database>::QueryResult, D::Error> {
-        let outcome = timed::<D, _>(limit, sqlx::raw_sql(sql).execute(self.start()?)).await;
+    ) -> Result<<D::Database as Database>::QueryResult, DbError> {
+        let outcome = timed(limit, sqlx::raw_sql(sql).execute(self.start()?)).await;
         self.finish(outcome)
     }
 
@@ -314,9 +305,9 @@ where
     pub async fn execute(
         &mut self,
         query: Statement<D::Database>,
-    ) -> Result<<D::Database as Database>::QueryResult, D::Error> {
+    ) -> Result<<D::Database as Database>::QueryResult, DbError> {
         let limit = self.pool.timeout;
-        let outcome = timed::<D, _>(limit, query.execute(self.start()?)).await;
+        let outcome = timed(limit, query.execute(self.start()?)).await;
         self.finish(outcome)
     }
 
@@ -325,8 +316,8 @@ where
         &mut self,
         query: Statement<D::Database>,
         limit: Duration,
-    ) -> Result<Option<<D::Database as Database>::Row>, D::Error> {
-        let outcome = timed::<D, _>(limit, query.fetch_optional(self.start()?)).await;
+    ) -> Result<Option<<D::Database as Database>::Row>, DbError> {
+        let outcome = timed(limit, query.fetch_optional(self.start()?)).await;
         self.finish(outcome)
     }
 
@@ -334,9 +325,9 @@ where
     pub async fn fetch_one(
         &mut self,
         query: Statement<D::Database>,
-    ) -> Result<<D::Database as Database>::Row, D::Error> {
+    ) -> Result<<D::Database as Database>::Row, DbError> {
         let limit = self.pool.timeout;
-        let outcome = timed::<D, _>(limit, query.fetch_one(self.start()?)).await;
+        let outcome = timed(limit, query.fetch_one(self.start()?)).await;
         self.finish(outcome)
     }
 
@@ -344,9 +335,9 @@ where
     pub async fn fetch_all(
         &mut self,
         query: Statement<D::Database>,
-    ) -> Result<Vec<<D::Database as Database>::Row>, D::Error> {
+    ) -> Result<Vec<<D::Database as Database>::Row>, DbError> {
         let limit = self.pool.timeout;
-        let outcome = timed::<D, _>(limit, query.fetch_all(self.start()?)).await;
+        let outcome = timed(limit, query.fetch_all(self.start()?)).await;
         self.finish(outcome)
     }
 }
@@ -376,12 +367,12 @@ impl<D: PoolDialect> Drop for Conn<D> {
 
 /// Runs `fut` with a deadline: a statement that gets no reply is an error, never a
 /// hang (a partition otherwise blocks forever).
-pub async fn timed<D: PoolDialect, T>(
+pub async fn timed<T>(
     limit: Duration,
     fut: impl Future<Output = Result<T, sqlx::Error>>,
-) -> Result<T, D::Error> {
+) -> Result<T, DbError> {
     match tokio::time::timeout(limit, fut).await {
-        Ok(result) => result.map_err(D::Error::from),
-        Err(_) => Err(D::timed_out(limit)),
+        Ok(result) => result.map_err(DbError::Sql),
+        Err(_) => Err(DbError::TimedOut(limit)),
     }
 }

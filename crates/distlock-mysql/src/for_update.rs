@@ -140,13 +140,8 @@ impl Backend for ForUpdate {
     /// keepalive dropped mid-statement, and sqlx panic decoding it: hence the
     /// keepalive's own task.)
     async fn renew(&self, session: &Session, _ttl: Duration) -> Result<Ownership, LockError> {
-        match session.conn.keepalive(sqlx::query(KEEPALIVE)).await {
-            Ok(Some(ownership)) => Ok(ownership),
-            Ok(None) => Err(self.unreachable()),
-            Err(e) => Err(self
-                .table
-                .error(DbError::Protocol(format!("keepalive task: {e}")))),
-        }
+        let keepalive = session.conn.keepalive(sqlx::query(KEEPALIVE));
+        keepalive.await.map_err(|e| self.table.error(e))
     }
 
     /// Release rolls the transaction back, which frees the row lock (and drops
@@ -154,7 +149,7 @@ impl Backend for ForUpdate {
     /// transaction, so the connection goes back to the pool.
     async fn release(&self, session: &Session) -> Result<Ownership, LockError> {
         let released = session.conn.release(sqlx::query(END_TRANSACTION), |_| true);
-        released.await.ok_or_else(|| self.unreachable())
+        released.await.map_err(|e| self.table.error(e))
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {
@@ -235,12 +230,6 @@ impl ForUpdate {
         } else {
             Try::Failed(self.fail(conn, e))
         }
-    }
-
-    fn unreachable(&self) -> LockError {
-        self.table.error(DbError::Protocol(
-            "the connection holding the lock stopped answering".into(),
-        ))
     }
 }
 

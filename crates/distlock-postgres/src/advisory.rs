@@ -186,13 +186,8 @@ impl Backend for Advisory {
     async fn renew(&self, session: &Session, ttl: Duration) -> Result<Ownership, LockError> {
         let keepalive =
             sqlx::query(self.table.sql.advisory_keepalive.clone()).bind(idle_timeout(ttl));
-        match session.conn.keepalive(keepalive).await {
-            Ok(Some(ownership)) => Ok(ownership),
-            Ok(None) => Err(self.unreachable()),
-            Err(e) => Err(self
-                .table
-                .error(DbError::Protocol(format!("keepalive task: {e}")))),
-        }
+        let keepalive = session.conn.keepalive(keepalive);
+        keepalive.await.map_err(|e| self.table.error(e))
     }
 
     /// Unlocks, notifies waiters and clears the idle timeout in one statement;
@@ -207,7 +202,7 @@ impl Backend for Advisory {
         let unlocked =
             |rows: &[PgRow]| rows.first().and_then(|row| row.try_get(0).ok()) == Some(true);
         let released = session.conn.release(release, unlocked);
-        released.await.ok_or_else(|| self.unreachable())
+        released.await.map_err(|e| self.table.error(e))
     }
 
     /// An abandoned lease must keep others out until its ttl, as on every
@@ -236,12 +231,6 @@ impl Advisory {
         ttl: Duration,
     ) -> Result<Attempt, DbError> {
         attempt(&self.table, conn, name, key, ttl).await
-    }
-
-    fn unreachable(&self) -> LockError {
-        self.table.error(DbError::Protocol(
-            "the connection holding the lock stopped answering".into(),
-        ))
     }
 }
 

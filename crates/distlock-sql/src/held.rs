@@ -47,38 +47,38 @@ where
     }
 
     /// One keepalive round trip, `statement`, in a task that owns the
-    /// connection until its reply is read. `None` when the connection stopped
-    /// answering.
-    pub async fn keepalive(
-        &self,
-        statement: Statement<D::Database>,
-    ) -> Result<Option<Ownership>, tokio::task::JoinError> {
+    /// connection until its reply is read.
+    pub async fn keepalive(&self, statement: Statement<D::Database>) -> Result<Ownership, DbError> {
         let slot = self.0.clone().lock_owned().await;
-        tokio::spawn(keepalive_on(slot, statement)).await
+        match tokio::spawn(keepalive_on(slot, statement)).await {
+            Ok(Some(ownership)) => Ok(ownership),
+            Ok(None) => Err(unreachable()),
+            Err(e) => Err(DbError::Protocol(format!("keepalive task: {e}"))),
+        }
     }
 
     /// Runs the release `statement` on the connection, which goes back to the
     /// pool when `released` confirms, from its rows, that the session now
-    /// holds nothing. `None` when the connection stopped answering.
+    /// holds nothing.
     pub async fn release(
         &self,
         statement: Statement<D::Database>,
         released: impl FnOnce(&[<D::Database as Database>::Row]) -> bool,
-    ) -> Option<Ownership> {
+    ) -> Result<Ownership, DbError> {
         let mut slot = self.0.lock().await;
         let mut conn = match std::mem::replace(&mut *slot, Slot::Ended) {
             Slot::Holding(conn) => conn,
-            Slot::Unreachable => return None,
-            Slot::Ended => return Some(Ownership::NotHeld),
+            Slot::Unreachable => return Err(unreachable()),
+            Slot::Ended => return Ok(Ownership::NotHeld),
         };
         match conn.fetch_all(statement).await {
             Ok(rows) if released(&rows) => {
                 conn.holds_nothing();
-                Some(Ownership::Held)
+                Ok(Ownership::Held)
             }
-            Ok(_) => Some(Ownership::NotHeld),
-            Err(DbError::TimedOut(_)) => None,
-            Err(_) => Some(Ownership::NotHeld),
+            Ok(_) => Ok(Ownership::NotHeld),
+            Err(DbError::TimedOut(_)) => Err(unreachable()),
+            Err(_) => Ok(Ownership::NotHeld),
         }
     }
 
@@ -105,6 +105,12 @@ where
             });
         }
     }
+}
+
+/// The error once the held connection stopped answering: whether the lock is
+/// still held is unknown.
+fn unreachable() -> DbError {
+    DbError::Protocol("the connection holding the lock stopped answering".into())
 }
 
 async fn keepalive_on<D: PoolDialect>(

@@ -4,13 +4,15 @@
 //! row-lock contention (1205, 1213) is undone and tried again the same way.
 
 use crate::backend::{MakeStatement, Table, Undo, micros, retry_until, undo};
-use crate::error::DbError;
+use crate::error::{BACKEND, DbError};
 use crate::keys::row_name;
 use crate::pool::Conn;
-use distlock_core::adapter::{AcquireRequest, Acquired, Ownership, WaitUntil};
-use distlock_core::toolkit::{Backoff, CancelGuard, random_owner};
-use distlock_core::{FencingToken, LockError};
+use async_trait::async_trait;
+use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
+use distlock_core::toolkit::{Backoff, CancelGuard, Inspect, random_owner};
+use distlock_core::{Capabilities, FencingToken, LockError};
 use sqlx::SqlStr;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -61,6 +63,61 @@ pub(crate) trait Contender: Send {
         bid: &'a Bid,
         conn: &'a mut Conn,
     ) -> BoxFuture<'a, Result<Attempt, DbError>>;
+}
+
+/// A polling strategy's backend: `S` makes its attempts.
+pub(crate) struct Polling<S> {
+    pub table: Arc<Table>,
+    strategy: PhantomData<fn() -> S>,
+}
+
+impl<S> Polling<S> {
+    pub fn new(table: Arc<Table>) -> Self {
+        Polling {
+            table,
+            strategy: PhantomData,
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for Polling<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Polling")
+            .field("strategy", &self.table.strategy)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl<S: Contender + Default + 'static> Backend for Polling<S> {
+    type Handle = RowHandle;
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.table.strategy.capabilities()
+    }
+
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<RowHandle>, LockError> {
+        let ([undo, _, _], _) = self.table.sql.polling(self.table.strategy);
+        acquire_polling(&self.table, &req, undo, S::default()).await
+    }
+
+    async fn renew(&self, handle: &RowHandle, ttl: Duration) -> Result<Ownership, LockError> {
+        let ([_, renew, _], with_fence) = self.table.sql.polling(self.table.strategy);
+        compare_row(&self.table, renew, Some(ttl), handle, with_fence).await
+    }
+
+    async fn release(&self, handle: &RowHandle) -> Result<Ownership, LockError> {
+        let ([_, _, release], with_fence) = self.table.sql.polling(self.table.strategy);
+        compare_row(&self.table, release, None, handle, with_fence).await
+    }
+
+    fn inspect(&self) -> Option<&dyn Inspect> {
+        Some(&*self.table)
+    }
 }
 
 /// A boxed, sendable future.

@@ -7,59 +7,19 @@
 //! when the CAS found no row).
 
 use crate::backend::Table;
-use crate::error::{BACKEND, DbError};
-use crate::poll::{Attempt, Bid, BoxFuture, Contender, RowHandle, acquire_polling, compare_row};
+use crate::error::DbError;
+use crate::poll::{Attempt, Bid, BoxFuture, Contender};
 use crate::pool::Conn;
 use crate::protocol::{HELD_FLAG, Statements};
-use async_trait::async_trait;
-use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership};
-use distlock_core::toolkit::Inspect;
-use distlock_core::{Capabilities, LockError};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often one attempt re-inserts a row that keeps vanishing (an operator
 /// deleting it in a loop) before it reports the lock as busy.
 const ROW_INSERTS: usize = 3;
 
-/// A `version_cas` client's backend.
-#[derive(Debug)]
-pub(crate) struct VersionCas {
-    pub table: Arc<Table>,
-}
-
-#[async_trait]
-impl Backend for VersionCas {
-    type Handle = RowHandle;
-
-    fn name(&self) -> &'static str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.table.strategy.capabilities()
-    }
-
-    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<RowHandle>, LockError> {
-        acquire_polling(&self.table, &req, &self.table.sql.cas_abandon, Cas).await
-    }
-
-    async fn renew(&self, handle: &RowHandle, ttl: Duration) -> Result<Ownership, LockError> {
-        let sql = &self.table.sql.cas_renew;
-        compare_row(&self.table, sql, Some(ttl), handle, true).await
-    }
-
-    async fn release(&self, handle: &RowHandle) -> Result<Ownership, LockError> {
-        let sql = &self.table.sql.cas_release;
-        compare_row(&self.table, sql, None, handle, true).await
-    }
-
-    fn inspect(&self) -> Option<&dyn Inspect> {
-        Some(&*self.table)
-    }
-}
-
-/// Its attempts: the CAS, inserting the row first when it has none.
+/// `version_cas`'s attempts: the CAS, inserting the row first when it has
+/// none.
+#[derive(Default)]
 pub(crate) struct Cas;
 
 impl Contender for Cas {

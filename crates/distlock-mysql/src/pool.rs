@@ -8,9 +8,9 @@
 
 use crate::error::DbError;
 use crate::protocol::CONNECTION_ID;
-use distlock_sql::pool::{PoolDialect, timed};
-use sqlx::mysql::MySqlConnection;
-use sqlx::{Database, MySql, Row};
+use distlock_sql::pool::PoolDialect;
+use sqlx::mysql::MySqlRow;
+use sqlx::{MySql, Row};
 use std::time::Duration;
 
 pub(crate) type Pool = distlock_sql::pool::Pool<Thread>;
@@ -33,23 +33,13 @@ impl PoolDialect for Thread {
     type Database = MySql;
     type Session = Thread;
 
-    fn open<'c>(
-        conn: &'c mut <MySql as Database>::Connection,
-        setup: &'static [&'static str],
-        limit: Duration,
-    ) -> distlock_sql::pool::BoxFuture<'c, Result<Thread, DbError>> {
-        Box::pin(async move {
-            let conn: &mut MySqlConnection = conn;
-            for statement in setup {
-                timed(limit, sqlx::query(*statement).execute(&mut *conn)).await?;
-            }
-            let row = timed(limit, sqlx::query(CONNECTION_ID).fetch_one(conn)).await?;
-            let id = row.try_get::<u64, _>(0).map_err(DbError::Sql)?;
-            Ok(Thread {
-                id,
-                timeouts: None,
-                idle_limit: None,
-            })
+    const SESSION_QUERY: &'static str = CONNECTION_ID;
+
+    fn session(row: &MySqlRow) -> Result<Thread, DbError> {
+        Ok(Thread {
+            id: row.try_get::<u64, _>(0).map_err(DbError::Sql)?,
+            timeouts: None,
+            idle_limit: None,
         })
     }
 

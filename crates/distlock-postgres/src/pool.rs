@@ -9,10 +9,9 @@
 use crate::error::DbError;
 use crate::protocol::SESSION_IDENTITY;
 use crate::session::Session;
-use distlock_sql::pool::{PoolDialect, timed};
-use sqlx::postgres::PgConnection;
-use sqlx::{Database, Postgres};
-use std::time::Duration;
+use distlock_sql::pool::PoolDialect;
+use sqlx::Postgres;
+use sqlx::postgres::PgRow;
 
 pub(crate) type Pool = distlock_sql::pool::Pool<Session>;
 pub(crate) type Conn = distlock_sql::pool::Conn<Session>;
@@ -22,15 +21,9 @@ impl PoolDialect for Session {
     type Database = Postgres;
     type Session = Session;
 
-    fn open<'c>(
-        conn: &'c mut <Postgres as Database>::Connection,
-        _setup: &'static [&'static str],
-        limit: Duration,
-    ) -> distlock_sql::pool::BoxFuture<'c, Result<Session, DbError>> {
-        Box::pin(async move {
-            let conn: &mut PgConnection = conn;
-            let identity = sqlx::query(SESSION_IDENTITY).fetch_one(conn);
-            Session::from_row(&timed(limit, identity).await?)
-        })
+    const SESSION_QUERY: &'static str = SESSION_IDENTITY;
+
+    fn session(row: &PgRow) -> Result<Session, DbError> {
+        Session::from_row(row)
     }
 }

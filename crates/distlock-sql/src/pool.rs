@@ -35,14 +35,12 @@ pub trait PoolDialect: Send + Sync + 'static {
     /// What identifies (and configures) the server session of a connection.
     type Session: Copy + fmt::Debug + Send + Sync + 'static;
 
-    /// Runs `setup` on a new connection, then reads its session, before anything
-    /// else runs on it (so every statement that could be cut off has a session
-    /// to end).
-    fn open<'c>(
-        conn: &'c mut <Self::Database as Database>::Connection,
-        setup: &'static [&'static str],
-        limit: Duration,
-    ) -> BoxFuture<'c, Result<Self::Session, DbError>>;
+    /// The query that reads a connection's session, run on every new
+    /// connection after its setup and before anything else (so every
+    /// statement that could be cut off has a session to end).
+    const SESSION_QUERY: &'static str;
+    /// The session from that query's row.
+    fn session(row: &<Self::Database as Database>::Row) -> Result<Self::Session, DbError>;
     /// How long the server keeps this session idle, when set below its default.
     fn idle_limit(_session: &Self::Session) -> Option<Duration> {
         None
@@ -143,7 +141,11 @@ impl<D: PoolDialect> Pool<D> {
 
     /// A connection for exclusive use: an idle one, or a new one. Waits at most the
     /// connect timeout for a free slot.
-    pub async fn get(&self) -> Result<Conn<D>, DbError> {
+    pub async fn get(&self) -> Result<Conn<D>, DbError>
+    where
+        for<'c> &'c mut <D::Database as Database>::Connection: Executor<'c, Database = D::Database>,
+        <D::Database as Database>::Arguments: IntoArguments<D::Database>,
+    {
         let inner = &self.0;
         let permit =
             tokio::time::timeout(inner.connect_timeout, inner.permits.clone().acquire_owned())
@@ -157,7 +159,11 @@ impl<D: PoolDialect> Pool<D> {
             None => {
                 let connect = <D::Database as Database>::Connection::connect_with(&inner.options);
                 let mut conn = timed(inner.connect_timeout, connect).await?;
-                let session = D::open(&mut conn, inner.setup, inner.timeout).await?;
+                for statement in inner.setup {
+                    timed(inner.timeout, sqlx::query(*statement).execute(&mut conn)).await?;
+                }
+                let query = sqlx::query(D::SESSION_QUERY).fetch_one(&mut conn);
+                let session = D::session(&timed(inner.timeout, query).await?)?;
                 (conn, session, inner.transactional)
             }
         };

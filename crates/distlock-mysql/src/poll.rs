@@ -7,6 +7,7 @@ use crate::backend::{MakeStatement, Table, Undo, micros, retry_until, undo};
 use crate::error::{BACKEND, DbError};
 use crate::keys::row_name;
 use crate::pool::Conn;
+use crate::protocol::HELD_FLAG;
 use async_trait::async_trait;
 use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, Inspect, random_owner};
@@ -54,15 +55,26 @@ pub(crate) struct Bid {
     pub until: WaitUntil,
 }
 
+/// What one attempt works with.
+pub(crate) struct Round<'a> {
+    pub table: &'a Table,
+    pub bid: &'a Bid,
+    pub conn: &'a mut Conn,
+}
+
 /// One contender's attempts on the lock, as the strategy defines them.
+#[async_trait]
 pub(crate) trait Contender: Send {
-    /// One attempt on `conn`.
-    fn attempt<'a>(
-        &'a mut self,
-        table: &'a Table,
-        bid: &'a Bid,
-        conn: &'a mut Conn,
-    ) -> BoxFuture<'a, Result<Attempt, DbError>>;
+    /// One attempt on the round's connection.
+    async fn attempt(&mut self, round: Round<'_>) -> Result<Attempt, DbError>;
+}
+
+/// A reply that says the row is held, with the holder's remaining µs below
+/// [`HELD_FLAG`].
+pub(crate) fn held_for(reply: u64) -> Attempt {
+    Attempt::Held {
+        remaining: Duration::from_micros(reply & !HELD_FLAG),
+    }
 }
 
 /// A polling strategy's backend: `S` makes its attempts.
@@ -120,9 +132,6 @@ impl<S: Contender + Default + 'static> Backend for Polling<S> {
     }
 }
 
-/// A boxed, sendable future.
-pub(crate) type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
 /// Attempts until won, `Busy` for `WaitUntil::No`, or `Timeout` at the deadline.
 ///
 /// Once an attempt's statement is sent, its outcome is unknown until the reply:
@@ -162,7 +171,12 @@ pub(crate) async fn acquire_polling(
                 make,
             };
             let mut guard = CancelGuard::new(state, undo);
-            let attempt = contender.attempt(table, &bid, &mut conn).await;
+            let round = Round {
+                table,
+                bid: &bid,
+                conn: &mut conn,
+            };
+            let attempt = contender.attempt(round).await;
             // Answered: nothing of this attempt still runs on the server (and a
             // connection that answered an error may be back in the pool, so it
             // must not be killed).

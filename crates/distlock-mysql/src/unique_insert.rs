@@ -7,9 +7,10 @@
 
 use crate::backend::Table;
 use crate::error::{DbError, code};
-use crate::poll::{Attempt, Bid, BoxFuture, Contender};
+use crate::poll::{Attempt, Bid, Contender, Round, held_for};
 use crate::pool::Conn;
 use crate::protocol::HELD_FLAG;
+use async_trait::async_trait;
 use std::time::{Duration, Instant};
 
 /// How often one attempt flips between "row exists" and "row gone" (holders
@@ -24,14 +25,11 @@ pub(crate) struct Insert {
     row_exists: bool,
 }
 
+#[async_trait]
 impl Contender for Insert {
-    fn attempt<'a>(
-        &'a mut self,
-        table: &'a Table,
-        bid: &'a Bid,
-        conn: &'a mut Conn,
-    ) -> BoxFuture<'a, Result<Attempt, DbError>> {
-        Box::pin(self.insert_or_take_over(table, bid, conn))
+    async fn attempt(&mut self, round: Round<'_>) -> Result<Attempt, DbError> {
+        self.insert_or_take_over(round.table, round.bid, round.conn)
+            .await
     }
 }
 
@@ -68,11 +66,7 @@ impl Insert {
                 HELD_FLAG if done.rows_affected() == 1 => {
                     return won(table, bid, conn, sent_at).await;
                 }
-                id if id & HELD_FLAG != 0 && id != HELD_FLAG => {
-                    return Ok(Attempt::Held {
-                        remaining: Duration::from_micros(id & !HELD_FLAG),
-                    });
-                }
+                id if id & HELD_FLAG != 0 && id != HELD_FLAG => return Ok(held_for(id)),
                 id => {
                     return Err(DbError::Protocol(format!(
                         "the takeover returned {id:#x} and matched {} rows",

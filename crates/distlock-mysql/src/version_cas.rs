@@ -6,11 +6,11 @@
 //! cycle is two statements: the CAS and the release (the row insert runs only
 //! when the CAS found no row).
 
-use crate::backend::Table;
 use crate::error::DbError;
-use crate::poll::{Attempt, Bid, BoxFuture, Contender};
+use crate::poll::{Attempt, Bid, Contender, Round, held_for};
 use crate::pool::Conn;
 use crate::protocol::{HELD_FLAG, Statements};
+use async_trait::async_trait;
 use std::time::{Duration, Instant};
 
 /// How often one attempt re-inserts a row that keeps vanishing (an operator
@@ -22,14 +22,10 @@ const ROW_INSERTS: usize = 3;
 #[derive(Default)]
 pub(crate) struct Cas;
 
+#[async_trait]
 impl Contender for Cas {
-    fn attempt<'a>(
-        &'a mut self,
-        table: &'a Table,
-        bid: &'a Bid,
-        conn: &'a mut Conn,
-    ) -> BoxFuture<'a, Result<Attempt, DbError>> {
-        Box::pin(cas(&table.sql, bid, conn))
+    async fn attempt(&mut self, round: Round<'_>) -> Result<Attempt, DbError> {
+        cas(&round.table.sql, round.bid, round.conn).await
     }
 }
 
@@ -47,11 +43,7 @@ async fn cas(sql: &Statements, bid: &Bid, conn: &mut Conn) -> Result<Attempt, Db
                 let insert = sqlx::query(sql.cas_insert_row.clone()).bind(bid.row.clone());
                 conn.execute(insert).await?;
             }
-            id if id & HELD_FLAG != 0 => {
-                return Ok(Attempt::Held {
-                    remaining: Duration::from_micros(id & !HELD_FLAG),
-                });
-            }
+            id if id & HELD_FLAG != 0 => return Ok(held_for(id)),
             token if done.rows_affected() == 1 => return Ok(Attempt::Won { token, sent_at }),
             token => {
                 return Err(DbError::Protocol(format!(

@@ -8,6 +8,7 @@
 
 use crate::error::DbError;
 use crate::protocol::CONNECTION_ID;
+use distlock_sql::db_error::ErrorTexts;
 use distlock_sql::pool::PoolDialect;
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, Row};
@@ -32,6 +33,7 @@ pub(crate) struct Thread {
 impl PoolDialect for Thread {
     type Database = MySql;
     type Session = Thread;
+    const TEXTS: &'static ErrorTexts = &crate::error::TEXTS;
 
     const SESSION_QUERY: &'static str = CONNECTION_ID;
 

@@ -9,6 +9,7 @@
 use crate::error::DbError;
 use crate::protocol::SESSION_IDENTITY;
 use crate::session::Session;
+use distlock_sql::db_error::ErrorTexts;
 use distlock_sql::pool::PoolDialect;
 use sqlx::Postgres;
 use sqlx::postgres::PgRow;
@@ -20,6 +21,7 @@ pub(crate) type Statement = distlock_sql::pool::Statement<Postgres>;
 impl PoolDialect for Session {
     type Database = Postgres;
     type Session = Session;
+    const TEXTS: &'static ErrorTexts = &crate::error::TEXTS;
 
     const SESSION_QUERY: &'static str = SESSION_IDENTITY;
 

@@ -173,6 +173,7 @@ where
         let settings = &self.settings;
         let pool = Pool::new(
             self.options.clone(),
+            self.endpoint(),
             settings.pool_size,
             setup,
             false,
@@ -180,6 +181,7 @@ where
         );
         let holders = Pool::new(
             self.options.clone(),
+            self.endpoint(),
             settings.held_connections,
             holder_setup,
             transactional,

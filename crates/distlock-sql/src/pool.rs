@@ -15,7 +15,8 @@
 //! pool's next user would carry someone else's lock, or a dead session.
 
 pub use crate::db::BoxFuture;
-use crate::db_error::DbError;
+use crate::db_error::{DbError, ErrorTexts};
+use distlock_core::LockError;
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Connection, Database, Decode, Executor, IntoArguments, Row, SqlStr, Type};
 use std::fmt;
@@ -32,6 +33,8 @@ const MAX_IDLE: Duration = Duration::from_secs(60);
 pub trait PoolDialect: Send + Sync + 'static {
     /// The sqlx driver.
     type Database: Database;
+    /// The adapter's words for its errors.
+    const TEXTS: &'static ErrorTexts;
     /// What identifies (and configures) the server session of a connection.
     type Session: Copy + fmt::Debug + Send + Sync + 'static;
 
@@ -61,6 +64,8 @@ impl<D: PoolDialect> Clone for Pool<D> {
 
 struct PoolInner<D: PoolDialect> {
     options: <<D::Database as Database>::Connection as Connection>::Options,
+    /// The server, without credentials, for errors.
+    endpoint: String,
     /// Statements run once on every new connection.
     setup: &'static [&'static str],
     /// Autocommit is off on these connections: any statement may open a
@@ -105,6 +110,7 @@ impl<D: PoolDialect> Pool<D> {
     /// `transactional`: the setup turns autocommit off (see the module docs).
     pub fn new(
         options: <<D::Database as Database>::Connection as Connection>::Options,
+        endpoint: String,
         size: u32,
         setup: &'static [&'static str],
         transactional: bool,
@@ -115,6 +121,7 @@ impl<D: PoolDialect> Pool<D> {
             .clamp(1, Semaphore::MAX_PERMITS);
         Pool(Arc::new(PoolInner {
             options,
+            endpoint,
             setup,
             transactional,
             idle: Mutex::new(Vec::new()),
@@ -202,20 +209,25 @@ where
     pub async fn fetch_all(
         &self,
         statement: Statement<D::Database>,
-    ) -> Result<Vec<<D::Database as Database>::Row>, DbError> {
-        let mut conn = self.get().await?;
-        conn.fetch_all(statement).await
+    ) -> Result<Vec<<D::Database as Database>::Row>, LockError> {
+        let rows = async { self.get().await?.fetch_all(statement).await };
+        rows.await.map_err(|e| self.error(e))
     }
 
     /// The first column of the first row, if any.
-    pub async fn scalar<T>(&self, statement: Statement<D::Database>) -> Result<Option<T>, DbError>
+    pub async fn scalar<T>(&self, statement: Statement<D::Database>) -> Result<Option<T>, LockError>
     where
         T: for<'r> Decode<'r, D::Database> + Type<D::Database>,
         usize: ColumnIndex<<D::Database as Database>::Row>,
     {
         let rows = self.fetch_all(statement).await?;
-        let first = rows.first().map(|row| row.try_get(0));
-        Ok(first.transpose()?)
+        let first = rows.first().map(|row| row.try_get(0)).transpose();
+        first.map_err(|e| self.error(DbError::Sql(e)))
+    }
+
+    /// The public error for a failed statement, naming the server.
+    pub fn error(&self, e: DbError) -> LockError {
+        e.into_lock_error(D::TEXTS, &self.0.endpoint)
     }
 }
 

@@ -112,7 +112,7 @@ impl Table {
         endpoint: String,
         create: bool,
     ) -> Result<Table, LockError> {
-        let err = |e: DbError| e.into_lock_error(&endpoint);
+        let err = |e: DbError| e.into_lock_error(&crate::error::TEXTS, &endpoint);
         let mut conn = pool.get().await.map_err(err)?;
         if create {
             // IF NOT EXISTS under the server's metadata lock: clients starting at
@@ -168,7 +168,7 @@ impl Table {
 
     /// The public error for a failed statement.
     pub fn error(&self, e: DbError) -> LockError {
-        e.into_lock_error(&self.endpoint)
+        e.into_lock_error(&crate::error::TEXTS, &self.endpoint)
     }
 
     /// Runs the autocommit statement `build()` makes, retried under row-lock

@@ -2,18 +2,23 @@
 //! `mysql://user:pass@host:port/db?table=…&strategy=…&timeout=5s`.
 
 use crate::backend::Table;
-use crate::error::BACKEND;
-use crate::keys::TableName;
 use crate::lock;
-use crate::pool::Pool;
+use crate::pool::Thread;
 use crate::protocol::{HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT, ROW_LOCK_WAIT, Strategy};
 use crate::shares::{RWLOCK_TABLE, SEMAPHORE_TABLE, Shares};
-use distlock_core::toolkit::LockUrl;
 use distlock_core::{DynLock, LockError};
-use distlock_sql::adapter::{Settings, check_scheme, endpoint, finish, read_server};
+use distlock_sql::adapter::finish;
+use distlock_sql::config::{SqlConfig, UrlForm, tls_missing};
 use sqlx::MySql;
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 use std::sync::Arc;
+
+/// How a MySQL lock URL looks.
+const URL: UrlForm = UrlForm {
+    schemes: ["mysql", "mariadb"],
+    example: "mysql://USER:PASSWORD@HOST:3306/DATABASE",
+    several: "a MySQL lock URL names one server (the primary); replicas cannot hold locks",
+};
 
 /// Where and how to connect. Build it with [`MySqlConfig::from_url`] or
 /// [`MySqlConfig::from_options`] and the setters, then [`MySqlConfig::connect`].
@@ -21,29 +26,24 @@ use std::sync::Arc;
 /// `Debug` never shows the password.
 #[derive(Clone)]
 pub struct MySqlConfig {
-    options: MySqlConnectOptions,
-    table: String,
-    strategy: Strategy,
-    settings: Settings,
+    base: SqlConfig<MySql, Strategy>,
 }
 
 impl std::fmt::Debug for MySqlConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut debug = f.debug_struct("MySqlConfig");
-        debug
-            .field("endpoint", &self.endpoint())
-            .field("user", &self.options.get_username())
-            .field("password", &"<redacted>")
-            .field("table", &self.table)
-            .field("strategy", &self.strategy);
-        self.settings.fields(&mut debug).finish()
+        self.base
+            .fields(&mut f.debug_struct("MySqlConfig"))
+            .finish()
     }
 }
 
 impl MySqlConfig {
     distlock_sql::settings_setters!(
         held: "`for_update`",
-        create: " Turn it off when the user lacks the CREATE privilege and the table was created beforehand with the SQL in the crate docs (\"The table\")."
+        create: " Turn it off when the user lacks the CREATE privilege and the table was created beforehand with the SQL in the crate docs (\"The table\").",
+        table: "The lock table (default `distlock_locks`), validated as a plain identifier by `connect`.",
+        strategy: Strategy,
+        options: MySqlConnectOptions,
     );
 
     /// Defaults around sqlx connect options (host, credentials, database, TLS).
@@ -55,13 +55,11 @@ impl MySqlConfig {
         // application installed a provider of its own.
         #[cfg(feature = "tls")]
         let _ = rustls::crypto::ring::default_provider().install_default();
+        // Expiry compares TIMESTAMP columns with NOW(6): a UTC session makes that
+        // immune to daylight-saving jumps of the server's zone.
+        let options = options.timezone(Some("+00:00".to_owned()));
         MySqlConfig {
-            // Expiry compares TIMESTAMP columns with NOW(6): a UTC session makes that
-            // immune to daylight-saving jumps of the server's zone.
-            options: options.timezone(Some("+00:00".to_owned())),
-            table: TableName::DEFAULT.to_owned(),
-            strategy: Strategy::default(),
-            settings: Settings::default(),
+            base: SqlConfig::new(options),
         }
     }
 
@@ -77,17 +75,8 @@ impl MySqlConfig {
     /// `verify_ca`; TLS needs the `tls` feature). Any other parameter is an error that lists these. Errors never
     /// echo the password.
     pub fn from_url(url: &str) -> Result<Self, LockError> {
-        let mut url = LockUrl::parse(BACKEND, url)?;
-        check_scheme(
-            &url,
-            ["mysql", "mariadb"],
-            "mysql://USER:PASSWORD@HOST:3306/DATABASE",
-        )?;
-        let mut options = read_server(
-            &url,
-            MySqlConnectOptions::new(),
-            "a MySQL lock URL names one server (the primary); replicas cannot hold locks",
-        )?;
+        let read = SqlConfig::<MySql, Strategy>::read_server(&URL, url, MySqlConnectOptions::new());
+        let (mut url, mut options) = read?;
         let ssl_modes = "disabled, preferred, required, verify_ca or verify_identity";
         let mode = url.parse_param::<MySqlSslMode>("ssl-mode", ssl_modes)?;
         let ca = url.string("ssl-ca");
@@ -95,10 +84,7 @@ impl MySqlConfig {
         // not `preferred`, which would accept any certificate.
         let mode = mode.or(ca.as_ref().map(|_| MySqlSslMode::VerifyCa));
         if !cfg!(feature = "tls") && mode.is_some_and(needs_tls) {
-            return Err(url.error(
-                "this ssl-mode needs TLS support, which this build lacks: enable the `tls` \
-                 feature of the distlock crate (or of distlock-mysql when used directly)",
-            ));
+            return Err(tls_missing(&url, "ssl-mode", "distlock-mysql"));
         }
         if let Some(mode) = mode {
             options = options.ssl_mode(mode);
@@ -116,82 +102,26 @@ impl MySqlConfig {
             options = options.socket(path);
         }
         let mut config = MySqlConfig::from_options(options);
-        if let Some(strategy) = url.choice("strategy", &Strategy::NAMES)? {
-            config.strategy = strategy.parse()?;
-        }
-        if let Some(table) = url.string("table") {
-            config.table = table;
-        }
-        config.settings = config.settings.read(&mut url)?;
-        finish(&url, || config.validate())?;
+        config.base = config.base.read_params(&mut url)?;
+        finish(&url, || config.base.validate(&URL))?;
         Ok(config)
-    }
-
-    /// The lock table (default `distlock_locks`), validated as a plain identifier
-    /// by [`MySqlConfig::connect`].
-    pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.table = table.into();
-        self
-    }
-
-    /// The strategy (default [`Strategy::VersionCas`]).
-    pub fn strategy(mut self, strategy: Strategy) -> Self {
-        self.strategy = strategy;
-        self
-    }
-
-    /// The strategy in use.
-    pub fn get_strategy(&self) -> Strategy {
-        self.strategy
-    }
-
-    /// The sqlx connect options (server, credentials, database, TLS, UTC session),
-    /// for other clients of the same server, such as a fenced store.
-    pub fn connect_options(&self) -> MySqlConnectOptions {
-        self.options.clone()
-    }
-
-    /// The server address, without credentials, for messages.
-    pub fn endpoint(&self) -> String {
-        endpoint::<MySql>(&self.options)
-    }
-
-    fn validate(&self) -> Result<TableName, LockError> {
-        let bad = |reason: &str| Err(LockError::config(BACKEND, reason));
-        self.settings.validate(BACKEND)?;
-        if self.options.get_database().is_none_or(str::is_empty) {
-            return bad(
-                "no database given; add it to the URL path: mysql://USER:PASSWORD@HOST:3306/DATABASE",
-            );
-        }
-        TableName::new(&self.table)
     }
 
     /// Connects, creates the table if missing (unless turned off), and checks that
     /// the table belongs to this strategy.
     pub async fn connect(self) -> Result<DynLock, LockError> {
-        let table = self.validate()?;
-        let pool = Pool::new(
-            self.options.clone(),
-            self.settings.pool_size,
-            &[ROW_LOCK_WAIT],
-            false,
-            self.settings.timeouts,
-        );
-        // Only for_update takes connections from it, one per held or waiting lock.
-        let holders = Pool::new(
-            self.options.clone(),
-            self.settings.held_connections,
-            &[HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT],
-            true,
-            self.settings.timeouts,
-        );
-        let endpoint = self.endpoint();
-        let create = self.settings.create_table;
-        let table = Arc::new(Table::open(self.strategy, table, pool, endpoint, create).await?);
+        let base = self.base;
+        let table = base.validate(&URL)?;
+        // Only for_update takes connections from the holders' pool, one per
+        // held or waiting lock.
+        let holder_setup = &[HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT];
+        let (pool, holders) = base.pools::<Thread>(&[ROW_LOCK_WAIT], holder_setup, true);
+        let create = base.settings.create_table;
+        let table = Table::open(base.strategy, table, pool, base.endpoint(), create).await?;
+        let table = Arc::new(table);
         let semaphores = Shares::open(table.clone(), SEMAPHORE_TABLE, create).await?;
         let rwlocks = Shares::open(table.clone(), RWLOCK_TABLE, create).await?;
-        lock::client(table, holders, self.settings.defaults, semaphores, rwlocks)
+        lock::client(table, holders, base.settings.defaults, semaphores, rwlocks)
     }
 }
 
@@ -223,22 +153,22 @@ mod tests {
              &held_connections=7&connect_timeout=250ms&timeout=1500ms&create_table=false&ssl-mode=disabled",
         )
         .unwrap();
-        assert_eq!(config.table, "locks");
-        assert_eq!(config.strategy, Strategy::ForUpdate);
-        let settings = &config.settings;
+        assert_eq!(config.base.table_name(), "locks");
+        assert_eq!(config.base.strategy, Strategy::ForUpdate);
+        let settings = &config.base.settings;
         assert_eq!((settings.pool_size, settings.held_connections), (3, 7));
         assert_eq!(settings.timeouts.connect, Duration::from_millis(250));
         assert_eq!(settings.timeouts.reply, Duration::from_millis(1500));
         assert!(!settings.create_table);
-        assert_eq!(config.options.get_username(), "u");
+        assert_eq!(config.base.options.get_username(), "u");
         assert!(matches!(
-            config.options.get_ssl_mode(),
+            config.base.options.get_ssl_mode(),
             MySqlSslMode::Disabled
         ));
         assert_eq!(config.endpoint(), "mysql://db.example:3307/app");
         assert!(!format!("{config:?}").contains("s3cret"));
         let encoded = MySqlConfig::from_url("mysql://a%40b:p%2Fw@[::1]/my%20db").unwrap();
-        assert_eq!(encoded.options.get_username(), "a@b");
+        assert_eq!(encoded.base.options.get_username(), "a@b");
         assert_eq!(encoded.endpoint(), "mysql://[::1]:3306/my db");
     }
 

@@ -10,7 +10,7 @@ use crate::backend::{Table, micros};
 use crate::error::DbError;
 use crate::for_update::ForUpdate;
 use crate::keys::row_name;
-use crate::poll::{Attempt, Bid, Contender};
+use crate::poll::{Attempt, Bid, Contender, Round};
 use crate::protocol::{END_TRANSACTION, Strategy};
 use crate::unique_insert::Insert;
 use crate::version_cas::Cas;
@@ -57,7 +57,12 @@ impl Table {
             until: WaitUntil::Deadline(Instant::now() + self.pool.timeout()),
         };
         let mut conn = self.pool.get().await?;
-        let token = match contender.attempt(self, &bid, &mut conn).await? {
+        let round = Round {
+            table: self,
+            bid: &bid,
+            conn: &mut conn,
+        };
+        let token = match contender.attempt(round).await? {
             Attempt::Won { token, .. } => token,
             Attempt::Held { .. } => return Ok(false),
         };
@@ -104,7 +109,7 @@ impl ForUpdate {
         let mut other = table.pool.get().await?;
         table.bump_counter(&mut other, &row, until).await?;
         conn.execute(sqlx::query(END_TRANSACTION)).await?;
-        conn.transaction_ended();
+        conn.holds_nothing();
         Ok(())
     }
 }

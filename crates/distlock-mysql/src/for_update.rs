@@ -29,7 +29,7 @@
 
 use crate::backend::{Table, retry_until};
 use crate::error::{BACKEND, DbError, code};
-use crate::holder_session::{Session, Slot, keepalive};
+use crate::holder_session::Session;
 use crate::keys::row_name;
 use crate::pool::{Conn, Pool};
 use crate::protocol::{END_TRANSACTION, KEEPALIVE};
@@ -37,6 +37,7 @@ use async_trait::async_trait;
 use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
 use distlock_core::toolkit::Inspect;
 use distlock_core::{Capabilities, FencingToken, LockError};
+use distlock_sql::held::HeldConnection;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -135,43 +136,20 @@ impl Backend for ForUpdate {
 
     /// The keepalive: a round trip on the held connection. It resets the server's
     /// idle timer (`wait_timeout`) and proves the session, and so the lock, is
-    /// alive.
-    ///
-    /// The keepalive runs in a task of its own that holds the slot until the
-    /// reply is in. A renewal is dropped mid-statement when its lease is
-    /// released or its deadline passes; dropped here, it would leave its reply
-    /// on the wire for the next statement to read as its own (the chaos run
-    /// saw a release's `ROLLBACK` read `SELECT 1`'s, and sqlx panic decoding
-    /// it). The next statement waits for the slot instead.
+    /// alive. (The chaos run saw a release's `ROLLBACK` read the reply of a
+    /// keepalive dropped mid-statement, and sqlx panic decoding it: hence the
+    /// keepalive's own task.)
     async fn renew(&self, session: &Session, _ttl: Duration) -> Result<Ownership, LockError> {
-        let slot = session.conn.clone().lock_owned().await;
-        match tokio::spawn(keepalive(slot)).await {
-            Ok(Some(ownership)) => Ok(ownership),
-            Ok(None) => Err(self.unreachable()),
-            Err(e) => Err(self
-                .table
-                .error(DbError::Protocol(format!("keepalive task: {e}")))),
-        }
+        let keepalive = session.conn.keepalive(sqlx::query(KEEPALIVE));
+        keepalive.await.map_err(|e| self.table.error(e))
     }
 
     /// Release rolls the transaction back, which frees the row lock (and drops
     /// the uncommitted tag). Its OK proves the session alive and outside any
     /// transaction, so the connection goes back to the pool.
     async fn release(&self, session: &Session) -> Result<Ownership, LockError> {
-        let mut slot = session.conn.lock().await;
-        let mut conn = match std::mem::replace(&mut *slot, Slot::Ended) {
-            Slot::Holding(conn) => conn,
-            Slot::Unreachable => return Err(self.unreachable()),
-            Slot::Ended => return Ok(Ownership::NotHeld),
-        };
-        match conn.execute(sqlx::query(END_TRANSACTION)).await {
-            Ok(_) => {
-                conn.transaction_ended();
-                Ok(Ownership::Held)
-            }
-            Err(DbError::TimedOut(_)) => Err(self.unreachable()),
-            Err(_) => Ok(Ownership::NotHeld),
-        }
+        let released = session.conn.release(sqlx::query(END_TRANSACTION), |_| true);
+        released.await.map_err(|e| self.table.error(e))
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {
@@ -226,7 +204,7 @@ impl ForUpdate {
         kill.disarm();
         Ok(Acquired {
             handle: Session {
-                conn: Arc::new(tokio::sync::Mutex::new(Slot::Holding(conn))),
+                conn: HeldConnection::new(conn),
                 ttl: req.ttl,
             },
             token: FencingToken::new(token),
@@ -252,12 +230,6 @@ impl ForUpdate {
         } else {
             Try::Failed(self.fail(conn, e))
         }
-    }
-
-    fn unreachable(&self) -> LockError {
-        self.table.error(DbError::Protocol(
-            "the connection holding the lock stopped answering".into(),
-        ))
     }
 }
 

@@ -17,7 +17,6 @@
 use crate::backend::Table;
 use crate::error::{DbError, code};
 use crate::keys::{counter_name, display_name, exact_range, name_in_text, prefix_range, row_name};
-use crate::pool::Statement;
 use crate::protocol::inspect::*;
 use crate::protocol::{KEEPALIVE, KILL_CONNECTION, Strategy, for_table};
 use async_trait::async_trait;
@@ -62,6 +61,7 @@ impl Inspect for Table {
             }));
         }
         let found = self
+            .pool
             .fetch_all(sqlx::query(self.sql(HOLDER_ROW)).bind(row.clone()))
             .await?;
         let Some(found) = found.first() else {
@@ -98,6 +98,7 @@ impl Inspect for Table {
         // too. version_cas rows stay; only a live owner counts.
         let expired_count = self.strategy == Strategy::UniqueInsert;
         let rows = self
+            .pool
             .fetch_all(
                 sqlx::query(self.sql(OWNED_ROWS))
                     .bind(low)
@@ -131,7 +132,11 @@ impl Inspect for Table {
 
     async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
         let mut warnings = Vec::new();
-        let server: String = self.scalar(sqlx::query(VERSION)).await?.unwrap_or_default();
+        let server: String = self
+            .pool
+            .scalar(sqlx::query(VERSION))
+            .await?
+            .unwrap_or_default();
         let mariadb = server.to_ascii_lowercase().contains("mariadb");
         match (version(&server), mariadb) {
             (Some(v), true) if v < (10, 6, 0) => warnings.push(format!(
@@ -144,7 +149,7 @@ impl Inspect for Table {
             (None, _) => warnings.push(format!("cannot read the server version ({server:?})")),
             _ => {}
         }
-        let innodb: Option<String> = self.scalar(sqlx::query(INNODB_SUPPORT)).await?;
+        let innodb: Option<String> = self.pool.scalar(sqlx::query(INNODB_SUPPORT)).await?;
         if !matches!(innodb.as_deref(), Some("YES" | "DEFAULT")) {
             warnings.push(
                 "InnoDB is not available: lock rows need a transactional engine with row locks \
@@ -154,7 +159,7 @@ impl Inspect for Table {
         }
         let table = self.name.as_str();
         let engine = sqlx::query(TABLE_ENGINE).bind(table.to_owned());
-        if let Some(engine) = self.scalar::<Option<String>>(engine).await?.flatten()
+        if let Some(engine) = self.pool.scalar::<Option<String>>(engine).await?.flatten()
             && !engine.eq_ignore_ascii_case("InnoDB")
         {
             warnings.push(format!(
@@ -162,7 +167,7 @@ impl Inspect for Table {
                  locks, so locks and fence counters are not safe; ALTER TABLE `{table}` ENGINE=InnoDB"
             ));
         }
-        let read_only: Option<i64> = self.scalar(sqlx::query(READ_ONLY)).await?;
+        let read_only: Option<i64> = self.pool.scalar(sqlx::query(READ_ONLY)).await?;
         if read_only == Some(1) {
             warnings
                 .push("the server is read-only (a replica?): point the lock at the primary".into());
@@ -205,29 +210,10 @@ impl Table {
         for_table(template, &self.name)
     }
 
-    async fn fetch_all(&self, statement: Statement) -> Result<Vec<MySqlRow>, LockError> {
-        let rows = async {
-            let mut conn = self.pool.get().await?;
-            conn.fetch_all(statement).await
-        };
-        rows.await.map_err(|e| self.error(e))
-    }
-
-    /// The first column of the first row, if any.
-    async fn scalar<T>(&self, statement: Statement) -> Result<Option<T>, LockError>
-    where
-        T: for<'r> sqlx::Decode<'r, sqlx::MySql> + sqlx::Type<sqlx::MySql>,
-    {
-        let rows = self.fetch_all(statement).await?;
-        rows.first()
-            .map(|row| row.try_get(0))
-            .transpose()
-            .map_err(|e| self.error(DbError::Sql(e)))
-    }
-
     /// The fence of row `name`: for a counter row, the last token issued.
     async fn fence(&self, name: Vec<u8>) -> Result<Option<FencingToken>, LockError> {
         let fence: Option<u64> = self
+            .pool
             .scalar(sqlx::query(self.sql(COUNTER_FENCE)).bind(name))
             .await?;
         Ok(fence.map(FencingToken::new))
@@ -277,6 +263,7 @@ impl Table {
     async fn waiters(&self, prefix: &str) -> Result<Vec<String>, LockError> {
         let pattern = self.sql.lock_row_pattern(prefix.as_bytes());
         let rows = self
+            .pool
             .fetch_all(sqlx::query(QUEUED_SESSIONS).bind(pattern))
             .await?;
         rows.iter()

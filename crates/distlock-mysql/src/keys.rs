@@ -1,9 +1,7 @@
 //! The row layout: how lock names become row names (and counter rows), the
 //! byte ranges that select a prefix, and the validated table name.
 
-use crate::error::BACKEND;
-use distlock_core::toolkit::sql_identifier_problem;
-use distlock_core::{LockError, LockKey};
+use distlock_core::LockKey;
 use sha2::{Digest, Sha256};
 
 /// Bytes in the `name` column (`VARBINARY(255)`): fits every row format's index
@@ -106,39 +104,13 @@ pub(crate) fn display_name(name: &[u8]) -> String {
         .collect()
 }
 
-/// A table name checked to be a plain identifier (the toolkit's
-/// [`sql_identifier_problem`]). It is the only text ever placed into SQL, so
-/// nothing else may pass.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableName(String);
-
-impl TableName {
-    /// The table used when none is configured.
-    pub const DEFAULT: &'static str = "distlock_locks";
-
-    /// Validates `name`; anything but a plain identifier is a `Config` error.
-    pub fn new(name: &str) -> Result<Self, LockError> {
-        match sql_identifier_problem(name, "table name", Self::DEFAULT) {
-            None => Ok(TableName(name.to_owned())),
-            Some(reason) => Err(LockError::config(BACKEND, reason)),
-        }
-    }
-
-    /// The name as validated.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Display for TableName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+/// The lock table's name, validated as a plain identifier.
+pub type TableName = distlock_sql::adapter::TableName<sqlx::MySql>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use distlock_core::LockError;
 
     #[test]
     fn short_names_are_stored_verbatim_and_long_ones_hashed_to_fit() {

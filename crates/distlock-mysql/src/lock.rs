@@ -6,13 +6,14 @@
 
 use crate::backend::Table;
 use crate::for_update::ForUpdate;
+use crate::poll::Polling;
 use crate::pool::Pool;
 use crate::protocol::Strategy;
 use crate::rwlock::MySqlRwLock;
 use crate::semaphore::MySqlSemaphore;
 use crate::shares::Shares;
-use crate::unique_insert::UniqueInsert;
-use crate::version_cas::VersionCas;
+use crate::unique_insert::Insert;
+use crate::version_cas::Cas;
 use distlock_core::adapter::{Backend, BackendLock, BackendRwLock, BackendSemaphore};
 use distlock_core::{AcquireOptions, DynLock, DynRwLock, DynSemaphore, LockError};
 use std::sync::Arc;
@@ -32,8 +33,8 @@ pub(crate) fn client(
         Arc::new(BackendSemaphore::new(MySqlSemaphore { shares: semaphores }));
     let rwlock: DynRwLock = Arc::new(BackendRwLock::new(MySqlRwLock { shares: rwlocks }));
     match table.strategy {
-        Strategy::VersionCas => lock(VersionCas { table }, semaphore, rwlock, defaults),
-        Strategy::UniqueInsert => lock(UniqueInsert { table }, semaphore, rwlock, defaults),
+        Strategy::VersionCas => lock(Polling::<Cas>::new(table), semaphore, rwlock, defaults),
+        Strategy::UniqueInsert => lock(Polling::<Insert>::new(table), semaphore, rwlock, defaults),
         Strategy::ForUpdate => lock(ForUpdate { table, holders }, semaphore, rwlock, defaults),
     }
 }

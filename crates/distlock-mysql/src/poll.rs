@@ -4,13 +4,16 @@
 //! row-lock contention (1205, 1213) is undone and tried again the same way.
 
 use crate::backend::{MakeStatement, Table, Undo, micros, retry_until, undo};
-use crate::error::DbError;
+use crate::error::{BACKEND, DbError};
 use crate::keys::row_name;
 use crate::pool::Conn;
-use distlock_core::adapter::{AcquireRequest, Acquired, Ownership, WaitUntil};
-use distlock_core::toolkit::{Backoff, CancelGuard, random_owner};
-use distlock_core::{FencingToken, LockError};
+use crate::protocol::HELD_FLAG;
+use async_trait::async_trait;
+use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
+use distlock_core::toolkit::{Backoff, CancelGuard, Inspect, random_owner};
+use distlock_core::{Capabilities, FencingToken, LockError};
 use sqlx::SqlStr;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -52,19 +55,82 @@ pub(crate) struct Bid {
     pub until: WaitUntil,
 }
 
-/// One contender's attempts on the lock, as the strategy defines them.
-pub(crate) trait Contender: Send {
-    /// One attempt on `conn`.
-    fn attempt<'a>(
-        &'a mut self,
-        table: &'a Table,
-        bid: &'a Bid,
-        conn: &'a mut Conn,
-    ) -> BoxFuture<'a, Result<Attempt, DbError>>;
+/// What one attempt works with.
+pub(crate) struct Round<'a> {
+    pub table: &'a Table,
+    pub bid: &'a Bid,
+    pub conn: &'a mut Conn,
 }
 
-/// A boxed, sendable future.
-pub(crate) type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// One contender's attempts on the lock, as the strategy defines them.
+#[async_trait]
+pub(crate) trait Contender: Send {
+    /// One attempt on the round's connection.
+    async fn attempt(&mut self, round: Round<'_>) -> Result<Attempt, DbError>;
+}
+
+/// A reply that says the row is held, with the holder's remaining µs below
+/// [`HELD_FLAG`].
+pub(crate) fn held_for(reply: u64) -> Attempt {
+    Attempt::Held {
+        remaining: Duration::from_micros(reply & !HELD_FLAG),
+    }
+}
+
+/// A polling strategy's backend: `S` makes its attempts.
+pub(crate) struct Polling<S> {
+    pub table: Arc<Table>,
+    strategy: PhantomData<fn() -> S>,
+}
+
+impl<S> Polling<S> {
+    pub fn new(table: Arc<Table>) -> Self {
+        Polling {
+            table,
+            strategy: PhantomData,
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for Polling<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Polling")
+            .field("strategy", &self.table.strategy)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl<S: Contender + Default + 'static> Backend for Polling<S> {
+    type Handle = RowHandle;
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.table.strategy.capabilities()
+    }
+
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<RowHandle>, LockError> {
+        let ([undo, _, _], _) = self.table.sql.polling(self.table.strategy);
+        acquire_polling(&self.table, &req, undo, S::default()).await
+    }
+
+    async fn renew(&self, handle: &RowHandle, ttl: Duration) -> Result<Ownership, LockError> {
+        let ([_, renew, _], with_fence) = self.table.sql.polling(self.table.strategy);
+        compare_row(&self.table, renew, Some(ttl), handle, with_fence).await
+    }
+
+    async fn release(&self, handle: &RowHandle) -> Result<Ownership, LockError> {
+        let ([_, _, release], with_fence) = self.table.sql.polling(self.table.strategy);
+        compare_row(&self.table, release, None, handle, with_fence).await
+    }
+
+    fn inspect(&self) -> Option<&dyn Inspect> {
+        Some(&*self.table)
+    }
+}
 
 /// Attempts until won, `Busy` for `WaitUntil::No`, or `Timeout` at the deadline.
 ///
@@ -101,11 +167,16 @@ pub(crate) async fn acquire_polling(
             });
             let state = Undo {
                 table: table.clone(),
-                in_flight: Some(conn.id()),
+                in_flight: Some(conn.session().id),
                 make,
             };
             let mut guard = CancelGuard::new(state, undo);
-            let attempt = contender.attempt(table, &bid, &mut conn).await;
+            let round = Round {
+                table,
+                bid: &bid,
+                conn: &mut conn,
+            };
+            let attempt = contender.attempt(round).await;
             // Answered: nothing of this attempt still runs on the server (and a
             // connection that answered an error may be back in the pool, so it
             // must not be killed).

@@ -44,6 +44,10 @@ pub enum Strategy {
 /// of its life in round trips.
 const MIN_POLLING_TTL: Duration = Duration::from_millis(10);
 
+impl distlock_sql::config::SqlStrategy for Strategy {
+    const NAMES: &'static [&'static str] = &Strategy::NAMES;
+}
+
 impl Strategy {
     /// Every strategy's name, as `?strategy=` takes it.
     pub const NAMES: [&'static str; 3] = ["version_cas", "unique_insert", "for_update"];
@@ -213,6 +217,27 @@ pub(crate) struct Statements {
 }
 
 impl Statements {
+    /// A polling strategy's undo, renew and release statements, and whether
+    /// renew and release also match the fence (`version_cas`'s row persists).
+    /// `unique_insert`'s release deletes whatever row the owner may have won,
+    /// so it is the undo too.
+    pub fn polling(&self, strategy: Strategy) -> ([&SqlStr; 3], bool) {
+        match strategy {
+            Strategy::UniqueInsert => (
+                [
+                    &self.unique_release,
+                    &self.unique_renew,
+                    &self.unique_release,
+                ],
+                false,
+            ),
+            Strategy::VersionCas | Strategy::ForUpdate => (
+                [&self.cas_abandon, &self.cas_renew, &self.cas_release],
+                true,
+            ),
+        }
+    }
+
     pub fn new(table: &TableName) -> Self {
         let build = |template| for_table(template, table);
         Statements {

@@ -70,21 +70,22 @@ impl ForUpdate {
                 None => WAIT_CHUNK,
             };
             let timeouts = (if no_wait { 1 } else { whole_seconds(round) }, ttl_seconds);
-            if conn.session != Some(timeouts) {
+            if conn.session().timeouts != Some(timeouts) {
                 let set = sqlx::query(HOLDER_TIMEOUTS)
                     .bind(timeouts.0)
                     .bind(timeouts.1);
                 conn.execute(set).await.map_err(|e| self.broke(conn, e))?;
-                conn.session = Some(timeouts);
+                let thread = conn.session_mut();
+                thread.timeouts = Some(timeouts);
                 // The server now closes the session after this long idle: the pool
                 // must not hand it out past that.
-                conn.idle_limit = Some(Duration::from_secs(timeouts.1));
+                thread.idle_limit = Some(Duration::from_secs(timeouts.1));
             }
             let reply_within = Duration::from_secs(timeouts.0) + self.holders.timeout();
             let sent_at = Instant::now();
             // Dropped armed on every early return below: a deadline reached
             // mid-statement, or a failure with the transaction's state unknown.
-            let guard = kill_on_drop(&self.table, conn.id());
+            let guard = kill_on_drop(&self.table, conn.session().id);
             let outcome = tokio::select! {
                 biased;
                 outcome = self.lock_statement(conn, row, no_wait, reply_within) => outcome,
@@ -107,7 +108,7 @@ impl ForUpdate {
             // stays locked, then wait another round (or give up).
             let rollback = conn.execute(sqlx::query(END_TRANSACTION)).await;
             rollback.map_err(|e| self.broke(conn, e))?;
-            conn.transaction_ended();
+            conn.holds_nothing();
             guard.disarm();
             // `Wait::No`: a row held (1205, 3572) is `Busy` at once; a deadlock
             // victim may try again within `until`.

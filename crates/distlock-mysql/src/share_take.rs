@@ -79,7 +79,7 @@ pub(crate) async fn take(
         let one_try = async {
             let mut conn = shares.base.pool.get().await?;
             if let Some(state) = guard.state_mut() {
-                state.in_flight = Some(conn.id());
+                state.in_flight = Some(conn.session().id);
             }
             let bid = Bid {
                 name: &name,
@@ -203,7 +203,7 @@ async fn attempt(
         }
     }
     let limit = shares.base.pool.timeout();
-    conn.begin();
+    conn.may_hold();
     conn.execute_text("BEGIN".into_sql_str(), limit).await?;
     let bump = sqlx::query(shares.bump_head.clone())
         .bind(name.to_vec())
@@ -274,6 +274,6 @@ async fn attempt(
         }
     };
     conn.execute_text(end.into_sql_str(), limit).await?;
-    conn.transaction_ended();
+    conn.holds_nothing();
     Ok(outcome)
 }

@@ -6,61 +6,18 @@
 //! the lock is won; the counter row is never deleted, so tokens never repeat.
 
 use crate::backend::Table;
-use crate::error::{BACKEND, DbError, code};
-use crate::poll::{Attempt, Bid, BoxFuture, Contender, RowHandle, acquire_polling, compare_row};
+use crate::error::{DbError, code};
+use crate::poll::{Attempt, Bid, Contender, Round, held_for};
 use crate::pool::Conn;
 use crate::protocol::HELD_FLAG;
 use async_trait::async_trait;
-use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership};
-use distlock_core::toolkit::Inspect;
-use distlock_core::{Capabilities, LockError};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often one attempt flips between "row exists" and "row gone" (holders
 /// coming and going) before it reports the lock as busy and backs off.
 const FLIPS: usize = 4;
 
-/// A `unique_insert` client's backend.
-#[derive(Debug)]
-pub(crate) struct UniqueInsert {
-    pub table: Arc<Table>,
-}
-
-#[async_trait]
-impl Backend for UniqueInsert {
-    type Handle = RowHandle;
-
-    fn name(&self) -> &'static str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.table.strategy.capabilities()
-    }
-
-    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<RowHandle>, LockError> {
-        // The release deletes whatever row this owner may have won.
-        let undo = &self.table.sql.unique_release;
-        acquire_polling(&self.table, &req, undo, Insert::default()).await
-    }
-
-    async fn renew(&self, handle: &RowHandle, ttl: Duration) -> Result<Ownership, LockError> {
-        let sql = &self.table.sql.unique_renew;
-        compare_row(&self.table, sql, Some(ttl), handle, false).await
-    }
-
-    async fn release(&self, handle: &RowHandle) -> Result<Ownership, LockError> {
-        let sql = &self.table.sql.unique_release;
-        compare_row(&self.table, sql, None, handle, false).await
-    }
-
-    fn inspect(&self) -> Option<&dyn Inspect> {
-        Some(&*self.table)
-    }
-}
-
-/// Its attempts: the INSERT, or the takeover of an expired row.
+/// `unique_insert`'s attempts: the INSERT, or the takeover of an expired row.
 #[derive(Default)]
 pub(crate) struct Insert {
     /// After seeing the row held, try the takeover first: while a lock stays held,
@@ -68,14 +25,11 @@ pub(crate) struct Insert {
     row_exists: bool,
 }
 
+#[async_trait]
 impl Contender for Insert {
-    fn attempt<'a>(
-        &'a mut self,
-        table: &'a Table,
-        bid: &'a Bid,
-        conn: &'a mut Conn,
-    ) -> BoxFuture<'a, Result<Attempt, DbError>> {
-        Box::pin(self.insert_or_take_over(table, bid, conn))
+    async fn attempt(&mut self, round: Round<'_>) -> Result<Attempt, DbError> {
+        self.insert_or_take_over(round.table, round.bid, round.conn)
+            .await
     }
 }
 
@@ -112,11 +66,7 @@ impl Insert {
                 HELD_FLAG if done.rows_affected() == 1 => {
                     return won(table, bid, conn, sent_at).await;
                 }
-                id if id & HELD_FLAG != 0 && id != HELD_FLAG => {
-                    return Ok(Attempt::Held {
-                        remaining: Duration::from_micros(id & !HELD_FLAG),
-                    });
-                }
+                id if id & HELD_FLAG != 0 && id != HELD_FLAG => return Ok(held_for(id)),
                 id => {
                     return Err(DbError::Protocol(format!(
                         "the takeover returned {id:#x} and matched {} rows",

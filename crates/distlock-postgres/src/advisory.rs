@@ -32,7 +32,9 @@ use async_trait::async_trait;
 use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, Inspect};
 use distlock_core::{Capabilities, FencingToken, LockError};
+use distlock_sql::held::HeldConnection;
 use sqlx::Row;
+use sqlx::postgres::PgRow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -53,20 +55,11 @@ pub(crate) struct Advisory {
 /// What a held lock keeps: the connection whose session holds it.
 #[derive(Debug)]
 pub(crate) struct Session {
-    conn: Arc<tokio::sync::Mutex<Slot>>,
+    conn: HeldConnection<crate::session::Session>,
     key: i64,
     payload: String,
     /// The ttl it was acquired with: how long an abandoned session is kept.
     ttl: Duration,
-}
-
-#[derive(Debug)]
-enum Slot {
-    Holding(Conn),
-    /// A keepalive got no reply: the connection was dropped, but whether the
-    /// server still holds the lock is unknown until its idle timeout ends it.
-    Unreachable,
-    Ended,
 }
 
 /// What one attempt found.
@@ -121,7 +114,7 @@ impl Backend for Advisory {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let sent_at = Instant::now();
-            conn.may_hold_lock();
+            conn.may_hold();
             // Dropped armed (deadline or cancel mid-statement, or a failure):
             // ends the session, and with it any lock the statement took.
             let state = Undo {
@@ -143,7 +136,7 @@ impl Backend for Advisory {
                     guard.disarm();
                     return Ok(Acquired {
                         handle: Session {
-                            conn: Arc::new(tokio::sync::Mutex::new(Slot::Holding(conn))),
+                            conn: HeldConnection::new(conn),
                             key,
                             payload,
                             ttl: req.ttl,
@@ -154,7 +147,7 @@ impl Backend for Advisory {
                 }
                 Ok(Attempt::Busy) => {
                     // The server answered that it did not grant the lock.
-                    conn.unlocked();
+                    conn.holds_nothing();
                     guard.disarm();
                 }
                 Ok(Attempt::Collision(namespace, name)) => {
@@ -190,49 +183,26 @@ impl Backend for Advisory {
     /// The keepalive: a round trip on the held connection that sets the
     /// session's idle timeout to `ttl` again. It proves the session, and so the
     /// lock, alive.
-    ///
-    /// It runs in a task of its own that holds the slot until the reply is in:
-    /// a renewal dropped mid-statement (release, deadline) must not leave its
-    /// reply on the wire for the release to read.
     async fn renew(&self, session: &Session, ttl: Duration) -> Result<Ownership, LockError> {
-        let slot = session.conn.clone().lock_owned().await;
         let keepalive =
             sqlx::query(self.table.sql.advisory_keepalive.clone()).bind(idle_timeout(ttl));
-        match tokio::spawn(keepalive_on(slot, keepalive)).await {
-            Ok(Some(ownership)) => Ok(ownership),
-            Ok(None) => Err(self.unreachable()),
-            Err(e) => Err(self
-                .table
-                .error(DbError::Protocol(format!("keepalive task: {e}")))),
-        }
+        let keepalive = session.conn.keepalive(keepalive);
+        keepalive.await.map_err(|e| self.table.error(e))
     }
 
     /// Unlocks, notifies waiters and clears the idle timeout in one statement;
     /// its `true` proves the session held the lock and now holds none, so the
     /// connection goes back to the pool.
     async fn release(&self, session: &Session) -> Result<Ownership, LockError> {
-        let mut slot = session.conn.lock().await;
-        let mut conn = match std::mem::replace(&mut *slot, Slot::Ended) {
-            Slot::Holding(conn) => conn,
-            Slot::Unreachable => return Err(self.unreachable()),
-            Slot::Ended => return Ok(Ownership::NotHeld),
-        };
         let t = &self.table;
         let release = sqlx::query(t.sql.advisory_release.clone())
             .bind(session.key)
             .bind(t.sql.channel.clone())
             .bind(session.payload.clone());
-        match conn.fetch_one(release).await {
-            Ok(row) => match row.try_get::<bool, _>(0) {
-                Ok(true) => {
-                    conn.unlocked();
-                    Ok(Ownership::Held)
-                }
-                _ => Ok(Ownership::NotHeld),
-            },
-            Err(DbError::TimedOut(_)) => Err(self.unreachable()),
-            Err(_) => Ok(Ownership::NotHeld),
-        }
+        let unlocked =
+            |rows: &[PgRow]| rows.first().and_then(|row| row.try_get(0).ok()) == Some(true);
+        let released = session.conn.release(release, unlocked);
+        released.await.map_err(|e| self.table.error(e))
     }
 
     /// An abandoned lease must keep others out until its ttl, as on every
@@ -241,20 +211,9 @@ impl Backend for Advisory {
     /// the lock). A crashed process closes it at once instead: the lock is
     /// session-bound.
     fn abandoned(&self, session: &Session) {
-        let Ok(mut slot) = session.conn.try_lock() else {
-            // A keepalive or release is in flight and owns the connection.
-            return;
-        };
-        let Slot::Holding(conn) = std::mem::replace(&mut *slot, Slot::Ended) else {
-            return;
-        };
-        let ttl = session.ttl;
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                tokio::time::sleep(ttl).await;
-                drop(conn);
-            });
-        }
+        session
+            .conn
+            .abandon(session.ttl, |conn| async move { drop(conn) });
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {
@@ -272,12 +231,6 @@ impl Advisory {
         ttl: Duration,
     ) -> Result<Attempt, DbError> {
         attempt(&self.table, conn, name, key, ttl).await
-    }
-
-    fn unreachable(&self) -> LockError {
-        self.table.error(DbError::Protocol(
-            "the connection holding the lock stopped answering".into(),
-        ))
     }
 }
 
@@ -308,32 +261,5 @@ pub(crate) async fn attempt(
         other => Err(DbError::Protocol(format!(
             "the advisory lock statement answered {other:?}"
         ))),
-    }
-}
-
-/// One keepalive round trip on the held connection, owning the slot until its
-/// reply is read; `None` when the connection stopped answering.
-async fn keepalive_on(
-    mut slot: tokio::sync::OwnedMutexGuard<Slot>,
-    keepalive: crate::pool::Statement,
-) -> Option<Ownership> {
-    let conn = match &mut *slot {
-        Slot::Holding(conn) => conn,
-        Slot::Unreachable => return None,
-        Slot::Ended => return Some(Ownership::NotHeld),
-    };
-    match conn.execute(keepalive).await {
-        Ok(_) => Some(Ownership::Held),
-        Err(DbError::TimedOut(_)) => {
-            *slot = Slot::Unreachable;
-            None
-        }
-        // The session is gone (terminated, idle timeout, server restarted): so is
-        // the lock.
-        Err(e) => {
-            tracing::debug!(error = %e, "advisory keepalive failed: the holder session ended");
-            *slot = Slot::Ended;
-            Some(Ownership::NotHeld)
-        }
     }
 }

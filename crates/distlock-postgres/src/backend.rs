@@ -8,7 +8,7 @@
 
 use crate::ending;
 use crate::error::{BACKEND, DbError, code};
-use crate::keys::{TableName, wake_payload};
+use crate::keys::{TableName, check_room_for_primitives, wake_payload};
 use crate::pool::{Conn, Pool, Statement};
 use crate::protocol::{Statements, Strategy, TABLE_COMMENT};
 use crate::session::Session;
@@ -46,9 +46,9 @@ impl Table {
         create: bool,
     ) -> Result<Table, LockError> {
         if strategy == Strategy::VersionCas {
-            name.check_room_for_primitives()?;
+            check_room_for_primitives(&name)?;
         }
-        let err = |e: DbError| e.into_lock_error(&endpoint);
+        let err = |e: DbError| e.into_lock_error(&crate::error::TEXTS, &endpoint);
         let mut conn = pool.get().await.map_err(err)?;
         if create {
             create_if_missing(&mut conn, Statements::create_table(&name))
@@ -116,7 +116,7 @@ impl Table {
 
     /// The public error for a failed statement.
     pub fn error(&self, e: DbError) -> LockError {
-        e.into_lock_error(&self.endpoint)
+        e.into_lock_error(&crate::error::TEXTS, &self.endpoint)
     }
 
     /// The payload a release of `key` notifies.
@@ -149,7 +149,7 @@ async fn create_if_missing(conn: &mut Conn, create: SqlStr) -> Result<(), DbErro
         code::DUPLICATE_OBJECT,
     ];
     match conn.execute(sqlx::query(create)).await {
-        Err(e) if e.code().is_some_and(|c| lost_race.contains(&c.as_ref())) => Ok(()),
+        Err(e) if e.code().is_some_and(|c| lost_race.contains(&c)) => Ok(()),
         Err(e) => Err(e),
         Ok(_) => Ok(()),
     }

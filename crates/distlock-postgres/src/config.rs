@@ -2,16 +2,23 @@
 //! `postgres://user:pass@host:5432/db?strategy=…&namespace=…&timeout=5s`.
 
 use crate::backend::Table;
-use crate::error::BACKEND;
-use crate::keys::{DEFAULT_NAMESPACE, TableName, validate_namespace};
+use crate::keys::{DEFAULT_NAMESPACE, validate_namespace};
 use crate::lock;
-use crate::pool::Pool;
 use crate::protocol::Strategy;
-use distlock_core::toolkit::LockUrl;
+use crate::session::Session;
 use distlock_core::{DynLock, LockError};
-use distlock_sql::adapter::{Settings, check_scheme, endpoint, finish, read_server};
+use distlock_sql::adapter::finish;
+use distlock_sql::config::{SqlConfig, UrlForm, tls_missing};
+use sqlx::ConnectOptions;
+use sqlx::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
-use sqlx::{ConnectOptions, Postgres};
+
+/// How a PostgreSQL lock URL looks.
+const URL: UrlForm = UrlForm {
+    schemes: ["postgres", "postgresql"],
+    example: "postgres://USER:PASSWORD@HOST:5432/DATABASE",
+    several: "a PostgreSQL lock URL names one server (the primary); standbys cannot hold locks",
+};
 
 /// Where and how to connect. Build it with [`PostgresConfig::from_url`] or
 /// [`PostgresConfig::from_options`] and the setters, then
@@ -20,29 +27,26 @@ use sqlx::{ConnectOptions, Postgres};
 /// `Debug` never shows the password.
 #[derive(Clone)]
 pub struct PostgresConfig {
-    options: PgConnectOptions,
-    table: Option<String>,
+    base: SqlConfig<Postgres, Strategy>,
     namespace: String,
-    strategy: Strategy,
-    settings: Settings,
 }
 
 impl std::fmt::Debug for PostgresConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut debug = f.debug_struct("PostgresConfig");
-        debug
-            .field("endpoint", &self.endpoint())
-            .field("user", &self.options.get_username())
-            .field("password", &"<redacted>")
-            .field("table", &self.table_name())
-            .field("namespace", &self.namespace)
-            .field("strategy", &self.strategy);
-        self.settings.fields(&mut debug).finish()
+        debug.field("namespace", &self.namespace);
+        self.base.fields(&mut debug).finish()
     }
 }
 
 impl PostgresConfig {
-    distlock_sql::settings_setters!(held: "`advisory`", create: "");
+    distlock_sql::settings_setters!(
+        held: "`advisory`",
+        create: "",
+        table: "The lock table (default `distlock_locks`, or `distlock_advisory` for the advisory strategy), validated as a plain identifier by `connect`.",
+        strategy: Strategy,
+        options: PgConnectOptions,
+    );
 
     /// Defaults around sqlx connect options (host, credentials, database, TLS).
     pub fn from_options(options: PgConnectOptions) -> Self {
@@ -51,14 +55,12 @@ impl PostgresConfig {
         // aws-lc-rs: install ring unless the application installed a provider.
         #[cfg(feature = "tls")]
         let _ = rustls::crypto::ring::default_provider().install_default();
+        let options = options
+            .application_name("distlock")
+            .disable_statement_logging();
         PostgresConfig {
-            options: options
-                .application_name("distlock")
-                .disable_statement_logging(),
-            table: None,
+            base: SqlConfig::new(options),
             namespace: DEFAULT_NAMESPACE.to_owned(),
-            strategy: Strategy::default(),
-            settings: Settings::default(),
         }
     }
 
@@ -75,17 +77,9 @@ impl PostgresConfig {
     /// (TLS needs the `tls` feature). Any other parameter is an error that
     /// lists these. Errors never echo the password.
     pub fn from_url(url: &str) -> Result<Self, LockError> {
-        let mut url = LockUrl::parse(BACKEND, url)?;
-        check_scheme(
-            &url,
-            ["postgres", "postgresql"],
-            "postgres://USER:PASSWORD@HOST:5432/DATABASE",
-        )?;
-        let mut options = read_server(
-            &url,
-            PgConnectOptions::new_without_pgpass(),
-            "a PostgreSQL lock URL names one server (the primary); standbys cannot hold locks",
-        )?;
+        let without_pgpass = PgConnectOptions::new_without_pgpass();
+        let read = SqlConfig::<Postgres, Strategy>::read_server(&URL, url, without_pgpass);
+        let (mut url, mut options) = read?;
         let modes = "disable, allow, prefer, require, verify-ca or verify-full";
         let mut mode = url.parse_param::<PgSslMode>("sslmode", modes)?;
         if url.bool("tls")? == Some(true) {
@@ -95,10 +89,7 @@ impl PostgresConfig {
         // As with libpq's sslmode=verify-full: a CA given means verify against it.
         let mode = mode.or(root.as_ref().map(|_| PgSslMode::VerifyFull));
         if !cfg!(feature = "tls") && mode.is_some_and(needs_tls) {
-            return Err(url.error(
-                "this sslmode needs TLS support, which this build lacks: enable the `tls` \
-                 feature of the distlock crate (or of distlock-postgres when used directly)",
-            ));
+            return Err(tls_missing(&url, "sslmode", "distlock-postgres"));
         }
         options = options.ssl_mode(mode.unwrap_or(PgSslMode::Disable));
         if let Some(path) = root {
@@ -111,24 +102,12 @@ impl PostgresConfig {
             options = options.ssl_client_key(path);
         }
         let mut config = PostgresConfig::from_options(options);
-        if let Some(strategy) = url.choice("strategy", &Strategy::NAMES)? {
-            config.strategy = strategy.parse()?;
-        }
-        config.table = url.string("table");
         if let Some(namespace) = url.string("namespace") {
             config.namespace = namespace;
         }
-        config.settings = config.settings.read(&mut url)?;
+        config.base = config.base.read_params(&mut url)?;
         finish(&url, || config.validate())?;
         Ok(config)
-    }
-
-    /// The lock table (default `distlock_locks`, or `distlock_advisory` for
-    /// the advisory strategy), validated as a plain identifier by
-    /// [`PostgresConfig::connect`].
-    pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.table = Some(table.into());
-        self
     }
 
     /// The namespace every lock name lives in (default `distlock`): 1 to 128
@@ -139,70 +118,28 @@ impl PostgresConfig {
         self
     }
 
-    /// The strategy (default [`Strategy::VersionCas`]).
-    pub fn strategy(mut self, strategy: Strategy) -> Self {
-        self.strategy = strategy;
-        self
-    }
-
-    /// The strategy in use.
-    pub fn get_strategy(&self) -> Strategy {
-        self.strategy
-    }
-
-    /// The sqlx connect options (server, credentials, database, TLS), for other
-    /// clients of the same server, such as a fenced store.
-    pub fn connect_options(&self) -> PgConnectOptions {
-        self.options.clone()
-    }
-
     /// The table this config uses.
     pub fn table_name(&self) -> &str {
-        self.table
-            .as_deref()
-            .unwrap_or(self.strategy.default_table())
+        self.base.table_name()
     }
 
-    /// The server address, without credentials, for messages.
-    pub fn endpoint(&self) -> String {
-        endpoint::<Postgres>(&self.options)
-    }
-
-    fn validate(&self) -> Result<TableName, LockError> {
-        let bad = |reason: &str| Err(LockError::config(BACKEND, reason));
-        self.settings.validate(BACKEND)?;
+    fn validate(&self) -> Result<crate::keys::TableName, LockError> {
         validate_namespace(&self.namespace)?;
-        if self.options.get_database().is_none_or(str::is_empty) {
-            return bad(
-                "no database given; add it to the URL path: postgres://USER:PASSWORD@HOST:5432/DATABASE",
-            );
-        }
-        TableName::new(self.table_name())
+        self.base.validate(&URL)
     }
 
     /// Connects, creates the table if missing (unless turned off), checks that
     /// the table belongs to this strategy, and starts listening for releases.
     pub async fn connect(self) -> Result<DynLock, LockError> {
         let table = self.validate()?;
-        let settings = &self.settings;
-        let pool = Pool::new(self.options.clone(), settings.pool_size, settings.timeouts);
-        // Only advisory takes connections from it, one per held or waiting lock.
-        let holders = Pool::new(
-            self.options.clone(),
-            settings.held_connections,
-            settings.timeouts,
-        );
-        let endpoint = self.endpoint();
-        let table = Table::open(
-            self.strategy,
-            table,
-            self.namespace,
-            pool,
-            endpoint,
-            settings.create_table,
-        )
-        .await?;
-        lock::client(table, holders, self.settings.defaults)
+        let base = self.base;
+        // Only advisory takes connections from the holders' pool, one per held
+        // or waiting lock.
+        let (pool, holders) = base.pools::<Session>(&[], &[], false);
+        let endpoint = base.endpoint();
+        let create = base.settings.create_table;
+        let table = Table::open(base.strategy, table, self.namespace, pool, endpoint, create);
+        lock::client(table.await?, holders, base.settings.defaults)
     }
 }
 
@@ -241,18 +178,18 @@ mod tests {
         .unwrap();
         assert_eq!(config.table_name(), "distlock_advisory");
         assert_eq!(config.namespace, "billing");
-        assert_eq!(config.strategy, Strategy::Advisory);
-        let settings = &config.settings;
+        assert_eq!(config.base.strategy, Strategy::Advisory);
+        let settings = &config.base.settings;
         assert_eq!((settings.pool_size, settings.held_connections), (3, 7));
         assert_eq!(settings.timeouts.connect, Duration::from_millis(250));
         assert_eq!(settings.timeouts.reply, Duration::from_millis(1500));
         assert!(!settings.create_table);
         assert_eq!(settings.defaults.get_ttl(), Duration::from_secs(10));
-        assert_eq!(config.options.get_username(), "u");
+        assert_eq!(config.base.options.get_username(), "u");
         assert_eq!(config.endpoint(), "postgres://db.example:5433/app");
         assert!(!format!("{config:?}").contains("s3cret"));
         let plain = PostgresConfig::from_url("postgres://u@h/db?table=locks").unwrap();
-        assert_eq!(plain.strategy, Strategy::VersionCas);
+        assert_eq!(plain.base.strategy, Strategy::VersionCas);
         assert_eq!(plain.table_name(), "locks");
         assert_eq!(plain.namespace, DEFAULT_NAMESPACE);
     }

@@ -14,7 +14,6 @@ use crate::backend::{Table, micros};
 use crate::ending;
 use crate::error::{BACKEND, DbError};
 use crate::keys::{advisory_key, wake_payload};
-use crate::pool::Statement;
 use crate::protocol::inspect::*;
 use crate::protocol::{KEEPALIVE, Strategy, for_table};
 use crate::session::Session;
@@ -45,7 +44,7 @@ impl Inspect for Table {
         let read = sqlx::query(self.sql(HOLDER_ROW))
             .bind(self.namespace.clone())
             .bind(key.as_str().to_owned());
-        let rows = self.fetch_all(read).await?;
+        let rows = self.pool.fetch_all(read).await?;
         let Some(row) = rows.first() else {
             return Ok(None);
         };
@@ -69,7 +68,7 @@ impl Inspect for Table {
         let read = sqlx::query(self.sql(OWNED_ROWS))
             .bind(self.namespace.clone())
             .bind(prefix.to_owned());
-        let rows = self.fetch_all(read).await?;
+        let rows = self.pool.fetch_all(read).await?;
         rows.iter()
             .map(|row| {
                 let (name, owner): (String, String) = decode(row).map_err(|e| self.error(e))?;
@@ -117,7 +116,7 @@ impl Inspect for Table {
 
     async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
         let mut warnings = Vec::new();
-        let version: Option<i32> = self.scalar(sqlx::query(VERSION_NUM)).await?;
+        let version: Option<i32> = self.pool.scalar(sqlx::query(VERSION_NUM)).await?;
         match version {
             Some(v) if v < 140000 => warnings.push(format!(
                 "PostgreSQL {v} is older than 14: it has no idle_session_timeout, so an advisory lock of \
@@ -126,17 +125,24 @@ impl Inspect for Table {
             Some(_) => {}
             None => warnings.push("cannot read the server version".into()),
         }
-        if self.scalar::<bool>(sqlx::query(IN_RECOVERY)).await? == Some(true) {
+        if self.pool.scalar::<bool>(sqlx::query(IN_RECOVERY)).await? == Some(true) {
             warnings
                 .push("the server is a standby (read-only): point the lock at the primary".into());
         }
-        if self.scalar::<String>(sqlx::query(FSYNC)).await?.as_deref() == Some("off") {
+        if self
+            .pool
+            .scalar::<String>(sqlx::query(FSYNC))
+            .await?
+            .as_deref()
+            == Some("off")
+        {
             warnings.push(
                 "fsync is off: a server crash can lose committed fence values, and tokens could repeat"
                     .into(),
             );
         }
         if self
+            .pool
             .scalar::<String>(sqlx::query(SYNCHRONOUS_COMMIT))
             .await?
             .as_deref()
@@ -183,12 +189,13 @@ impl Inspect for Table {
     /// delay of up to about 10 s.
     async fn server_requests(&self) -> Result<Option<u64>, LockError> {
         let exact = self
+            .pool
             .scalar::<bool>(sqlx::query(HAS_STATEMENT_STATS))
             .await?
             == Some(true);
         let count: Option<i64> = match exact {
-            true => self.scalar(sqlx::query(STATEMENT_CALLS)).await?,
-            false => self.scalar(sqlx::query(TRANSACTIONS)).await?,
+            true => self.pool.scalar(sqlx::query(STATEMENT_CALLS)).await?,
+            false => self.pool.scalar(sqlx::query(TRANSACTIONS)).await?,
         };
         Ok(count.and_then(|n| u64::try_from(n).ok()))
     }
@@ -198,27 +205,6 @@ impl Table {
     /// `template` for this table.
     fn sql(&self, template: &str) -> sqlx::SqlStr {
         for_table(template, &self.name)
-    }
-
-    /// Runs a read on a pooled connection.
-    pub(crate) async fn fetch_all(&self, statement: Statement) -> Result<Vec<PgRow>, LockError> {
-        let rows = async {
-            let mut conn = self.pool.get().await?;
-            conn.fetch_all(statement).await
-        };
-        rows.await.map_err(|e| self.error(e))
-    }
-
-    /// The first column of the first row, if any.
-    async fn scalar<T>(&self, statement: Statement) -> Result<Option<T>, LockError>
-    where
-        T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
-    {
-        let rows = self.fetch_all(statement).await?;
-        rows.first()
-            .map(|row| row.try_get(0))
-            .transpose()
-            .map_err(|e| self.error(DbError::Sql(e)))
     }
 
     /// advisory: the names starting with `prefix` (or exactly `prefix`) whose
@@ -232,7 +218,7 @@ impl Table {
             .bind(self.namespace.clone())
             .bind(prefix.to_owned())
             .bind(exact);
-        let rows = self.fetch_all(read).await?;
+        let rows = self.pool.fetch_all(read).await?;
         rows.iter()
             .map(|row| {
                 let (name, fence, pid, started) = decode(row).map_err(|e| self.error(e))?;
@@ -269,11 +255,11 @@ impl Table {
             }
             Strategy::Advisory => {
                 let lock_key = advisory_key(&self.namespace, key);
-                conn.may_hold_lock();
+                conn.may_hold();
                 match attempt(self, &mut conn, key.as_str(), lock_key, ttl).await? {
                     Attempt::Won(_) => {}
                     Attempt::Busy => {
-                        conn.unlocked();
+                        conn.holds_nothing();
                         return Ok(false);
                     }
                     Attempt::Collision(..) => {
@@ -286,7 +272,7 @@ impl Table {
                     .bind(payload);
                 let row = conn.fetch_one(release).await?;
                 if row.try_get::<bool, _>(0).map_err(DbError::Sql)? {
-                    conn.unlocked();
+                    conn.holds_nothing();
                 }
             }
         }

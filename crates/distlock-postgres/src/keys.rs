@@ -3,10 +3,10 @@
 //! lock's 64-bit key is a stable hash of the two; the table name is a
 //! validated identifier.
 
-use crate::error::BACKEND;
-use distlock_core::toolkit::sql_identifier_problem;
 use distlock_core::{LockError, LockKey};
+use distlock_sql::SqlDatabase;
 use sha2::{Digest, Sha256};
+use sqlx::Postgres;
 
 /// The namespace used when none is configured.
 pub const DEFAULT_NAMESPACE: &str = "distlock";
@@ -53,7 +53,7 @@ pub(crate) fn rwlock_payload(namespace: &str, name: &str) -> String {
 pub(crate) fn validate_namespace(namespace: &str) -> Result<(), LockError> {
     if namespace.is_empty() || namespace.len() > 128 {
         return Err(LockError::config(
-            BACKEND,
+            Postgres::BACKEND,
             format!(
                 "namespace must be 1 to 128 bytes, got {} bytes; for example namespace={DEFAULT_NAMESPACE}",
                 namespace.len()
@@ -62,78 +62,41 @@ pub(crate) fn validate_namespace(namespace: &str) -> Result<(), LockError> {
     }
     if namespace.chars().any(char::is_control) {
         return Err(LockError::config(
-            BACKEND,
+            Postgres::BACKEND,
             "namespace must not contain control characters",
         ));
     }
     Ok(())
 }
 
-/// A table name checked to be a plain identifier (the toolkit's
-/// [`sql_identifier_problem`]), always double-quoted in SQL. It is the only
-/// text ever placed into SQL, so nothing else may pass.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableName(String);
+/// The lock table's name, validated as a plain identifier (always
+/// double-quoted in SQL).
+pub type TableName = distlock_sql::adapter::TableName<Postgres>;
 
-impl TableName {
-    /// The `version_cas` table used when none is configured.
-    pub const DEFAULT: &'static str = "distlock_locks";
-    /// The `advisory` table used when none is configured.
-    pub const DEFAULT_ADVISORY: &'static str = "distlock_advisory";
+/// The `advisory` table used when none is configured.
+pub(crate) const DEFAULT_ADVISORY_TABLE: &str = "distlock_advisory";
 
-    /// Validates `name`; anything but a plain identifier is a `Config` error.
-    /// PostgreSQL identifiers are at most 63 bytes.
-    pub fn new(name: &str) -> Result<Self, LockError> {
-        if let Some(reason) = sql_identifier_problem(name, "table name", Self::DEFAULT) {
-            return Err(LockError::config(BACKEND, reason));
-        }
-        if name.len() > 63 || name.contains('$') {
-            return Err(LockError::config(
-                BACKEND,
-                format!(
-                    "table name `{name}` must be at most 63 ASCII letters, digits or `_` on PostgreSQL; for example {}",
-                    Self::DEFAULT
-                ),
-            ));
-        }
-        Ok(TableName(name.to_owned()))
+/// The longest suffix of the tables a `version_cas` table has beside it
+/// (`_semaphores`, `_permits`, `_rwlocks`, `_shares`).
+const LONGEST_SUFFIX: &str = "_semaphores";
+
+/// Checks that the semaphore's and read-write lock's tables beside `table`
+/// fit PostgreSQL's 63-byte identifiers (it would silently truncate them, and
+/// two tables could then meet).
+pub(crate) fn check_room_for_primitives(table: &TableName) -> Result<(), LockError> {
+    let most = 63 - LONGEST_SUFFIX.len();
+    let name = table.as_str();
+    if name.len() > most {
+        return Err(LockError::config(
+            Postgres::BACKEND,
+            format!(
+                "table name `{name}` is {} bytes; version_cas keeps its semaphores and read-write locks in \
+                 tables named after it (`{name}{LONGEST_SUFFIX}`), so it must be at most {most} bytes",
+                name.len(),
+            ),
+        ));
     }
-
-    /// The longest suffix of the tables a `version_cas` table has beside it
-    /// (`_semaphores`, `_permits`, `_rwlocks`, `_shares`).
-    const LONGEST_SUFFIX: &'static str = "_semaphores";
-
-    /// Checks that the semaphore's and read-write lock's tables beside this
-    /// one fit PostgreSQL's 63-byte identifiers (it would silently truncate
-    /// them, and two tables could then meet).
-    pub(crate) fn check_room_for_primitives(&self) -> Result<(), LockError> {
-        let most = 63 - Self::LONGEST_SUFFIX.len();
-        if self.0.len() > most {
-            return Err(LockError::config(
-                BACKEND,
-                format!(
-                    "table name `{}` is {} bytes; version_cas keeps its semaphores and read-write locks in \
-                     tables named after it (`{}{}`), so it must be at most {most} bytes",
-                    self.0,
-                    self.0.len(),
-                    self.0,
-                    Self::LONGEST_SUFFIX
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// The name as validated.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Display for TableName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -167,10 +130,9 @@ mod tests {
             assert!(TableName::new(bad).is_err(), "{bad:?}");
         }
         let longest = TableName::new(&"a".repeat(52)).unwrap();
-        assert!(longest.check_room_for_primitives().is_ok());
+        assert!(check_room_for_primitives(&longest).is_ok());
         let too_long = TableName::new(&"a".repeat(53)).unwrap();
-        let refused = too_long
-            .check_room_for_primitives()
+        let refused = check_room_for_primitives(&too_long)
             .unwrap_err()
             .to_string();
         assert!(refused.contains("at most 52 bytes"), "{refused}");

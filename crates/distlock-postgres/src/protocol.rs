@@ -14,7 +14,7 @@
 //! acquisition per microsecond on average).
 
 use crate::error::BACKEND;
-use crate::keys::TableName;
+use crate::keys::{DEFAULT_ADVISORY_TABLE, TableName};
 use distlock_core::{
     Capabilities, FencingGuarantee, LockError, Primitives, Support, TokenDurability, Wake,
 };
@@ -51,6 +51,17 @@ const MIN_CAS_TTL: Duration = Duration::from_millis(10);
 /// its own.
 const MIN_ADVISORY_TTL: Duration = Duration::from_secs(1);
 
+impl distlock_sql::config::SqlStrategy for Strategy {
+    const NAMES: &'static [&'static str] = &Strategy::NAMES;
+
+    fn default_table(self) -> &'static str {
+        match self {
+            Strategy::VersionCas => TableName::DEFAULT,
+            Strategy::Advisory => DEFAULT_ADVISORY_TABLE,
+        }
+    }
+}
+
 impl Strategy {
     /// Every strategy's name, as `?strategy=` takes it.
     pub const NAMES: [&'static str; 2] = ["version_cas", "advisory"];
@@ -66,14 +77,6 @@ impl Strategy {
     /// The comment that marks a table as owned by this strategy.
     pub(crate) fn table_comment(self) -> String {
         format!("distlock:{}", self.as_str())
-    }
-
-    /// The table used when none is configured.
-    pub(crate) fn default_table(self) -> &'static str {
-        match self {
-            Strategy::VersionCas => TableName::DEFAULT,
-            Strategy::Advisory => TableName::DEFAULT_ADVISORY,
-        }
     }
 
     /// What a client of this strategy guarantees.
@@ -248,8 +251,8 @@ impl Statements {
             advisory_keepalive: sql(include_str!("sql/advisory_keepalive.sql")),
             advisory_release: sql(include_str!("sql/advisory_release.sql")),
             sem: SemaphoreSql {
-                acquire: sql(include_str!("sql/sem_acquire.sql")),
-                acquire_waiting: sql(include_str!("sql/sem_acquire_waiting.sql")),
+                acquire: sql(&sem_acquire(SKIPPING)),
+                acquire_waiting: sql(&sem_acquire(WAITING)),
                 create: sql(include_str!("sql/sem_create.sql")),
                 resize: sql(include_str!("sql/sem_resize.sql")),
                 renew: sql(include_str!("sql/sem_renew.sql")),
@@ -296,6 +299,32 @@ impl Statements {
             .replace("{comment}", &strategy.table_comment());
         AssertSqlSafe(sql).into_sql_str()
     }
+}
+
+/// How a semaphore acquire treats a name's row another acquire holds: its row
+/// lock, its free-slot CTE, and the last column (whether a slot looked free).
+type SemAcquireMode = (&'static str, &'static str, &'static str);
+
+/// Skips the held row, judging slots on the statement's snapshot.
+const SKIPPING: SemAcquireMode = (
+    "FOR UPDATE SKIP LOCKED",
+    include_str!("sql/sem_free_skipping.sql"),
+    "(SELECT has_free FROM snapshot)",
+);
+
+/// Waits for the held row, then judges each slot on the version it locked.
+const WAITING: SemAcquireMode = (
+    "FOR UPDATE",
+    include_str!("sql/sem_free_waiting.sql"),
+    "false",
+);
+
+/// The semaphore acquire in `mode` (our own constants only).
+fn sem_acquire((head_lock, free, looked_free): SemAcquireMode) -> String {
+    include_str!("sql/sem_acquire.sql")
+        .replace("{head_lock}", head_lock)
+        .replace("{free}", free)
+        .replace("{looked_free}", looked_free)
 }
 
 /// `template` with `{table}` replaced by the validated table name: the only text

@@ -218,7 +218,7 @@ impl RwLockInspect for PgRwLock {
         let read = sqlx::query(t.sql.rw.shares.clone())
             .bind(t.namespace.clone())
             .bind(key.as_str().to_owned());
-        let rows = t.fetch_all(read).await?;
+        let rows = t.pool.fetch_all(read).await?;
         rows.iter()
             .map(|row| {
                 let (mode, ticket, holder) =
@@ -247,7 +247,7 @@ impl RwLockInspect for PgRwLock {
             .bind(name.to_owned())
             .bind(t.sql.channel.clone())
             .bind(rwlock_payload(&t.namespace, name));
-        let rows = t.fetch_all(delete).await?;
+        let rows = t.pool.fetch_all(delete).await?;
         let deleted = match rows.first() {
             Some(row) => {
                 decode::<(i64, Option<String>)>(row)
@@ -264,7 +264,7 @@ impl RwLockInspect for PgRwLock {
         let read = sqlx::query(t.sql.rw.residue.clone())
             .bind(t.namespace.clone())
             .bind(prefix.to_owned());
-        let rows = t.fetch_all(read).await?;
+        let rows = t.pool.fetch_all(read).await?;
         rows.iter()
             .map(|row| {
                 let (name, ticket, mode, granted) =

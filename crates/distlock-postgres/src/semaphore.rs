@@ -235,7 +235,7 @@ impl SemaphoreInspect for PgSemaphore {
         let read = sqlx::query(t.sql.sem.permits.clone())
             .bind(t.namespace.clone())
             .bind(key.as_str().to_owned());
-        let rows = t.fetch_all(read).await?;
+        let rows = t.pool.fetch_all(read).await?;
         rows.iter()
             .map(|row| {
                 let (slot, token, holder) =
@@ -274,7 +274,7 @@ impl SemaphoreInspect for PgSemaphore {
         let read = sqlx::query(t.sql.sem.residue.clone())
             .bind(t.namespace.clone())
             .bind(prefix.to_owned());
-        let rows = t.fetch_all(read).await?;
+        let rows = t.pool.fetch_all(read).await?;
         rows.iter()
             .map(|row| {
                 let (name, slot) = decode::<(String, i32)>(row).map_err(|e| t.error(e))?;

@@ -7,15 +7,16 @@
 //! the table's channel in the same statement. A cycle is two statements: the
 //! CAS and the release (the row insert runs only when the CAS found no row).
 //!
-//! Waiting: one attempt, then until a release is notified or a jittered
-//! backoff (≤ 250 ms, never past the holder's expiry) ends, and again.
+//! Waiting: the semaphore's and read-write lock's wait (`waiting.rs`), each
+//! attempt with an owner value of its own.
 
 use crate::backend::{MakeStatement, Table, Undo, micros, undo};
 use crate::error::{BACKEND, DbError};
 use crate::pool::Conn;
+use crate::waiting::{Attempts, MAX_PAUSE, Step, wait_for};
 use async_trait::async_trait;
-use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
-use distlock_core::toolkit::{Backoff, CancelGuard, Inspect, random_owner};
+use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership};
+use distlock_core::toolkit::{CancelGuard, Inspect, random_owner};
 use distlock_core::{Capabilities, FencingToken, LockError};
 use sqlx::Row;
 use std::sync::Arc;
@@ -24,12 +25,6 @@ use std::time::{Duration, Instant};
 /// How often one attempt re-inserts a row that keeps vanishing (an operator
 /// deleting it in a loop) before it reports the lock as busy.
 const ROW_INSERTS: usize = 3;
-/// The first pause after a failed attempt.
-const FIRST_PAUSE: Duration = Duration::from_millis(4);
-/// The longest pause: a release whose notification was lost is seen within
-/// this (plus one round trip).
-const MAX_PAUSE: Duration = Duration::from_millis(250);
-
 /// A `version_cas` client's backend.
 #[derive(Debug)]
 pub(crate) struct VersionCas {
@@ -69,62 +64,29 @@ impl Backend for VersionCas {
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<RowHandle>, LockError> {
         let table = &self.table;
-        let no_wait = req.wait == WaitUntil::No;
         let payload = table.payload(req.key);
-        let waiter = table.wakeups.waiter(&payload);
-        let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
         let name = req.key.as_str().to_owned();
-        loop {
-            // Armed before the attempt: a release between the attempt's reply
-            // and the wait below still wakes it.
-            let notified = waiter.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let owner = random_owner();
-            let one_try = self.one_try(&name, &owner, &payload, req.ttl);
-            let outcome = tokio::select! {
-                biased;
-                outcome = one_try => outcome,
-                _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
-            };
-            let outcome = match outcome {
-                Err(e) if e.is_contended() => Attempt::Held {
-                    remaining: Duration::ZERO,
-                },
-                other => other.map_err(|e| table.error(e))?,
-            };
-            match outcome {
-                Attempt::Won { token, sent_at } => {
-                    let fence = u64::try_from(token).map_err(|_| {
-                        table.error(DbError::Protocol(format!("the CAS returned token {token}")))
-                    })?;
-                    return Ok(Acquired {
-                        handle: RowHandle {
-                            name,
-                            owner,
-                            fence: token,
-                            payload,
-                        },
-                        token: FencingToken::new(fence),
-                        sent_at,
-                    });
-                }
-                Attempt::Held { remaining } => {
-                    if no_wait {
-                        return Err(req.not_acquired());
-                    }
-                    // Never sleep past the holder's expiry: a crashed holder is
-                    // taken over as soon as the server lets us.
-                    let bound = remaining + Duration::from_millis(1);
-                    tokio::select! {
-                        () = &mut notified => backoff.reset(),
-                        more = backoff.pause(bound, req.wait) => if !more {
-                            return Err(req.not_acquired());
-                        },
-                    }
-                }
-            }
-        }
+        let mut tries = Tries {
+            backend: self,
+            name: &name,
+            payload: &payload,
+            ttl: req.ttl,
+        };
+        let (owner, token, sent_at) =
+            wait_for(table, &req, &payload, MAX_PAUSE, &mut tries).await?;
+        let fence = u64::try_from(token).map_err(|_| {
+            table.error(DbError::Protocol(format!("the CAS returned token {token}")))
+        })?;
+        Ok(Acquired {
+            handle: RowHandle {
+                name,
+                owner,
+                fence: token,
+                payload,
+            },
+            token: FencingToken::new(fence),
+            sent_at,
+        })
     }
 
     async fn renew(&self, handle: &RowHandle, ttl: Duration) -> Result<Ownership, LockError> {
@@ -158,6 +120,31 @@ impl Backend for VersionCas {
 
     fn inspect(&self) -> Option<&dyn Inspect> {
         Some(&*self.table)
+    }
+}
+
+/// The attempts of one acquire, each with an owner value of its own.
+struct Tries<'a> {
+    backend: &'a VersionCas,
+    name: &'a str,
+    payload: &'a str,
+    ttl: Duration,
+}
+
+#[async_trait]
+impl Attempts for Tries<'_> {
+    /// The owner value, the token and when the winning statement was sent.
+    type Won = (String, i64, Instant);
+
+    async fn attempt(&mut self) -> Result<Step<Self::Won>, DbError> {
+        let owner = random_owner();
+        let one_try = self
+            .backend
+            .one_try(self.name, &owner, self.payload, self.ttl);
+        Ok(match one_try.await? {
+            Attempt::Won { token, sent_at } => Step::Won((owner, token, sent_at)),
+            Attempt::Held { remaining } => Step::Blocked { remaining },
+        })
     }
 }
 

@@ -1,4 +1,5 @@
-//! The wait of the row-based semaphore and read-write lock: one attempt, then
+//! The wait of `version_cas` locks and of the row-based semaphore and
+//! read-write lock: one attempt, then
 //! until a release of the name is notified or a jittered backoff ends (never
 //! past the first blocker's expiry), and again, until the attempt wins or the
 //! caller's wait ends.

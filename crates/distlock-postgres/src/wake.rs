@@ -56,8 +56,13 @@ impl Wakeups {
         };
         let listener = match tokio::time::timeout(connect_timeout, started).await {
             Ok(Ok(listener)) => listener,
-            Ok(Err(e)) => return Err(DbError::Sql(e).into_lock_error(endpoint)),
-            Err(_) => return Err(DbError::TimedOut(connect_timeout).into_lock_error(endpoint)),
+            Ok(Err(e)) => {
+                return Err(DbError::Sql(e).into_lock_error(&crate::error::TEXTS, endpoint));
+            }
+            Err(_) => {
+                return Err(DbError::TimedOut(connect_timeout)
+                    .into_lock_error(&crate::error::TEXTS, endpoint));
+            }
         };
         let waiting: Arc<Waiting> = Arc::default();
         let task = tokio::spawn(run(listener, waiting.clone()));

@@ -1,5 +1,6 @@
 //! What `distlock-mysql` and `distlock-postgres` share, written once rather
-//! than copied into each: their URL's server and settings. Not a stable API.
+//! than copied into each: their URL's server and settings, and the lock table's
+//! validated name. Not a stable API.
 
 use crate::db::SqlDatabase;
 use distlock_core::toolkit::{LockUrl, Timeouts};
@@ -7,6 +8,7 @@ use distlock_core::{AcquireOptions, LockError};
 use sqlx::mysql::MySqlConnectOptions;
 use sqlx::postgres::PgConnectOptions;
 use std::fmt;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 /// The settings of an SQL lock client beside its server: the two pools, the
@@ -126,6 +128,10 @@ pub trait ServerOptions: Sized {
     fn with_password(self, password: &str) -> Self;
     /// The database.
     fn with_database(self, database: &str) -> Self;
+    /// The database set, if any.
+    fn database_name(&self) -> Option<&str>;
+    /// The user set.
+    fn user_name(&self) -> &str;
 }
 
 /// sqlx's connect options of each database have these setters under the
@@ -147,6 +153,12 @@ macro_rules! server_options {
             }
             fn with_database(self, database: &str) -> Self {
                 self.database(database)
+            }
+            fn database_name(&self) -> Option<&str> {
+                self.get_database()
+            }
+            fn user_name(&self) -> &str {
+                self.get_username()
             }
         }
     )*};
@@ -197,13 +209,49 @@ pub fn finish<T>(
     Ok(())
 }
 
-/// The setters every SQL lock config has, over its `settings: Settings`
-/// field, with the per-database sentences given: `held` opens the
+/// The setters every SQL lock config has, over the settings of its
+/// `base: SqlConfig` field, with the per-database sentences given: `held` opens the
 /// `held_connections` doc (which strategy holds connections), `create` ends
-/// the `create_table` doc.
+/// the `create_table` doc, `table` is the `table` doc; `strategy` and
+/// `options` are the config's strategy and connect options types.
 #[macro_export]
 macro_rules! settings_setters {
-    (held: $held:literal, create: $create:literal) => {
+    (
+        held: $held:literal,
+        create: $create:literal,
+        table: $table:literal,
+        strategy: $strategy:ty,
+        options: $options:ty $(,)?
+    ) => {
+        #[doc = $table]
+        pub fn table(mut self, table: impl Into<String>) -> Self {
+            self.base.table = Some(table.into());
+            self
+        }
+
+        /// The strategy (default `version_cas`).
+        pub fn strategy(mut self, strategy: $strategy) -> Self {
+            self.base.strategy = strategy;
+            self
+        }
+
+        /// The strategy in use.
+        pub fn get_strategy(&self) -> $strategy {
+            self.base.strategy
+        }
+
+        /// The sqlx connect options (server, credentials, database, TLS and
+        /// session settings), for other clients of the same server, such as a
+        /// fenced store.
+        pub fn connect_options(&self) -> $options {
+            self.base.options.clone()
+        }
+
+        /// The server address, without credentials, for messages.
+        pub fn endpoint(&self) -> String {
+            self.base.endpoint()
+        }
+
         /// Connections per client for single statements: 10.
         pub const DEFAULT_POOL_SIZE: u32 = $crate::adapter::Settings::DEFAULT_POOL_SIZE;
         #[doc = concat!($held, ": locks one client can hold or wait for at once, each on its own connection: 100.")]
@@ -216,26 +264,26 @@ macro_rules! settings_setters {
 
         /// Connections per client for single statements (default 10).
         pub fn pool_size(mut self, size: u32) -> Self {
-            self.settings.pool_size = size;
+            self.base.settings.pool_size = size;
             self
         }
 
         #[doc = concat!($held, " only: how many locks one client can hold or wait for at once (default 100). Each takes a connection of its own for as long as it is held; one more waits up to the connect timeout for a free slot.")]
         pub fn held_connections(mut self, count: u32) -> Self {
-            self.settings.held_connections = count;
+            self.base.settings.held_connections = count;
             self
         }
 
         /// How long to wait for a new connection, and for a statement's reply before
         /// treating the connection as dead (default 5 s each).
         pub fn timeouts(mut self, timeouts: distlock_core::toolkit::Timeouts) -> Self {
-            self.settings.timeouts = timeouts;
+            self.base.settings.timeouts = timeouts;
             self
         }
 
         #[doc = concat!("Whether `connect` creates the table when it is missing (default true).", $create)]
         pub fn create_table(mut self, create: bool) -> Self {
-            self.settings.create_table = create;
+            self.base.settings.create_table = create;
             self
         }
 
@@ -243,13 +291,67 @@ macro_rules! settings_setters {
         /// `ttl`, `wait`, `renewal`, `max_hold`), checked against the strategy's
         /// limits at connect.
         pub fn defaults(mut self, defaults: distlock_core::AcquireOptions) -> Self {
-            self.settings.defaults = defaults;
+            self.base.settings.defaults = defaults;
             self
         }
 
         /// The connect and reply timeouts.
         pub fn get_timeouts(&self) -> distlock_core::toolkit::Timeouts {
-            self.settings.timeouts
+            self.base.settings.timeouts
         }
     };
+}
+
+/// A lock table name checked to be a plain identifier (the toolkit's
+/// [`distlock_core::toolkit::sql_identifier_problem`], and `DB`'s own limits).
+/// It is the only text ever placed into SQL, so nothing else may pass.
+pub struct TableName<DB>(String, PhantomData<fn() -> DB>);
+
+impl<DB: SqlDatabase> TableName<DB> {
+    /// The table used when none is configured.
+    pub const DEFAULT: &'static str = "distlock_locks";
+
+    /// Validates `name`; anything but a plain identifier is a `Config` error.
+    pub fn new(name: &str) -> Result<Self, LockError> {
+        let problem =
+            distlock_core::toolkit::sql_identifier_problem(name, "table name", Self::DEFAULT)
+                .or_else(|| DB::table_name_problem(name, Self::DEFAULT));
+        match problem {
+            None => Ok(TableName(name.to_owned(), PhantomData)),
+            Some(reason) => Err(LockError::config(DB::BACKEND, reason)),
+        }
+    }
+}
+
+impl<DB> TableName<DB> {
+    /// The name as validated.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<DB> Clone for TableName<DB> {
+    fn clone(&self) -> Self {
+        TableName(self.0.clone(), PhantomData)
+    }
+}
+
+impl<DB> PartialEq for TableName<DB> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl<DB> Eq for TableName<DB> {}
+
+impl<DB> fmt::Debug for TableName<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("TableName").field(&self.0).finish()
+    }
+}
+
+impl<DB> fmt::Display for TableName<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
 }

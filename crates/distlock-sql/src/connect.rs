@@ -1,13 +1,16 @@
 //! [`connect`]: one MySQL connection from a URL, for callers without a pool
-//! of their own.
+//! of their own. MySQL only: its return type is a `MySqlConnection`; on
+//! PostgreSQL, open a `sqlx::PgConnection` (or use [`crate::SqlStore`]).
 
-use crate::db::Steps;
-use crate::error::{BACKEND, map_error_at};
+use crate::db::{SqlDatabase, Steps};
+use crate::error::map_error_at;
 use distlock_core::LockError;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{ConnectOptions, Connection, MySql};
 use std::str::FromStr;
 use std::time::Duration;
+
+const BACKEND: &str = MySql::BACKEND;
 
 /// How long [`connect`] waits for the server.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -19,7 +22,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// [`LockError::Config`].
 ///
 /// Connections from your own `sqlx` pool work just as well with
-/// [`crate::SqlFence`]; this is a convenience.
+/// [`crate::SqlFence`]; this is a convenience, for MySQL and MariaDB only: a
+/// `postgres://` URL is refused with a [`LockError::Config`] saying so.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), distlock_core::LockError> {
@@ -28,6 +32,13 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// # Ok(()) }
 /// ```
 pub async fn connect(url: &str) -> Result<MySqlConnection, LockError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Err(LockError::config(
+            BACKEND,
+            "distlock_sql::connect opens MySQL connections only; on PostgreSQL open a \
+             sqlx::PgConnection (PgConnection::connect) and pass it to SqlFence",
+        ));
+    }
     let options = MySqlConnectOptions::from_str(url)
         .map_err(|e| LockError::config(BACKEND, format!("the URL does not parse: {e}")))?;
     let options = options.disable_statement_logging();
@@ -54,6 +65,10 @@ mod tests {
         assert!(matches!(err, LockError::Config { .. }), "{err:?}");
         assert!(!err.to_string().contains("hunter2"), "{err}");
         assert!(!format!("{err:?}").contains("hunter2"), "{err:?}");
+        let postgres = connect("postgres://u:hunter2@127.0.0.1/db").await;
+        let refused = postgres.unwrap_err().to_string();
+        assert!(refused.contains("MySQL connections only"), "{refused}");
+        assert!(!refused.contains("hunter2"), "{refused}");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 /// A boxed, sendable future.
-pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What an admit statement answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +64,9 @@ mod sealed {
         /// then fails creating the table's row type or on its catalog's unique
         /// index): the table is there.
         fn lost_creation_race(error: &sqlx::Error) -> bool;
+        /// What this database alone refuses in a lock table name that passed
+        /// the toolkit's identifier check.
+        fn table_name_problem(name: &str, example: &str) -> Option<String>;
         /// Runs the admit statement for `token`.
         fn admit<'c>(
             conn: &'c mut Self::Connection,
@@ -149,6 +152,10 @@ macro_rules! shared_steps {
 impl sealed::Steps for MySql {
     fn lost_creation_race(_: &sqlx::Error) -> bool {
         false
+    }
+
+    fn table_name_problem(_: &str, _: &str) -> Option<String> {
+        None
     }
 
     fn dialect() -> &'static Dialect {
@@ -242,6 +249,16 @@ impl sealed::Steps for Postgres {
 
     fn dialect() -> &'static Dialect {
         &POSTGRES
+    }
+
+    /// PostgreSQL identifiers are at most 63 bytes (longer ones are silently
+    /// truncated), and a `$` would need quoting rules of its own.
+    fn table_name_problem(name: &str, example: &str) -> Option<String> {
+        (name.len() > 63 || name.contains('$')).then(|| {
+            format!(
+                "table name `{name}` must be at most 63 ASCII letters, digits or `_` on PostgreSQL; for example {example}"
+            )
+        })
     }
 
     fn endpoint(options: &PgConnectOptions) -> String {

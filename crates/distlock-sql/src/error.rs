@@ -8,8 +8,10 @@ use distlock_core::LockError;
 use sqlx::mysql::MySqlDatabaseError;
 use sqlx::postgres::PgDatabaseError;
 
-/// The backend name in errors.
-pub(crate) const BACKEND: &str = "mysql";
+/// The backend name in errors that do not tell which database they came from
+/// (a lost connection on the caller's side, a bad fence table name, which
+/// either database would refuse).
+pub(crate) const ANY_SQL: &str = "sql";
 
 /// The endpoint named when a statement on the caller's own connection fails:
 /// the crate never sees that connection's URL.
@@ -74,7 +76,8 @@ mod code {
 pub fn map_error(error: sqlx::Error) -> LockError {
     let backend = match &error {
         sqlx::Error::Database(e) if e.try_downcast_ref::<PgDatabaseError>().is_some() => "postgres",
-        _ => BACKEND,
+        sqlx::Error::Database(e) if e.try_downcast_ref::<MySqlDatabaseError>().is_some() => "mysql",
+        _ => ANY_SQL,
     };
     map_error_at(error, CALLER_CONNECTION, backend)
 }
@@ -126,10 +129,13 @@ pub fn is_contention(error: &LockError) -> bool {
     let LockError::Backend { source, .. } = error else {
         return false;
     };
-    source
-        .downcast_ref::<sqlx::Error>()
-        .and_then(meaning)
-        .is_some_and(|meaning| meaning == Meaning::Contention)
+    source.downcast_ref::<sqlx::Error>().is_some_and(contended)
+}
+
+/// True when the server refused the statement for contention (deadlock, lock
+/// wait timeout, serialization failure) and rolled it back.
+pub(crate) fn contended(error: &sqlx::Error) -> bool {
+    meaning(error) == Some(Meaning::Contention)
 }
 
 /// What the server's error means, for errors the server sent.

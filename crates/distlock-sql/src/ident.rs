@@ -1,7 +1,7 @@
 //! SQL identifiers (table and column names) checked before they are placed into
 //! SQL text: the only text this crate ever splices into a statement.
 
-use crate::error::BACKEND;
+use crate::error::ANY_SQL;
 use distlock_core::LockError;
 use distlock_core::toolkit::sql_identifier_problem;
 
@@ -18,7 +18,7 @@ impl Ident {
     pub fn new(name: &str, what: &str) -> Result<Self, LockError> {
         match sql_identifier_problem(name, what, "distlock_fences") {
             None => Ok(Ident(name.to_owned())),
-            Some(reason) => Err(LockError::config(BACKEND, reason)),
+            Some(reason) => Err(LockError::config(ANY_SQL, reason)),
         }
     }
 

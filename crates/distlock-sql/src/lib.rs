@@ -111,7 +111,9 @@
 //!
 //! When a write touches one row of a table that can hold the token itself,
 //! [`FencedRow`] does check and write in one `UPDATE … WHERE fence <= ?`, with
-//! or without a transaction.
+//! or without a transaction. It runs on MySQL and MariaDB only (the caller's
+//! `?` placeholders come first, and PostgreSQL numbers its own), as does the
+//! convenience [`connect`]; [`SqlFence`] and [`SqlStore`] serve both.
 //!
 //! # Any store with compare-and-set
 //!
@@ -133,12 +135,20 @@
 #![deny(missing_docs)]
 
 pub mod adapter;
+#[doc(hidden)]
+pub mod config;
 mod connect;
 mod db;
+#[doc(hidden)]
+pub mod db_error;
 mod dialect;
 mod error;
 mod fence;
+#[doc(hidden)]
+pub mod held;
 mod ident;
+#[doc(hidden)]
+pub mod pool;
 mod row;
 mod store;
 

@@ -1,8 +1,9 @@
 //! [`FencedRow`]: one fenced `UPDATE` on a table that carries its own fence
 //! column, for writes that touch a single row.
 
+use crate::db::SqlDatabase;
 use crate::dialect::render;
-use crate::error::{BACKEND, map_error};
+use crate::error::map_error;
 use crate::ident::Ident;
 use distlock_core::fence::{invalid_write, stale};
 use distlock_core::{FencingToken, LockError};
@@ -216,7 +217,7 @@ impl FencedRow {
                 stale(&row, token, FencingToken::new(highest))
             }
             Some(Some(highest)) => LockError::backend(
-                BACKEND,
+                MySql::BACKEND,
                 format!(
                     "the {row} did not exist when the fenced update ran, and has appeared since \
                      (fence {highest}); run the update again"

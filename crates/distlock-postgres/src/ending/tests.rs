@@ -18,7 +18,7 @@ use std::time::Duration;
 async fn pool_on(server: &PostgresServer) -> Pool {
     let options: PgConnectOptions = server.url().parse().expect("the launcher's URL parses");
     let timeouts = Timeouts::new(Duration::from_secs(10), Duration::from_secs(5));
-    Pool::new(options, 4, timeouts)
+    Pool::new(options, "ending tests".into(), 4, &[], false, timeouts)
 }
 
 /// How many sessions the server lists with exactly this (pid, start).

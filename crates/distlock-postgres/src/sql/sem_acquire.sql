@@ -8,16 +8,9 @@ WITH snapshot AS MATERIALIZED (
     SELECT fence FROM "{table}_semaphores"
      WHERE namespace = $1 AND name = $2 AND permits = $3
        AND (SELECT has_free FROM snapshot)
-       FOR UPDATE SKIP LOCKED
+       {head_lock}
 ), free AS MATERIALIZED (
-    SELECT slot FROM "{table}_permits"
-     WHERE namespace = $1 AND name = $2 AND slot < $3
-       AND (owner IS NULL OR expires_at IS NULL OR expires_at <= now())
-       AND EXISTS (SELECT 1 FROM head)
-     ORDER BY slot
-     LIMIT 1
-       FOR UPDATE
-), won AS (
+{free}), won AS (
     UPDATE "{table}_permits" p
        SET owner = $4, expires_at = now() + interval '1 microsecond' * $5::float8,
            fence = (SELECT fence FROM head) + 1
@@ -35,4 +28,4 @@ SELECT (SELECT permits FROM "{table}_semaphores" WHERE namespace = $1 AND name =
        (SELECT (EXTRACT(EPOCH FROM min(expires_at) - now()) * 1000000)::BIGINT
           FROM "{table}_permits"
          WHERE namespace = $1 AND name = $2 AND owner IS NOT NULL AND expires_at > now()),
-       (SELECT has_free FROM snapshot)
+       {looked_free}

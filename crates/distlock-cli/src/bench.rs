@@ -91,10 +91,10 @@ pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
     if inspect.is_none() {
         eprintln!("distlock: no protocol floor: {}", no_inspect(&clients[0]));
     }
-    let floor_name = inspect.and_then(|inspect| inspect.floor_name());
+    let floor = inspect.and_then(|inspect| inspect.floor());
     let read_name = inspect.and_then(|inspect| inspect.ping_name());
     // Without a network (memory://) there is no reference to time.
-    let references = u32::from(floor_name.is_some()) + u32::from(read_name.is_some());
+    let references = u32::from(floor.is_some()) + u32::from(read_name.is_some());
     let reference_time = args.duration / 10;
     let phase_time = (args.duration - reference_time * references) / 2;
     // The ttl the cycles below acquire with, so the floor uses the same lease.
@@ -103,7 +103,7 @@ pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
     let counter = counter.as_ref();
     let mut progress = Progress::new(args.duration);
     let mut report = Report::new(backend, &url, args.clients, args.keys, args.duration);
-    if let Some(name) = floor_name {
+    if let Some(floor) = floor {
         progress.phase("protocol floor", reference_time);
         // The protocol floor: each client's cheapest full cycle, as fast as it goes.
         let phase = own_key_phase(
@@ -115,7 +115,7 @@ pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
                 repeat_inspecting(&lock, end, |inspect| inspect.floor_cycle(&key, ttl)).await
             },
         )?;
-        report.floor(name, Counter::around(counter, phase).await);
+        report.floor(floor, Counter::around(counter, phase).await);
     }
     if let Some(name) = read_name {
         progress.phase("read round trip", reference_time);

@@ -192,15 +192,16 @@ pub fn check_passes(url: &str) {
     assert!(!text.contains("FAIL"), "{text}");
 }
 
-/// The requests the server counts for one protocol floor (acquire + release
-/// as the protocol's own requests), by scheme: the launched Redlock has 3 nodes.
-fn floor_requests(url: &str) -> f64 {
-    match url.split("://").next().unwrap_or_default() {
-        "redis" | "etcd" | "mysql" | "postgres" => 2.0,
-        "zk" => 3.0,
-        "redlock" => 6.0,
-        other => panic!("no floor count for {other}"),
-    }
+/// The requests one protocol floor costs as the backend declares them
+/// (`Inspect::floor`), from the bench's JSON.
+fn floor_requests(json: &str) -> f64 {
+    let (_, rest) = json
+        .split_once("\"floor_requests\":")
+        .unwrap_or_else(|| panic!("no floor_requests: {json}"));
+    let value = rest.split(',').next().unwrap();
+    value
+        .parse()
+        .unwrap_or_else(|_| panic!("floor_requests {value:?}: {json}"))
 }
 
 /// `"field":value` of the phase `phase` in the bench's JSON, as a number.
@@ -247,7 +248,7 @@ pub fn bench_reports_every_phase(url: &str) {
     // Counted by the server: each line costs at least what the protocol needs
     // (a little less at most, for the counter's own reads taken off), and other
     // tests on the same server add a little, never a multiple.
-    let floor = floor_requests(url);
+    let floor = floor_requests(&json);
     let reads = if url.starts_with("redlock") { 3.0 } else { 1.0 };
     let per_op = |phase| phase_number(&json, phase, "server_requests_per_op");
     for (phase, expected) in [("protocol floor", floor), ("read round trip", reads)] {
@@ -284,10 +285,10 @@ pub fn demo_runs(url: &str) {
     assert!(text.contains("REJECTED by the store"), "{text}");
     assert!(text.contains("exactly 5"), "{text}");
     let scheme = url.split("://").next().unwrap_or_default();
-    let store = match scheme {
-        "redis" | "mysql" | "postgres" => scheme,
-        _ => "memory",
-    };
+    let stores_fenced_data = distlock::BackendKind::from_scheme(scheme)
+        .and_then(|kind| kind.registration())
+        .is_some_and(|registration| registration.has_fence());
+    let store = if stores_fenced_data { scheme } else { "memory" };
     assert!(text.contains(&format!("stock in {store}://")), "{text}");
 }
 
@@ -320,6 +321,8 @@ against!(redlock, "redlock", redlock_url);
 against!(etcd, "etcd", etcd_url);
 against!(zookeeper, "zookeeper", zookeeper_url);
 against!(mysql, "mysql", mysql_url);
+against!(mysql_unique_insert, "mysql", mysql_unique_insert_url);
+against!(mysql_for_update, "mysql", mysql_for_update_url);
 against!(postgres, "postgres", postgres_url);
 against!(postgres_advisory, "postgres", postgres_advisory_url);
 

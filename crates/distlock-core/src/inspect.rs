@@ -17,6 +17,18 @@ pub struct Holder {
     pub expires_in: Option<Duration>,
 }
 
+/// The protocol floor of a backend ([`Inspect::floor`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Floor {
+    /// Its requests, named (`acquire.lua + release.lua`, `put-if-absent txn +
+    /// delete`).
+    pub name: &'static str,
+    /// How many requests one cycle costs as the servers count them
+    /// ([`Inspect::server_requests`], every node summed), which `distlock
+    /// bench`'s tests hold the counted figure to.
+    pub requests: u32,
+}
+
 /// Server-side inspection and operator actions on an adapter's locks.
 ///
 /// Every adapter implements it over its own data layout. `distlock check` and
@@ -65,11 +77,10 @@ pub trait Inspect: Send + Sync {
         Ok(())
     }
 
-    /// What [`Inspect::floor_cycle`] sends, named (`acquire.lua + release.lua`,
-    /// `put-if-absent txn + delete`): the write sequence the backend's protocol
-    /// itself needs for one uncontended cycle, which benchmarks time as the floor
-    /// a lock cycle is compared with. `None` without one.
-    fn floor_name(&self) -> Option<&'static str> {
+    /// What [`Inspect::floor_cycle`] sends: the write sequence the backend's
+    /// protocol itself needs for one uncontended cycle, which benchmarks time as
+    /// the floor a lock cycle is compared with. `None` without one.
+    fn floor(&self) -> Option<Floor> {
         None
     }
 

@@ -11,7 +11,7 @@ use crate::etcd_lease::whole_seconds;
 use crate::keys::{contender_key, names_prefix, printable, queue_prefix};
 use crate::{protocol, requests};
 use async_trait::async_trait;
-use distlock_core::toolkit::{Holder, Inspect};
+use distlock_core::toolkit::{Floor, Holder, Inspect};
 use distlock_core::{FencingToken, LockError, LockKey};
 use etcd_client::KeyValue;
 use std::time::Duration;
@@ -133,8 +133,11 @@ impl Inspect for EtcdBackend {
             .map_err(|f| self.lock_error(f))
     }
 
-    fn floor_name(&self) -> Option<&'static str> {
-        Some("put-if-absent txn on the client's lease + delete")
+    fn floor(&self) -> Option<Floor> {
+        Some(Floor {
+            name: "put-if-absent txn on the client's lease + delete",
+            requests: 2,
+        })
     }
 
     /// The two writes etcd needs to take and give back a key: the lease is the

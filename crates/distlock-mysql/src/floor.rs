@@ -16,7 +16,7 @@ use crate::unique_insert::Insert;
 use crate::version_cas::Cas;
 use async_trait::async_trait;
 use distlock_core::adapter::WaitUntil;
-use distlock_core::toolkit::{Holder, Inspect, random_owner};
+use distlock_core::toolkit::{Floor, Holder, Inspect, random_owner};
 use distlock_core::{LockError, LockKey};
 use sqlx::Row;
 use std::time::{Duration, Instant};
@@ -25,13 +25,14 @@ use std::time::{Duration, Instant};
 const QUESTIONS: &str = "SHOW GLOBAL STATUS LIKE 'Questions'";
 
 impl Strategy {
-    /// What [`Table::floor_cycle`] sends for this strategy.
-    pub(crate) fn floor_name(self) -> &'static str {
-        match self {
-            Strategy::VersionCas => "CAS UPDATE + release UPDATE",
-            Strategy::UniqueInsert => "INSERT + counter bump + DELETE",
-            Strategy::ForUpdate => "locking UPDATE + counter bump + ROLLBACK",
-        }
+    /// What [`Table::floor_cycle`] sends for this strategy: one statement each.
+    pub(crate) fn floor(self) -> Floor {
+        let (name, requests) = match self {
+            Strategy::VersionCas => ("CAS UPDATE + release UPDATE", 2),
+            Strategy::UniqueInsert => ("INSERT + counter bump + DELETE", 3),
+            Strategy::ForUpdate => ("locking UPDATE + counter bump + ROLLBACK", 3),
+        };
+        Floor { name, requests }
     }
 }
 
@@ -141,8 +142,8 @@ impl Inspect for ForUpdate {
         self.table.ping().await
     }
 
-    fn floor_name(&self) -> Option<&'static str> {
-        Some(Strategy::ForUpdate.floor_name())
+    fn floor(&self) -> Option<Floor> {
+        Some(Strategy::ForUpdate.floor())
     }
 
     async fn floor_cycle(&self, key: &LockKey, _ttl: Duration) -> Result<(), LockError> {

@@ -21,7 +21,7 @@ use crate::protocol::inspect::*;
 use crate::protocol::{KEEPALIVE, KILL_CONNECTION, Strategy, for_table};
 use async_trait::async_trait;
 use distlock_core::adapter::WaitUntil;
-use distlock_core::toolkit::{Backoff, Holder, Inspect};
+use distlock_core::toolkit::{Backoff, Floor, Holder, Inspect};
 use distlock_core::{FencingToken, LockError, LockKey};
 use sqlx::Row;
 use sqlx::mysql::MySqlRow;
@@ -187,8 +187,8 @@ impl Inspect for Table {
         done.await.map(drop).map_err(|e| self.error(e))
     }
 
-    fn floor_name(&self) -> Option<&'static str> {
-        Some(self.strategy.floor_name())
+    fn floor(&self) -> Option<Floor> {
+        Some(self.strategy.floor())
     }
 
     async fn floor_cycle(&self, key: &LockKey, ttl: Duration) -> Result<(), LockError> {

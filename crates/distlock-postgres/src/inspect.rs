@@ -19,7 +19,7 @@ use crate::protocol::{KEEPALIVE, Strategy, for_table};
 use crate::session::Session;
 use crate::version_cas::{self, cas};
 use async_trait::async_trait;
-use distlock_core::toolkit::{Holder, Inspect, random_owner};
+use distlock_core::toolkit::{Floor, Holder, Inspect, random_owner};
 use distlock_core::{FencingToken, LockError, LockKey};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -168,11 +168,12 @@ impl Inspect for Table {
             .map_err(|e| self.error(e))
     }
 
-    fn floor_name(&self) -> Option<&'static str> {
-        Some(match self.strategy {
+    fn floor(&self) -> Option<Floor> {
+        let name = match self.strategy {
             Strategy::VersionCas => "CAS UPDATE … RETURNING + release UPDATE with NOTIFY",
             Strategy::Advisory => "try-lock with counter bump + unlock with NOTIFY",
-        })
+        };
+        Some(Floor { name, requests: 2 })
     }
 
     async fn floor_cycle(&self, key: &LockKey, ttl: Duration) -> Result<(), LockError> {

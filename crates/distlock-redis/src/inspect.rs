@@ -13,7 +13,7 @@ use crate::protocol::{Attempt, ServerClient};
 use crate::restart::RestartGuard;
 use crate::shares::residue;
 use async_trait::async_trait;
-use distlock_core::toolkit::{Holder, Inspect, random_owner};
+use distlock_core::toolkit::{Floor, Holder, Inspect, random_owner};
 use distlock_core::{FencingToken, LockError, LockKey};
 use std::time::Duration;
 
@@ -312,8 +312,11 @@ impl Inspect for RedisBackend {
             .map_err(|e| self.error(e))
     }
 
-    fn floor_name(&self) -> Option<&'static str> {
-        Some(FLOOR_NAME)
+    fn floor(&self) -> Option<Floor> {
+        Some(Floor {
+            name: FLOOR_NAME,
+            requests: 2,
+        })
     }
 
     async fn floor_cycle(&self, key: &LockKey, ttl: Duration) -> Result<(), LockError> {

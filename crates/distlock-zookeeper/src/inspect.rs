@@ -10,7 +10,7 @@ use crate::keys;
 use crate::protocol;
 use crate::session::Session;
 use async_trait::async_trait;
-use distlock_core::toolkit::{Holder, Inspect};
+use distlock_core::toolkit::{Floor, Holder, Inspect};
 use distlock_core::{FencingToken, LockError, LockKey};
 use std::sync::Arc;
 use std::time::Duration;
@@ -154,8 +154,11 @@ impl Inspect for ZkBackend {
             .map_err(|e| self.error(e))
     }
 
-    fn floor_name(&self) -> Option<&'static str> {
-        Some("create ephemeral-sequential + getChildren + delete")
+    fn floor(&self) -> Option<Floor> {
+        Some(Floor {
+            name: "create ephemeral-sequential + getChildren + delete",
+            requests: 3,
+        })
     }
 
     async fn floor_cycle(&self, key: &LockKey, ttl: Duration) -> Result<(), LockError> {

@@ -4,6 +4,7 @@
 
 use super::Phase;
 use crate::args::show;
+use distlock::toolkit::Floor;
 use std::fmt::Write;
 use std::time::Duration;
 
@@ -22,8 +23,8 @@ const HANDOFF: &str = "contended hand-off";
 pub(super) struct Report {
     heading: String,
     json_head: String,
-    /// The floor's and the read's request names, with their lines.
-    floor: Option<(&'static str, Line)>,
+    /// The floor and its line, and the read's request name with its line.
+    floor: Option<(Floor, Line)>,
     read: Option<(&'static str, Line)>,
     uncontended: Option<Line>,
     handoff: Option<Line>,
@@ -53,8 +54,8 @@ impl Report {
         }
     }
 
-    pub fn floor(&mut self, name: &'static str, line: Line) {
-        self.floor = Some((name, line));
+    pub fn floor(&mut self, floor: Floor, line: Line) {
+        self.floor = Some((floor, line));
     }
 
     pub fn read(&mut self, name: &'static str, line: Line) {
@@ -142,8 +143,12 @@ impl Report {
                     .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),
             );
         }
-        if let Some((name, _)) = &self.floor {
-            let _ = writeln!(out, "{FLOOR}: {name}, the protocol's own write sequence");
+        if let Some((floor, _)) = &self.floor {
+            let _ = writeln!(
+                out,
+                "{FLOOR}: {}, the protocol's own write sequence ({} server requests)",
+                floor.name, floor.requests
+            );
         }
         if let Some((name, _)) = &self.read {
             let _ = writeln!(out, "{READ}: {name}");
@@ -186,16 +191,17 @@ impl Report {
                 )
             })
             .collect();
-        let name = |named: &Option<(&'static str, Line)>| {
-            named
-                .as_ref()
-                .map_or_else(|| "null".to_owned(), |(name, _)| quote(name))
-        };
+        let (floor, floor_requests) = self.floor.as_ref().map_or_else(
+            || ("null".to_owned(), "null".to_owned()),
+            |(floor, _)| (quote(floor.name), floor.requests.to_string()),
+        );
+        let read = self
+            .read
+            .as_ref()
+            .map_or_else(|| "null".to_owned(), |(name, _)| quote(name));
         format!(
-            r#"{{{},"floor":{},"read":{},"phases":[{}]}}"#,
+            r#"{{{},"floor":{floor},"floor_requests":{floor_requests},"read":{read},"phases":[{}]}}"#,
             self.json_head,
-            name(&self.floor),
-            name(&self.read),
             phases.join(",")
         )
     }

@@ -140,6 +140,21 @@ pub fn postgres_url() -> String {
     .clone()
 }
 
+/// The same MariaDB with the `unique_insert` strategy, on a table of its own.
+#[cfg(feature = "mysql")]
+pub fn mysql_unique_insert_url() -> String {
+    format!(
+        "{}?strategy=unique_insert&table=cli_unique_insert",
+        mysql_url()
+    )
+}
+
+/// The same MariaDB with the `for_update` strategy, on a table of its own.
+#[cfg(feature = "mysql")]
+pub fn mysql_for_update_url() -> String {
+    format!("{}?strategy=for_update&table=cli_for_update", mysql_url())
+}
+
 #[cfg(feature = "postgres")]
 pub fn postgres_advisory_url() -> String {
     format!("{}?strategy=advisory", postgres_url())

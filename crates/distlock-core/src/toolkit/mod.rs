@@ -24,7 +24,7 @@ mod sql;
 mod timeouts;
 mod url;
 
-pub use crate::inspect::{Holder, Inspect};
+pub use crate::inspect::{Floor, Holder, Inspect};
 pub use backoff::Backoff;
 pub use cancel::{CancelGuard, UndoFuture};
 pub use duration::parse_duration;

@@ -7,7 +7,7 @@ use crate::inspect::{Role, lock_keys, ping, requests_served, server_pitfalls};
 use crate::keys::LockKeys;
 use crate::protocol::Attempt;
 use async_trait::async_trait;
-use distlock_core::toolkit::{Holder, Inspect, random_owner};
+use distlock_core::toolkit::{Floor, Holder, Inspect, random_owner};
 use distlock_core::{FencingToken, LockError, LockKey};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -127,8 +127,11 @@ impl Inspect for RedlockBackend {
         Some("PING to all nodes")
     }
 
-    fn floor_name(&self) -> Option<&'static str> {
-        Some("acquire.lua, then release.lua, on every node at once (2 parallel rounds)")
+    fn floor(&self) -> Option<Floor> {
+        Some(Floor {
+            name: "acquire.lua, then release.lua, on every node at once (2 parallel rounds)",
+            requests: 2 * u32::try_from(self.nodes.len()).unwrap_or(u32::MAX / 2),
+        })
     }
 
     /// Redlock without the fence round, as the algorithm is usually written (and

@@ -8,7 +8,9 @@ use crate::error::{is_contention, map_error_at};
 use crate::fence::SqlFence;
 use crate::ident::Ident;
 use async_trait::async_trait;
-use distlock_core::fence::{add_outcome, invalid_write, validate_resource};
+use distlock_core::fence::{
+    CheckedStatement, CheckedWrite, add_outcome, invalid_write, validate_resource,
+};
 use distlock_core::toolkit::Timeouts;
 use distlock_core::{Fence, FencedWrite, FencingToken, LockError, WriteOutcome};
 use sqlx::pool::{PoolConnection, PoolOptions};
@@ -289,14 +291,13 @@ impl<DB: SqlDatabase> SqlStore<DB> {
 
 #[async_trait]
 impl<DB: SqlDatabase> Fence for SqlStore<DB> {
-    async fn write(
-        &self,
-        resource: &str,
-        token: FencingToken,
-        write: FencedWrite,
-    ) -> Result<WriteOutcome, LockError> {
-        validate_resource(resource)?;
-        write.validate()?;
+    async fn apply(&self, checked: CheckedWrite<'_>) -> Result<WriteOutcome, LockError> {
+        let CheckedWrite {
+            resource,
+            token,
+            write,
+            ..
+        } = checked;
         match self
             .transaction(resource, token, Work::Write(&write))
             .await?
@@ -313,20 +314,13 @@ impl<DB: SqlDatabase> Fence for SqlStore<DB> {
     /// it commits only if the token is admitted, and a stale token
     /// ([`LockError::StaleToken`]) rolls it back. Returns the rows it matched.
     /// DDL commits on its own in MySQL, whatever the transaction: fence only DML.
-    async fn execute(
-        &self,
-        resource: &str,
-        token: FencingToken,
-        statement: &str,
-    ) -> Result<u64, LockError> {
-        validate_resource(resource)?;
-        if statement.len() > FencedWrite::MAX_PAYLOAD {
-            return Err(invalid_write(format!(
-                "the statement is {} bytes, the limit is {} bytes",
-                statement.len(),
-                FencedWrite::MAX_PAYLOAD
-            )));
-        }
+    async fn run(&self, checked: CheckedStatement<'_>) -> Result<u64, LockError> {
+        let CheckedStatement {
+            resource,
+            token,
+            statement,
+            ..
+        } = checked;
         match self
             .transaction(resource, token, Work::Statement(statement))
             .await?

@@ -1,6 +1,8 @@
 //! A fence whose store is process memory.
 
-use super::{FencedWrite, WriteOutcome, add_outcome, invalid_write, stale, validate_resource};
+use super::{
+    CheckedWrite, FencedWrite, WriteOutcome, add_outcome, invalid_write, stale, validate_resource,
+};
 use crate::{Fence, FencingToken, LockError};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
@@ -159,14 +161,13 @@ fn wrong_type(resource: &str, wanted: &str) -> LockError {
 
 #[async_trait]
 impl Fence for MemoryFence {
-    async fn write(
-        &self,
-        resource: &str,
-        token: FencingToken,
-        write: FencedWrite,
-    ) -> Result<WriteOutcome, LockError> {
-        validate_resource(resource)?;
-        write.validate()?;
+    async fn apply(&self, checked: CheckedWrite<'_>) -> Result<WriteOutcome, LockError> {
+        let CheckedWrite {
+            resource,
+            token,
+            write,
+            ..
+        } = checked;
         let mut resources = self.lock();
         let entry = resources.entry(resource.to_owned()).or_default();
         // Check the write against the value before admitting the token, so a

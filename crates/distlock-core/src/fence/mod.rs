@@ -38,12 +38,29 @@ pub trait Fence: Send + Sync + std::fmt::Debug {
     /// [`LockError::Unavailable`]; when the request may have reached it before
     /// the connection failed or the reply timed out, the write may have been
     /// applied (the error says so): read the resource before trying again.
+    ///
+    /// A bad resource name or payload is refused here, before any store sees
+    /// it; stores implement [`Fence::apply`].
     async fn write(
         &self,
         resource: &str,
         token: FencingToken,
         write: FencedWrite,
-    ) -> Result<WriteOutcome, LockError>;
+    ) -> Result<WriteOutcome, LockError> {
+        validate_resource(resource)?;
+        write.validate()?;
+        self.apply(CheckedWrite {
+            resource,
+            token,
+            write,
+        })
+        .await
+    }
+
+    /// The store's half of [`Fence::write`]: the token check and the write in
+    /// one atomic step, on a resource name and a write that passed their
+    /// checks. Applications call [`Fence::write`].
+    async fn apply(&self, checked: CheckedWrite<'_>) -> Result<WriteOutcome, LockError>;
 
     /// The resource's current value (a counter reads as its decimal text), or
     /// `None` when it has none. For hashes, see the store's own API.
@@ -55,15 +72,35 @@ pub trait Fence: Send + Sync + std::fmt::Debug {
 
     /// Runs `statement`, in the store's own query language, only if `token`
     /// is admitted for `resource`, in the same transaction as the admission;
-    /// returns the rows it affected. Only SQL stores run statements: the
-    /// default refuses with [`LockError::InvalidWrite`].
+    /// returns the rows it affected. Only SQL stores run statements (see
+    /// [`Fence::run`]); the others refuse with [`LockError::InvalidWrite`].
     async fn execute(
         &self,
         resource: &str,
         token: FencingToken,
         statement: &str,
     ) -> Result<u64, LockError> {
-        let _ = (resource, token, statement);
+        validate_resource(resource)?;
+        if statement.len() > FencedWrite::MAX_PAYLOAD {
+            return Err(invalid_write(format!(
+                "the statement is {} bytes, the limit is {} bytes",
+                statement.len(),
+                FencedWrite::MAX_PAYLOAD
+            )));
+        }
+        self.run(CheckedStatement {
+            resource,
+            token,
+            statement,
+        })
+        .await
+    }
+
+    /// The store's half of [`Fence::execute`], on a resource name and a
+    /// statement that passed their checks. The default refuses: only SQL
+    /// stores run statements.
+    async fn run(&self, checked: CheckedStatement<'_>) -> Result<u64, LockError> {
+        let _ = checked;
         Err(invalid_write(
             "this store runs no statements; a fenced statement needs a mysql:// or \
              postgres:// store"
@@ -77,6 +114,32 @@ pub trait Fence: Send + Sync + std::fmt::Debug {
     async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
         Ok(Vec::new())
     }
+}
+
+/// A fenced write whose resource name and payload passed their checks, as
+/// [`Fence::write`] hands it to the store's [`Fence::apply`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct CheckedWrite<'a> {
+    /// The resource, a valid name.
+    pub resource: &'a str,
+    /// The token to check.
+    pub token: FencingToken,
+    /// The write, within its limits.
+    pub write: FencedWrite,
+}
+
+/// A fenced statement whose resource name and size passed their checks, as
+/// [`Fence::execute`] hands it to the store's [`Fence::run`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct CheckedStatement<'a> {
+    /// The resource, a valid name.
+    pub resource: &'a str,
+    /// The token to check.
+    pub token: FencingToken,
+    /// The statement, in the store's query language.
+    pub statement: &'a str,
 }
 
 /// One write a [`Fence`] applies together with its token check.

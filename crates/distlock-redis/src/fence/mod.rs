@@ -71,7 +71,7 @@ use crate::protocol::wait_on;
 use crate::replicas::ReplicaAck;
 use crate::sentinel::Target;
 use async_trait::async_trait;
-use distlock_core::fence::{invalid_write, stale, validate_resource};
+use distlock_core::fence::{CheckedWrite, invalid_write, stale, validate_resource};
 use distlock_core::toolkit::Timeouts;
 use distlock_core::{Fence, FencedWrite, FencingToken, LockError, WriteOutcome};
 use redis::{Script, ScriptInvocation, Value};
@@ -259,14 +259,14 @@ fn not_resent() -> redis::RedisError {
 
 #[async_trait]
 impl Fence for RedisFence {
-    async fn write(
-        &self,
-        resource: &str,
-        token: FencingToken,
-        write: FencedWrite,
-    ) -> Result<WriteOutcome, LockError> {
+    async fn apply(&self, checked: CheckedWrite<'_>) -> Result<WriteOutcome, LockError> {
+        let CheckedWrite {
+            resource,
+            token,
+            write,
+            ..
+        } = checked;
         let record = self.record_key(resource)?;
-        write.validate()?;
         let call = Call::new(&write)?;
         let keys = (resource, record.as_str());
         let reply = self

@@ -292,14 +292,8 @@ impl<DB: SqlDatabase> SqlStore<DB> {
 #[async_trait]
 impl<DB: SqlDatabase> Fence for SqlStore<DB> {
     async fn apply(&self, checked: CheckedWrite<'_>) -> Result<WriteOutcome, LockError> {
-        let CheckedWrite {
-            resource,
-            token,
-            write,
-            ..
-        } = checked;
         match self
-            .transaction(resource, token, Work::Write(&write))
+            .transaction(checked.resource, checked.token, Work::Write(&checked.write))
             .await?
         {
             Done::Write(outcome) => Ok(outcome),
@@ -315,14 +309,9 @@ impl<DB: SqlDatabase> Fence for SqlStore<DB> {
     /// ([`LockError::StaleToken`]) rolls it back. Returns the rows it matched.
     /// DDL commits on its own in MySQL, whatever the transaction: fence only DML.
     async fn run(&self, checked: CheckedStatement<'_>) -> Result<u64, LockError> {
-        let CheckedStatement {
-            resource,
-            token,
-            statement,
-            ..
-        } = checked;
+        let work = Work::Statement(checked.statement);
         match self
-            .transaction(resource, token, Work::Statement(statement))
+            .transaction(checked.resource, checked.token, work)
             .await?
         {
             Done::Rows(rows) => Ok(rows),

@@ -162,12 +162,7 @@ fn wrong_type(resource: &str, wanted: &str) -> LockError {
 #[async_trait]
 impl Fence for MemoryFence {
     async fn apply(&self, checked: CheckedWrite<'_>) -> Result<WriteOutcome, LockError> {
-        let CheckedWrite {
-            resource,
-            token,
-            write,
-            ..
-        } = checked;
+        let (resource, token, write) = (checked.resource, checked.token, checked.write);
         let mut resources = self.lock();
         let entry = resources.entry(resource.to_owned()).or_default();
         // Check the write against the value before admitting the token, so a

@@ -260,12 +260,7 @@ fn not_resent() -> redis::RedisError {
 #[async_trait]
 impl Fence for RedisFence {
     async fn apply(&self, checked: CheckedWrite<'_>) -> Result<WriteOutcome, LockError> {
-        let CheckedWrite {
-            resource,
-            token,
-            write,
-            ..
-        } = checked;
+        let (resource, token, write) = (checked.resource, checked.token, checked.write);
         let record = self.record_key(resource)?;
         let call = Call::new(&write)?;
         let keys = (resource, record.as_str());

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 /// The current holder of a key, as the server records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Holder {
     /// The holder's identity as stored: an owner value, a lease id, a node name.
     pub owner: String,
@@ -15,6 +16,17 @@ pub struct Holder {
     pub token: Option<FencingToken>,
     /// How long the server keeps the lock if nobody renews it, when it says.
     pub expires_in: Option<Duration>,
+}
+
+impl Holder {
+    /// A holder as an adapter read it from the server.
+    pub fn new(owner: String, token: Option<FencingToken>, expires_in: Option<Duration>) -> Holder {
+        Holder {
+            owner,
+            token,
+            expires_in,
+        }
+    }
 }
 
 /// The protocol floor of a backend ([`Inspect::floor`]).

@@ -126,6 +126,7 @@ pub type DynRwLock = Arc<dyn DistributedRwLock>;
 
 /// One live share as the server sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ShareInfo {
     /// Read or write.
     pub mode: RwMode,
@@ -133,6 +134,17 @@ pub struct ShareInfo {
     pub token: FencingToken,
     /// Who holds it, as the backend records it.
     pub holder: String,
+}
+
+impl ShareInfo {
+    /// A share as an adapter read it from the server.
+    pub fn new(mode: RwMode, token: FencingToken, holder: String) -> ShareInfo {
+        ShareInfo {
+            mode,
+            token,
+            holder,
+        }
+    }
 }
 
 /// Server-side inspection of read-write locks, for operators and the

@@ -80,6 +80,7 @@ pub type DynSemaphore = Arc<dyn DistributedSemaphore>;
 
 /// One live permit as the server sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PermitInfo {
     /// Its slot, in `0..limit`.
     pub slot: u32,
@@ -87,6 +88,17 @@ pub struct PermitInfo {
     pub token: FencingToken,
     /// Who holds it, as the backend records it.
     pub holder: String,
+}
+
+impl PermitInfo {
+    /// A permit as an adapter read it from the server.
+    pub fn new(slot: u32, token: FencingToken, holder: String) -> PermitInfo {
+        PermitInfo {
+            slot,
+            token,
+            holder,
+        }
+    }
 }
 
 /// Server-side inspection of semaphores, for operators and the conformance

@@ -60,11 +60,11 @@ impl ElectionBackend for EtcdElection {
         let Some(oldest) = found.map_err(|f| backend.rpc.endpoints.lock_error(f))? else {
             return Ok(None);
         };
-        Ok(Some(Holder {
+        Ok(Some(Holder::new(
             // The leader's proposal, as Go's `Election.Leader` reports it.
-            owner: String::from_utf8_lossy(oldest.value()).into_owned(),
-            token: Some(FencingToken::new(oldest.create_revision().unsigned_abs())),
-            expires_in: self.backend.lease_remaining(oldest.lease()).await?,
-        }))
+            String::from_utf8_lossy(oldest.value()).into_owned(),
+            Some(FencingToken::new(oldest.create_revision().unsigned_abs())),
+            self.backend.lease_remaining(oldest.lease()).await?,
+        )))
     }
 }

@@ -60,12 +60,12 @@ impl Inspect for EtcdBackend {
         let (queue, Some(oldest)) = self.holder_key(key).await? else {
             return Ok(None);
         };
-        Ok(Some(Holder {
+        Ok(Some(Holder::new(
             // The contender's name in the queue: its lease id in hex.
-            owner: printable(oldest.key().get(queue.len()..).unwrap_or_default()),
-            token: Some(FencingToken::new(oldest.create_revision().unsigned_abs())),
-            expires_in: self.lease_remaining(oldest.lease()).await?,
-        }))
+            printable(oldest.key().get(queue.len()..).unwrap_or_default()),
+            Some(FencingToken::new(oldest.create_revision().unsigned_abs())),
+            self.lease_remaining(oldest.lease()).await?,
+        )))
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {

@@ -104,10 +104,12 @@ impl LockQueueRwLock for EtcdRwLockBackend {
 impl RwLockInspect for EtcdRwLockBackend {
     async fn shares(&self, key: &LockKey) -> Result<Vec<ShareInfo>, LockError> {
         Ok((self.holders(key).await?.into_iter())
-            .map(|(mode, kv)| ShareInfo {
-                mode,
-                token: FencingToken::new(kv.create_revision().unsigned_abs()),
-                holder: format!("lease {:x}", kv.lease()),
+            .map(|(mode, kv)| {
+                ShareInfo::new(
+                    mode,
+                    FencingToken::new(kv.create_revision().unsigned_abs()),
+                    format!("lease {:x}", kv.lease()),
+                )
             })
             .collect())
     }

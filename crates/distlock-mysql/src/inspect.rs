@@ -54,11 +54,7 @@ impl Inspect for Table {
                 Some(id) => format!("session {id}"),
                 None => "a transaction that is not a distlock holder".into(),
             };
-            return Ok(Some(Holder {
-                owner,
-                token: counter().await?,
-                expires_in: None,
-            }));
+            return Ok(Some(Holder::new(owner, counter().await?, None)));
         }
         let found = self
             .pool
@@ -73,11 +69,11 @@ impl Inspect for Table {
             Strategy::VersionCas => Some(FencingToken::new(fence)),
             _ => counter().await?,
         };
-        Ok(Some(Holder {
-            owner: String::from_utf8_lossy(&owner).into_owned(),
+        Ok(Some(Holder::new(
+            String::from_utf8_lossy(&owner).into_owned(),
             token,
-            expires_in: Some(Duration::from_micros(remaining.max(0).unsigned_abs())),
-        }))
+            Some(Duration::from_micros(remaining.max(0).unsigned_abs())),
+        )))
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {

@@ -243,11 +243,7 @@ impl RwLockInspect for MySqlRwLock {
                     Slot::Reader => RwMode::Read,
                     Slot::Waiting(_) | Slot::Head => return None,
                 };
-                Some(ShareInfo {
-                    mode,
-                    token: FencingToken::new(fence),
-                    holder,
-                })
+                Some(ShareInfo::new(mode, FencingToken::new(fence), holder))
             })
             .collect())
     }

@@ -99,11 +99,7 @@ impl SemaphoreInspect for MySqlSemaphore {
         let mut permits: Vec<PermitInfo> = live_rows(&self.shares, low, high)
             .await?
             .into_iter()
-            .map(|(_, slot, holder, fence)| PermitInfo {
-                slot,
-                token: FencingToken::new(fence),
-                holder,
-            })
+            .map(|(_, slot, holder, fence)| PermitInfo::new(slot, FencingToken::new(fence), holder))
             .collect();
         permits.sort_by_key(|permit| permit.slot);
         Ok(permits)

@@ -35,10 +35,12 @@ impl Inspect for Table {
     async fn holder(&self, key: &LockKey) -> Result<Option<Holder>, LockError> {
         if self.strategy == Strategy::Advisory {
             let rows = self.advisory_holders(key.as_str(), true).await?;
-            return Ok(rows.into_iter().next().map(|holder| Holder {
-                owner: format!("session {}", holder.pid),
-                token: u64::try_from(holder.fence).ok().map(FencingToken::new),
-                expires_in: None,
+            return Ok(rows.into_iter().next().map(|holder| {
+                Holder::new(
+                    format!("session {}", holder.pid),
+                    u64::try_from(holder.fence).ok().map(FencingToken::new),
+                    None,
+                )
             }));
         }
         let read = sqlx::query(self.sql(HOLDER_ROW))
@@ -50,11 +52,11 @@ impl Inspect for Table {
         };
         let (owner, fence, remaining): (String, i64, i64) =
             decode(row).map_err(|e| self.error(e))?;
-        Ok(Some(Holder {
+        Ok(Some(Holder::new(
             owner,
-            token: u64::try_from(fence).ok().map(FencingToken::new),
-            expires_in: Some(Duration::from_micros(remaining.max(0).unsigned_abs())),
-        }))
+            u64::try_from(fence).ok().map(FencingToken::new),
+            Some(Duration::from_micros(remaining.max(0).unsigned_abs())),
+        )))
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {

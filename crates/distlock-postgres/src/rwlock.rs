@@ -230,11 +230,7 @@ impl RwLockInspect for PgRwLock {
                 let token = u64::try_from(ticket).map_err(|_| {
                     t.error(DbError::Protocol(format!("share row with ticket {ticket}")))
                 })?;
-                Ok(ShareInfo {
-                    mode,
-                    token: FencingToken::new(token),
-                    holder,
-                })
+                Ok(ShareInfo::new(mode, FencingToken::new(token), holder))
             })
             .collect()
     }

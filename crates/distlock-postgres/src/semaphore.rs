@@ -241,11 +241,9 @@ impl SemaphoreInspect for PgSemaphore {
                 let (slot, token, holder) =
                     decode::<(i32, i64, String)>(row).map_err(|e| t.error(e))?;
                 match (u32::try_from(slot), u64::try_from(token)) {
-                    (Ok(slot), Ok(token)) => Ok(PermitInfo {
-                        slot,
-                        token: FencingToken::new(token),
-                        holder,
-                    }),
+                    (Ok(slot), Ok(token)) => {
+                        Ok(PermitInfo::new(slot, FencingToken::new(token), holder))
+                    }
                     _ => Err(t.error(DbError::Protocol(format!(
                         "permit row with slot {slot} and token {token}"
                     )))),

@@ -263,11 +263,9 @@ impl Inspect for RedisBackend {
             .await
             .map_err(|e| self.error(e))?;
         let expires_in = recorded.expires_in();
-        Ok(recorded.owner.map(|owner| Holder {
-            owner,
-            token: recorded.fence.map(FencingToken::new),
-            expires_in,
-        }))
+        Ok(recorded
+            .owner
+            .map(|owner| Holder::new(owner, recorded.fence.map(FencingToken::new), expires_in)))
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {

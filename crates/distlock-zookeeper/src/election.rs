@@ -77,12 +77,12 @@ impl ElectionBackend for ZkElection {
             let read = read.await.map_err(|e| self.lock.error(e))?;
             // Empty when the leader resigned between the list and the read.
             if let Some((_, data, stat)) = read.into_iter().next() {
-                return Ok(Some(Holder {
-                    owner: String::from_utf8_lossy(&data).into_owned(),
-                    token: u64::try_from(stat.czxid).ok().map(FencingToken::new),
+                return Ok(Some(Holder::new(
+                    String::from_utf8_lossy(&data).into_owned(),
+                    u64::try_from(stat.czxid).ok().map(FencingToken::new),
                     // The leader's session timeout is not on its node.
-                    expires_in: None,
-                }));
+                    None,
+                )));
             }
         }
         Err(LockError::backend(

@@ -88,11 +88,11 @@ impl Inspect for ZkBackend {
             .await
             .map_err(|e| self.error(e))?;
         // Gone between the list and the stat: released meanwhile.
-        Ok(stat.map(|stat| Holder {
-            owner: first,
-            token: u64::try_from(stat.czxid).ok().map(FencingToken::new),
+        Ok(stat.map(|stat| {
             // The owner's session timeout is not on the node.
-            expires_in: None,
+            let expires_in = None;
+            let token = u64::try_from(stat.czxid).ok().map(FencingToken::new);
+            Holder::new(first, token, expires_in)
         }))
     }
 

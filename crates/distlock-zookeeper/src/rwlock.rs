@@ -111,11 +111,11 @@ impl RwLockInspect for ZkRwLockBackend {
         let (_, shares) = self.holders(key).await?;
         Ok((shares.into_iter())
             .filter_map(|share| {
-                Some(ShareInfo {
-                    mode: share.mode,
-                    token: FencingToken::new(u64::try_from(share.czxid).ok()?),
-                    holder: share.name,
-                })
+                Some(ShareInfo::new(
+                    share.mode,
+                    FencingToken::new(u64::try_from(share.czxid).ok()?),
+                    share.name,
+                ))
             })
             .collect())
     }

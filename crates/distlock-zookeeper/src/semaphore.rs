@@ -327,11 +327,7 @@ impl SemaphoreInspect for ZkSemaphoreBackend {
         let mut permits: Vec<PermitInfo> = (live.into_iter())
             .filter_map(|(holder, slot, czxid)| {
                 let token = FencingToken::new(u64::try_from(czxid).ok()?);
-                Some(PermitInfo {
-                    slot,
-                    token,
-                    holder,
-                })
+                Some(PermitInfo::new(slot, token, holder))
             })
             .collect();
         permits.sort_by_key(|p| p.slot);

@@ -105,10 +105,12 @@ impl MemoryStore {
         let mut state = self.state();
         let entry = state.keys.get_mut(key)?;
         entry.expire(now);
-        entry.holder.as_ref().map(|h| Holder {
-            owner: format!("client {}", h.id),
-            token: Some(h.token),
-            expires_in: Some(h.expires_at.saturating_duration_since(now)),
+        entry.holder.as_ref().map(|h| {
+            Holder::new(
+                format!("client {}", h.id),
+                Some(h.token),
+                Some(h.expires_at.saturating_duration_since(now)),
+            )
         })
     }
 

@@ -89,10 +89,8 @@ impl MemoryStore {
     /// The live shares of the read-write lock `key`.
     pub fn shares(&self, key: &LockKey) -> Vec<ShareInfo> {
         let mut state = self.state();
-        holders::live_now(state.rwlocks.get_mut(key), |id, s| ShareInfo {
-            mode: s.what,
-            token: s.token,
-            holder: format!("client {id}"),
+        holders::live_now(state.rwlocks.get_mut(key), |id, s| {
+            ShareInfo::new(s.what, s.token, format!("client {id}"))
         })
     }
 

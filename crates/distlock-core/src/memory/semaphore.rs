@@ -91,10 +91,8 @@ impl MemoryStore {
     pub fn permits(&self, key: &LockKey) -> Vec<PermitInfo> {
         let mut state = self.state();
         let sem = state.semaphores.get_mut(key).map(|sem| &mut sem.holders);
-        holders::live_now(sem, |slot, p| PermitInfo {
-            slot: *slot,
-            token: p.token,
-            holder: format!("client {}", p.what),
+        holders::live_now(sem, |slot, p| {
+            PermitInfo::new(*slot, p.token, format!("client {}", p.what))
         })
     }
 

@@ -27,10 +27,12 @@ impl SemaphoreInspect for EtcdSemaphoreBackend {
             .await
             .map_err(|f| self.error(f))?
             .into_iter()
-            .map(|(slot, kv)| PermitInfo {
-                slot,
-                token: FencingToken::new(kv.create_revision().unsigned_abs()),
-                holder: format!("lease {:x}", kv.lease()),
+            .map(|(slot, kv)| {
+                PermitInfo::new(
+                    slot,
+                    FencingToken::new(kv.create_revision().unsigned_abs()),
+                    format!("lease {:x}", kv.lease()),
+                )
             })
             .collect();
         permits.sort_by_key(|p| p.slot);

@@ -46,15 +46,15 @@ impl Inspect for RedlockBackend {
         };
         // Held while a majority keeps the key: until the quorum-th longest expiry.
         nodes.sort_by_key(|r| std::cmp::Reverse(r.expires_in()));
-        Ok(Some(Holder {
+        Ok(Some(Holder::new(
             owner,
-            token: nodes
+            nodes
                 .iter()
                 .filter_map(|r| r.fence)
                 .max()
                 .map(FencingToken::new),
-            expires_in: nodes.get(self.quorum - 1).and_then(|r| r.expires_in()),
-        }))
+            nodes.get(self.quorum - 1).and_then(|r| r.expires_in()),
+        )))
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {

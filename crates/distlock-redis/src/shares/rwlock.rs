@@ -187,11 +187,7 @@ impl RwLockInspect for RedisRwLockBackend {
                 "W" => RwMode::Write,
                 _ => return None,
             };
-            Some(ShareInfo {
-                mode,
-                token,
-                holder,
-            })
+            Some(ShareInfo::new(mode, token, holder))
         };
         (self.client.described(&self.keys(key), share, |s| s.token)).await
     }

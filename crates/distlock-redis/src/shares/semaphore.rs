@@ -134,11 +134,7 @@ impl SemaphoreInspect for RedisSemaphoreBackend {
     async fn permits(&self, key: &LockKey) -> Result<Vec<PermitInfo>, LockError> {
         let permit = |holder, slot: &str, token| {
             let slot = slot.parse().ok()?;
-            Some(PermitInfo {
-                slot,
-                token,
-                holder,
-            })
+            Some(PermitInfo::new(slot, token, holder))
         };
         (self.client.described(&self.keys(key), permit, |p| p.slot)).await
     }

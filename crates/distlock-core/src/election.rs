@@ -8,6 +8,7 @@
 use crate::backend::{AcquireRequest, Acquired, Backend, Holding, WaitUntil};
 use crate::counters::Metrics;
 use crate::lease::Bound;
+use crate::options::Defaults;
 use crate::permit::Leadership;
 use crate::start::{self, Won};
 use crate::toolkit::Holder;
@@ -102,6 +103,7 @@ pub trait ElectionBackend: Send + Sync + 'static {
 pub struct BackendElection<E: ElectionBackend> {
     backend: Arc<E>,
     metrics: Arc<Metrics>,
+    defaults: Defaults,
 }
 
 impl<E: ElectionBackend> std::fmt::Debug for BackendElection<E> {
@@ -119,7 +121,14 @@ impl<E: ElectionBackend> BackendElection<E> {
         BackendElection {
             backend: Arc::new(backend),
             metrics,
+            defaults: Defaults::default(),
         }
+    }
+
+    /// Takes unset acquire options from `defaults` (its lock's).
+    pub(crate) fn sharing(mut self, defaults: &Defaults) -> Self {
+        self.defaults = defaults.clone();
+        self
     }
 
     /// The adapter, for backend-specific calls.
@@ -149,6 +158,7 @@ impl<E: ElectionBackend> LeaderElection for BackendElection<E> {
         proposal: &str,
         opts: &AcquireOptions,
     ) -> Result<Leadership, LockError> {
+        let opts = &self.defaults.fill(opts);
         opts.validate(&self.backend.capabilities())?;
         validate_proposal(proposal)?;
         if opts.get_owner().is_some() {

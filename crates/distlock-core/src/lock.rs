@@ -4,6 +4,7 @@ use crate::backend::{AcquireRequest, Backend, WaitUntil};
 use crate::counters::{Metrics, MetricsSnapshot};
 use crate::election::{BackendElection, ElectionBackend, LockElection};
 use crate::lease::{Bound, Lease, Shared};
+use crate::options::Defaults;
 use crate::reentry::Registry;
 use crate::rwlock::{BackendRwLock, RwLockBackend};
 use crate::semaphore::{BackendSemaphore, SemaphoreBackend};
@@ -55,10 +56,10 @@ pub trait DistributedLock: Send + Sync + std::fmt::Debug {
         }
     }
 
-    /// The options this client was configured with (the `ttl`, `wait`,
-    /// `renewal` and `max_hold` of its URL or config), for callers that want the
-    /// deployment's defaults rather than their own: `lock.acquire(&key,
-    /// &lock.default_options())`.
+    /// The defaults this client gives every acquire option a caller leaves
+    /// unset (the `ttl`, `wait`, `renewal` and `max_hold` of its URL or
+    /// config): `AcquireOptions::new()` already gets them; read them to show
+    /// or build on them.
     fn default_options(&self) -> AcquireOptions {
         AcquireOptions::new()
     }
@@ -107,7 +108,7 @@ pub type DynLock = Arc<dyn DistributedLock>;
 /// tracing and metrics provided by core.
 pub struct BackendLock<B: Backend> {
     backend: Arc<B>,
-    defaults: AcquireOptions,
+    defaults: Defaults,
     reentrant: Arc<Registry<Shared>>,
     metrics: Arc<Metrics>,
     semaphore: Option<DynSemaphore>,
@@ -135,7 +136,7 @@ impl<B: Backend> BackendLock<B> {
         let metrics = Arc::new(Metrics::new(backend.name()));
         BackendLock {
             backend,
-            defaults: AcquireOptions::new(),
+            defaults: Defaults::default(),
             reentrant: Arc::default(),
             metrics,
             semaphore: None,
@@ -159,46 +160,55 @@ impl<B: Backend> BackendLock<B> {
         E: ElectionBackend,
         R: RwLockBackend,
     {
-        let semaphore = BackendSemaphore::new(semaphore(backend.clone()));
-        let election = BackendElection::new(election(backend.clone()));
-        let rwlock = BackendRwLock::new(rwlock(backend.clone()));
+        let (semaphore, election, rwlock) = (
+            semaphore(backend.clone()),
+            election(backend.clone()),
+            rwlock(backend.clone()),
+        );
         BackendLock::shared(backend)
-            .with_semaphore(Arc::new(semaphore))
-            .with_election(Arc::new(election))
-            .with_rwlock(Arc::new(rwlock))
+            .with_semaphore(semaphore)
+            .with_election(election)
+            .with_rwlock(rwlock)
     }
 
-    /// Offers `semaphore` as [`DistributedLock::semaphore`].
-    pub fn with_semaphore(mut self, semaphore: DynSemaphore) -> Self {
-        self.semaphore = Some(semaphore);
+    /// Offers `semaphore` as [`DistributedLock::semaphore`], with this lock's
+    /// defaults.
+    pub fn with_semaphore(mut self, semaphore: impl SemaphoreBackend) -> Self {
+        let semaphore = BackendSemaphore::new(semaphore).sharing(&self.defaults);
+        self.semaphore = Some(Arc::new(semaphore));
         self
     }
 
-    /// Offers `election` as [`DistributedLock::election`].
-    pub fn with_election(mut self, election: DynElection) -> Self {
-        self.election = Some(election);
+    /// Offers `election` as [`DistributedLock::election`], with this lock's
+    /// defaults.
+    pub fn with_election(mut self, election: impl ElectionBackend) -> Self {
+        let election = BackendElection::new(election).sharing(&self.defaults);
+        self.election = Some(Arc::new(election));
         self
     }
 
-    /// Offers `rwlock` as [`DistributedLock::rwlock`].
-    pub fn with_rwlock(mut self, rwlock: DynRwLock) -> Self {
-        self.rwlock = Some(rwlock);
+    /// Offers `rwlock` as [`DistributedLock::rwlock`], with this lock's
+    /// defaults.
+    pub fn with_rwlock(mut self, rwlock: impl RwLockBackend) -> Self {
+        let rwlock = BackendRwLock::new(rwlock).sharing(&self.defaults);
+        self.rwlock = Some(Arc::new(rwlock));
         self
     }
 
     /// Offers elections on this backend's locks ([`LockElection`]): for
     /// backends without a native election layout.
     pub fn with_lock_election(self) -> Self {
-        let election = BackendElection::new(LockElection::new(self.backend.clone()));
-        self.with_election(Arc::new(election))
+        let election = LockElection::new(self.backend.clone());
+        self.with_election(election)
     }
 
-    /// Sets [`DistributedLock::default_options`], refusing options this backend
-    /// cannot honour (a ttl below its minimum, say) now rather than at the first
-    /// acquire.
-    pub fn with_defaults(mut self, defaults: AcquireOptions) -> Result<Self, LockError> {
+    /// Sets the defaults of every acquire option a caller leaves unset, on
+    /// this lock and the primitives it offers ([`DistributedLock::default_options`]),
+    /// refusing options this backend cannot honour (a ttl below its minimum,
+    /// say) now rather than at the first acquire.
+    pub fn with_defaults(self, defaults: AcquireOptions) -> Result<Self, LockError> {
         defaults.validate(&self.backend.capabilities())?;
-        self.defaults = defaults;
+        self.defaults.set(defaults);
         Ok(self)
     }
 
@@ -254,6 +264,7 @@ impl<B: Backend> BackendLock<B> {
 #[async_trait]
 impl<B: Backend> DistributedLock for BackendLock<B> {
     async fn acquire(&self, key: &LockKey, opts: &AcquireOptions) -> Result<Lease, LockError> {
+        let opts = &self.defaults.fill(opts);
         opts.validate(&self.backend.capabilities())?;
         if let Some(lease) = opts.get_owner().and_then(|owner| self.reenter(key, owner)) {
             return Ok(lease);
@@ -274,7 +285,7 @@ impl<B: Backend> DistributedLock for BackendLock<B> {
     }
 
     fn default_options(&self) -> AcquireOptions {
-        self.defaults.clone()
+        self.defaults.get()
     }
 
     fn capabilities(&self) -> Capabilities {

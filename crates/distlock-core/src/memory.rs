@@ -116,11 +116,11 @@ impl MemoryStore {
     /// simulated network, so faults injected into it hit them too.
     pub fn client(&self) -> MemoryLock {
         let network = Arc::new(self.backend());
-        let semaphore = BackendSemaphore::new(MemorySemaphoreBackend::new(network.clone()));
-        let rwlock = BackendRwLock::new(MemoryRwLockBackend::new(network.clone()));
+        let semaphore = MemorySemaphoreBackend::new(network.clone());
+        let rwlock = MemoryRwLockBackend::new(network.clone());
         BackendLock::shared(network)
-            .with_semaphore(Arc::new(semaphore))
-            .with_rwlock(Arc::new(rwlock))
+            .with_semaphore(semaphore)
+            .with_rwlock(rwlock)
             .with_lock_election()
     }
 

@@ -2,6 +2,7 @@
 
 use crate::toolkit::{LockUrl, parse_duration};
 use crate::{Capabilities, LockError};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 /// How long `acquire` waits for a held lock.
@@ -57,6 +58,10 @@ impl Owner {
 
 /// Options for one acquisition. Build with [`AcquireOptions::new`] and the setters.
 ///
+/// An option left unset takes the client's default: the one its URL or config
+/// gave (`?ttl=5s`), else the built-in one (ttl 30 s, wait forever, automatic
+/// renewal, no owner, no max hold). A setter always wins over both.
+///
 /// ```
 /// use distlock_core::{AcquireOptions, Wait};
 /// use std::time::Duration;
@@ -65,51 +70,39 @@ impl Owner {
 ///     .wait(Wait::For(Duration::from_secs(2)));
 /// assert_eq!(opts.get_ttl(), Duration::from_secs(10));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AcquireOptions {
-    ttl: Duration,
-    wait: Wait,
-    renewal: Renewal,
+    ttl: Option<Duration>,
+    wait: Option<Wait>,
+    renewal: Option<Renewal>,
     owner: Option<Owner>,
     max_hold: Option<Duration>,
-}
-
-impl Default for AcquireOptions {
-    fn default() -> Self {
-        AcquireOptions {
-            ttl: Self::DEFAULT_TTL,
-            wait: Wait::Forever,
-            renewal: Renewal::Auto,
-            owner: None,
-            max_hold: None,
-        }
-    }
 }
 
 impl AcquireOptions {
     /// The default ttl: 30 s.
     pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
-    /// Defaults: ttl 30 s, wait forever, auto renewal, no owner, no max hold.
+    /// Nothing set: every option is the client's default.
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Server-side expiry when renewal stops.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
+        self.ttl = Some(ttl);
         self
     }
 
     /// How long to wait for a held lock.
     pub fn wait(mut self, wait: Wait) -> Self {
-        self.wait = wait;
+        self.wait = Some(wait);
         self
     }
 
     /// How the lease is renewed.
     pub fn renewal(mut self, renewal: Renewal) -> Self {
-        self.renewal = renewal;
+        self.renewal = Some(renewal);
         self
     }
 
@@ -125,19 +118,19 @@ impl AcquireOptions {
         self
     }
 
-    /// The ttl.
+    /// The ttl (the built-in 30 s when unset).
     pub fn get_ttl(&self) -> Duration {
-        self.ttl
+        self.ttl.unwrap_or(Self::DEFAULT_TTL)
     }
 
-    /// The wait policy.
+    /// The wait policy (forever when unset).
     pub fn get_wait(&self) -> Wait {
-        self.wait
+        self.wait.unwrap_or(Wait::Forever)
     }
 
-    /// The renewal policy.
+    /// The renewal policy (automatic when unset).
     pub fn get_renewal(&self) -> Renewal {
-        self.renewal
+        self.renewal.unwrap_or(Renewal::Auto)
     }
 
     /// The owner identity, if any.
@@ -148,6 +141,25 @@ impl AcquireOptions {
     /// The max hold, if any.
     pub fn get_max_hold(&self) -> Option<Duration> {
         self.max_hold
+    }
+
+    /// These options, with each one left unset taken from `defaults`.
+    ///
+    /// ```
+    /// use distlock_core::{AcquireOptions, Wait};
+    /// use std::time::Duration;
+    /// let from_url = AcquireOptions::new().ttl(Duration::from_secs(5)).wait(Wait::No);
+    /// let mine = AcquireOptions::new().wait(Wait::Forever).or_defaults(&from_url);
+    /// assert_eq!((mine.get_ttl(), mine.get_wait()), (Duration::from_secs(5), Wait::Forever));
+    /// ```
+    pub fn or_defaults(&self, defaults: &AcquireOptions) -> AcquireOptions {
+        AcquireOptions {
+            ttl: self.ttl.or(defaults.ttl),
+            wait: self.wait.or(defaults.wait),
+            renewal: self.renewal.or(defaults.renewal),
+            owner: self.owner.clone().or_else(|| defaults.owner.clone()),
+            max_hold: self.max_hold.or(defaults.max_hold),
+        }
     }
 
     /// Takes the acquire defaults a lock URL may give, keeping these values where
@@ -168,13 +180,13 @@ impl AcquireOptions {
     /// ```
     pub fn read(mut self, url: &mut LockUrl) -> Result<Self, LockError> {
         if let Some(ttl) = url.duration("ttl")? {
-            self.ttl = ttl;
+            self.ttl = Some(ttl);
         }
         if let Some(max_hold) = url.duration("max_hold")? {
             self.max_hold = Some(max_hold);
         }
         if let Some(value) = url.string("wait") {
-            self.wait = match value.as_str() {
+            self.wait = Some(match value.as_str() {
                 "no" => Wait::No,
                 "forever" => Wait::Forever,
                 duration => Wait::For(parse_duration(duration).map_err(|why| {
@@ -184,10 +196,10 @@ impl AcquireOptions {
                         &format!("is not no, forever or a duration: {why}"),
                     )
                 })?),
-            };
+            });
         }
         if let Some(value) = url.string("renewal") {
-            self.renewal = match value.as_str() {
+            self.renewal = Some(match value.as_str() {
                 "auto" => Renewal::Auto,
                 "manual" => Renewal::Manual,
                 every => Renewal::Every(parse_duration(every).map_err(|why| {
@@ -197,15 +209,15 @@ impl AcquireOptions {
                         &format!("is not auto, manual or a renew interval: {why}"),
                     )
                 })?),
-            };
+            });
         }
         Ok(self)
     }
 
     /// The interval between automatic renewals, before jitter; `None` for manual.
     pub fn renew_interval(&self) -> Option<Duration> {
-        match self.renewal {
-            Renewal::Auto => Some(self.ttl / 3),
+        match self.get_renewal() {
+            Renewal::Auto => Some(self.get_ttl() / 3),
             Renewal::Every(every) => Some(every),
             Renewal::Manual => None,
         }
@@ -214,40 +226,64 @@ impl AcquireOptions {
     /// Checks the options against a backend's limits. Nothing is clamped.
     pub fn validate(&self, caps: &Capabilities) -> Result<(), LockError> {
         let bad = |reason: String| Err(LockError::invalid_options(reason));
-        if self.ttl.is_zero() {
+        let ttl = self.get_ttl();
+        if ttl.is_zero() {
             return bad("ttl is zero; use a ttl longer than the longest pause you expect".into());
         }
-        if self.ttl < caps.min_ttl {
+        if ttl < caps.min_ttl {
             return bad(format!(
-                "ttl {:?} is below this backend's minimum of {:?}",
-                self.ttl, caps.min_ttl
+                "ttl {ttl:?} is below this backend's minimum of {:?}",
+                caps.min_ttl
             ));
         }
         let granularity = caps.ttl_granularity.as_nanos();
-        if granularity > 1 && !self.ttl.as_nanos().is_multiple_of(granularity) {
+        if granularity > 1 && !ttl.as_nanos().is_multiple_of(granularity) {
             return bad(format!(
-                "ttl {:?} is not a whole multiple of {:?}, which this backend requires",
-                self.ttl, caps.ttl_granularity
+                "ttl {ttl:?} is not a whole multiple of {:?}, which this backend requires",
+                caps.ttl_granularity
             ));
         }
-        if self.ttl > Duration::from_secs(365 * 24 * 3600) {
+        if ttl > Duration::from_secs(365 * 24 * 3600) {
             return bad(format!(
-                "ttl {:?} is over a year; use a shorter ttl and renewal",
-                self.ttl
+                "ttl {ttl:?} is over a year; use a shorter ttl and renewal"
             ));
         }
-        if let Renewal::Every(every) = self.renewal
-            && (every.is_zero() || every >= self.ttl)
+        if let Renewal::Every(every) = self.get_renewal()
+            && (every.is_zero() || every >= ttl)
         {
             return bad(format!(
-                "renew interval {every:?} must be above zero and below the ttl {:?} (ttl/3 is a good choice)",
-                self.ttl
+                "renew interval {every:?} must be above zero and below the ttl {ttl:?} (ttl/3 is a good choice)"
             ));
         }
         if self.max_hold.is_some_and(|d| d.is_zero()) {
             return bad("max_hold is zero; leave it unset for no limit".into());
         }
         Ok(())
+    }
+}
+
+/// The acquire defaults of one client, shared by its lock and the primitives
+/// offered beside it, so that the URL's defaults, set once, reach them all.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Defaults(Arc<RwLock<AcquireOptions>>);
+
+impl Defaults {
+    /// The defaults now.
+    pub fn get(&self) -> AcquireOptions {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces them.
+    pub fn set(&self, defaults: AcquireOptions) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = defaults;
+    }
+
+    /// `opts` with each unset option taken from these defaults.
+    pub fn fill(&self, opts: &AcquireOptions) -> AcquireOptions {
+        opts.or_defaults(&self.get())
     }
 }
 

@@ -6,6 +6,7 @@
 use crate::backend::{AcquireRequest, Acquired, Backend, Holding, WaitUntil};
 use crate::counters::Metrics;
 use crate::lease::Bound;
+use crate::options::Defaults;
 use crate::start::{self, Won};
 use crate::{
     AcquireOptions, Capabilities, FencingToken, Lease, LockError, LockKey, SingleLease, Wait,
@@ -261,6 +262,7 @@ impl<Q: LockQueueRwLock> RwLockBackend for Q {
 pub struct BackendRwLock<R: RwLockBackend> {
     backend: Arc<R>,
     metrics: Arc<Metrics>,
+    defaults: Defaults,
 }
 
 impl<R: RwLockBackend> std::fmt::Debug for BackendRwLock<R> {
@@ -278,7 +280,14 @@ impl<R: RwLockBackend> BackendRwLock<R> {
         BackendRwLock {
             backend: Arc::new(backend),
             metrics,
+            defaults: Defaults::default(),
         }
+    }
+
+    /// Takes unset acquire options from `defaults` (its lock's).
+    pub(crate) fn sharing(mut self, defaults: &Defaults) -> Self {
+        self.defaults = defaults.clone();
+        self
     }
 
     /// The adapter, for backend-specific calls.
@@ -292,6 +301,7 @@ impl<R: RwLockBackend> BackendRwLock<R> {
         key: &LockKey,
         opts: &AcquireOptions,
     ) -> Result<RwLease, LockError> {
+        let opts = &self.defaults.fill(opts);
         opts.validate(&self.backend.capabilities())?;
         if opts.get_owner().is_some() {
             return Err(LockError::invalid_options(

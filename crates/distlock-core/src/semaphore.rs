@@ -6,6 +6,7 @@
 
 use crate::backend::{AcquireRequest, Acquired, Holding, WaitUntil};
 use crate::counters::Metrics;
+use crate::options::Defaults;
 use crate::permit::Permit;
 use crate::start::{self, Won};
 use crate::{AcquireOptions, Capabilities, FencingToken, LockError, LockKey, Wait};
@@ -179,6 +180,7 @@ pub trait SemaphoreBackend: Send + Sync + 'static {
 pub struct BackendSemaphore<S: SemaphoreBackend> {
     backend: Arc<S>,
     metrics: Arc<Metrics>,
+    defaults: Defaults,
 }
 
 impl<S: SemaphoreBackend> std::fmt::Debug for BackendSemaphore<S> {
@@ -196,7 +198,14 @@ impl<S: SemaphoreBackend> BackendSemaphore<S> {
         BackendSemaphore {
             backend: Arc::new(backend),
             metrics,
+            defaults: Defaults::default(),
         }
+    }
+
+    /// Takes unset acquire options from `defaults` (its lock's).
+    pub(crate) fn sharing(mut self, defaults: &Defaults) -> Self {
+        self.defaults = defaults.clone();
+        self
     }
 
     /// The adapter, for backend-specific calls.
@@ -230,6 +239,7 @@ impl<S: SemaphoreBackend> DistributedSemaphore for BackendSemaphore<S> {
         limit: u32,
         opts: &AcquireOptions,
     ) -> Result<Permit, LockError> {
+        let opts = &self.defaults.fill(opts);
         validate(limit, opts, &self.backend.capabilities())?;
         let started = Instant::now();
         let req = PermitRequest {

@@ -14,8 +14,8 @@ use crate::semaphore::MySqlSemaphore;
 use crate::shares::Shares;
 use crate::unique_insert::Insert;
 use crate::version_cas::Cas;
-use distlock_core::adapter::{Backend, BackendLock, BackendRwLock, BackendSemaphore};
-use distlock_core::{AcquireOptions, DynLock, DynRwLock, DynSemaphore, LockError};
+use distlock_core::adapter::{Backend, BackendLock};
+use distlock_core::{AcquireOptions, DynLock, LockError};
 use std::sync::Arc;
 
 /// A client of `table`'s strategy; `holders` are `for_update`'s connections,
@@ -29,9 +29,8 @@ pub(crate) fn client(
     semaphores: Arc<Shares>,
     rwlocks: Arc<Shares>,
 ) -> Result<DynLock, LockError> {
-    let semaphore: DynSemaphore =
-        Arc::new(BackendSemaphore::new(MySqlSemaphore { shares: semaphores }));
-    let rwlock: DynRwLock = Arc::new(BackendRwLock::new(MySqlRwLock { shares: rwlocks }));
+    let semaphore = MySqlSemaphore { shares: semaphores };
+    let rwlock = MySqlRwLock { shares: rwlocks };
     match table.strategy {
         Strategy::VersionCas => lock(Polling::<Cas>::new(table), semaphore, rwlock, defaults),
         Strategy::UniqueInsert => lock(Polling::<Insert>::new(table), semaphore, rwlock, defaults),
@@ -42,8 +41,8 @@ pub(crate) fn client(
 /// `backend` as the client: every strategy offers the same primitives.
 fn lock<B: Backend>(
     backend: B,
-    semaphore: DynSemaphore,
-    rwlock: DynRwLock,
+    semaphore: MySqlSemaphore,
+    rwlock: MySqlRwLock,
     defaults: AcquireOptions,
 ) -> Result<DynLock, LockError> {
     Ok(Arc::new(

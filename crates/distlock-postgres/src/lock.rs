@@ -11,7 +11,7 @@ use crate::protocol::Strategy;
 use crate::rwlock::PgRwLock;
 use crate::semaphore::PgSemaphore;
 use crate::version_cas::VersionCas;
-use distlock_core::adapter::{BackendLock, BackendRwLock, BackendSemaphore};
+use distlock_core::adapter::BackendLock;
 use distlock_core::{AcquireOptions, DynLock, LockError};
 use std::sync::Arc;
 
@@ -29,10 +29,10 @@ pub(crate) fn client(
                 table: table.clone(),
             })
             .with_lock_election()
-            .with_semaphore(Arc::new(BackendSemaphore::new(PgSemaphore {
+            .with_semaphore(PgSemaphore {
                 table: table.clone(),
-            })))
-            .with_rwlock(Arc::new(BackendRwLock::new(PgRwLock { table })))
+            })
+            .with_rwlock(PgRwLock { table })
             .with_defaults(defaults)?,
         ),
         Strategy::Advisory => Arc::new(

@@ -30,11 +30,9 @@ use crate::keys::LockKeys;
 use crate::protocol::{ServerClient, flag, loss_signal, share_script, ttl_ms as ms};
 use crate::restart::{Place, RestartGuard};
 use async_trait::async_trait;
-use distlock_core::adapter::{
-    AcquireRequest, BackendRwLock, BackendSemaphore, Holding, LossSignal, Ownership,
-};
+use distlock_core::adapter::{AcquireRequest, Holding, LossSignal, Ownership};
 use distlock_core::toolkit::{CancelGuard, UndoFuture};
-use distlock_core::{Capabilities, DynRwLock, DynSemaphore, LockError, LockKey};
+use distlock_core::{Capabilities, LockError, LockKey};
 use redis::Script;
 use rwlock::RedisRwLockBackend;
 use semaphore::RedisSemaphoreBackend;
@@ -98,7 +96,7 @@ impl std::fmt::Debug for ShareClient {
 }
 
 /// The semaphore and read-write lock on `backend`'s connection.
-pub(crate) fn offered_on(backend: &RedisBackend) -> (DynSemaphore, DynRwLock) {
+pub(crate) fn offered_on(backend: &RedisBackend) -> (RedisSemaphoreBackend, RedisRwLockBackend) {
     let client = || ShareClient {
         server: backend.server.clone(),
         namespace: backend.namespace().into(),
@@ -107,8 +105,8 @@ pub(crate) fn offered_on(backend: &RedisBackend) -> (DynSemaphore, DynRwLock) {
         capabilities: RedisBackend::CAPABILITIES,
     };
     (
-        Arc::new(BackendSemaphore::new(RedisSemaphoreBackend::new(client()))),
-        Arc::new(BackendRwLock::new(RedisRwLockBackend::new(client()))),
+        RedisSemaphoreBackend::new(client()),
+        RedisRwLockBackend::new(client()),
     )
 }
 

@@ -9,13 +9,13 @@ use crate::for_update::ForUpdate;
 use crate::poll::Polling;
 use crate::pool::Pool;
 use crate::protocol::Strategy;
-use crate::rwlock::MySqlRwLock;
-use crate::semaphore::MySqlSemaphore;
-use crate::shares::Shares;
 use crate::unique_insert::Insert;
 use crate::version_cas::Cas;
 use distlock_core::adapter::{Backend, BackendLock, BackendRwLock, BackendSemaphore};
 use distlock_core::{AcquireOptions, DynLock, DynRwLock, DynSemaphore, LockError};
+use distlock_sql::shares::Shares;
+use distlock_sql::shares::rwlock::SqlRwLock;
+use distlock_sql::shares::semaphore::SqlSemaphore;
 use std::sync::Arc;
 
 /// A client of `table`'s strategy; `holders` are `for_update`'s connections,
@@ -26,12 +26,12 @@ pub(crate) fn client(
     table: Arc<Table>,
     holders: Pool,
     defaults: AcquireOptions,
-    semaphores: Arc<Shares>,
-    rwlocks: Arc<Shares>,
+    semaphores: Arc<Shares<Table>>,
+    rwlocks: Arc<Shares<Table>>,
 ) -> Result<DynLock, LockError> {
     let semaphore: DynSemaphore =
-        Arc::new(BackendSemaphore::new(MySqlSemaphore { shares: semaphores }));
-    let rwlock: DynRwLock = Arc::new(BackendRwLock::new(MySqlRwLock { shares: rwlocks }));
+        Arc::new(BackendSemaphore::new(SqlSemaphore { shares: semaphores }));
+    let rwlock: DynRwLock = Arc::new(BackendRwLock::new(SqlRwLock { shares: rwlocks }));
     match table.strategy {
         Strategy::VersionCas => lock(Polling::<Cas>::new(table), semaphore, rwlock, defaults),
         Strategy::UniqueInsert => lock(Polling::<Insert>::new(table), semaphore, rwlock, defaults),

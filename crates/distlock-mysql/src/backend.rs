@@ -9,7 +9,7 @@
 //! Row-lock contention is never an error for the caller: a statement that
 //! InnoDB refused (deadlock victim 1213, lock wait timeout 1205) was rolled back
 //! whole, so it is retried with [`Backoff`] within the caller's wait
-//! ([`retry_until`]); an acquisition that runs out of wait that way ends with
+//! (`retry_until`); an acquisition that runs out of wait that way ends with
 //! `Timeout` (`Busy` for `Wait::No`), like any other.
 
 use crate::error::{BACKEND, DbError, code};
@@ -19,76 +19,17 @@ use crate::protocol::{
     HELD_FLAG, KILL_CONNECTION, SESSION_LISTED, Statements, Strategy, TABLE_COMMENT,
 };
 use distlock_core::LockError;
-use distlock_core::adapter::{AcquireRequest, Ownership, WaitUntil};
+use distlock_core::adapter::{Ownership, WaitUntil};
 use distlock_core::toolkit::{Backoff, UndoFuture};
+pub(crate) use distlock_sql::settle::{Settle, retry_until};
 use sqlx::Row;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The first pause after a statement lost to another transaction.
-const CONTENDED_FIRST: Duration = Duration::from_millis(4);
-/// The longest such pause.
-const CONTENDED_CAP: Duration = Duration::from_millis(250);
+/// The first pause while polling for a killed session to be gone.
+const CONTENDED_FIRST: Duration = distlock_sql::settle::CONTENDED_FIRST;
 /// How often an undo looks whether a killed session is gone, at most.
 const SESSION_GONE_POLL: Duration = Duration::from_millis(50);
-/// `Wait::No`: how long after the request started a statement that lost to
-/// another transaction is still retried. A deadlock is usually over at once, so
-/// one or two retries fit; past it the answer is `Busy`. A row held by a
-/// transaction for longer answers 1205 only after the 1 s lock wait, so then
-/// the answer is `Busy` after that second.
-pub(crate) const NO_WAIT_RETRY: Duration = Duration::from_millis(250);
-
-/// Until when an acquisition retries statements refused by row-lock contention:
-/// the caller's wait, or for `Wait::No` [`NO_WAIT_RETRY`] after it started.
-pub(crate) fn retry_until(req: &AcquireRequest<'_>) -> WaitUntil {
-    match req.wait {
-        WaitUntil::No => WaitUntil::Deadline(req.started + NO_WAIT_RETRY),
-        wait => wait,
-    }
-}
-
-/// Retries of a statement that InnoDB refused for row-lock contention (it was
-/// rolled back whole, so nothing took effect), with jittered pauses, until
-/// `until`:
-///
-/// ```text
-/// let mut retry = Settle::new(until);
-/// let done = loop {
-///     match conn.execute(statement()).await {
-///         Ok(done) => break done,
-///         Err(e) => retry.again(e).await?,
-///     }
-/// };
-/// ```
-pub(crate) struct Settle {
-    started: Instant,
-    backoff: Backoff,
-    until: WaitUntil,
-}
-
-impl Settle {
-    pub fn new(until: WaitUntil) -> Self {
-        Settle {
-            started: Instant::now(),
-            backoff: Backoff::new(CONTENDED_FIRST, CONTENDED_CAP),
-            until,
-        }
-    }
-
-    /// After the failure `e`: `Ok` once paused when trying again may succeed;
-    /// `e` itself when it is not contention; [`DbError::Contended`] when
-    /// `until` came.
-    pub async fn again(&mut self, e: DbError) -> Result<(), DbError> {
-        if !e.is_contended() {
-            return Err(e);
-        }
-        tracing::debug!(error = %e, "refused for row-lock contention; retrying");
-        match self.backoff.pause(CONTENDED_CAP, self.until).await {
-            true => Ok(()),
-            false => Err(DbError::Contended(self.started.elapsed())),
-        }
-    }
-}
 
 /// The lock table of one client: its strategy, statements and connections.
 #[derive(Debug)]
@@ -271,7 +212,7 @@ pub(crate) fn undo(state: Undo) -> Option<UndoFuture> {
 
 impl Table {
     /// Ends session `id` and returns once the server no longer lists it.
-    async fn end_session(&self, id: u64) -> Result<(), DbError> {
+    pub(crate) async fn end_session(&self, id: u64) -> Result<(), DbError> {
         let mut conn = self.pool.get().await?;
         match conn.execute(sqlx::query(KILL_CONNECTION).bind(id)).await {
             Err(e) if e.number() != Some(code::UNKNOWN_THREAD) => return Err(e),

@@ -5,10 +5,10 @@ use crate::backend::Table;
 use crate::lock;
 use crate::pool::Thread;
 use crate::protocol::{HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT, ROW_LOCK_WAIT, Strategy};
-use crate::shares::{RWLOCK_TABLE, SEMAPHORE_TABLE, Shares};
 use distlock_core::{DynLock, LockError};
 use distlock_sql::adapter::finish;
 use distlock_sql::config::{SqlConfig, UrlForm, tls_missing};
+use distlock_sql::shares::{Primitive, Shares};
 use sqlx::MySql;
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 use std::sync::Arc;
@@ -119,8 +119,9 @@ impl MySqlConfig {
         let create = base.settings.create_table;
         let table = Table::open(base.strategy, table, pool, base.endpoint(), create).await?;
         let table = Arc::new(table);
-        let semaphores = Shares::open(table.clone(), SEMAPHORE_TABLE, create).await?;
-        let rwlocks = Shares::open(table.clone(), RWLOCK_TABLE, create).await?;
+        let name = table.name.as_str();
+        let semaphores = Shares::open(table.clone(), name, Primitive::Semaphore, create).await?;
+        let rwlocks = Shares::open(table.clone(), name, Primitive::RwLock, create).await?;
         lock::client(table, holders, base.settings.defaults, semaphores, rwlocks)
     }
 }

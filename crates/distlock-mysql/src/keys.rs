@@ -94,15 +94,7 @@ pub(crate) fn name_in_text(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// A row name for messages: its text, with bytes that are not UTF-8 escaped.
-pub(crate) fn display_name(name: &[u8]) -> String {
-    name.utf8_chunks()
-        .flat_map(|chunk| {
-            let bad = chunk.invalid().iter().map(|b| format!("\\x{b:02x}"));
-            std::iter::once(chunk.valid().escape_debug().to_string()).chain(bad)
-        })
-        .collect()
-}
+pub(crate) use distlock_sql::shares::display_name;
 
 /// The lock table's name, validated as a plain identifier.
 pub type TableName = distlock_sql::adapter::TableName<sqlx::MySql>;

@@ -86,9 +86,10 @@
 //! each its own `Backend` → `backend` (the lock table they share) → `pool` (connections) → `protocol` (the SQL, in `sql/`)
 //! → `keys` (row layout), `error`. `inspect` implements `Inspect` on the table;
 //! `floor` adds the benchmarks' floor (each strategy's statements with nothing
-//! around them) and the server's statement count. `semaphore` and `rwlock`
-//! are the two primitives' rules over `shares` (their tables, renew, release,
-//! inspection) and `share_take` (the transaction that takes a share).
+//! around them) and the server's statement count. `shares` puts the
+//! semaphore and read-write lock of distlock-sql (written once for MySQL and
+//! PostgreSQL, with their SQL in distlock-sql's `src/sql/mysql/`) on the
+//! lock table's connections.
 #![deny(missing_docs)]
 
 mod backend;
@@ -105,9 +106,6 @@ mod pool;
 mod protocol;
 mod registration;
 mod row_queue;
-mod rwlock;
-mod semaphore;
-mod share_take;
 mod shares;
 mod unique_insert;
 mod version_cas;

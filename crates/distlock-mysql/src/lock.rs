@@ -9,13 +9,13 @@ use crate::for_update::ForUpdate;
 use crate::poll::Polling;
 use crate::pool::Pool;
 use crate::protocol::Strategy;
-use crate::rwlock::MySqlRwLock;
-use crate::semaphore::MySqlSemaphore;
-use crate::shares::Shares;
 use crate::unique_insert::Insert;
 use crate::version_cas::Cas;
 use distlock_core::adapter::{Backend, BackendLock};
 use distlock_core::{AcquireOptions, DynLock, LockError};
+use distlock_sql::shares::Shares;
+use distlock_sql::shares::rwlock::SqlRwLock;
+use distlock_sql::shares::semaphore::SqlSemaphore;
 use std::sync::Arc;
 
 /// A client of `table`'s strategy; `holders` are `for_update`'s connections,
@@ -26,11 +26,11 @@ pub(crate) fn client(
     table: Arc<Table>,
     holders: Pool,
     defaults: AcquireOptions,
-    semaphores: Arc<Shares>,
-    rwlocks: Arc<Shares>,
+    semaphores: Arc<Shares<Table>>,
+    rwlocks: Arc<Shares<Table>>,
 ) -> Result<DynLock, LockError> {
-    let semaphore = MySqlSemaphore { shares: semaphores };
-    let rwlock = MySqlRwLock { shares: rwlocks };
+    let semaphore = SqlSemaphore { shares: semaphores };
+    let rwlock = SqlRwLock { shares: rwlocks };
     match table.strategy {
         Strategy::VersionCas => lock(Polling::<Cas>::new(table), semaphore, rwlock, defaults),
         Strategy::UniqueInsert => lock(Polling::<Insert>::new(table), semaphore, rwlock, defaults),
@@ -41,8 +41,8 @@ pub(crate) fn client(
 /// `backend` as the client: every strategy offers the same primitives.
 fn lock<B: Backend>(
     backend: B,
-    semaphore: MySqlSemaphore,
-    rwlock: MySqlRwLock,
+    semaphore: SqlSemaphore<Table>,
+    rwlock: SqlRwLock<Table>,
     defaults: AcquireOptions,
 ) -> Result<DynLock, LockError> {
     Ok(Arc::new(

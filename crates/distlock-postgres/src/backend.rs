@@ -54,11 +54,6 @@ impl Table {
             create_if_missing(&mut conn, Statements::create_table(&name))
                 .await
                 .map_err(err)?;
-            if strategy == Strategy::VersionCas {
-                for create in Statements::create_primitive_tables(&name) {
-                    create_if_missing(&mut conn, create).await.map_err(err)?;
-                }
-            }
         }
         let read = sqlx::query(TABLE_COMMENT).bind(name.as_str().to_owned());
         let row = conn.fetch_one(read).await.map_err(err)?;

@@ -139,7 +139,7 @@ impl PostgresConfig {
         let endpoint = base.endpoint();
         let create = base.settings.create_table;
         let table = Table::open(base.strategy, table, self.namespace, pool, endpoint, create);
-        lock::client(table.await?, holders, base.settings.defaults)
+        lock::client(table.await?, holders, base.settings.defaults, create).await
     }
 }
 

@@ -37,18 +37,6 @@ pub(crate) fn wake_payload(namespace: &str, name: &str) -> String {
     format!("{namespace}\n{name}")
 }
 
-/// The payload of a semaphore's release notification: the lock's payload and
-/// a line `semaphore`, so a lock waiter of the same name is not woken by it.
-pub(crate) fn semaphore_payload(namespace: &str, name: &str) -> String {
-    format!("{namespace}\n{name}\nsemaphore")
-}
-
-/// The payload of a read-write lock's release notification (see
-/// [`semaphore_payload`]).
-pub(crate) fn rwlock_payload(namespace: &str, name: &str) -> String {
-    format!("{namespace}\n{name}\nrwlock")
-}
-
 /// Checks a namespace: 1 to 128 bytes of UTF-8 without control characters.
 pub(crate) fn validate_namespace(namespace: &str) -> Result<(), LockError> {
     if namespace.is_empty() || namespace.len() > 128 {
@@ -77,8 +65,8 @@ pub type TableName = distlock_sql::adapter::TableName<Postgres>;
 pub(crate) const DEFAULT_ADVISORY_TABLE: &str = "distlock_advisory";
 
 /// The longest suffix of the tables a `version_cas` table has beside it
-/// (`_semaphores`, `_permits`, `_rwlocks`, `_shares`).
-const LONGEST_SUFFIX: &str = "_semaphores";
+/// (`_sem`, `_rw`).
+const LONGEST_SUFFIX: &str = "_sem";
 
 /// Checks that the semaphore's and read-write lock's tables beside `table`
 /// fit PostgreSQL's 63-byte identifiers (it would silently truncate them, and
@@ -129,12 +117,12 @@ mod tests {
         for bad in ["", "1locks", "a\"b", "a.b", "a$b", &"a".repeat(64)] {
             assert!(TableName::new(bad).is_err(), "{bad:?}");
         }
-        let longest = TableName::new(&"a".repeat(52)).unwrap();
+        let longest = TableName::new(&"a".repeat(59)).unwrap();
         assert!(check_room_for_primitives(&longest).is_ok());
-        let too_long = TableName::new(&"a".repeat(53)).unwrap();
+        let too_long = TableName::new(&"a".repeat(60)).unwrap();
         let refused = check_room_for_primitives(&too_long)
             .unwrap_err()
             .to_string();
-        assert!(refused.contains("at most 52 bytes"), "{refused}");
+        assert!(refused.contains("at most 59 bytes"), "{refused}");
     }
 }

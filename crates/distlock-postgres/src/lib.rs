@@ -46,13 +46,13 @@
 //!
 //! # Semaphores and read-write locks
 //!
-//! A `version_cas` client also offers `lock.semaphore()` (a row per slot,
-//! taken by one CAS statement under the name's counter row) and
-//! `lock.rwlock()` (a ticket queue of expiring rows, granted in ticket order so
-//! a waiting writer holds back later readers), in four tables named after the
-//! lock table, with the same expiry by the server clock, `LISTEN/NOTIFY`
-//! wake-ups and counters that never reset. `advisory` offers neither (see its
-//! capabilities).
+//! A `version_cas` client also offers `lock.semaphore()` and `lock.rwlock()`,
+//! the same as MySQL's: expiring share rows in the tables `{table}_sem` and
+//! `{table}_rw` under a head row per name that holds the token counter (and a
+//! semaphore's limit); one transaction that locks the head takes a share, and
+//! a read-write lock's waiters keep places in arrival order, so a waiting
+//! writer holds back later readers. Waiters wake on the release's `NOTIFY`
+//! and also poll. `advisory` offers neither (see its capabilities).
 //!
 //! # Guarantees and failure modes
 //!
@@ -78,8 +78,10 @@
 //! pid and start) → `pool` (connections, each knowing its `session`), `wake`
 //! (LISTEN/NOTIFY) → `protocol` (the SQL, in `sql/`) → `keys` (row layout,
 //! advisory keys), `error`. `inspect` implements `Inspect` on the table.
-//! `semaphore` and `rwlock` are the two primitives' adapters (with their
-//! inspection), waiting through `waiting`.
+//! `shares` puts distlock-sql's semaphore and read-write lock (written once
+//! for MySQL and PostgreSQL, with their SQL in distlock-sql's
+//! `src/sql/postgres/`) on the lock table's connections and wake-ups;
+//! `version_cas` waits through `waiting`.
 #![deny(missing_docs)]
 
 mod advisory;
@@ -93,10 +95,8 @@ mod lock;
 mod pool;
 mod protocol;
 mod registration;
-mod row_share;
-mod rwlock;
-mod semaphore;
 mod session;
+mod shares;
 mod version_cas;
 mod waiting;
 mod wake;

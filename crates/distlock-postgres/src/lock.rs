@@ -8,33 +8,43 @@ use crate::advisory::Advisory;
 use crate::backend::Table;
 use crate::pool::Pool;
 use crate::protocol::Strategy;
-use crate::rwlock::PgRwLock;
-use crate::semaphore::PgSemaphore;
 use crate::version_cas::VersionCas;
 use distlock_core::adapter::BackendLock;
 use distlock_core::{AcquireOptions, DynLock, LockError};
+use distlock_sql::shares::rwlock::SqlRwLock;
+use distlock_sql::shares::semaphore::SqlSemaphore;
+use distlock_sql::shares::{Primitive, Shares};
 use std::sync::Arc;
 
 /// A client of `table`'s strategy; `holders` are `advisory`'s connections,
 /// `defaults` its [`DistributedLock::default_options`](distlock_core::DistributedLock::default_options).
-pub(crate) fn client(
+/// A `version_cas` client opens its semaphore's and read-write lock's share
+/// tables (creating them when `create`).
+pub(crate) async fn client(
     table: Table,
     holders: Pool,
     defaults: AcquireOptions,
+    create: bool,
 ) -> Result<DynLock, LockError> {
     let table = Arc::new(table);
     Ok(match table.strategy {
-        Strategy::VersionCas => Arc::new(
-            BackendLock::new(VersionCas {
-                table: table.clone(),
-            })
-            .with_lock_election()
-            .with_semaphore(PgSemaphore {
-                table: table.clone(),
-            })
-            .with_rwlock(PgRwLock { table })
-            .with_defaults(defaults)?,
-        ),
+        Strategy::VersionCas => {
+            let name = table.name.as_str();
+            let open = |primitive| Shares::open(table.clone(), name, primitive, create);
+            let (semaphores, rwlocks) = (
+                open(Primitive::Semaphore).await?,
+                open(Primitive::RwLock).await?,
+            );
+            Arc::new(
+                BackendLock::new(VersionCas {
+                    table: table.clone(),
+                })
+                .with_lock_election()
+                .with_semaphore(SqlSemaphore { shares: semaphores })
+                .with_rwlock(SqlRwLock { shares: rwlocks })
+                .with_defaults(defaults)?,
+            )
+        }
         Strategy::Advisory => Arc::new(
             BackendLock::new(Advisory { table, holders })
                 .with_lock_election()

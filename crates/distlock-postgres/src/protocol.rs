@@ -159,83 +159,8 @@ pub(crate) struct Statements {
     pub advisory_keepalive: SqlStr,
     /// Unlocks, notifies, clears the idle timeout. Binds: key, channel, payload.
     pub advisory_release: SqlStr,
-    /// The semaphore's statements (`version_cas` only).
-    pub sem: SemaphoreSql,
-    /// The read-write lock's statements (`version_cas` only).
-    pub rw: RwLockSql,
     /// The NOTIFY channel of this table: its name.
     pub channel: String,
-}
-
-/// The semaphore's statements, on `<table>_semaphores` (one row per name: the
-/// limit in use and the token counter) and `<table>_permits` (one row per
-/// slot). Every statement that locks both locks the name's row first.
-#[derive(Debug)]
-pub(crate) struct SemaphoreSql {
-    /// When its snapshot shows a free slot (else it locks nothing, so a
-    /// waiter's look costs no lock and no commit flush): locks the name's row
-    /// if its limit is this one and no other acquire holds it (`SKIP LOCKED`:
-    /// never queued behind another acquire's commit), takes the lowest free or
-    /// expired slot below the limit (`FOR UPDATE`, re-checked on its newest
-    /// version) and raises the counter into it. Returns (limit in use or NULL,
-    /// slot, token, µs until the first live permit expires or NULL when none
-    /// is live, whether a slot looked free). Binds: namespace, name, limit,
-    /// owner, ttl µs.
-    pub acquire: SqlStr,
-    /// [`SemaphoreSql::acquire`] for when another acquire held the name's
-    /// row: waits for it instead of skipping it, and then judges each slot on
-    /// the version it locked in slot order (under `READ COMMITTED` the newest,
-    /// though the snapshot is older than the wait), up to the first free one.
-    /// Same binds and columns (the last is always false).
-    pub acquire_waiting: SqlStr,
-    /// Creates the name's row (counter seeded from the clock) when missing,
-    /// and the slot rows of the limit in use that are missing. Binds:
-    /// namespace, name, limit.
-    pub create: SqlStr,
-    /// Sets a new limit if no permit is live, judged on the slot rows locked
-    /// (their newest versions); returns (limit before, live permits). Binds:
-    /// namespace, name, limit.
-    pub resize: SqlStr,
-    /// Binds: namespace, name, owner, ttl µs.
-    pub renew: SqlStr,
-    /// Frees the owner's slot and notifies; one row when it was ours. Binds:
-    /// namespace, name, owner, channel, payload.
-    pub release: SqlStr,
-    /// Live permits (slot, token, owner). Binds: namespace, name.
-    pub permits: SqlStr,
-    /// An operator's delete of one live permit, notifying. Binds: namespace,
-    /// name, slot, channel, payload.
-    pub delete: SqlStr,
-    /// Live permits (name, slot) under a prefix. Binds: namespace, prefix.
-    pub residue: SqlStr,
-}
-
-/// The read-write lock's statements, on `<table>_rwlocks` (one row per name:
-/// the ticket counter) and `<table>_shares` (one row per request, waiting or
-/// granted, keyed by its ticket).
-#[derive(Debug)]
-pub(crate) struct RwLockSql {
-    /// Raises the counter and queues a waiting row with it as the ticket;
-    /// returns the ticket. Binds: namespace, name, mode, owner, ttl µs.
-    pub enter: SqlStr,
-    /// Deletes expired rows ahead, then grants (and refreshes) the request if
-    /// nothing it must wait for is ahead; returns (granted, or NULL when the
-    /// row is gone; µs until the first blocker expires). Binds: namespace,
-    /// name, ticket, owner, ttl µs, is-write.
-    pub grant: SqlStr,
-    /// Binds: namespace, name, owner, ttl µs.
-    pub renew: SqlStr,
-    /// Deletes the owner's row (release, timeout, undo) and notifies; one row
-    /// when there was one. Binds: namespace, name, owner, channel, payload.
-    pub leave: SqlStr,
-    /// Live granted rows (mode, ticket, owner). Binds: namespace, name.
-    pub shares: SqlStr,
-    /// An operator's delete of every live granted row, notifying; returns how
-    /// many. Binds: namespace, name, channel, payload.
-    pub delete: SqlStr,
-    /// Live rows (name, ticket, mode, granted) under a prefix. Binds:
-    /// namespace, prefix.
-    pub residue: SqlStr,
 }
 
 impl Statements {
@@ -250,26 +175,6 @@ impl Statements {
             advisory_acquire: sql(include_str!("sql/advisory_acquire.sql")),
             advisory_keepalive: sql(include_str!("sql/advisory_keepalive.sql")),
             advisory_release: sql(include_str!("sql/advisory_release.sql")),
-            sem: SemaphoreSql {
-                acquire: sql(&sem_acquire(SKIPPING)),
-                acquire_waiting: sql(&sem_acquire(WAITING)),
-                create: sql(include_str!("sql/sem_create.sql")),
-                resize: sql(include_str!("sql/sem_resize.sql")),
-                renew: sql(include_str!("sql/sem_renew.sql")),
-                release: sql(include_str!("sql/sem_release.sql")),
-                permits: sql(include_str!("sql/sem_permits.sql")),
-                delete: sql(include_str!("sql/sem_delete.sql")),
-                residue: sql(include_str!("sql/sem_residue.sql")),
-            },
-            rw: RwLockSql {
-                enter: sql(include_str!("sql/rw_enter.sql")),
-                grant: sql(include_str!("sql/rw_grant.sql")),
-                renew: sql(include_str!("sql/rw_renew.sql")),
-                leave: sql(include_str!("sql/rw_leave.sql")),
-                shares: sql(include_str!("sql/rw_shares.sql")),
-                delete: sql(include_str!("sql/rw_delete.sql")),
-                residue: sql(include_str!("sql/rw_residue.sql")),
-            },
             channel: table.as_str().to_owned(),
         }
     }
@@ -277,18 +182,6 @@ impl Statements {
     /// The `CREATE TABLE IF NOT EXISTS` for `table`.
     pub fn create_table(table: &TableName) -> SqlStr {
         for_table(CREATE_TABLE, table)
-    }
-
-    /// The `CREATE TABLE IF NOT EXISTS` of the semaphore's and the read-write
-    /// lock's tables beside `table`.
-    pub fn create_primitive_tables(table: &TableName) -> [SqlStr; 4] {
-        [
-            include_str!("sql/create_semaphores.sql"),
-            include_str!("sql/create_permits.sql"),
-            include_str!("sql/create_rwlocks.sql"),
-            include_str!("sql/create_shares.sql"),
-        ]
-        .map(|template| for_table(template, table))
     }
 
     /// The `COMMENT ON TABLE` that marks `table` as owned by `strategy`.
@@ -299,32 +192,6 @@ impl Statements {
             .replace("{comment}", &strategy.table_comment());
         AssertSqlSafe(sql).into_sql_str()
     }
-}
-
-/// How a semaphore acquire treats a name's row another acquire holds: its row
-/// lock, its free-slot CTE, and the last column (whether a slot looked free).
-type SemAcquireMode = (&'static str, &'static str, &'static str);
-
-/// Skips the held row, judging slots on the statement's snapshot.
-const SKIPPING: SemAcquireMode = (
-    "FOR UPDATE SKIP LOCKED",
-    include_str!("sql/sem_free_skipping.sql"),
-    "(SELECT has_free FROM snapshot)",
-);
-
-/// Waits for the held row, then judges each slot on the version it locked.
-const WAITING: SemAcquireMode = (
-    "FOR UPDATE",
-    include_str!("sql/sem_free_waiting.sql"),
-    "false",
-);
-
-/// The semaphore acquire in `mode` (our own constants only).
-fn sem_acquire((head_lock, free, looked_free): SemAcquireMode) -> String {
-    include_str!("sql/sem_acquire.sql")
-        .replace("{head_lock}", head_lock)
-        .replace("{free}", free)
-        .replace("{looked_free}", looked_free)
 }
 
 /// `template` with `{table}` replaced by the validated table name: the only text

@@ -7,13 +7,12 @@
 //! the table's channel in the same statement. A cycle is two statements: the
 //! CAS and the release (the row insert runs only when the CAS found no row).
 //!
-//! Waiting: the semaphore's and read-write lock's wait (`waiting.rs`), each
-//! attempt with an owner value of its own.
+//! Waiting: `waiting.rs`, each attempt with an owner value of its own.
 
 use crate::backend::{MakeStatement, Table, Undo, micros, undo};
 use crate::error::{BACKEND, DbError};
 use crate::pool::Conn;
-use crate::waiting::{Attempts, MAX_PAUSE, Step, wait_for};
+use crate::waiting::{Attempts, Step, wait_for};
 use async_trait::async_trait;
 use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership};
 use distlock_core::toolkit::{CancelGuard, Inspect, random_owner};
@@ -72,8 +71,7 @@ impl Backend for VersionCas {
             payload: &payload,
             ttl: req.ttl,
         };
-        let (owner, token, sent_at) =
-            wait_for(table, &req, &payload, MAX_PAUSE, &mut tries).await?;
+        let (owner, token, sent_at) = wait_for(table, &req, &payload, &mut tries).await?;
         let fence = u64::try_from(token).map_err(|_| {
             table.error(DbError::Protocol(format!("the CAS returned token {token}")))
         })?;

@@ -1,5 +1,4 @@
-//! The wait of `version_cas` locks and of the row-based semaphore and
-//! read-write lock: one attempt, then
+//! The wait of `version_cas` locks: one attempt, then
 //! until a release of the name is notified or a jittered backoff ends (never
 //! past the first blocker's expiry), and again, until the attempt wins or the
 //! caller's wait ends.
@@ -20,7 +19,7 @@ use std::time::Duration;
 const FIRST_PAUSE: Duration = Duration::from_millis(4);
 /// The longest pause: a release whose notification was lost is seen within
 /// this (plus one round trip).
-pub(crate) const MAX_PAUSE: Duration = Duration::from_millis(250);
+const MAX_PAUSE: Duration = Duration::from_millis(250);
 
 /// What one attempt found.
 #[derive(Debug)]
@@ -30,12 +29,9 @@ pub(crate) enum Step<T> {
     /// Blocked by holders of which the first expires in about `remaining`
     /// (by the server clock; zero when unknown).
     Blocked { remaining: Duration },
-    /// The server's answer ends the wait with this error.
-    Refused(LockError),
 }
 
-/// The attempts of one acquire; state kept between them (a queued ticket)
-/// lives in the implementor.
+/// The attempts of one acquire.
 #[async_trait]
 pub(crate) trait Attempts: Send {
     /// What a won attempt gives.
@@ -47,18 +43,16 @@ pub(crate) trait Attempts: Send {
 }
 
 /// Runs `attempts` until one wins, waking on `payload`'s notifications, and
-/// gives `req.not_acquired()` when `req.wait` ends first. Pauses are at most
-/// `max_pause`.
+/// gives `req.not_acquired()` when `req.wait` ends first.
 pub(crate) async fn wait_for<A: Attempts>(
     table: &Table,
     req: &AcquireRequest<'_>,
     payload: &str,
-    max_pause: Duration,
     attempts: &mut A,
 ) -> Result<A::Won, LockError> {
     let no_wait = req.wait == WaitUntil::No;
     let waiter = table.wakeups.waiter(payload);
-    let mut backoff = Backoff::new(FIRST_PAUSE, max_pause);
+    let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
     loop {
         // Armed before the attempt: a release between the attempt's reply and
         // the wait below still wakes it.
@@ -78,7 +72,6 @@ pub(crate) async fn wait_for<A: Attempts>(
         };
         match outcome {
             Step::Won(won) => return Ok(won),
-            Step::Refused(e) => return Err(e),
             Step::Blocked { remaining } => {
                 if no_wait {
                     return Err(req.not_acquired());

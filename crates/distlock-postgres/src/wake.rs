@@ -89,12 +89,14 @@ pub(crate) struct Waiter {
     waiting: Arc<Waiting>,
 }
 
-impl Waiter {
-    /// The notification future. Call `enable()` on it (pinned) before the
-    /// attempt it follows, so a release between the attempt and the wait is
-    /// not missed.
-    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
-        self.notify.notified()
+/// What the waiter waits on: call `enable()` on its `notified()` (pinned)
+/// before the attempt it follows, so a release between the attempt and the
+/// wait is not missed.
+impl std::ops::Deref for Waiter {
+    type Target = Notify;
+
+    fn deref(&self) -> &Notify {
+        &self.notify
     }
 }
 

@@ -150,6 +150,10 @@ mod ident;
 #[doc(hidden)]
 pub mod pool;
 mod row;
+#[doc(hidden)]
+pub mod settle;
+#[doc(hidden)]
+pub mod shares;
 mod store;
 
 pub use connect::{CONNECT_TIMEOUT, connect};

@@ -131,6 +131,11 @@ impl<D: PoolDialect> Pool<D> {
         }))
     }
 
+    /// The public error for a failed statement, naming the server.
+    pub fn error(&self, e: DbError) -> LockError {
+        e.into_lock_error(D::TEXTS, &self.0.endpoint)
+    }
+
     /// The per-statement reply deadline.
     pub fn timeout(&self) -> Duration {
         self.0.timeout
@@ -223,11 +228,6 @@ where
         let rows = self.fetch_all(statement).await?;
         let first = rows.first().map(|row| row.try_get(0)).transpose();
         first.map_err(|e| self.error(DbError::Sql(e)))
-    }
-
-    /// The public error for a failed statement, naming the server.
-    pub fn error(&self, e: DbError) -> LockError {
-        e.into_lock_error(D::TEXTS, &self.0.endpoint)
     }
 }
 

@@ -16,6 +16,7 @@ fn row(slot: u32, owner: &str, fence: u64, live: bool) -> ShareRow {
 
 fn share(mode: RwMode, waits: bool) -> Share {
     Share {
+        backend: "test",
         mode,
         waits,
         ttl: Duration::from_secs(30),

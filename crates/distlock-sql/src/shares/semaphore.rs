@@ -1,6 +1,6 @@
 //! The semaphore: one row per live permit in the share table
 //! `{table}_sem`, under a head row that keeps the limit and the
-//! fencing counter (see `shares`).
+//! fencing counter (see the parent module).
 //!
 //! Invariants: a name's limit is the head's `permits`, changed only while no
 //! permit of it is live (otherwise `LimitMismatch`); a permit takes the lowest
@@ -8,11 +8,7 @@
 //! the head lock, so no two live permits share a slot and at most `limit` are
 //! live.
 
-use crate::error::BACKEND;
-use crate::keys::{display_name, exact_range, prefix_range, row_name};
-use crate::share_take::take;
-use crate::shares::live_rows;
-use crate::shares::{HEAD_SLOT, Plan, ShareHandle, ShareRow, Shares, Taker, delete_live};
+use super::{HEAD_SLOT, Names, Plan, ShareAdapter, ShareHandle, ShareRow, Shares, Taker};
 use async_trait::async_trait;
 use distlock_core::adapter::{
     AcquiredPermit, PermitInfo, PermitRequest, SemaphoreBackend, SemaphoreInspect, lowest_free_slot,
@@ -21,10 +17,11 @@ use distlock_core::{Capabilities, FencingToken, LockError, LockKey};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The semaphore of a MySQL client.
+/// The semaphore of an SQL client.
 #[derive(Debug)]
-pub(crate) struct MySqlSemaphore {
-    pub shares: Arc<Shares>,
+pub struct SqlSemaphore<A: ShareAdapter> {
+    /// Its share table.
+    pub shares: Arc<Shares<A>>,
 }
 
 /// A permit request's rules.
@@ -66,24 +63,23 @@ impl Taker for Permits<'_> {
 }
 
 #[async_trait]
-impl SemaphoreBackend for MySqlSemaphore {
-    type Permit = ShareHandle;
+impl<A: ShareAdapter> SemaphoreBackend for SqlSemaphore<A> {
+    type Permit = ShareHandle<A>;
 
     fn name(&self) -> &'static str {
-        BACKEND
+        self.shares.backend()
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.shares.base.strategy.capabilities()
+        self.shares.base.capabilities()
     }
 
     async fn acquire_permit(
         &self,
         req: PermitRequest<'_>,
-    ) -> Result<AcquiredPermit<ShareHandle>, LockError> {
-        let name = row_name(req.acquire.key);
-        let (acquired, slot) =
-            take(&self.shares, &req.acquire, name, &Permits { req: &req }).await?;
+    ) -> Result<AcquiredPermit<ShareHandle<A>>, LockError> {
+        let permits = Permits { req: &req };
+        let (acquired, slot) = self.shares.take(&req.acquire, &permits).await?;
         Ok(AcquiredPermit { acquired, slot })
     }
 
@@ -93,28 +89,26 @@ impl SemaphoreBackend for MySqlSemaphore {
 }
 
 #[async_trait]
-impl SemaphoreInspect for MySqlSemaphore {
+impl<A: ShareAdapter> SemaphoreInspect for SqlSemaphore<A> {
     async fn permits(&self, key: &LockKey) -> Result<Vec<PermitInfo>, LockError> {
-        let (low, high) = exact_range(&row_name(key));
-        let mut permits: Vec<PermitInfo> = live_rows(&self.shares, low, high)
-            .await?
+        let found = self.shares.live_rows(Names::One(key)).await?;
+        let mut permits: Vec<PermitInfo> = found
             .into_iter()
-            .map(|(_, slot, holder, fence)| PermitInfo::new(slot, FencingToken::new(fence), holder))
+            .map(|row| PermitInfo::new(row.slot, FencingToken::new(row.fence), row.owner))
             .collect();
         permits.sort_by_key(|permit| permit.slot);
         Ok(permits)
     }
 
     async fn delete_permit(&self, key: &LockKey, slot: u32) -> Result<bool, LockError> {
-        Ok(delete_live(&self.shares, &row_name(key), slot, slot).await? > 0)
+        Ok(self.shares.delete_live(key, slot, slot).await? > 0)
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        let (low, high) = prefix_range(prefix.as_bytes());
-        let found = live_rows(&self.shares, low, high).await?;
+        let found = self.shares.live_rows(Names::Under(prefix)).await?;
         Ok(found
             .into_iter()
-            .map(|(name, slot, _, _)| format!("{}#{slot}", display_name(&name)))
+            .map(|row| format!("{}#{}", row.name, row.slot))
             .collect())
     }
 }

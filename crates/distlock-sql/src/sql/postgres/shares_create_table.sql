@@ -1,9 +1,10 @@
-CREATE TABLE IF NOT EXISTS "{table}_permits" (
+CREATE TABLE IF NOT EXISTS "{table}" (
     namespace  TEXT        NOT NULL,
     name       TEXT        NOT NULL,
-    slot       INTEGER     NOT NULL,
+    slot       BIGINT      NOT NULL,
+    permits    BIGINT      NULL,
     owner      TEXT        NULL,
-    fence      BIGINT      NULL,
+    fence      BIGINT      NOT NULL DEFAULT 0,
     expires_at TIMESTAMPTZ NULL,
     PRIMARY KEY (namespace, name, slot)
 )

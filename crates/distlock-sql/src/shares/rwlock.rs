@@ -1,5 +1,5 @@
-//! The read-write lock: share rows in the share table `{table}_rw` (see
-//! `shares`): the writer in slot 0, each reader in the lowest free slot from 1,
+//! The read-write lock: share rows in the share table `{table}_rw` (see the
+//! parent module): the writer in slot 0, each reader in the lowest free slot from 1,
 //! and each waiter's place in the queue in a slot from [`QUEUE_FIRST`], all
 //! expiring on the server clock; the head row's counter gives every share its
 //! token and every place its arrival ticket.
@@ -16,12 +16,7 @@
 //!   waiting) cannot starve it.
 //! - One counter per name: a write token exceeds every earlier share's.
 
-use crate::error::BACKEND;
-use crate::keys::{display_name, exact_range, prefix_range, row_name};
-use crate::share_take::take;
-use crate::shares::{
-    HEAD_SLOT, Mark, Plan, ShareHandle, ShareRow, Shares, Taker, delete_live, live_rows,
-};
+use super::{HEAD_SLOT, Mark, Names, Plan, ShareAdapter, ShareHandle, ShareRow, Shares, Taker};
 use async_trait::async_trait;
 use distlock_core::adapter::{
     AcquireRequest, Acquired, RwLockBackend, RwLockInspect, ShareInfo, WaitUntil, lowest_free_slot,
@@ -64,14 +59,17 @@ fn slot_kind(slot: u32) -> Slot {
     }
 }
 
-/// The read-write lock of a MySQL client.
+/// The read-write lock of an SQL client.
 #[derive(Debug)]
-pub(crate) struct MySqlRwLock {
-    pub shares: Arc<Shares>,
+pub struct SqlRwLock<A: ShareAdapter> {
+    /// Its share table.
+    pub shares: Arc<Shares<A>>,
 }
 
 /// One read or write request's rules.
 struct Share {
+    /// The backend's name, for errors.
+    backend: &'static str,
     mode: RwMode,
     /// `Wait::No` takes no place: a refused attempt leaves nothing.
     waits: bool,
@@ -107,7 +105,7 @@ impl Share {
                     Some(index) => index + 1,
                     None => {
                         return Plan::Refuse(LockError::backend(
-                            BACKEND,
+                            self.backend,
                             "every reader slot of this read-write lock is taken; release some",
                         ));
                     }
@@ -183,45 +181,46 @@ impl Taker for Share {
     }
 }
 
-impl MySqlRwLock {
+impl<A: ShareAdapter> SqlRwLock<A> {
     async fn acquire(
         &self,
         mode: RwMode,
         req: AcquireRequest<'_>,
-    ) -> Result<Acquired<ShareHandle>, LockError> {
+    ) -> Result<Acquired<ShareHandle<A>>, LockError> {
         let share = Share {
+            backend: self.shares.backend(),
             mode,
             waits: req.wait != WaitUntil::No,
             ttl: req.ttl,
         };
-        let (acquired, _) = take(&self.shares, &req, row_name(req.key), &share).await?;
+        let (acquired, _) = self.shares.take(&req, &share).await?;
         Ok(acquired)
     }
 }
 
 #[async_trait]
-impl RwLockBackend for MySqlRwLock {
-    type Share = ShareHandle;
+impl<A: ShareAdapter> RwLockBackend for SqlRwLock<A> {
+    type Share = ShareHandle<A>;
 
     fn name(&self) -> &'static str {
-        BACKEND
+        self.shares.backend()
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.shares.base.strategy.capabilities()
+        self.shares.base.capabilities()
     }
 
     async fn acquire_read(
         &self,
         req: AcquireRequest<'_>,
-    ) -> Result<Acquired<ShareHandle>, LockError> {
+    ) -> Result<Acquired<ShareHandle<A>>, LockError> {
         self.acquire(RwMode::Read, req).await
     }
 
     async fn acquire_write(
         &self,
         req: AcquireRequest<'_>,
-    ) -> Result<Acquired<ShareHandle>, LockError> {
+    ) -> Result<Acquired<ShareHandle<A>>, LockError> {
         self.acquire(RwMode::Write, req).await
     }
 
@@ -231,42 +230,47 @@ impl RwLockBackend for MySqlRwLock {
 }
 
 #[async_trait]
-impl RwLockInspect for MySqlRwLock {
+impl<A: ShareAdapter> RwLockInspect for SqlRwLock<A> {
     async fn shares(&self, key: &LockKey) -> Result<Vec<ShareInfo>, LockError> {
-        let (low, high) = exact_range(&row_name(key));
-        let found = live_rows(&self.shares, low, high).await?;
+        let found = self.shares.live_rows(Names::One(key)).await?;
         Ok(found
             .into_iter()
-            .filter_map(|(_, slot, holder, fence)| {
-                let mode = match slot_kind(slot) {
+            .filter_map(|row| {
+                let mode = match slot_kind(row.slot) {
                     Slot::Writer => RwMode::Write,
                     Slot::Reader => RwMode::Read,
                     Slot::Waiting(_) | Slot::Head => return None,
                 };
-                Some(ShareInfo::new(mode, FencingToken::new(fence), holder))
+                Some(ShareInfo::new(
+                    mode,
+                    FencingToken::new(row.fence),
+                    row.owner,
+                ))
             })
             .collect())
     }
 
     async fn delete_shares(&self, key: &LockKey) -> Result<usize, LockError> {
-        let deleted =
-            delete_live(&self.shares, &row_name(key), WRITER_SLOT, QUEUE_FIRST - 1).await?;
+        let deleted = self
+            .shares
+            .delete_live(key, WRITER_SLOT, QUEUE_FIRST - 1)
+            .await?;
         Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        let (low, high) = prefix_range(prefix.as_bytes());
-        let found = live_rows(&self.shares, low, high).await?;
+        let found = self.shares.live_rows(Names::Under(prefix)).await?;
         Ok(found
             .into_iter()
-            .map(|(name, slot, _, _)| {
+            .map(|row| {
+                let slot = row.slot;
                 let what = match slot_kind(slot) {
                     Slot::Writer => "write".to_owned(),
                     Slot::Reader => format!("read#{slot}"),
                     Slot::Waiting(mode) => format!("waiting {mode}"),
                     Slot::Head => "head".to_owned(),
                 };
-                format!("{} {what}", display_name(&name))
+                format!("{} {what}", row.name)
             })
             .collect())
     }

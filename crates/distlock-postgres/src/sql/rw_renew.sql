@@ -1,3 +1,0 @@
-UPDATE "{table}_shares"
-   SET expires_at = now() + interval '1 microsecond' * $4::float8
- WHERE namespace = $1 AND name = $2 AND owner = $3 AND granted

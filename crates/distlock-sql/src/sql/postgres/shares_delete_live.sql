@@ -1,0 +1,7 @@
+WITH gone AS (
+    DELETE FROM "{table}"
+     WHERE namespace = $1 AND name = $2 AND slot >= $3 AND slot <= $4
+       AND expires_at > statement_timestamp()
+ RETURNING slot
+)
+SELECT pg_notify('{channel}', $1 || E'\n' || $2 || E'\n{kind}')::TEXT FROM gone

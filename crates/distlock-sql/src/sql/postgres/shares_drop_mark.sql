@@ -1,0 +1,1 @@
+DELETE FROM "{table}" WHERE namespace = $1 AND name = $2 AND owner = $3 AND slot <> $4

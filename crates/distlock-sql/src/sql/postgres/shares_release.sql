@@ -1,0 +1,5 @@
+WITH gone AS (
+    DELETE FROM "{table}" WHERE namespace = $1 AND name = $2 AND owner = $3 AND fence = $4
+ RETURNING slot
+)
+SELECT pg_notify('{channel}', $1 || E'\n' || $2 || E'\n{kind}')::TEXT FROM gone

@@ -39,6 +39,19 @@ use tokio::sync::mpsc;
 /// may legitimately block for its whole timeout).
 const NO_CRATE_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// Bounds in ms of the crate's wait before it retries a request inside the
+/// connection (a slot with no reachable primary, `CLUSTERDOWN`, `TRYAGAIN`).
+/// Its default waits at least 1.28 s, longer than our budget, so such a retry
+/// never answers a caller; worse, while a request of a dead primary's slot
+/// waits there, the crate does not send a multi-node command on the same
+/// connection (`SCRIPT LOAD` after a `NOSCRIPT`, `PING`, `WAIT`, a
+/// cross-slot `MGET`) until something else wakes it: it queues the per-node
+/// requests without waking its own task, which runs again only when another
+/// request is ready. Short waits bound that stall by `RETRY_WAIT_MAX_MS`, so a
+/// dead primary cannot hold up the live ones' locks.
+const RETRY_WAIT_MIN_MS: u64 = 10;
+const RETRY_WAIT_MAX_MS: u64 = 100;
+
 /// How to open connections to one cluster: the seeds' login and TLS settings,
 /// checked once when the client is made so bad TLS files fail at connect time.
 #[derive(Clone)]
@@ -91,7 +104,9 @@ impl ClusterTarget {
             .node_address_map(remap)
             .use_protocol(protocol)
             .response_timeout(NO_CRATE_TIMEOUT)
-            .overall_response_timeout(None);
+            .overall_response_timeout(None)
+            .min_retry_wait(RETRY_WAIT_MIN_MS)
+            .max_retry_wait(RETRY_WAIT_MAX_MS);
         #[cfg(feature = "tls")]
         if self.address.tls && self.address.tls_files.is_set() {
             builder = builder.certs(self.address.tls_files.certificates());

@@ -175,6 +175,18 @@ impl CommandError {
             ErrorKind::Server(ServerErrorKind::BusyLoading) => unavailable(format!(
                 "the server is loading its dataset ({text}); retry shortly"
             )),
+            // What the cluster client returns once its own retries are spent:
+            // the slot's primary is unreachable or the slot is changing hands.
+            ErrorKind::Server(
+                ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown,
+            ) => unavailable(format!(
+                "the cluster could not serve the lock's slot ({text}): its primary is \
+                 unreachable or the slot is moving; retry shortly"
+            )),
             _ if upper.contains("UNKNOWN COMMAND")
                 || upper.contains("SCRIPT") && upper.contains("DISABLED") =>
             {

@@ -1,10 +1,10 @@
-//! A lock URL's acquire defaults (`?ttl=…`) apply to every acquire option the
-//! code leaves unset, on the lock and on each primitive it offers, on every
+//! A lock URL's acquire defaults (`?ttl=…&wait=…`) apply to every acquire
+//! option the code leaves unset, on the lock and on each primitive it offers, on every
 //! registered backend through the facade's `connect`; an option the code sets
 //! still wins. One trial per backend: `cargo test -p distlock-tests
 //! --all-features --test url_defaults -- etcd`.
 
-use distlock::{AcquireOptions, DynLock, Held, LockKey};
+use distlock::{AcquireOptions, DynLock, Held, LockError, LockKey, Wait};
 use distlock_tests::{Running, TestBackend};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -45,13 +45,14 @@ async fn defaults_apply(backend: &TestBackend) -> Result<(), Error> {
         None => (format!("{}://url-defaults", backend.name), None),
     };
     let join = if base.contains('?') { '&' } else { '?' };
-    let url = format!("{base}{join}ttl={}s", URL_TTL.as_secs());
+    let url = format!("{base}{join}ttl={}s&wait=no", URL_TTL.as_secs());
     let lock = distlock::connect(&url).await?;
     let unique = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos();
     let key = |what: &str| LockKey::new(format!("url-defaults/{what}/{unique}"));
 
     let lease = lock.acquire(&key("lock")?, &AcquireOptions::new()).await?;
     within_url_ttl("a lock", lease.remaining())?;
+    waits_as_the_url_says(&lock, &key("lock")?).await?;
     lease.release().await?;
     let lease = lock
         .acquire(&key("set")?, &AcquireOptions::new().ttl(CODE_TTL))
@@ -65,6 +66,30 @@ async fn defaults_apply(backend: &TestBackend) -> Result<(), Error> {
     }
     lease.release().await?;
     primitives(&lock, &key("primitive")?).await
+}
+
+/// `key` is held: an acquire that leaves `wait` unset is refused at once
+/// (the URL's `wait=no`), one that sets a wait times out.
+async fn waits_as_the_url_says(lock: &DynLock, key: &LockKey) -> Result<(), Error> {
+    let bound = Duration::from_secs(5);
+    let unset = tokio::time::timeout(bound, lock.acquire(key, &AcquireOptions::new())).await;
+    if !matches!(unset, Ok(Err(LockError::Busy { .. }))) {
+        return Err(format!(
+            "a held lock acquired with AcquireOptions::new() on a `wait=no` URL gave {:?}, not Busy at once",
+            unset.map(|outcome| outcome.map(|_| "a lease"))
+        )
+        .into());
+    }
+    let set = AcquireOptions::new().wait(Wait::For(Duration::from_millis(200)));
+    let waited = tokio::time::timeout(bound, lock.acquire(key, &set)).await;
+    if !matches!(waited, Ok(Err(LockError::Timeout { .. }))) {
+        return Err(format!(
+            "a held lock acquired with a 200 ms wait on a `wait=no` URL gave {:?}, not Timeout: the URL's wait won over the code's",
+            waited.map(|outcome| outcome.map(|_| "a lease"))
+        )
+        .into());
+    }
+    Ok(())
 }
 
 /// The semaphore, read-write lock and election the lock offers take the URL's

@@ -6,12 +6,11 @@
 //! its lock through [`LockElection`].
 
 use crate::backend::{AcquireRequest, Acquired, Backend, Holding, WaitUntil};
-use crate::counters::Metrics;
 use crate::lease::Bound;
-use crate::options::Defaults;
 use crate::permit::Leadership;
 use crate::start::{self, Won};
 use crate::toolkit::Holder;
+use crate::wrapped::Wrapped;
 use crate::{AcquireOptions, Capabilities, LockError, LockKey};
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -100,40 +99,24 @@ pub trait ElectionBackend: Send + Sync + 'static {
 }
 
 /// Any [`ElectionBackend`] as a [`LeaderElection`].
-pub struct BackendElection<E: ElectionBackend> {
-    backend: Arc<E>,
-    metrics: Arc<Metrics>,
-    defaults: Defaults,
-}
+pub struct BackendElection<E: ElectionBackend>(pub(crate) Wrapped<E>);
 
 impl<E: ElectionBackend> std::fmt::Debug for BackendElection<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BackendElection")
-            .field("backend", &self.backend.name())
-            .finish_non_exhaustive()
+        self.0.debug(f, "BackendElection", self.0.backend.name())
     }
 }
 
 impl<E: ElectionBackend> BackendElection<E> {
     /// Wraps a connected adapter.
     pub fn new(backend: E) -> Self {
-        let metrics = Arc::new(Metrics::new(backend.name()));
-        BackendElection {
-            backend: Arc::new(backend),
-            metrics,
-            defaults: Defaults::default(),
-        }
-    }
-
-    /// Takes unset acquire options from `defaults` (its lock's).
-    pub(crate) fn sharing(mut self, defaults: &Defaults) -> Self {
-        self.defaults = defaults.clone();
-        self
+        let name = backend.name();
+        BackendElection(Wrapped::new(backend, name))
     }
 
     /// The adapter, for backend-specific calls.
     pub fn backend(&self) -> &E {
-        &self.backend
+        &self.0.backend
     }
 }
 
@@ -158,8 +141,8 @@ impl<E: ElectionBackend> LeaderElection for BackendElection<E> {
         proposal: &str,
         opts: &AcquireOptions,
     ) -> Result<Leadership, LockError> {
-        let opts = &self.defaults.fill(opts);
-        opts.validate(&self.backend.capabilities())?;
+        let opts = &self.0.defaults.fill(opts);
+        opts.validate(&self.0.backend.capabilities())?;
         validate_proposal(proposal)?;
         if opts.get_owner().is_some() {
             return Err(LockError::invalid_options(
@@ -176,27 +159,27 @@ impl<E: ElectionBackend> LeaderElection for BackendElection<E> {
             },
             proposal,
         };
-        let won = self.backend.campaign(req).await?;
+        let won = self.0.backend.campaign(req).await?;
         let won = Won {
             holding: Arc::new(won.handle),
             token: won.token,
             sent_at: won.sent_at,
         };
-        let lease = start::begin(name, won, opts, started, &self.metrics, None)?;
-        tracing::debug!(backend = self.backend.name(), key = %name, term = %lease.token(), "leading");
+        let lease = start::begin(name, won, opts, started, &self.0.metrics, None)?;
+        tracing::debug!(backend = self.0.backend.name(), key = %name, term = %lease.token(), "leading");
         Ok(Leadership::new(lease))
     }
 
     async fn leader(&self, name: &LockKey) -> Result<Option<Holder>, LockError> {
-        self.backend.leader(name).await
+        self.0.backend.leader(name).await
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.backend.capabilities()
+        self.0.backend.capabilities()
     }
 
     fn name(&self) -> &'static str {
-        self.backend.name()
+        self.0.backend.name()
     }
 }
 

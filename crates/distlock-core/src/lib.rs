@@ -76,6 +76,7 @@ mod start;
 mod telemetry;
 mod token;
 pub mod toolkit;
+mod wrapped;
 
 pub use capabilities::{
     Capabilities, FencingGuarantee, Primitives, Support, TokenDurability, Wake,

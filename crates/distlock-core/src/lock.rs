@@ -174,7 +174,8 @@ impl<B: Backend> BackendLock<B> {
     /// Offers `semaphore` as [`DistributedLock::semaphore`], with this lock's
     /// defaults.
     pub fn with_semaphore(mut self, semaphore: impl SemaphoreBackend) -> Self {
-        let semaphore = BackendSemaphore::new(semaphore).sharing(&self.defaults);
+        let mut semaphore = BackendSemaphore::new(semaphore);
+        semaphore.0.defaults = self.defaults.clone();
         self.semaphore = Some(Arc::new(semaphore));
         self
     }
@@ -182,7 +183,8 @@ impl<B: Backend> BackendLock<B> {
     /// Offers `election` as [`DistributedLock::election`], with this lock's
     /// defaults.
     pub fn with_election(mut self, election: impl ElectionBackend) -> Self {
-        let election = BackendElection::new(election).sharing(&self.defaults);
+        let mut election = BackendElection::new(election);
+        election.0.defaults = self.defaults.clone();
         self.election = Some(Arc::new(election));
         self
     }
@@ -190,7 +192,8 @@ impl<B: Backend> BackendLock<B> {
     /// Offers `rwlock` as [`DistributedLock::rwlock`], with this lock's
     /// defaults.
     pub fn with_rwlock(mut self, rwlock: impl RwLockBackend) -> Self {
-        let rwlock = BackendRwLock::new(rwlock).sharing(&self.defaults);
+        let mut rwlock = BackendRwLock::new(rwlock);
+        rwlock.0.defaults = self.defaults.clone();
         self.rwlock = Some(Arc::new(rwlock));
         self
     }

@@ -4,10 +4,9 @@
 //! the lock. The policy and the meaning of tokens are on [`DistributedRwLock`].
 
 use crate::backend::{AcquireRequest, Acquired, Backend, Holding, WaitUntil};
-use crate::counters::Metrics;
 use crate::lease::Bound;
-use crate::options::Defaults;
 use crate::start::{self, Won};
+use crate::wrapped::Wrapped;
 use crate::{
     AcquireOptions, Capabilities, FencingToken, Lease, LockError, LockKey, SingleLease, Wait,
 };
@@ -259,40 +258,24 @@ impl<Q: LockQueueRwLock> RwLockBackend for Q {
 
 /// Any [`RwLockBackend`] as a [`DistributedRwLock`], with the lease lifecycle
 /// and metrics provided by core.
-pub struct BackendRwLock<R: RwLockBackend> {
-    backend: Arc<R>,
-    metrics: Arc<Metrics>,
-    defaults: Defaults,
-}
+pub struct BackendRwLock<R: RwLockBackend>(pub(crate) Wrapped<R>);
 
 impl<R: RwLockBackend> std::fmt::Debug for BackendRwLock<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BackendRwLock")
-            .field("backend", &self.backend.name())
-            .finish_non_exhaustive()
+        self.0.debug(f, "BackendRwLock", self.0.backend.name())
     }
 }
 
 impl<R: RwLockBackend> BackendRwLock<R> {
     /// Wraps a connected adapter.
     pub fn new(backend: R) -> Self {
-        let metrics = Arc::new(Metrics::new(backend.name()));
-        BackendRwLock {
-            backend: Arc::new(backend),
-            metrics,
-            defaults: Defaults::default(),
-        }
-    }
-
-    /// Takes unset acquire options from `defaults` (its lock's).
-    pub(crate) fn sharing(mut self, defaults: &Defaults) -> Self {
-        self.defaults = defaults.clone();
-        self
+        let name = backend.name();
+        BackendRwLock(Wrapped::new(backend, name))
     }
 
     /// The adapter, for backend-specific calls.
     pub fn backend(&self) -> &R {
-        &self.backend
+        &self.0.backend
     }
 
     async fn acquire(
@@ -301,8 +284,8 @@ impl<R: RwLockBackend> BackendRwLock<R> {
         key: &LockKey,
         opts: &AcquireOptions,
     ) -> Result<RwLease, LockError> {
-        let opts = &self.defaults.fill(opts);
-        opts.validate(&self.backend.capabilities())?;
+        let opts = &self.0.defaults.fill(opts);
+        opts.validate(&self.0.backend.capabilities())?;
         if opts.get_owner().is_some() {
             return Err(LockError::invalid_options(
                 "read and write shares are not reentrant (each acquire takes another share); drop the owner",
@@ -316,16 +299,16 @@ impl<R: RwLockBackend> BackendRwLock<R> {
             started,
         };
         let won = match mode {
-            RwMode::Read => self.backend.acquire_read(req).await?,
-            RwMode::Write => self.backend.acquire_write(req).await?,
+            RwMode::Read => self.0.backend.acquire_read(req).await?,
+            RwMode::Write => self.0.backend.acquire_write(req).await?,
         };
         let won = Won {
             holding: Arc::new(won.handle),
             token: won.token,
             sent_at: won.sent_at,
         };
-        let lease = start::begin(key, won, opts, started, &self.metrics, None)?;
-        tracing::debug!(backend = self.backend.name(), key = %key, %mode, token = %lease.token(), "share acquired");
+        let lease = start::begin(key, won, opts, started, &self.0.metrics, None)?;
+        tracing::debug!(backend = self.0.backend.name(), key = %key, %mode, token = %lease.token(), "share acquired");
         Ok(RwLease { lease, mode })
     }
 }
@@ -341,15 +324,15 @@ impl<R: RwLockBackend> DistributedRwLock for BackendRwLock<R> {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.backend.capabilities()
+        self.0.backend.capabilities()
     }
 
     fn name(&self) -> &'static str {
-        self.backend.name()
+        self.0.backend.name()
     }
 
     fn inspect(&self) -> Option<&dyn RwLockInspect> {
-        self.backend.inspect()
+        self.0.backend.inspect()
     }
 }
 

@@ -5,10 +5,9 @@
 //! machinery, exactly as for the lock.
 
 use crate::backend::{AcquireRequest, Acquired, Holding, WaitUntil};
-use crate::counters::Metrics;
-use crate::options::Defaults;
 use crate::permit::Permit;
 use crate::start::{self, Won};
+use crate::wrapped::Wrapped;
 use crate::{AcquireOptions, Capabilities, FencingToken, LockError, LockKey, Wait};
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -177,40 +176,24 @@ pub trait SemaphoreBackend: Send + Sync + 'static {
 
 /// Any [`SemaphoreBackend`] as a [`DistributedSemaphore`], with the lease
 /// lifecycle and metrics provided by core.
-pub struct BackendSemaphore<S: SemaphoreBackend> {
-    backend: Arc<S>,
-    metrics: Arc<Metrics>,
-    defaults: Defaults,
-}
+pub struct BackendSemaphore<S: SemaphoreBackend>(pub(crate) Wrapped<S>);
 
 impl<S: SemaphoreBackend> std::fmt::Debug for BackendSemaphore<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BackendSemaphore")
-            .field("backend", &self.backend.name())
-            .finish_non_exhaustive()
+        self.0.debug(f, "BackendSemaphore", self.0.backend.name())
     }
 }
 
 impl<S: SemaphoreBackend> BackendSemaphore<S> {
     /// Wraps a connected adapter.
     pub fn new(backend: S) -> Self {
-        let metrics = Arc::new(Metrics::new(backend.name()));
-        BackendSemaphore {
-            backend: Arc::new(backend),
-            metrics,
-            defaults: Defaults::default(),
-        }
-    }
-
-    /// Takes unset acquire options from `defaults` (its lock's).
-    pub(crate) fn sharing(mut self, defaults: &Defaults) -> Self {
-        self.defaults = defaults.clone();
-        self
+        let name = backend.name();
+        BackendSemaphore(Wrapped::new(backend, name))
     }
 
     /// The adapter, for backend-specific calls.
     pub fn backend(&self) -> &S {
-        &self.backend
+        &self.0.backend
     }
 }
 
@@ -239,8 +222,8 @@ impl<S: SemaphoreBackend> DistributedSemaphore for BackendSemaphore<S> {
         limit: u32,
         opts: &AcquireOptions,
     ) -> Result<Permit, LockError> {
-        let opts = &self.defaults.fill(opts);
-        validate(limit, opts, &self.backend.capabilities())?;
+        let opts = &self.0.defaults.fill(opts);
+        validate(limit, opts, &self.0.backend.capabilities())?;
         let started = Instant::now();
         let req = PermitRequest {
             acquire: AcquireRequest {
@@ -251,28 +234,28 @@ impl<S: SemaphoreBackend> DistributedSemaphore for BackendSemaphore<S> {
             },
             limit,
         };
-        let won = self.backend.acquire_permit(req).await?;
+        let won = self.0.backend.acquire_permit(req).await?;
         let slot = won.slot;
         let won = Won {
             holding: Arc::new(won.acquired.handle),
             token: won.acquired.token,
             sent_at: won.acquired.sent_at,
         };
-        let lease = start::begin(key, won, opts, started, &self.metrics, None)?;
-        tracing::debug!(backend = self.backend.name(), key = %key, slot, limit, token = %lease.token(), "permit acquired");
+        let lease = start::begin(key, won, opts, started, &self.0.metrics, None)?;
+        tracing::debug!(backend = self.0.backend.name(), key = %key, slot, limit, token = %lease.token(), "permit acquired");
         Ok(Permit::new(lease, slot, limit))
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.backend.capabilities()
+        self.0.backend.capabilities()
     }
 
     fn name(&self) -> &'static str {
-        self.backend.name()
+        self.0.backend.name()
     }
 
     fn inspect(&self) -> Option<&dyn SemaphoreInspect> {
-        self.backend.inspect()
+        self.0.backend.inspect()
     }
 }
 

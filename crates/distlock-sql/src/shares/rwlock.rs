@@ -1,6 +1,6 @@
 //! The read-write lock: share rows in the share table `{table}_rw` (see the
 //! parent module): the writer in slot 0, each reader in the lowest free slot from 1,
-//! and each waiter's place in the queue in a slot from [`QUEUE_FIRST`], all
+//! and each waiter's place in the queue in a slot from `QUEUE_FIRST`, all
 //! expiring on the server clock; the head row's counter gives every share its
 //! token and every place its arrival ticket.
 //!

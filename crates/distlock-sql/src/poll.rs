@@ -11,7 +11,7 @@
 use crate::db_error::DbError;
 use crate::pool::{Conn, PoolDialect, Statement};
 use crate::settle::retry_until;
-use crate::table::{Db, LockTable, TableDb, Undo, Value, micros, run_settled, statement, undo};
+use crate::table::{Db, LockTable, TableDb, Undo, Value, compare_owner, micros, statement, undo};
 use async_trait::async_trait;
 use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, Inspect, random_owner};
@@ -22,11 +22,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::futures::Notified;
 
-/// The first pause after a failed attempt.
-const FIRST_PAUSE: Duration = Duration::from_millis(4);
+/// The first pause after a failed attempt (here and in the shares' wait).
+pub(crate) const FIRST_PAUSE: Duration = Duration::from_millis(4);
 /// The longest pause: a release whose wake-up was lost (or never sent) is
-/// seen within this (plus one round trip).
-const MAX_PAUSE: Duration = Duration::from_millis(250);
+/// seen within this (plus one attempt).
+pub(crate) const MAX_PAUSE: Duration = Duration::from_millis(250);
 
 /// What one attempt found.
 #[derive(Debug)]
@@ -133,18 +133,6 @@ impl<A: LockTable, C: Contender<A>> Polling<A, C> {
             rows,
         }
     }
-
-    /// Runs a compare-owner statement: one matched row means it was ours.
-    async fn compare_owner(
-        &self,
-        build: impl Fn() -> Statement<Db<A>>,
-    ) -> Result<Ownership, LockError> {
-        let pool = self.table.pool();
-        match run_settled(pool, build).await.map_err(|e| pool.error(e))? {
-            0 => Ok(Ownership::NotHeld),
-            _ => Ok(Ownership::Held),
-        }
-    }
 }
 
 /// The statement that renews (with `ttl`) or frees `handle`'s row.
@@ -212,12 +200,12 @@ impl<A: LockTable + Inspect, C: Contender<A>> Backend for Polling<A, C> {
 
     async fn renew(&self, handle: &RowHandle, ttl: Duration) -> Result<Ownership, LockError> {
         let renew = || owner_checked(&self.rows, &self.rows.renew, Some(ttl), handle);
-        self.compare_owner(renew).await
+        compare_owner(self.table.pool(), renew).await
     }
 
     async fn release(&self, handle: &RowHandle) -> Result<Ownership, LockError> {
         let release = || owner_checked(&self.rows, &self.rows.release, None, handle);
-        self.compare_owner(release).await
+        compare_owner(self.table.pool(), release).await
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {

@@ -36,8 +36,8 @@ pub use db::{ShareDb, ShareSql};
 use crate::adapter::TableName;
 use crate::db::Steps;
 use crate::db_error::DbError;
-use crate::pool::{PoolDialect, Statement};
-use crate::table::{Db, LockTable, TableDb, micros, render, run_settled, statement};
+use crate::pool::PoolDialect;
+use crate::table::{Db, LockTable, TableDb, compare_owner, micros, render, run_settled, statement};
 use async_trait::async_trait;
 use distlock_core::adapter::{Holding, Ownership};
 use distlock_core::{LockError, LockKey};
@@ -141,12 +141,6 @@ impl<A: ShareAdapter> Shares<A> {
         <A::Dialect as PoolDialect>::TEXTS.backend
     }
 
-    /// Runs the autocommit statement `build()` makes, retried under row-lock
-    /// contention.
-    async fn run_settled(&self, build: impl Fn() -> Statement<Db<A>>) -> Result<u64, DbError> {
-        run_settled(self.base.pool(), build).await
-    }
-
     /// The live shares of `names`.
     async fn live_rows(&self, names: Names<'_>) -> Result<Vec<LiveRow>, LockError> {
         let read = statement::<Db<A>>(&self.live, self.base.names(names));
@@ -163,7 +157,8 @@ impl<A: ShareAdapter> Shares<A> {
         let mut values = self.base.key(key);
         values.extend([Value::Int(first.into()), Value::Int(last.into())]);
         let delete = || statement::<Db<A>>(&self.delete_live, values.clone());
-        self.run_settled(delete).await.map_err(|e| self.error(e))
+        let pool = self.base.pool();
+        run_settled(pool, delete).await.map_err(|e| pool.error(e))
     }
 }
 
@@ -270,32 +265,14 @@ impl<A: ShareAdapter> Holding for ShareHandle<A> {
         let mut values = vec![Value::Int(micros(ttl))];
         values.extend(self.row());
         let renew = || statement::<Db<A>>(&shares.renew, values.clone());
-        owned(
-            shares
-                .run_settled(renew)
-                .await
-                .map_err(|e| shares.error(e))?,
-        )
+        compare_owner(shares.base.pool(), renew).await
     }
 
     async fn release(&self) -> Result<Ownership, LockError> {
         let shares = &self.shares;
         let release = || statement::<Db<A>>(&shares.release, self.row());
-        owned(
-            shares
-                .run_settled(release)
-                .await
-                .map_err(|e| shares.error(e))?,
-        )
+        compare_owner(shares.base.pool(), release).await
     }
-}
-
-/// A compare-owner statement's outcome: one matched row means it was ours.
-fn owned(rows: u64) -> Result<Ownership, LockError> {
-    Ok(match rows {
-        0 => Ownership::NotHeld,
-        _ => Ownership::Held,
-    })
 }
 
 /// A binary name for messages: its text, with bytes that are not UTF-8 escaped.

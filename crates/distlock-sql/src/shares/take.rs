@@ -6,7 +6,7 @@
 
 use super::{HEAD_SLOT, Plan, ShareAdapter, ShareDb, ShareHandle, ShareRow, Shares, Taker};
 use crate::db_error::DbError;
-use crate::poll::woken;
+use crate::poll::{FIRST_PAUSE, MAX_PAUSE, woken};
 use crate::pool::Conn;
 use crate::settle::retry_until;
 use crate::table::{Db, TableDb, Undo, Value, micros, statement, undo};
@@ -16,10 +16,6 @@ use distlock_core::{FencingToken, LockError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The first pause after an attempt that found no room.
-const FIRST_PAUSE: Duration = Duration::from_millis(4);
-/// The longest pause: a freed share is seen within this (plus one attempt).
-const MAX_PAUSE: Duration = Duration::from_millis(250);
 /// Tokens stay below this (PostgreSQL's `BIGINT`; MySQL's insert id flags).
 const TOKEN_LIMIT: u64 = 1 << 63;
 

@@ -14,9 +14,9 @@ use crate::db::BoxFuture;
 use crate::db_error::DbError;
 use crate::pool::{Pool, PoolDialect, Statement};
 use crate::settle::Settle;
-use distlock_core::adapter::WaitUntil;
+use distlock_core::adapter::{Ownership, WaitUntil};
 use distlock_core::toolkit::UndoFuture;
-use distlock_core::{Capabilities, LockKey};
+use distlock_core::{Capabilities, LockError, LockKey};
 use sqlx::{SqlSafeStr, SqlStr};
 use std::fmt;
 use std::ops::Deref;
@@ -110,6 +110,18 @@ pub async fn run_settled<D: PoolDialect<Database: TableDb>>(
             Ok(done) => return Ok(done),
             Err(e) => retry.again(e).await?,
         }
+    }
+}
+
+/// Runs a compare-owner statement (renew, release) as [`run_settled`] does:
+/// one matched row means it was ours.
+pub async fn compare_owner<D: PoolDialect<Database: TableDb>>(
+    pool: &Pool<D>,
+    build: impl Fn() -> Statement<D::Database>,
+) -> Result<Ownership, LockError> {
+    match run_settled(pool, build).await.map_err(|e| pool.error(e))? {
+        0 => Ok(Ownership::NotHeld),
+        _ => Ok(Ownership::Held),
     }
 }
 

@@ -1,6 +1,10 @@
 //! What the three strategies' [`Backend`](distlock_core::adapter::Backend)
 //! impls share: the lock table at one server (opened and checked once at
-//! connect), and the statements they run alike.
+//! connect), the statements they run alike, and what distlock-sql's code
+//! written once (`version_cas`, the polling wait, the semaphore and read-write
+//! lock) gets from it: its binary row names ([`row_name`]), `KILL` for a
+//! cut-off attempt's session, and no wake-ups (MySQL tells nobody of a
+//! release, so waiters poll).
 //!
 //! Invariant of every strategy: a table belongs to one strategy (its comment
 //! says which), every expiry is compared with `NOW(6)` on the server, and a
@@ -13,18 +17,20 @@
 //! `Timeout` (`Busy` for `Wait::No`), like any other.
 
 use crate::error::{BACKEND, DbError, code};
-use crate::keys::{TableName, counter_name};
-use crate::pool::{Conn, Pool, Statement};
-use crate::protocol::{
-    HELD_FLAG, KILL_CONNECTION, SESSION_LISTED, Statements, Strategy, TABLE_COMMENT,
-};
-use distlock_core::LockError;
-use distlock_core::adapter::{Ownership, WaitUntil};
-use distlock_core::toolkit::{Backoff, UndoFuture};
+use crate::keys::{TableName, counter_name, exact_range, prefix_range, row_name};
+use crate::pool::{Conn, Pool, Statement, Thread};
+use crate::protocol::{KILL_CONNECTION, SESSION_LISTED, Statements, Strategy, TABLE_COMMENT};
+use distlock_core::adapter::WaitUntil;
+use distlock_core::toolkit::Backoff;
+use distlock_core::{Capabilities, LockError, LockKey};
+use distlock_sql::cas::{CasStatements, HELD_FLAG};
+use distlock_sql::pool::BoxFuture;
 pub(crate) use distlock_sql::settle::{Settle, retry_until};
-use sqlx::Row;
+use distlock_sql::table::{LockTable, Names, Primitive, Value, run_settled};
+use sqlx::{MySql, Row};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 /// The first pause while polling for a killed session to be gone.
 const CONTENDED_FIRST: Duration = distlock_sql::settle::CONTENDED_FIRST;
@@ -37,6 +43,8 @@ pub(crate) struct Table {
     pub strategy: Strategy,
     pub name: TableName,
     pub sql: Statements,
+    /// `version_cas`'s statements (distlock-sql's).
+    pub cas: CasStatements,
     /// Autocommit connections for single statements.
     pub pool: Pool,
     /// The server, without credentials, for messages.
@@ -101,6 +109,7 @@ impl Table {
         Ok(Table {
             strategy,
             sql: Statements::new(&name),
+            cas: CasStatements::new::<MySql>(name.as_str()),
             name,
             pool,
             endpoint,
@@ -113,34 +122,12 @@ impl Table {
     }
 
     /// Runs the autocommit statement `build()` makes, retried under row-lock
-    /// contention for at most the reply timeout (renew, release and operator
-    /// actions have no wait of their own), and returns the rows it matched.
+    /// contention for at most the reply timeout, and returns the rows it
+    /// matched.
     pub async fn run_settled(&self, build: impl Fn() -> Statement) -> Result<u64, LockError> {
-        let mut retry = Settle::new(WaitUntil::Deadline(Instant::now() + self.pool.timeout()));
-        let done = async {
-            loop {
-                let mut conn = self.pool.get().await?;
-                match conn.execute(build()).await {
-                    Ok(done) => return Ok(done),
-                    Err(e) => retry.again(e).await?,
-                }
-            }
-        };
-        Ok(done
+        run_settled(&self.pool, build)
             .await
-            .map_err(|e: DbError| self.error(e))?
-            .rows_affected())
-    }
-
-    /// Runs a compare-owner `UPDATE`/`DELETE`: one matched row means it was ours.
-    pub async fn compare_owner(
-        &self,
-        build: impl Fn() -> Statement,
-    ) -> Result<Ownership, LockError> {
-        match self.run_settled(build).await? {
-            0 => Ok(Ownership::NotHeld),
-            _ => Ok(Ownership::Held),
-        }
+            .map_err(|e| self.error(e))
     }
 
     /// Raises the counter row of `row` on `conn` and returns the new token,
@@ -169,45 +156,46 @@ impl Table {
     }
 }
 
-/// A ttl in whole microseconds, as `INTERVAL ? MICROSECOND` takes it.
-pub(crate) fn micros(ttl: Duration) -> u64 {
-    u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX)
-}
-
+/// The undo of a cut-off attempt, written once in distlock-sql: `KILL`, then
+/// until `PROCESSLIST` no longer lists the session, then the statement.
+pub(crate) type Undo = distlock_sql::table::Undo<Table>;
+pub(crate) use distlock_sql::table::undo;
 /// Builds one statement, again for each retry.
-pub(crate) type MakeStatement = Box<dyn Fn() -> Statement + Send + Sync>;
+pub(crate) type MakeStatement = distlock_sql::table::MakeStatement<MySql>;
 
-/// What an abandoned acquire leaves to undo (a [`CancelGuard`]'s state).
-///
-/// [`CancelGuard`]: distlock_core::toolkit::CancelGuard
-pub(crate) struct Undo {
-    pub table: Arc<Table>,
-    /// The connection whose statement was cut off, if one was: the server may
-    /// not even have run it yet, and an undo that overtook it would match
-    /// nothing while the statement then wins the lock for nobody.
-    pub in_flight: Option<u64>,
-    /// The statement that gives back what the attempt may have won.
-    pub make: MakeStatement,
-}
+impl LockTable for Table {
+    type Dialect = Thread;
+    /// MySQL tells nobody of a release.
+    type Waiter = Arc<Notify>;
 
-/// Runs an [`Undo`] in the background: first ends the cut-off session
-/// (`KILL`, then until `PROCESSLIST` no longer lists it: a session ends only
-/// after its statement is done, so whatever it won is in place), then the
-/// statement, retried under row-lock contention for up to the reply timeout.
-/// If it cannot run, the ttl (or, for a session, the server's `wait_timeout`)
-/// frees the lock.
-pub(crate) fn undo(state: Undo) -> Option<UndoFuture> {
-    Some(Box::pin(async move {
-        let table = &state.table;
-        if let Some(id) = state.in_flight
-            && let Err(e) = table.end_session(id).await
-        {
-            tracing::debug!(error = %e, "could not see a cut-off session end; undoing anyway");
-        }
-        if let Err(e) = table.run_settled(state.make).await {
-            tracing::debug!(error = %e, "the undo of an abandoned acquire failed; the lock expires instead");
-        }
-    }))
+    fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.strategy.capabilities()
+    }
+
+    fn key(&self, key: &LockKey) -> Vec<Value> {
+        vec![Value::Bytes(row_name(key))]
+    }
+
+    /// The byte range `[low, high)` of the names.
+    fn names(&self, names: Names<'_>) -> Vec<Value> {
+        let (low, high) = match names {
+            Names::One(key) => exact_range(&row_name(key)),
+            Names::Under(prefix) => prefix_range(prefix.as_bytes()),
+        };
+        vec![Value::Bytes(low), Value::Bytes(high)]
+    }
+
+    fn end_session(&self, thread: Thread) -> BoxFuture<'_, Result<(), DbError>> {
+        Box::pin(self.end_session(thread.id))
+    }
+
+    fn waiter(&self, _: &LockKey, _: Option<Primitive>) -> Option<Arc<Notify>> {
+        None
+    }
 }
 
 impl Table {

@@ -6,18 +6,17 @@
 //! `for_update` runs its floor on its holder connections (autocommit off), so
 //! its backend implements [`Inspect`] itself, forwarding the rest to the table.
 
-use crate::backend::{Table, micros};
+use crate::backend::Table;
 use crate::error::DbError;
 use crate::for_update::ForUpdate;
 use crate::keys::row_name;
-use crate::poll::{Attempt, Bid, Contender, Round};
 use crate::protocol::{END_TRANSACTION, Strategy};
 use crate::unique_insert::Insert;
-use crate::version_cas::Cas;
 use async_trait::async_trait;
 use distlock_core::adapter::WaitUntil;
-use distlock_core::toolkit::{Floor, Holder, Inspect, random_owner};
+use distlock_core::toolkit::{Floor, Holder, Inspect};
 use distlock_core::{LockError, LockKey};
+use distlock_sql::poll::floor_cycle;
 use sqlx::Row;
 use std::time::{Duration, Instant};
 
@@ -40,41 +39,15 @@ impl Table {
     /// One attempt of a polling strategy and its release, on one connection.
     /// `Ok(false)` when the row was held.
     pub(crate) async fn floor_cycle(&self, key: &LockKey, ttl: Duration) -> Result<bool, DbError> {
-        let (mut contender, release, with_fence): (Box<dyn Contender>, _, _) = match self.strategy {
-            Strategy::VersionCas => (Box::new(Cas), &self.sql.cas_release, true),
+        match self.strategy {
+            Strategy::VersionCas => self.cas.floor_cycle(self, key, ttl).await,
             Strategy::UniqueInsert => {
-                (Box::new(Insert::default()), &self.sql.unique_release, false)
+                floor_cycle(self, &Insert::default(), &Insert::rows(self), key, ttl).await
             }
-            Strategy::ForUpdate => {
-                return Err(DbError::Protocol(
-                    "for_update's floor runs on its holder connections".into(),
-                ));
-            }
-        };
-        let bid = Bid {
-            row: row_name(key),
-            owner: random_owner(),
-            ttl: micros(ttl),
-            until: WaitUntil::Deadline(Instant::now() + self.pool.timeout()),
-        };
-        let mut conn = self.pool.get().await?;
-        let round = Round {
-            table: self,
-            bid: &bid,
-            conn: &mut conn,
-        };
-        let token = match contender.attempt(round).await? {
-            Attempt::Won { token, .. } => token,
-            Attempt::Held { .. } => return Ok(false),
-        };
-        let mut release = sqlx::query(release.clone())
-            .bind(bid.row.clone())
-            .bind(bid.owner.clone());
-        if with_fence {
-            release = release.bind(token);
+            Strategy::ForUpdate => Err(DbError::Protocol(
+                "for_update's floor runs on its holder connections".into(),
+            )),
         }
-        conn.execute(release).await?;
-        Ok(true)
     }
 
     /// `Questions`: every statement clients sent the server so far.

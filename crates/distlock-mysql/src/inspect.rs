@@ -56,29 +56,18 @@ impl Inspect for Table {
             };
             return Ok(Some(Holder::new(owner, counter().await?, None)));
         }
-        let found = self
-            .pool
-            .fetch_all(sqlx::query(self.sql(HOLDER_ROW)).bind(row.clone()))
-            .await?;
-        let Some(found) = found.first() else {
+        let Some(holder) = self.cas.holder(self, key).await? else {
             return Ok(None);
         };
-        let (owner, fence, remaining): (Vec<u8>, u64, i64) =
-            decode(found).map_err(|e| self.error(e))?;
-        let token = match self.strategy {
-            Strategy::VersionCas => Some(FencingToken::new(fence)),
-            _ => counter().await?,
-        };
-        Ok(Some(Holder::new(
-            String::from_utf8_lossy(&owner).into_owned(),
-            token,
-            Some(Duration::from_micros(remaining.max(0).unsigned_abs())),
-        )))
+        Ok(Some(match self.strategy {
+            Strategy::VersionCas => holder,
+            _ => Holder::new(holder.owner, counter().await?, holder.expires_in),
+        }))
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        let (low, high) = prefix_range(prefix.as_bytes());
         if self.strategy == Strategy::ForUpdate {
+            let (low, high) = prefix_range(prefix.as_bytes());
             let locked = self.locked_rows(low, high).await?;
             let mut lines: Vec<String> = locked
                 .iter()
@@ -92,37 +81,18 @@ impl Inspect for Table {
         }
         // unique_insert rows exist only while held: an expired one is left over
         // too. version_cas rows stay; only a live owner counts.
-        let expired_count = self.strategy == Strategy::UniqueInsert;
-        let rows = self
-            .pool
-            .fetch_all(
-                sqlx::query(self.sql(OWNED_ROWS))
-                    .bind(low)
-                    .bind(high)
-                    .bind(expired_count),
-            )
-            .await?;
-        rows.iter()
-            .map(|row| {
-                let (name, owner): (Vec<u8>, Vec<u8>) = decode(row).map_err(|e| self.error(e))?;
-                Ok(format!(
-                    "row `{}` owned by {}",
-                    display_name(&name),
-                    String::from_utf8_lossy(&owner)
-                ))
-            })
-            .collect()
+        let expired_too = self.strategy == Strategy::UniqueInsert;
+        self.cas.residue(self, prefix, expired_too).await
     }
 
     async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {
         let row = row_name(key);
-        let template = match self.strategy {
+        match self.strategy {
             Strategy::ForUpdate => return self.kill_holder(row).await,
-            // The fence stays in the row, so the next holder's token is higher.
-            Strategy::VersionCas => CLEAR_OWNER,
-            Strategy::UniqueInsert => DELETE_OWNED_ROW,
-        };
-        let statement = || sqlx::query(self.sql(template)).bind(row.clone());
+            Strategy::VersionCas => return self.cas.clear_owner(self, key).await,
+            Strategy::UniqueInsert => {}
+        }
+        let statement = || sqlx::query(self.sql(DELETE_OWNED_ROW)).bind(row.clone());
         Ok(self.run_settled(statement).await? > 0)
     }
 

@@ -81,14 +81,19 @@
 //! # Modules
 //!
 //! `config` (URL and settings) → `lock` (the strategy choice: core's
-//! `BackendLock` over one of the strategies, as a `DynLock`) → `version_cas`, `unique_insert` (both over `poll`, the shared
-//! polling loop) and `for_update` (its held connection in `holder_session`),
-//! each its own `Backend` → `backend` (the lock table they share) → `pool` (connections) → `protocol` (the SQL, in `sql/`)
-//! → `keys` (row layout), `error`. `inspect` implements `Inspect` on the table;
-//! `floor` adds the benchmarks' floor (each strategy's statements with nothing
-//! around them) and the server's statement count. `shares` puts the
-//! semaphore and read-write lock of distlock-sql (written once for MySQL and
-//! PostgreSQL, with their SQL in distlock-sql's `src/sql/mysql/`) on the
+//! `BackendLock` over one of the strategies, as a `DynLock`) → the
+//! strategies, each its own `Backend`: `version_cas` is distlock-sql's
+//! (written once for MySQL and PostgreSQL, with its SQL in distlock-sql's
+//! `src/sql/mysql/cas_*.sql`), `unique_insert` (its attempts, on
+//! distlock-sql's polling loop) and `for_update` (its held connection in
+//! `holder_session`, its wait in `row_queue`) → `backend` (the lock table
+//! they share, and what distlock-sql's code written once gets from it: row
+//! names, `KILL` for a cut-off attempt, no wake-ups) → `pool` (connections)
+//! → `protocol` (the SQL, in `sql/`) → `keys` (row layout), `error`.
+//! `inspect` implements `Inspect` on the table; `floor` adds the benchmarks'
+//! floor (each strategy's statements with nothing around them) and the
+//! server's statement count. The semaphore and read-write lock are
+//! distlock-sql's too (their SQL in its `src/sql/mysql/shares_*.sql`), on the
 //! lock table's connections.
 #![deny(missing_docs)]
 
@@ -101,14 +106,11 @@ mod holder_session;
 mod inspect;
 mod keys;
 mod lock;
-mod poll;
 mod pool;
 mod protocol;
 mod registration;
 mod row_queue;
-mod shares;
 mod unique_insert;
-mod version_cas;
 
 pub use config::MySqlConfig;
 pub use keys::{NAME_COLUMN_BYTES, TableName, counter_name, row_name};

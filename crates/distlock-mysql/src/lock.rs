@@ -6,13 +6,12 @@
 
 use crate::backend::Table;
 use crate::for_update::ForUpdate;
-use crate::poll::Polling;
 use crate::pool::Pool;
 use crate::protocol::Strategy;
 use crate::unique_insert::Insert;
-use crate::version_cas::Cas;
 use distlock_core::adapter::{Backend, BackendLock};
 use distlock_core::{AcquireOptions, DynLock, LockError};
+use distlock_sql::poll::Polling;
 use distlock_sql::shares::Shares;
 use distlock_sql::shares::rwlock::SqlRwLock;
 use distlock_sql::shares::semaphore::SqlSemaphore;
@@ -32,8 +31,15 @@ pub(crate) fn client(
     let semaphore = SqlSemaphore { shares: semaphores };
     let rwlock = SqlRwLock { shares: rwlocks };
     match table.strategy {
-        Strategy::VersionCas => lock(Polling::<Cas>::new(table), semaphore, rwlock, defaults),
-        Strategy::UniqueInsert => lock(Polling::<Insert>::new(table), semaphore, rwlock, defaults),
+        Strategy::VersionCas => {
+            let cas = table.cas.backend(table.clone());
+            lock(cas, semaphore, rwlock, defaults)
+        }
+        Strategy::UniqueInsert => {
+            let rows = Insert::rows(&table);
+            let insert = Polling::new(table, Insert::default(), rows);
+            lock(insert, semaphore, rwlock, defaults)
+        }
         Strategy::ForUpdate => lock(ForUpdate { table, holders }, semaphore, rwlock, defaults),
     }
 }

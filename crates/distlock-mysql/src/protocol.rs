@@ -106,10 +106,6 @@ impl FromStr for Strategy {
     }
 }
 
-/// The insert id that marks "held by someone else"; the low bits carry the
-/// holder's remaining microseconds. Fences never get near 2^63.
-pub(crate) const HELD_FLAG: u64 = 1 << 63;
-
 /// The one lock table. `name` is the (possibly hashed) lock name, `owner` a
 /// random value per acquisition, `fence` the version column / fencing counter,
 /// `expires_at` the server-clock expiry. The comment records the strategy that
@@ -118,27 +114,12 @@ pub(crate) const CREATE_TABLE: &str = include_str!("sql/create_table.sql");
 /// The table's comment, to check which strategy owns it.
 pub(crate) const TABLE_COMMENT: &str = include_str!("sql/table_comment.sql");
 
-/// version_cas: creates the persistent row of a name, once, fence seeded from
-/// the clock.
-pub(crate) const CAS_INSERT_ROW: &str = include_str!("sql/cas_insert_row.sql");
-/// version_cas acquire: one CAS on a free or expired row. Insert id: `fence + 1`
-/// (the token) if won; `HELD_FLAG | remaining µs` if held; 0 if the row is absent.
-pub(crate) const CAS_ACQUIRE: &str = include_str!("sql/cas_acquire.sql");
-/// version_cas renew: compare owner and fence. A plain UPDATE: with
-/// `CLIENT_FOUND_ROWS` its count is the rows its WHERE matched, which is exactly
-/// "still ours" (an upsert's count would not be).
-pub(crate) const CAS_RENEW: &str = include_str!("sql/cas_renew.sql");
-/// version_cas release: clears the owner and keeps the row, so the fence never
-/// resets. Matched rows: 1 if it was ours.
-pub(crate) const CAS_RELEASE: &str = include_str!("sql/cas_release.sql");
-/// version_cas: frees a row an abandoned acquire may have won (its reply never
-/// came, so only the owner is known).
-pub(crate) const CAS_ABANDON: &str = include_str!("sql/cas_abandon.sql");
+// version_cas's statements are distlock-sql's (`sql/mysql/cas_*.sql` there).
 
 /// unique_insert acquire: the primary key rejects a second holder (error 1062).
 pub(crate) const UNIQUE_INSERT: &str = include_str!("sql/unique_insert.sql");
 /// unique_insert takeover of an expired row, in one guarded statement. Insert id:
-/// `HELD_FLAG` exactly if taken over; `HELD_FLAG | remaining µs` if still held; 0 if
+/// `HELD_FLAG` (distlock-sql's) exactly if taken over; `HELD_FLAG | remaining µs` if still held; 0 if
 /// the row is gone (released meanwhile: insert again).
 pub(crate) const UNIQUE_TAKEOVER: &str = include_str!("sql/unique_takeover.sql");
 /// unique_insert renew: compare owner. Matched rows: 1 if still ours.
@@ -200,11 +181,6 @@ pub(crate) const CONNECTION_ID: &str = "SELECT CONNECTION_ID()";
 /// The statements of one table, built once.
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
-    pub cas_insert_row: SqlStr,
-    pub cas_acquire: SqlStr,
-    pub cas_renew: SqlStr,
-    pub cas_release: SqlStr,
-    pub cas_abandon: SqlStr,
     pub unique_insert: SqlStr,
     pub unique_takeover: SqlStr,
     pub unique_renew: SqlStr,
@@ -217,35 +193,9 @@ pub(crate) struct Statements {
 }
 
 impl Statements {
-    /// A polling strategy's undo, renew and release statements, and whether
-    /// renew and release also match the fence (`version_cas`'s row persists).
-    /// `unique_insert`'s release deletes whatever row the owner may have won,
-    /// so it is the undo too.
-    pub fn polling(&self, strategy: Strategy) -> ([&SqlStr; 3], bool) {
-        match strategy {
-            Strategy::UniqueInsert => (
-                [
-                    &self.unique_release,
-                    &self.unique_renew,
-                    &self.unique_release,
-                ],
-                false,
-            ),
-            Strategy::VersionCas | Strategy::ForUpdate => (
-                [&self.cas_abandon, &self.cas_renew, &self.cas_release],
-                true,
-            ),
-        }
-    }
-
     pub fn new(table: &TableName) -> Self {
         let build = |template| for_table(template, table);
         Statements {
-            cas_insert_row: build(CAS_INSERT_ROW),
-            cas_acquire: build(CAS_ACQUIRE),
-            cas_renew: build(CAS_RENEW),
-            cas_release: build(CAS_RELEASE),
-            cas_abandon: build(CAS_ABANDON),
             unique_insert: build(UNIQUE_INSERT),
             unique_takeover: build(UNIQUE_TAKEOVER),
             unique_renew: build(UNIQUE_RENEW),
@@ -301,15 +251,8 @@ pub(crate) fn for_table(template: &str, table: &TableName) -> SqlStr {
 /// What an operator (and the test suite) asks of the table beyond the lock
 /// protocol: who holds what, forced deletion, deployment checks.
 pub(crate) mod inspect {
-    /// version_cas, unique_insert: a live holder's owner, fence and remaining µs.
-    pub const HOLDER_ROW: &str = include_str!("sql/holder_row.sql");
     /// The fence of one row, such as a counter row: the last token it issued.
     pub const COUNTER_FENCE: &str = include_str!("sql/counter_fence.sql");
-    /// Rows with an owner in a name range; the bound flag also counts expired
-    /// ones (unique_insert: such a row is still an artifact).
-    pub const OWNED_ROWS: &str = include_str!("sql/owned_rows.sql");
-    /// version_cas force-unlock: clears the owner and keeps the fence.
-    pub const CLEAR_OWNER: &str = include_str!("sql/clear_owner.sql");
     /// unique_insert force-unlock: deletes the lock row (the counter row stays).
     pub const DELETE_OWNED_ROW: &str = include_str!("sql/delete_owned_row.sql");
     /// for_update: lock rows (not counter rows) in a name range with their

@@ -35,7 +35,7 @@ fn kill_on_drop(table: &Arc<Table>, connection_id: u64) -> KillGuard {
         table: table.clone(),
         // The kill is the whole undo: the session's end gives its lock back.
         in_flight: None,
-        make: kill,
+        make: Some(kill),
     };
     CancelGuard::new(state, undo)
 }

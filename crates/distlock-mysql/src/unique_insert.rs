@@ -7,10 +7,12 @@
 
 use crate::backend::Table;
 use crate::error::{DbError, code};
-use crate::poll::{Attempt, Bid, Contender, Round, held_for};
+use crate::keys::row_name;
 use crate::pool::Conn;
-use crate::protocol::HELD_FLAG;
 use async_trait::async_trait;
+use distlock_sql::cas::{HELD_FLAG, held_for};
+use distlock_sql::poll::{Attempt, Bid, Contender, OwnerChecked};
+use distlock_sql::table::micros;
 use std::time::{Duration, Instant};
 
 /// How often one attempt flips between "row exists" and "row gone" (holders
@@ -18,38 +20,45 @@ use std::time::{Duration, Instant};
 const FLIPS: usize = 4;
 
 /// `unique_insert`'s attempts: the INSERT, or the takeover of an expired row.
-#[derive(Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Insert {
     /// After seeing the row held, try the takeover first: while a lock stays held,
     /// each poll is then one statement instead of a failing INSERT plus one.
     row_exists: bool,
 }
 
-#[async_trait]
-impl Contender for Insert {
-    async fn attempt(&mut self, round: Round<'_>) -> Result<Attempt, DbError> {
-        self.insert_or_take_over(round.table, round.bid, round.conn)
-            .await
+impl Insert {
+    /// Its owner-checked statements: the row exists only while held, so the
+    /// release (a `DELETE`) is the undo of an abandoned attempt too.
+    pub fn rows(table: &Table) -> OwnerChecked {
+        OwnerChecked {
+            renew: table.sql.unique_renew.clone(),
+            release: table.sql.unique_release.clone(),
+            abandon: table.sql.unique_release.clone(),
+            with_fence: false,
+        }
     }
 }
 
-impl Insert {
-    async fn insert_or_take_over(
+#[async_trait]
+impl Contender<Table> for Insert {
+    async fn attempt(
         &mut self,
         table: &Table,
-        bid: &Bid,
+        bid: &Bid<'_>,
         conn: &mut Conn,
     ) -> Result<Attempt, DbError> {
         let sql = &table.sql;
+        let (row, ttl) = (row_name(bid.key), micros(bid.ttl));
         for _ in 0..FLIPS {
             let sent_at = Instant::now();
             if !self.row_exists {
                 let insert = sqlx::query(sql.unique_insert.clone())
-                    .bind(bid.row.clone())
+                    .bind(row.clone())
                     .bind(bid.owner.clone())
-                    .bind(bid.ttl);
+                    .bind(ttl);
                 match conn.execute(insert).await {
-                    Ok(_) => return won(table, bid, conn, sent_at).await,
+                    Ok(_) => return won(table, &row, bid, conn, sent_at).await,
                     Err(e) if e.number() == Some(code::DUPLICATE_KEY) => self.row_exists = true,
                     Err(e) => return Err(e),
                 }
@@ -57,16 +66,20 @@ impl Insert {
             }
             let takeover = sqlx::query(sql.unique_takeover.clone())
                 .bind(bid.owner.clone())
-                .bind(bid.ttl)
-                .bind(bid.row.clone());
+                .bind(ttl)
+                .bind(row.clone());
             let done = conn.execute(takeover).await?;
             match done.last_insert_id() {
                 // Released since we looked: insert it.
                 0 => self.row_exists = false,
                 HELD_FLAG if done.rows_affected() == 1 => {
-                    return won(table, bid, conn, sent_at).await;
+                    return won(table, &row, bid, conn, sent_at).await;
                 }
-                id if id & HELD_FLAG != 0 && id != HELD_FLAG => return Ok(held_for(id)),
+                id if id & HELD_FLAG != 0 && id != HELD_FLAG => {
+                    return Ok(Attempt::Held {
+                        remaining: held_for(id),
+                    });
+                }
                 id => {
                     return Err(DbError::Protocol(format!(
                         "the takeover returned {id:#x} and matched {} rows",
@@ -83,11 +96,12 @@ impl Insert {
 /// poll loop's undo deletes the row we hold.
 async fn won(
     table: &Table,
-    bid: &Bid,
+    row: &[u8],
+    bid: &Bid<'_>,
     conn: &mut Conn,
     sent_at: Instant,
 ) -> Result<Attempt, DbError> {
-    let token = table.bump_counter(conn, &bid.row, bid.until).await?;
+    let token = table.bump_counter(conn, row, bid.until).await?;
     Ok(Attempt::Won { token, sent_at })
 }
 

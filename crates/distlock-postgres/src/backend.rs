@@ -1,6 +1,12 @@
 //! What the two strategies' [`Backend`](distlock_core::adapter::Backend)
 //! impls share: the lock table at one server (opened and checked once at
-//! connect), the wake-ups of its channel, and the undo of a cut-off statement.
+//! connect) and the wake-ups of its channel; and what distlock-sql's code
+//! written once (`version_cas`, the polling wait, the semaphore and read-write
+//! lock, the undo of a cut-off statement) gets from it: the key's namespace
+//! and name, the session ending (matched by pid and start), and `NOTIFY`
+//! wake-ups. A release notifies the table's channel with the namespace and
+//! name as payload (a share's adds its primitive on a third line, so a lock
+//! waiter of the same name is not woken).
 //!
 //! Invariant of both strategies: a table belongs to one strategy (its comment
 //! says which), every expiry is judged by the server clock (`now()`, or the
@@ -12,12 +18,12 @@ use crate::keys::{TableName, check_room_for_primitives, wake_payload};
 use crate::pool::{Conn, Pool, Statement};
 use crate::protocol::{Statements, Strategy, TABLE_COMMENT};
 use crate::session::Session;
-use crate::wake::Wakeups;
-use distlock_core::toolkit::UndoFuture;
-use distlock_core::{LockError, LockKey};
-use sqlx::{Row, SqlStr};
-use std::sync::Arc;
-use std::time::Duration;
+use crate::wake::{Waiter, Wakeups};
+use distlock_core::{Capabilities, LockError, LockKey};
+use distlock_sql::cas::CasStatements;
+use distlock_sql::pool::BoxFuture;
+use distlock_sql::table::{LockTable, Names, Primitive, Value};
+use sqlx::{Postgres, Row, SqlStr};
 
 /// The lock table of one client: its strategy, namespace, statements,
 /// connections and wake-ups.
@@ -27,6 +33,8 @@ pub(crate) struct Table {
     pub name: TableName,
     pub namespace: String,
     pub sql: Statements,
+    /// `version_cas`'s statements (distlock-sql's).
+    pub cas: CasStatements,
     /// Connections for single statements.
     pub pool: Pool,
     /// The server, without credentials, for messages.
@@ -100,6 +108,7 @@ impl Table {
         .await?;
         Ok(Table {
             strategy,
+            cas: CasStatements::new::<Postgres>(name.as_str()),
             name,
             namespace,
             sql,
@@ -125,13 +134,6 @@ impl Table {
         let mut conn = self.pool.get().await?;
         Ok(conn.execute(statement).await?.rows_affected())
     }
-
-    /// Runs one statement on a pooled connection and returns how many rows it
-    /// returned.
-    pub async fn count_rows(&self, statement: Statement) -> Result<usize, DbError> {
-        let mut conn = self.pool.get().await?;
-        Ok(conn.fetch_all(statement).await?.len())
-    }
 }
 
 /// Runs one `CREATE TABLE IF NOT EXISTS`. Two clients creating a table at
@@ -150,45 +152,54 @@ async fn create_if_missing(conn: &mut Conn, create: SqlStr) -> Result<(), DbErro
     }
 }
 
-/// A ttl in whole microseconds, as the statements bind it.
-pub(crate) fn micros(ttl: Duration) -> i64 {
-    i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX)
-}
+/// The undo of a cut-off statement, written once in distlock-sql:
+/// `pg_terminate_backend`, then until `pg_stat_activity` no longer lists the
+/// session (both matching its pid and start, so a reused pid is never hit),
+/// then the statement.
+pub(crate) type Undo = distlock_sql::table::Undo<Table>;
+pub(crate) use distlock_sql::table::undo;
 
-/// Builds one statement.
-pub(crate) type MakeStatement = Box<dyn Fn() -> Statement + Send + Sync>;
+impl LockTable for Table {
+    type Dialect = Session;
+    type Waiter = Waiter;
 
-/// What an abandoned acquire leaves to undo (a [`CancelGuard`]'s state).
-///
-/// [`CancelGuard`]: distlock_core::toolkit::CancelGuard
-pub(crate) struct Undo {
-    pub table: Arc<Table>,
-    /// The session whose statement was cut off, if one was: the server may not
-    /// even have run it yet, and an undo that overtook it would match nothing
-    /// while the statement then wins the lock for nobody.
-    pub in_flight: Option<Session>,
-    /// The statement that gives back what the attempt may have won (none when
-    /// ending the session is the whole undo).
-    pub make: Option<MakeStatement>,
-}
+    fn pool(&self) -> &Pool {
+        &self.pool
+    }
 
-/// Runs an [`Undo`] in the background: first ends the cut-off session
-/// (`pg_terminate_backend`, then until `pg_stat_activity` no longer lists it,
-/// both matching its pid and start so a reused pid is never hit),
-/// then the statement. If it cannot run, the ttl (or, for a session lock, the
-/// session's end) frees the lock.
-pub(crate) fn undo(state: Undo) -> Option<UndoFuture> {
-    Some(Box::pin(async move {
-        let table = &state.table;
-        if let Some(cut_off) = state.in_flight
-            && let Err(e) = ending::end(&table.pool, cut_off).await
-        {
-            tracing::debug!(error = %e, "could not see a cut-off session end; undoing anyway");
+    fn capabilities(&self) -> Capabilities {
+        self.strategy.capabilities()
+    }
+
+    fn key(&self, key: &LockKey) -> Vec<Value> {
+        vec![
+            Value::Text(self.namespace.clone()),
+            Value::Text(key.as_str().to_owned()),
+        ]
+    }
+
+    /// The namespace, the name or prefix, and whether the name is exact.
+    fn names(&self, names: Names<'_>) -> Vec<Value> {
+        let (name, exact) = match names {
+            Names::One(key) => (key.as_str(), true),
+            Names::Under(prefix) => (prefix, false),
+        };
+        vec![
+            Value::Text(self.namespace.clone()),
+            Value::Text(name.to_owned()),
+            Value::Flag(exact),
+        ]
+    }
+
+    fn end_session(&self, session: Session) -> BoxFuture<'_, Result<(), DbError>> {
+        Box::pin(ending::end(&self.pool, session))
+    }
+
+    fn waiter(&self, key: &LockKey, primitive: Option<Primitive>) -> Option<Waiter> {
+        let mut payload = self.payload(key);
+        if let Some(primitive) = primitive {
+            payload = format!("{payload}\n{}", primitive.word());
         }
-        if let Some(make) = state.make
-            && let Err(e) = table.run(make()).await
-        {
-            tracing::debug!(error = %e, "the undo of an abandoned acquire failed; the lock expires instead");
-        }
-    }))
+        Some(self.wakeups.waiter(&payload))
+    }
 }

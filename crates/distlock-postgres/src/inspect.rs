@@ -10,16 +10,15 @@
 //! `pg_signal_backend`).
 
 use crate::advisory::{Attempt, attempt};
-use crate::backend::{Table, micros};
+use crate::backend::Table;
 use crate::ending;
 use crate::error::{BACKEND, DbError};
 use crate::keys::{advisory_key, wake_payload};
 use crate::protocol::inspect::*;
 use crate::protocol::{KEEPALIVE, Strategy, for_table};
 use crate::session::Session;
-use crate::version_cas::{self, cas};
 use async_trait::async_trait;
-use distlock_core::toolkit::{Floor, Holder, Inspect, random_owner};
+use distlock_core::toolkit::{Floor, Holder, Inspect};
 use distlock_core::{FencingToken, LockError, LockKey};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -43,20 +42,7 @@ impl Inspect for Table {
                 )
             }));
         }
-        let read = sqlx::query(self.sql(HOLDER_ROW))
-            .bind(self.namespace.clone())
-            .bind(key.as_str().to_owned());
-        let rows = self.pool.fetch_all(read).await?;
-        let Some(row) = rows.first() else {
-            return Ok(None);
-        };
-        let (owner, fence, remaining): (String, i64, i64) =
-            decode(row).map_err(|e| self.error(e))?;
-        Ok(Some(Holder::new(
-            owner,
-            u64::try_from(fence).ok().map(FencingToken::new),
-            Some(Duration::from_micros(remaining.max(0).unsigned_abs())),
-        )))
+        self.cas.holder(self, key).await
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
@@ -67,16 +53,7 @@ impl Inspect for Table {
                 .map(|h| format!("advisory lock of `{}` held by session {}", h.name, h.pid))
                 .collect());
         }
-        let read = sqlx::query(self.sql(OWNED_ROWS))
-            .bind(self.namespace.clone())
-            .bind(prefix.to_owned());
-        let rows = self.pool.fetch_all(read).await?;
-        rows.iter()
-            .map(|row| {
-                let (name, owner): (String, String) = decode(row).map_err(|e| self.error(e))?;
-                Ok(format!("row `{name}` owned by {owner}"))
-            })
-            .collect()
+        self.cas.residue(self, prefix, false).await
     }
 
     async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {
@@ -106,14 +83,7 @@ impl Inspect for Table {
             );
             return ended.await.map_err(|e| self.error(e));
         }
-        // The fence stays in the row, so the next holder's token is higher.
-        let clear = sqlx::query(self.sql(CLEAR_OWNER))
-            .bind(self.namespace.clone())
-            .bind(key.as_str().to_owned())
-            .bind(self.sql.channel.clone())
-            .bind(wake_payload(&self.namespace, key.as_str()));
-        let freed = self.count_rows(clear).await.map_err(|e| self.error(e))?;
-        Ok(freed > 0)
+        self.cas.clear_owner(self, key).await
     }
 
     async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
@@ -238,46 +208,30 @@ impl Table {
     /// The strategy's statements for one uncontended cycle, on one pooled
     /// connection; `Ok(false)` when the lock was held.
     async fn floor(&self, key: &LockKey, ttl: Duration) -> Result<bool, DbError> {
+        if self.strategy == Strategy::VersionCas {
+            return self.cas.floor_cycle(self, key, ttl).await;
+        }
         let mut conn = self.pool.get().await?;
         let payload = wake_payload(&self.namespace, key.as_str());
-        match self.strategy {
-            Strategy::VersionCas => {
-                let owner = random_owner();
-                let token = match cas(self, key.as_str(), &owner, micros(ttl), &mut conn).await? {
-                    version_cas::Attempt::Won { token, .. } => token,
-                    version_cas::Attempt::Held { .. } => return Ok(false),
-                };
-                let release = sqlx::query(self.sql.cas_release.clone())
-                    .bind(self.namespace.clone())
-                    .bind(key.as_str().to_owned())
-                    .bind(owner)
-                    .bind(token)
-                    .bind(self.sql.channel.clone())
-                    .bind(payload);
-                conn.fetch_all(release).await?;
+        let lock_key = advisory_key(&self.namespace, key);
+        conn.may_hold();
+        match attempt(self, &mut conn, key.as_str(), lock_key, ttl).await? {
+            Attempt::Won(_) => {}
+            Attempt::Busy => {
+                conn.holds_nothing();
+                return Ok(false);
             }
-            Strategy::Advisory => {
-                let lock_key = advisory_key(&self.namespace, key);
-                conn.may_hold();
-                match attempt(self, &mut conn, key.as_str(), lock_key, ttl).await? {
-                    Attempt::Won(_) => {}
-                    Attempt::Busy => {
-                        conn.holds_nothing();
-                        return Ok(false);
-                    }
-                    Attempt::Collision(..) => {
-                        return Err(DbError::Protocol("advisory key collision".into()));
-                    }
-                }
-                let release = sqlx::query(self.sql.advisory_release.clone())
-                    .bind(lock_key)
-                    .bind(self.sql.channel.clone())
-                    .bind(payload);
-                let row = conn.fetch_one(release).await?;
-                if row.try_get::<bool, _>(0).map_err(DbError::Sql)? {
-                    conn.holds_nothing();
-                }
+            Attempt::Collision(..) => {
+                return Err(DbError::Protocol("advisory key collision".into()));
             }
+        }
+        let release = sqlx::query(self.sql.advisory_release.clone())
+            .bind(lock_key)
+            .bind(self.sql.channel.clone())
+            .bind(payload);
+        let row = conn.fetch_one(release).await?;
+        if row.try_get::<bool, _>(0).map_err(DbError::Sql)? {
+            conn.holds_nothing();
         }
         Ok(true)
     }

@@ -72,16 +72,19 @@
 //! # Modules
 //!
 //! `config` (URL and settings) → `lock` (the strategy choice: core's
-//! `BackendLock` over one of the strategies, as a `DynLock`) → `version_cas`,
-//! `advisory`, each its own `Backend` → `backend` (the lock table they share,
-//! the undo of a cut-off statement) → `ending` (ending a cut-off session by
-//! pid and start) → `pool` (connections, each knowing its `session`), `wake`
-//! (LISTEN/NOTIFY) → `protocol` (the SQL, in `sql/`) → `keys` (row layout,
-//! advisory keys), `error`. `inspect` implements `Inspect` on the table.
-//! `shares` puts distlock-sql's semaphore and read-write lock (written once
-//! for MySQL and PostgreSQL, with their SQL in distlock-sql's
-//! `src/sql/postgres/`) on the lock table's connections and wake-ups;
-//! `version_cas` waits through `waiting`.
+//! `BackendLock` over one of the strategies, as a `DynLock`) → the
+//! strategies, each its own `Backend`: `version_cas` is distlock-sql's
+//! (written once for MySQL and PostgreSQL, with its SQL in distlock-sql's
+//! `src/sql/postgres/cas_*.sql`, waiting on this crate's `NOTIFY` wake-ups),
+//! `advisory` → `backend` (the lock table they share, and what
+//! distlock-sql's code written once gets from it: namespace and name as the
+//! key, the session ending, wake-ups) → `ending` (ending a cut-off session
+//! by pid and start) → `pool` (connections, each knowing its `session`),
+//! `wake` (LISTEN/NOTIFY) → `protocol` (the SQL, in `sql/`) → `keys` (row
+//! layout, advisory keys), `error`. `inspect` implements `Inspect` on the
+//! table. The semaphore and read-write lock are distlock-sql's too (their
+//! SQL in its `src/sql/postgres/shares_*.sql`), on the lock table's
+//! connections and wake-ups.
 #![deny(missing_docs)]
 
 mod advisory;
@@ -96,9 +99,6 @@ mod pool;
 mod protocol;
 mod registration;
 mod session;
-mod shares;
-mod version_cas;
-mod waiting;
 mod wake;
 
 pub use config::PostgresConfig;

@@ -8,7 +8,6 @@ use crate::advisory::Advisory;
 use crate::backend::Table;
 use crate::pool::Pool;
 use crate::protocol::Strategy;
-use crate::version_cas::VersionCas;
 use distlock_core::adapter::BackendLock;
 use distlock_core::{AcquireOptions, DynLock, LockError};
 use distlock_sql::shares::rwlock::SqlRwLock;
@@ -36,13 +35,11 @@ pub(crate) async fn client(
                 open(Primitive::RwLock).await?,
             );
             Arc::new(
-                BackendLock::new(VersionCas {
-                    table: table.clone(),
-                })
-                .with_lock_election()
-                .with_semaphore(SqlSemaphore { shares: semaphores })
-                .with_rwlock(SqlRwLock { shares: rwlocks })
-                .with_defaults(defaults)?,
+                BackendLock::new(table.cas.backend(table.clone()))
+                    .with_lock_election()
+                    .with_semaphore(SqlSemaphore { shares: semaphores })
+                    .with_rwlock(SqlRwLock { shares: rwlocks })
+                    .with_defaults(defaults)?,
             )
         }
         Strategy::Advisory => Arc::new(

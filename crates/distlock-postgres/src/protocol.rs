@@ -134,23 +134,10 @@ pub(crate) const TABLE_COMMENT: &str = include_str!("sql/table_comment.sql");
 const CREATE_TABLE: &str = include_str!("sql/create_table.sql");
 const MARK_TABLE: &str = include_str!("sql/mark_table.sql");
 
-/// Every statement of one table, rendered once at connect.
+/// The statements of one table, rendered once at connect (`version_cas`'s
+/// are distlock-sql's, `sql/postgres/cas_*.sql` there).
 #[derive(Debug)]
 pub(crate) struct Statements {
-    /// version_cas: the CAS; returns (token or NULL, holder's remaining µs or
-    /// NULL). Binds: namespace, name, owner, ttl µs.
-    pub cas_acquire: SqlStr,
-    /// version_cas: creates a missing row, fence seeded from the clock.
-    /// Binds: namespace, name.
-    pub cas_insert_row: SqlStr,
-    /// Binds: namespace, name, owner, fence, ttl µs.
-    pub cas_renew: SqlStr,
-    /// Frees and notifies; one row when it was ours. Binds: namespace, name,
-    /// owner, fence, channel, payload.
-    pub cas_release: SqlStr,
-    /// The undo of an abandoned attempt: [`Statements::cas_release`] without
-    /// the fence. Binds: namespace, name, owner, channel, payload.
-    pub cas_abandon: SqlStr,
     /// advisory: try the lock, then (held, and no other name recorded for the
     /// key) bump the counter; returns (got, token, other namespace, other
     /// name). Binds: namespace, name, key, idle timeout ms (text).
@@ -167,11 +154,6 @@ impl Statements {
     pub fn new(table: &TableName) -> Self {
         let sql = |template: &str| for_table(template, table);
         Statements {
-            cas_acquire: sql(include_str!("sql/cas_acquire.sql")),
-            cas_insert_row: sql(include_str!("sql/cas_insert_row.sql")),
-            cas_renew: sql(include_str!("sql/cas_renew.sql")),
-            cas_release: sql(include_str!("sql/cas_release.sql")),
-            cas_abandon: sql(include_str!("sql/cas_abandon.sql")),
             advisory_acquire: sql(include_str!("sql/advisory_acquire.sql")),
             advisory_keepalive: sql(include_str!("sql/advisory_keepalive.sql")),
             advisory_release: sql(include_str!("sql/advisory_release.sql")),
@@ -203,13 +185,6 @@ pub(crate) fn for_table(template: &str, table: &TableName) -> SqlStr {
 /// What an operator (and the test suite) asks of the table beyond the lock
 /// protocol.
 pub(crate) mod inspect {
-    /// version_cas: a live holder's owner, fence and remaining µs.
-    pub const HOLDER_ROW: &str = include_str!("sql/holder_row.sql");
-    /// version_cas: live owned rows under a name prefix.
-    pub const OWNED_ROWS: &str = include_str!("sql/owned_rows.sql");
-    /// version_cas force-unlock: clears the owner (the fence stays) and wakes
-    /// waiters.
-    pub const CLEAR_OWNER: &str = include_str!("sql/clear_owner.sql");
     /// advisory: rows whose key a session holds now (`pg_locks`), with the
     /// fence and the holder's pid. Binds: namespace, prefix, exact name only.
     pub const ADVISORY_HOLDERS: &str = include_str!("sql/advisory_holders.sql");

@@ -136,6 +136,8 @@
 
 pub mod adapter;
 #[doc(hidden)]
+pub mod cas;
+#[doc(hidden)]
 pub mod config;
 mod connect;
 mod db;
@@ -148,6 +150,8 @@ mod fence;
 pub mod held;
 mod ident;
 #[doc(hidden)]
+pub mod poll;
+#[doc(hidden)]
 pub mod pool;
 mod row;
 #[doc(hidden)]
@@ -155,6 +159,8 @@ pub mod settle;
 #[doc(hidden)]
 pub mod shares;
 mod store;
+#[doc(hidden)]
+pub mod table;
 
 pub use connect::{CONNECT_TIMEOUT, connect};
 pub use db::{FenceConnection, SqlDatabase};

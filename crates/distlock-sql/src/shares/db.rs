@@ -1,32 +1,17 @@
-//! The share tables' steps whose SQL, binds or replies differ per database:
-//! each database names its statements (files in `sql/<db>/shares_*.sql`),
-//! binds the values (PostgreSQL has no unsigned integers: `BIGINT` there),
-//! reads the counter it raised (MySQL through `LAST_INSERT_ID`, PostgreSQL
+//! The share tables' steps whose SQL or replies differ per database: each
+//! database names its statements (files in `sql/<db>/shares_*.sql`), reads
+//! the counter it raised (MySQL through `LAST_INSERT_ID`, PostgreSQL
 //! through `RETURNING`) and decodes rows. Everything else is written once.
 
 use super::{LiveRow, ShareRow};
-use crate::db::{BoxFuture, SqlDatabase};
+use crate::db::BoxFuture;
 use crate::db_error::DbError;
-use crate::pool::{Conn, Pool, PoolDialect, Statement};
+use crate::pool::{Conn, PoolDialect, Statement};
+use crate::table::{TableDb, remaining};
 use sqlx::mysql::MySqlRow;
 use sqlx::postgres::PgRow;
-use sqlx::{MySql, Postgres, Row, SqlSafeStr, SqlStr};
+use sqlx::{MySql, Postgres, Row, SqlSafeStr};
 use std::time::Duration;
-
-/// One bound value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Value {
-    /// Bytes (MySQL's binary names).
-    Bytes(Vec<u8>),
-    /// Text (owners, PostgreSQL's namespace and names).
-    Text(String),
-    /// An unsigned number (slot, token, ttl µs).
-    Int(u64),
-    /// A number or NULL (a semaphore's limit).
-    MaybeInt(Option<u64>),
-    /// A flag.
-    Flag(bool),
-}
 
 /// The statements of the share tables on one database. `{table}` is the
 /// share table, `{comment}` its mark, `{channel}` the lock table (PostgreSQL's
@@ -66,25 +51,11 @@ pub struct ShareSql {
 
 /// A database the share tables run on. Its methods run one statement on a
 /// connection of an adapter's pool.
-pub trait ShareDb: SqlDatabase {
+pub trait ShareDb: TableDb {
     /// Its statements.
     const SHARES: ShareSql;
     /// The longest table name it takes.
     const IDENT_MAX: usize;
-
-    /// `query` with `value` bound next.
-    fn bind(query: Statement<Self>, value: Value) -> Statement<Self>;
-
-    /// A connection of `pool`.
-    fn connection<D: PoolDialect<Database = Self>>(
-        pool: &Pool<D>,
-    ) -> BoxFuture<'_, Result<Conn<D>, DbError>>;
-
-    /// Runs `query`, returning the rows it changed (or returned).
-    fn run<D: PoolDialect<Database = Self>>(
-        conn: &mut Conn<D>,
-        query: Statement<Self>,
-    ) -> BoxFuture<'_, Result<u64, DbError>>;
 
     /// Runs `sql` as text (a transaction's start or end), waiting at most `limit`.
     fn text<'c, D: PoolDialect<Database = Self>>(
@@ -115,19 +86,6 @@ pub trait ShareDb: SqlDatabase {
 /// The steps both databases run alike (only the row types differ).
 macro_rules! common_steps {
     ($db:ty, $rows:ident) => {
-        fn connection<D: PoolDialect<Database = $db>>(
-            pool: &Pool<D>,
-        ) -> BoxFuture<'_, Result<Conn<D>, DbError>> {
-            Box::pin(pool.get())
-        }
-
-        fn run<D: PoolDialect<Database = $db>>(
-            conn: &mut Conn<D>,
-            query: Statement<$db>,
-        ) -> BoxFuture<'_, Result<u64, DbError>> {
-            Box::pin(async move { Ok(conn.execute(query).await?.rows_affected()) })
-        }
-
         fn text<'c, D: PoolDialect<Database = $db>>(
             conn: &'c mut Conn<D>,
             sql: &'static str,
@@ -165,16 +123,6 @@ macro_rules! common_steps {
 impl ShareDb for MySql {
     const SHARES: ShareSql = mysql::SHARES;
     const IDENT_MAX: usize = 64;
-
-    fn bind(query: Statement<MySql>, value: Value) -> Statement<MySql> {
-        match value {
-            Value::Bytes(bytes) => query.bind(bytes),
-            Value::Text(text) => query.bind(text),
-            Value::Int(n) => query.bind(n),
-            Value::MaybeInt(n) => query.bind(n),
-            Value::Flag(flag) => query.bind(flag),
-        }
-    }
 
     /// The counter arrives as the insert id (`LAST_INSERT_ID(expr)`).
     fn bump<D: PoolDialect<Database = MySql>>(
@@ -234,17 +182,6 @@ mod mysql {
 impl ShareDb for Postgres {
     const SHARES: ShareSql = postgres::SHARES;
     const IDENT_MAX: usize = 63;
-
-    fn bind(query: Statement<Postgres>, value: Value) -> Statement<Postgres> {
-        let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        match value {
-            Value::Bytes(bytes) => query.bind(bytes),
-            Value::Text(text) => query.bind(text),
-            Value::Int(n) => query.bind(signed(n)),
-            Value::MaybeInt(n) => query.bind(n.map(signed)),
-            Value::Flag(flag) => query.bind(flag),
-        }
-    }
 
     /// The counter arrives as the statement's one row (`RETURNING fence`).
     fn bump<D: PoolDialect<Database = Postgres>>(
@@ -310,19 +247,4 @@ mod postgres {
     fn unsigned<T: TryFrom<i64>>(n: i64) -> Result<T, sqlx::Error> {
         T::try_from(n).map_err(|_| sqlx::Error::Decode(format!("{n} out of range").into()))
     }
-}
-
-/// Microseconds left, as the statements compute them (never negative).
-fn remaining(micros: i64) -> Duration {
-    Duration::from_micros(u64::try_from(micros).unwrap_or(0))
-}
-
-/// A share table's statements with its names in place (validated
-/// identifiers and our own words only).
-pub(crate) fn render(template: &str, names: &[(&str, &str)]) -> SqlStr {
-    let mut sql = template.trim_end().to_owned();
-    for (placeholder, name) in names {
-        sql = sql.replace(&format!("{{{placeholder}}}"), name);
-    }
-    sqlx::AssertSqlSafe(sql).into_sql_str()
 }

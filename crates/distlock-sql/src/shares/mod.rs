@@ -30,90 +30,28 @@ pub mod rwlock;
 pub mod semaphore;
 mod take;
 
-pub use db::{ShareDb, ShareSql, Value};
+pub use crate::table::{Names, Primitive, Value};
+pub use db::{ShareDb, ShareSql};
 
 use crate::adapter::TableName;
-use crate::db::{BoxFuture, Steps};
+use crate::db::Steps;
 use crate::db_error::DbError;
-use crate::pool::{Pool, PoolDialect, Statement};
-use crate::settle::Settle;
+use crate::pool::PoolDialect;
+use crate::table::{Db, LockTable, TableDb, compare_owner, micros, render, run_settled, statement};
 use async_trait::async_trait;
-use distlock_core::adapter::{Holding, Ownership, WaitUntil};
-use distlock_core::{Capabilities, LockError, LockKey};
+use distlock_core::adapter::{Holding, Ownership};
+use distlock_core::{LockError, LockKey};
 use sqlx::SqlStr;
-use std::fmt;
-use std::ops::Deref;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tokio::sync::Notify;
+use std::time::Duration;
 
 /// The head row's slot: above every share's.
 pub const HEAD_SLOT: u32 = u32::MAX;
 
-/// Which primitive a share table serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Primitive {
-    /// `{table}_sem`.
-    Semaphore,
-    /// `{table}_rw`.
-    RwLock,
-}
+/// A lock table whose database runs the share tables' steps.
+pub trait ShareAdapter: LockTable<Dialect: PoolDialect<Database: ShareDb>> {}
 
-impl Primitive {
-    /// The share table's name: the lock table's plus this.
-    pub fn suffix(self) -> &'static str {
-        match self {
-            Primitive::Semaphore => "_sem",
-            Primitive::RwLock => "_rw",
-        }
-    }
-
-    /// Its word in the table's mark and in wake-up payloads.
-    pub fn word(self) -> &'static str {
-        match self {
-            Primitive::Semaphore => "semaphore",
-            Primitive::RwLock => "rwlock",
-        }
-    }
-}
-
-/// Which names an inspection reads.
-#[derive(Debug, Clone, Copy)]
-pub enum Names<'a> {
-    /// Exactly this key's.
-    One(&'a LockKey),
-    /// Every name starting with this.
-    Under(&'a str),
-}
-
-/// What an adapter gives its share tables: its connections, its key layout,
-/// how a cut-off session is ended, and its wake-ups if it has any.
-pub trait ShareAdapter: fmt::Debug + Send + Sync + 'static {
-    /// The adapter's pool dialect.
-    type Dialect: PoolDialect<Database: ShareDb>;
-    /// What a waiter waits on for a release of its name.
-    type Waiter: Deref<Target = Notify> + Send + Sync;
-
-    /// The connections for single statements and attempts.
-    fn pool(&self) -> &Pool<Self::Dialect>;
-    /// What the adapter's clients guarantee.
-    fn capabilities(&self) -> Capabilities;
-    /// The values that name `key`'s rows, in the statements' order.
-    fn key(&self, key: &LockKey) -> Vec<Value>;
-    /// The values that select `names` in the `live` statement.
-    fn names(&self, names: Names<'_>) -> Vec<Value>;
-    /// Ends a session whose statement was cut off; returns once it is gone.
-    fn end_session(
-        &self,
-        session: <Self::Dialect as PoolDialect>::Session,
-    ) -> BoxFuture<'_, Result<(), DbError>>;
-    /// Wakes a waiter of `key` when a share of it is released, if the
-    /// database can tell (otherwise waiters poll alone).
-    fn waiter(&self, key: &LockKey, primitive: Primitive) -> Option<Self::Waiter>;
-}
-
-/// The database of adapter `A`.
-pub(crate) type Db<A> = <<A as ShareAdapter>::Dialect as PoolDialect>::Database;
+impl<T: LockTable<Dialect: PoolDialect<Database: ShareDb>>> ShareAdapter for T {}
 
 /// The share table of one primitive: its adapter and statements.
 #[derive(Debug)]
@@ -163,7 +101,7 @@ impl<A: ShareAdapter> Shares<A> {
             ("channel", lock_table),
             ("kind", primitive.word()),
         ];
-        let sql = |template| db::render(template, &names);
+        let sql = |template| render(template, &names);
         let all = &<Db<A> as ShareDb>::SHARES;
         if create {
             let created = async {
@@ -203,21 +141,6 @@ impl<A: ShareAdapter> Shares<A> {
         <A::Dialect as PoolDialect>::TEXTS.backend
     }
 
-    /// Runs the autocommit statement `build()` makes, retried under row-lock
-    /// contention for at most the reply timeout (renew, release and operator
-    /// actions have no wait of their own), and returns the rows it matched.
-    async fn run_settled(&self, build: impl Fn() -> Statement<Db<A>>) -> Result<u64, DbError> {
-        let pool = self.base.pool();
-        let mut retry = Settle::new(WaitUntil::Deadline(Instant::now() + pool.timeout()));
-        loop {
-            let mut conn = Db::<A>::connection(pool).await?;
-            match Db::<A>::run(&mut conn, build()).await {
-                Ok(done) => return Ok(done),
-                Err(e) => retry.again(e).await?,
-            }
-        }
-    }
-
     /// The live shares of `names`.
     async fn live_rows(&self, names: Names<'_>) -> Result<Vec<LiveRow>, LockError> {
         let read = statement::<Db<A>>(&self.live, self.base.names(names));
@@ -234,13 +157,9 @@ impl<A: ShareAdapter> Shares<A> {
         let mut values = self.base.key(key);
         values.extend([Value::Int(first.into()), Value::Int(last.into())]);
         let delete = || statement::<Db<A>>(&self.delete_live, values.clone());
-        self.run_settled(delete).await.map_err(|e| self.error(e))
+        let pool = self.base.pool();
+        run_settled(pool, delete).await.map_err(|e| pool.error(e))
     }
-}
-
-/// `sql` with `values` bound in order.
-fn statement<DB: ShareDb>(sql: &SqlStr, values: Vec<Value>) -> Statement<DB> {
-    values.into_iter().fold(sqlx::query(sql.clone()), DB::bind)
 }
 
 /// One row of a name as a taker sees it.
@@ -346,37 +265,14 @@ impl<A: ShareAdapter> Holding for ShareHandle<A> {
         let mut values = vec![Value::Int(micros(ttl))];
         values.extend(self.row());
         let renew = || statement::<Db<A>>(&shares.renew, values.clone());
-        owned(
-            shares
-                .run_settled(renew)
-                .await
-                .map_err(|e| shares.error(e))?,
-        )
+        compare_owner(shares.base.pool(), renew).await
     }
 
     async fn release(&self) -> Result<Ownership, LockError> {
         let shares = &self.shares;
         let release = || statement::<Db<A>>(&shares.release, self.row());
-        owned(
-            shares
-                .run_settled(release)
-                .await
-                .map_err(|e| shares.error(e))?,
-        )
+        compare_owner(shares.base.pool(), release).await
     }
-}
-
-/// A compare-owner statement's outcome: one matched row means it was ours.
-fn owned(rows: u64) -> Result<Ownership, LockError> {
-    Ok(match rows {
-        0 => Ownership::NotHeld,
-        _ => Ownership::Held,
-    })
-}
-
-/// A ttl in whole microseconds.
-pub(crate) fn micros(ttl: Duration) -> u64 {
-    u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// A binary name for messages: its text, with bytes that are not UTF-8 escaped.

@@ -4,59 +4,25 @@
 //! the primitive's [`Taker`] plans; between attempts a jittered poll, cut
 //! short by a release's wake-up where the adapter has them.
 
-use super::{
-    Db, HEAD_SLOT, Plan, ShareAdapter, ShareDb, ShareHandle, ShareRow, Shares, Taker, Value,
-    micros, statement,
-};
+use super::{HEAD_SLOT, Plan, ShareAdapter, ShareDb, ShareHandle, ShareRow, Shares, Taker};
 use crate::db_error::DbError;
-use crate::pool::{Conn, PoolDialect};
+use crate::poll::{FIRST_PAUSE, MAX_PAUSE, woken};
+use crate::pool::Conn;
 use crate::settle::retry_until;
+use crate::table::{Db, TableDb, Undo, Value, micros, statement, undo};
 use distlock_core::adapter::{AcquireRequest, Acquired, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, UndoFuture, random_owner};
 use distlock_core::{FencingToken, LockError};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::futures::Notified;
 
-/// The first pause after an attempt that found no room.
-const FIRST_PAUSE: Duration = Duration::from_millis(4);
-/// The longest pause: a freed share is seen within this (plus one attempt).
-const MAX_PAUSE: Duration = Duration::from_millis(250);
 /// Tokens stay below this (PostgreSQL's `BIGINT`; MySQL's insert id flags).
 const TOKEN_LIMIT: u64 = 1 << 63;
 
-/// What an abandoned acquire leaves to undo: the session whose statement was
-/// cut off, if one was (the server may not even have run it yet, and an undo
-/// that overtook it would match nothing while the statement then commits a
-/// row for nobody), and the rows of its owner.
-struct Undo<A: ShareAdapter> {
-    shares: Arc<Shares<A>>,
-    in_flight: Option<<A::Dialect as PoolDialect>::Session>,
-    mine: Vec<Value>,
-}
-
-/// Undoes an acquire given up on: deletes its owner's rows.
+/// Undoes an acquire given up on: deletes its owner's rows (after the
+/// cut-off session ended, if one was: an undo that overtook its statement
+/// would match nothing while the statement then commits a row for nobody).
 type ShareGuard<A> = CancelGuard<Undo<A>, fn(Undo<A>) -> Option<UndoFuture>>;
-
-/// Runs an [`Undo`] in the background: first ends the cut-off session (a
-/// session ends only after its statement is done, so whatever it wrote is in
-/// place), then deletes the owner's rows, retried under row-lock contention
-/// for up to the reply timeout. If it cannot run, the rows expire.
-fn undo<A: ShareAdapter>(state: Undo<A>) -> Option<UndoFuture> {
-    Some(Box::pin(async move {
-        let shares = &state.shares;
-        if let Some(session) = state.in_flight
-            && let Err(e) = shares.base.end_session(session).await
-        {
-            tracing::debug!(error = %e, "could not see a cut-off session end; undoing anyway");
-        }
-        let drop_mine = || statement::<Db<A>>(&shares.drop_owner, state.mine.clone());
-        if let Err(e) = shares.run_settled(drop_mine).await {
-            tracing::debug!(error = %e, "the undo of an abandoned acquire failed; its rows expire instead");
-        }
-    }))
-}
 
 /// The outcome of one attempt.
 enum Attempt {
@@ -89,21 +55,22 @@ impl<A: ShareAdapter> Shares<A> {
         // One owner for the whole acquire: a waiter's place, committed by one
         // attempt, is recognised as its own by the next.
         let owner = random_owner();
-        let waiter = self.base.waiter(req.key, self.primitive);
+        let waiter = self.base.waiter(req.key, Some(self.primitive));
         let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
         let mut marked = false;
         // After an attempt found no room, the next ones look without locks first.
         let mut peek = false;
         let mut mine = key.clone();
         mine.push(Value::Text(owner.clone()));
+        let drop_mine = self.drop_owner.clone();
         // Armed for the whole acquire: a committed place is undone on any exit
         // but a win.
         let undo: fn(Undo<A>) -> Option<UndoFuture> = undo;
         let mut guard: ShareGuard<A> = CancelGuard::new(
             Undo {
-                shares: self.clone(),
+                table: self.base.clone(),
                 in_flight: None,
-                mine,
+                make: Some(Box::new(move || statement(&drop_mine, mine.clone()))),
             },
             undo,
         );
@@ -178,20 +145,12 @@ impl<A: ShareAdapter> Shares<A> {
                 return Err(nothing_left(guard, marked, req.not_acquired()));
             }
             tokio::select! {
-                () = woken(notified.as_mut().map(Pin::as_mut)) => backoff.reset(),
+                () = woken(notified.as_mut().map(|n| n.as_mut())) => backoff.reset(),
                 more = backoff.pause(bound, req.wait) => if !more {
                     return Err(nothing_left(guard, marked, req.not_acquired()));
                 },
             }
         }
-    }
-}
-
-/// Until `notified` fires; never without one.
-async fn woken(notified: Option<Pin<&mut Notified<'_>>>) {
-    match notified {
-        Some(notified) => notified.await,
-        None => std::future::pending().await,
     }
 }
 

@@ -1,3 +1,0 @@
-SELECT name, owner FROM "{table}"
- WHERE namespace = $1 AND starts_with(name, $2) AND owner IS NOT NULL AND expires_at > now()
- ORDER BY name

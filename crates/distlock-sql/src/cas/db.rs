@@ -1,0 +1,185 @@
+//! `version_cas`'s steps whose SQL or replies differ per database: each names
+//! its statements (files in `sql/<db>/cas_*.sql`) and reads the CAS's answer
+//! (MySQL through `LAST_INSERT_ID`, with [`HELD_FLAG`] for "held, µs left";
+//! PostgreSQL through `RETURNING`) and the rows inspection reads.
+
+use crate::db::BoxFuture;
+use crate::db_error::DbError;
+use crate::pool::{Conn, PoolDialect, Statement};
+use crate::shares::display_name;
+use crate::table::{TableDb, remaining};
+use sqlx::{MySql, Postgres, Row};
+use std::time::Duration;
+
+/// MySQL's insert id that marks "held by someone else"; the low bits carry
+/// the holder's remaining microseconds. Fences never get near 2^63.
+pub const HELD_FLAG: u64 = 1 << 63;
+
+/// The statements of a `version_cas` table on one database. `{table}` is the
+/// lock table, `{channel}` its NOTIFY channel (PostgreSQL: its name).
+#[derive(Debug)]
+pub struct CasSql {
+    /// One CAS on a free or expired row. Binds: owner, ttl µs, key.
+    pub acquire: &'static str,
+    /// Creates the persistent row of a name, once, fence seeded from the
+    /// server clock. Binds: key.
+    pub insert_row: &'static str,
+    /// Compares owner and fence. Binds: ttl µs, key, owner, token.
+    pub renew: &'static str,
+    /// Clears the owner and keeps the row, so the fence never resets (and
+    /// notifies). Binds: key, owner, token.
+    pub release: &'static str,
+    /// Frees a row an abandoned acquire may have won: its reply never came,
+    /// so only the owner is known. Binds: key, owner.
+    pub abandon: &'static str,
+    /// A live holder's owner, fence and remaining µs. Binds: key.
+    pub holder_row: &'static str,
+    /// Owned rows: name and owner. Binds: names, whether expired ones count.
+    pub owned_rows: &'static str,
+    /// An operator's force-unlock: clears the owner, keeps the fence (and
+    /// notifies). Binds: key.
+    pub clear_owner: &'static str,
+}
+
+/// What the CAS answered.
+#[derive(Debug)]
+pub enum Reply {
+    /// Won with this token.
+    Won(u64),
+    /// Held for about this much more.
+    Held(Duration),
+    /// The name has no row yet.
+    NoRow,
+}
+
+/// A live holder's row, as inspection reads it.
+#[derive(Debug)]
+pub struct HolderRow {
+    /// Its owner value.
+    pub owner: String,
+    /// Its fence.
+    pub fence: Option<u64>,
+    /// Time left by the server clock.
+    pub remaining: Duration,
+}
+
+/// A database `version_cas` runs on.
+pub trait CasDb: TableDb {
+    /// Its statements.
+    const CAS: CasSql;
+
+    /// Runs the CAS and reads its answer.
+    fn cas<D: PoolDialect<Database = Self>>(
+        conn: &mut Conn<D>,
+        query: Statement<Self>,
+    ) -> BoxFuture<'_, Result<Reply, DbError>>;
+
+    /// Decodes a `holder_row` row.
+    fn holder_row(row: &Self::Row) -> Result<HolderRow, sqlx::Error>;
+
+    /// Decodes an `owned_rows` row: the name (for messages) and the owner.
+    fn owned_row(row: &Self::Row) -> Result<(String, String), sqlx::Error>;
+}
+
+impl CasDb for MySql {
+    const CAS: CasSql = CasSql {
+        acquire: include_str!("../sql/mysql/cas_acquire.sql"),
+        insert_row: include_str!("../sql/mysql/cas_insert_row.sql"),
+        renew: include_str!("../sql/mysql/cas_renew.sql"),
+        release: include_str!("../sql/mysql/cas_release.sql"),
+        abandon: include_str!("../sql/mysql/cas_abandon.sql"),
+        holder_row: include_str!("../sql/mysql/cas_holder_row.sql"),
+        owned_rows: include_str!("../sql/mysql/cas_owned_rows.sql"),
+        clear_owner: include_str!("../sql/mysql/cas_clear_owner.sql"),
+    };
+
+    /// The insert id: `fence + 1` (the token) if won; `HELD_FLAG | remaining
+    /// µs` if held; 0 if the row is absent. sqlx sets `CLIENT_FOUND_ROWS`, so
+    /// the matched-row count is checked only beside a token.
+    fn cas<D: PoolDialect<Database = MySql>>(
+        conn: &mut Conn<D>,
+        query: Statement<MySql>,
+    ) -> BoxFuture<'_, Result<Reply, DbError>> {
+        Box::pin(async move {
+            let done = conn.execute(query).await?;
+            match done.last_insert_id() {
+                0 => Ok(Reply::NoRow),
+                id if id & HELD_FLAG != 0 => Ok(Reply::Held(held_for(id))),
+                token if done.rows_affected() == 1 => Ok(Reply::Won(token)),
+                token => Err(DbError::Protocol(format!(
+                    "the CAS returned token {token} but matched {} rows",
+                    done.rows_affected()
+                ))),
+            }
+        })
+    }
+
+    fn holder_row(row: &<MySql as sqlx::Database>::Row) -> Result<HolderRow, sqlx::Error> {
+        let owner: Vec<u8> = row.try_get(0)?;
+        Ok(HolderRow {
+            owner: String::from_utf8_lossy(&owner).into_owned(),
+            fence: Some(row.try_get(1)?),
+            remaining: remaining(row.try_get(2)?),
+        })
+    }
+
+    fn owned_row(row: &<MySql as sqlx::Database>::Row) -> Result<(String, String), sqlx::Error> {
+        let (name, owner): (Vec<u8>, Vec<u8>) = (row.try_get(0)?, row.try_get(1)?);
+        Ok((
+            display_name(&name),
+            String::from_utf8_lossy(&owner).into_owned(),
+        ))
+    }
+}
+
+impl CasDb for Postgres {
+    const CAS: CasSql = CasSql {
+        acquire: include_str!("../sql/postgres/cas_acquire.sql"),
+        insert_row: include_str!("../sql/postgres/cas_insert_row.sql"),
+        renew: include_str!("../sql/postgres/cas_renew.sql"),
+        release: include_str!("../sql/postgres/cas_release.sql"),
+        abandon: include_str!("../sql/postgres/cas_abandon.sql"),
+        holder_row: include_str!("../sql/postgres/cas_holder_row.sql"),
+        owned_rows: include_str!("../sql/postgres/cas_owned_rows.sql"),
+        clear_owner: include_str!("../sql/postgres/cas_clear_owner.sql"),
+    };
+
+    /// One row: the token (`RETURNING fence`) or NULL, and the holder's
+    /// remaining µs or NULL when the row is absent.
+    fn cas<D: PoolDialect<Database = Postgres>>(
+        conn: &mut Conn<D>,
+        query: Statement<Postgres>,
+    ) -> BoxFuture<'_, Result<Reply, DbError>> {
+        Box::pin(async move {
+            let row = conn.fetch_one(query).await?;
+            let token: Option<i64> = row.try_get(0).map_err(DbError::Sql)?;
+            let left: Option<i64> = row.try_get(1).map_err(DbError::Sql)?;
+            match (token, left) {
+                (Some(token), _) => u64::try_from(token)
+                    .map(Reply::Won)
+                    .map_err(|_| DbError::Protocol(format!("the CAS returned token {token}"))),
+                (None, Some(left)) => Ok(Reply::Held(remaining(left))),
+                (None, None) => Ok(Reply::NoRow),
+            }
+        })
+    }
+
+    fn holder_row(row: &<Postgres as sqlx::Database>::Row) -> Result<HolderRow, sqlx::Error> {
+        let fence: i64 = row.try_get(1)?;
+        Ok(HolderRow {
+            owner: row.try_get(0)?,
+            fence: u64::try_from(fence).ok(),
+            remaining: remaining(row.try_get(2)?),
+        })
+    }
+
+    fn owned_row(row: &<Postgres as sqlx::Database>::Row) -> Result<(String, String), sqlx::Error> {
+        Ok((row.try_get(0)?, row.try_get(1)?))
+    }
+}
+
+/// A MySQL reply that says the row is held, with the holder's remaining µs
+/// below [`HELD_FLAG`].
+pub fn held_for(reply: u64) -> Duration {
+    Duration::from_micros(reply & !HELD_FLAG)
+}

@@ -1,0 +1,183 @@
+//! `version_cas`, written once for both databases: the row persists and its
+//! `fence` column is the version. Not a stable API.
+//!
+//! Invariant: only the CAS `UPDATE` sets `owner`, and it raises `fence` in the
+//! same statement (which hands the token back in the same round trip: MySQL's
+//! `LAST_INSERT_ID(fence + 1)`, PostgreSQL's `RETURNING fence`), so every
+//! holder's token exceeds every earlier holder's. Release clears `owner` but
+//! keeps the row, so the fence never resets (on PostgreSQL it notifies the
+//! table's channel in the same statement). In steady state a cycle is two
+//! statements: the CAS and the release (the row insert runs only when the CAS
+//! found no row). Waiting is `poll`'s, each attempt with an owner value of
+//! its own.
+
+mod db;
+
+pub use db::{CasDb, CasSql, HELD_FLAG, HolderRow, Reply, held_for};
+
+use crate::db_error::DbError;
+use crate::poll::{Attempt, Bid, Contender, OwnerChecked, Polling, floor_cycle};
+use crate::pool::{Conn, PoolDialect, Statement};
+use crate::table::{Db, LockTable, Names, TableDb, Value, micros, render, run_settled, statement};
+use async_trait::async_trait;
+use distlock_core::toolkit::Holder;
+use distlock_core::{FencingToken, LockError, LockKey};
+use sqlx::SqlStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often one attempt re-inserts a row that keeps vanishing (an operator
+/// deleting it in a loop) before it reports the lock as busy.
+const ROW_INSERTS: usize = 3;
+
+/// A lock table whose database runs `version_cas`.
+pub trait CasTable: LockTable<Dialect: PoolDialect<Database: CasDb>> {}
+
+impl<T: LockTable<Dialect: PoolDialect<Database: CasDb>>> CasTable for T {}
+
+/// The `version_cas` statements of one lock table, rendered once.
+#[derive(Debug, Clone)]
+pub struct CasStatements {
+    rows: OwnerChecked,
+    cas: Cas,
+    holder_row: SqlStr,
+    owned_rows: SqlStr,
+    clear_owner: SqlStr,
+}
+
+impl CasStatements {
+    /// The statements of `lock_table` on `DB`.
+    pub fn new<DB: CasDb>(lock_table: &str) -> Self {
+        let names = [("table", lock_table), ("channel", lock_table)];
+        let sql = |template| render(template, &names);
+        let all = &DB::CAS;
+        CasStatements {
+            rows: OwnerChecked {
+                renew: sql(all.renew),
+                release: sql(all.release),
+                abandon: sql(all.abandon),
+                with_fence: true,
+            },
+            cas: Cas {
+                acquire: sql(all.acquire),
+                insert_row: sql(all.insert_row),
+            },
+            holder_row: sql(all.holder_row),
+            owned_rows: sql(all.owned_rows),
+            clear_owner: sql(all.clear_owner),
+        }
+    }
+
+    /// A `version_cas` client's backend on `table`.
+    pub fn backend<A: CasTable>(&self, table: Arc<A>) -> Polling<A, Cas> {
+        Polling::new(table, self.cas.clone(), self.rows.clone())
+    }
+
+    /// One CAS and the release, on one connection, as a benchmark's floor:
+    /// `Ok(false)` when the row was held.
+    pub async fn floor_cycle<A: CasTable>(
+        &self,
+        table: &A,
+        key: &LockKey,
+        ttl: Duration,
+    ) -> Result<bool, DbError> {
+        floor_cycle(table, &self.cas, &self.rows, key, ttl).await
+    }
+
+    /// The live holder of `key`'s row: its owner, token and time left.
+    pub async fn holder<A: CasTable>(
+        &self,
+        table: &A,
+        key: &LockKey,
+    ) -> Result<Option<Holder>, LockError> {
+        let read = statement(&self.holder_row, table.key(key));
+        let found = async {
+            let rows = fetch_all(table, read).await?;
+            let first = rows.first().map(Db::<A>::holder_row).transpose();
+            first.map_err(DbError::Sql)
+        };
+        let found = found.await.map_err(|e| table.pool().error(e))?;
+        Ok(found.map(|found| {
+            let token = found.fence.map(FencingToken::new);
+            Holder::new(found.owner, token, Some(found.remaining))
+        }))
+    }
+
+    /// Every owned row under `prefix`, as residue lines; an expired owner
+    /// counts too when `expired_too` (a row that exists only while held).
+    pub async fn residue<A: CasTable>(
+        &self,
+        table: &A,
+        prefix: &str,
+        expired_too: bool,
+    ) -> Result<Vec<String>, LockError> {
+        let mut values = table.names(Names::Under(prefix));
+        values.push(Value::Flag(expired_too));
+        let found = async {
+            let rows = fetch_all(table, statement(&self.owned_rows, values)).await?;
+            let owned = rows.iter().map(Db::<A>::owned_row);
+            owned.collect::<Result<Vec<_>, _>>().map_err(DbError::Sql)
+        };
+        let found = found.await.map_err(|e| table.pool().error(e))?;
+        let line = |(name, owner)| format!("row `{name}` owned by {owner}");
+        Ok(found.into_iter().map(line).collect())
+    }
+
+    /// An operator's force-unlock: clears the owner of `key`'s row. The fence
+    /// stays in the row, so the next holder's token is higher.
+    pub async fn clear_owner<A: CasTable>(
+        &self,
+        table: &A,
+        key: &LockKey,
+    ) -> Result<bool, LockError> {
+        let values = table.key(key);
+        let clear = || statement(&self.clear_owner, values.clone());
+        let pool = table.pool();
+        Ok(run_settled(pool, clear).await.map_err(|e| pool.error(e))? > 0)
+    }
+}
+
+/// Runs `read` on a connection of `table`'s pool.
+async fn fetch_all<A: LockTable>(
+    table: &A,
+    read: Statement<Db<A>>,
+) -> Result<Vec<<Db<A> as sqlx::Database>::Row>, DbError> {
+    let mut conn = Db::<A>::connection(table.pool()).await?;
+    Db::<A>::fetch_all(&mut conn, read).await
+}
+
+/// `version_cas`'s attempts: the CAS, inserting the row first when it has
+/// none.
+#[derive(Debug, Clone)]
+pub struct Cas {
+    acquire: SqlStr,
+    insert_row: SqlStr,
+}
+
+#[async_trait]
+impl<A: CasTable> Contender<A> for Cas {
+    async fn attempt(
+        &mut self,
+        _table: &A,
+        bid: &Bid<'_>,
+        conn: &mut Conn<A::Dialect>,
+    ) -> Result<Attempt, DbError> {
+        for _ in 0..ROW_INSERTS {
+            let sent_at = Instant::now();
+            let bids = [Value::Text(bid.owner.clone()), Value::Int(micros(bid.ttl))];
+            let cas = statement(&self.acquire, bid.values(&bids, &[]));
+            match Db::<A>::cas(conn, cas).await? {
+                Reply::Won(token) => return Ok(Attempt::Won { token, sent_at }),
+                Reply::Held(remaining) => return Ok(Attempt::Held { remaining }),
+                Reply::NoRow => {
+                    // No row yet: create it (fence seeded from the server clock) and CAS again.
+                    let insert = statement(&self.insert_row, bid.values(&[], &[]));
+                    Db::<A>::run(conn, insert).await?;
+                }
+            }
+        }
+        Ok(Attempt::Held {
+            remaining: Duration::ZERO,
+        })
+    }
+}

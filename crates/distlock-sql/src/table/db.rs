@@ -1,0 +1,101 @@
+//! The values statements bind, and the steps every table runs alike on both
+//! databases: binding a value (PostgreSQL has no unsigned integers: `BIGINT`
+//! there), taking a connection and running one statement.
+
+use crate::db::{BoxFuture, SqlDatabase};
+use crate::db_error::DbError;
+use crate::pool::{Conn, Pool, PoolDialect, Statement};
+use sqlx::{MySql, Postgres};
+
+/// One bound value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// Bytes (MySQL's binary names).
+    Bytes(Vec<u8>),
+    /// Text (owners, PostgreSQL's namespace and names).
+    Text(String),
+    /// An unsigned number (slot, token, ttl µs).
+    Int(u64),
+    /// A number or NULL (a semaphore's limit).
+    MaybeInt(Option<u64>),
+    /// A flag.
+    Flag(bool),
+}
+
+/// A database the tables run on. Its methods run one statement on a
+/// connection of an adapter's pool.
+pub trait TableDb: SqlDatabase {
+    /// `query` with `value` bound next.
+    fn bind(query: Statement<Self>, value: Value) -> Statement<Self>;
+
+    /// A connection of `pool`.
+    fn connection<D: PoolDialect<Database = Self>>(
+        pool: &Pool<D>,
+    ) -> BoxFuture<'_, Result<Conn<D>, DbError>>;
+
+    /// Runs `query`, returning the rows it changed (or returned).
+    fn run<D: PoolDialect<Database = Self>>(
+        conn: &mut Conn<D>,
+        query: Statement<Self>,
+    ) -> BoxFuture<'_, Result<u64, DbError>>;
+
+    /// Runs `query`, returning its rows.
+    fn fetch_all<D: PoolDialect<Database = Self>>(
+        conn: &mut Conn<D>,
+        query: Statement<Self>,
+    ) -> BoxFuture<'_, Result<Vec<Self::Row>, DbError>>;
+}
+
+/// The steps both databases run alike (only the types differ).
+macro_rules! common_steps {
+    ($db:ty) => {
+        fn connection<D: PoolDialect<Database = $db>>(
+            pool: &Pool<D>,
+        ) -> BoxFuture<'_, Result<Conn<D>, DbError>> {
+            Box::pin(pool.get())
+        }
+
+        fn run<D: PoolDialect<Database = $db>>(
+            conn: &mut Conn<D>,
+            query: Statement<$db>,
+        ) -> BoxFuture<'_, Result<u64, DbError>> {
+            Box::pin(async move { Ok(conn.execute(query).await?.rows_affected()) })
+        }
+
+        fn fetch_all<D: PoolDialect<Database = $db>>(
+            conn: &mut Conn<D>,
+            query: Statement<$db>,
+        ) -> BoxFuture<'_, Result<Vec<<$db as sqlx::Database>::Row>, DbError>> {
+            Box::pin(conn.fetch_all(query))
+        }
+    };
+}
+
+impl TableDb for MySql {
+    fn bind(query: Statement<MySql>, value: Value) -> Statement<MySql> {
+        match value {
+            Value::Bytes(bytes) => query.bind(bytes),
+            Value::Text(text) => query.bind(text),
+            Value::Int(n) => query.bind(n),
+            Value::MaybeInt(n) => query.bind(n),
+            Value::Flag(flag) => query.bind(flag),
+        }
+    }
+
+    common_steps!(MySql);
+}
+
+impl TableDb for Postgres {
+    fn bind(query: Statement<Postgres>, value: Value) -> Statement<Postgres> {
+        let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        match value {
+            Value::Bytes(bytes) => query.bind(bytes),
+            Value::Text(text) => query.bind(text),
+            Value::Int(n) => query.bind(signed(n)),
+            Value::MaybeInt(n) => query.bind(n.map(signed)),
+            Value::Flag(flag) => query.bind(flag),
+        }
+    }
+
+    common_steps!(Postgres);
+}

@@ -47,6 +47,9 @@ pub(crate) struct Table {
     pub cas: CasStatements,
     /// Autocommit connections for single statements.
     pub pool: Pool,
+    /// Connections that hold a `for_update` lock's transaction, one per held
+    /// or waiting lock.
+    pub holders: Pool,
     /// The server, without credentials, for messages.
     pub endpoint: String,
 }
@@ -58,6 +61,7 @@ impl Table {
         strategy: Strategy,
         name: TableName,
         pool: Pool,
+        holders: Pool,
         endpoint: String,
         create: bool,
     ) -> Result<Table, LockError> {
@@ -112,6 +116,7 @@ impl Table {
             cas: CasStatements::new::<MySql>(name.as_str()),
             name,
             pool,
+            holders,
             endpoint,
         })
     }

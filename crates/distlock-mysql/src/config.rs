@@ -117,12 +117,12 @@ impl MySqlConfig {
         let holder_setup = &[HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT];
         let (pool, holders) = base.pools::<Thread>(&[ROW_LOCK_WAIT], holder_setup, true);
         let create = base.settings.create_table;
-        let table = Table::open(base.strategy, table, pool, base.endpoint(), create).await?;
-        let table = Arc::new(table);
+        let table = Table::open(base.strategy, table, pool, holders, base.endpoint(), create);
+        let table = Arc::new(table.await?);
         let name = table.name.as_str();
         let semaphores = Shares::open(table.clone(), name, Primitive::Semaphore, create).await?;
         let rwlocks = Shares::open(table.clone(), name, Primitive::RwLock, create).await?;
-        lock::client(table, holders, base.settings.defaults, semaphores, rwlocks)
+        lock::client(table, base.settings.defaults, semaphores, rwlocks)
     }
 }
 

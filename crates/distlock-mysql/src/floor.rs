@@ -3,19 +3,16 @@
 //! polling), the floor a lock cycle is compared with, and the server's own
 //! count of the statements it ran (`Questions`).
 //!
-//! `for_update` runs its floor on its holder connections (autocommit off), so
-//! its backend implements [`Inspect`] itself, forwarding the rest to the table.
+//! `for_update` runs its floor on the holder connections (autocommit off).
 
 use crate::backend::Table;
 use crate::error::DbError;
-use crate::for_update::ForUpdate;
 use crate::keys::row_name;
 use crate::protocol::{END_TRANSACTION, Strategy};
 use crate::unique_insert::Insert;
-use async_trait::async_trait;
+use distlock_core::LockKey;
 use distlock_core::adapter::WaitUntil;
-use distlock_core::toolkit::{Floor, Holder, Inspect};
-use distlock_core::{LockError, LockKey};
+use distlock_core::toolkit::Floor;
 use distlock_sql::poll::floor_cycle;
 use sqlx::Row;
 use std::time::{Duration, Instant};
@@ -44,9 +41,7 @@ impl Table {
             Strategy::UniqueInsert => {
                 floor_cycle(self, &Insert::default(), &Insert::rows(self), key, ttl).await
             }
-            Strategy::ForUpdate => Err(DbError::Protocol(
-                "for_update's floor runs on its holder connections".into(),
-            )),
+            Strategy::ForUpdate => self.for_update_floor_cycle(key).await.map(|()| true),
         }
     }
 
@@ -59,15 +54,13 @@ impl Table {
             .parse()
             .map_err(|_| DbError::Protocol(format!("Questions is {value:?}")))
     }
-}
 
-impl ForUpdate {
-    /// The locking `UPDATE` on a holder connection, the counter bump on an
-    /// autocommit one, and the `ROLLBACK` that frees the row, as a lock cycle
-    /// sends them. A held row is waited for (InnoDB's queue, up to the session's
-    /// lock wait timeout), so give it a key nobody holds.
-    async fn floor_cycle(&self, key: &LockKey) -> Result<(), DbError> {
-        let (table, row) = (&self.table, row_name(key));
+    /// `for_update`'s: the locking `UPDATE` on a holder connection, the counter
+    /// bump on an autocommit one, and the `ROLLBACK` that frees the row, as a
+    /// lock cycle sends them. A held row is waited for (InnoDB's queue, up to
+    /// the session's lock wait timeout), so give it a key nobody holds.
+    async fn for_update_floor_cycle(&self, key: &LockKey) -> Result<(), DbError> {
+        let (table, row) = (self, row_name(key));
         let limit = self.holders.timeout();
         // Dropped on an error inside a transaction, it is closed, not pooled,
         // and the server rolls back.
@@ -85,47 +78,5 @@ impl ForUpdate {
         conn.execute(sqlx::query(END_TRANSACTION)).await?;
         conn.holds_nothing();
         Ok(())
-    }
-}
-
-/// The table's inspection, with `for_update`'s own floor.
-#[async_trait]
-impl Inspect for ForUpdate {
-    async fn holder(&self, key: &LockKey) -> Result<Option<Holder>, LockError> {
-        self.table.holder(key).await
-    }
-
-    async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        self.table.residue(prefix).await
-    }
-
-    async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {
-        self.table.delete_holder(key).await
-    }
-
-    async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
-        self.table.pitfalls().await
-    }
-
-    fn ping_name(&self) -> Option<&'static str> {
-        self.table.ping_name()
-    }
-
-    async fn ping(&self) -> Result<(), LockError> {
-        self.table.ping().await
-    }
-
-    fn floor(&self) -> Option<Floor> {
-        Some(Strategy::ForUpdate.floor())
-    }
-
-    async fn floor_cycle(&self, key: &LockKey, _ttl: Duration) -> Result<(), LockError> {
-        ForUpdate::floor_cycle(self, key)
-            .await
-            .map_err(|e| self.table.error(e))
-    }
-
-    async fn server_requests(&self) -> Result<Option<u64>, LockError> {
-        self.table.server_requests().await
     }
 }

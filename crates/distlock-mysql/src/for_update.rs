@@ -28,16 +28,17 @@
 //!   abandoned lease, rolled back after its ttl and checked.
 
 use crate::backend::{Table, retry_until};
-use crate::error::{BACKEND, DbError, code};
-use crate::holder_session::Session;
+use crate::error::{DbError, code};
 use crate::keys::row_name;
-use crate::pool::{Conn, Pool};
-use crate::protocol::{END_TRANSACTION, KEEPALIVE};
+use crate::pool::{Conn, Pool, Statement, Thread};
+use crate::protocol::{END_TRANSACTION, IN_TRANSACTION, KEEPALIVE};
 use async_trait::async_trait;
-use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
+use distlock_core::adapter::{AcquireRequest, Acquired, WaitUntil};
 use distlock_core::toolkit::Inspect;
 use distlock_core::{Capabilities, FencingToken, LockError};
-use distlock_sql::held::HeldConnection;
+use distlock_sql::held::{HeldSession, SessionLock, Taken, holder_connection};
+use distlock_sql::pool::BoxFuture;
+use sqlx::Row;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,12 +63,10 @@ impl From<LockError> for Try {
     }
 }
 
-/// A `for_update` client's backend.
+/// A `for_update` client's part of its [`HeldLock`](distlock_sql::held::HeldLock) backend.
 #[derive(Debug)]
 pub(crate) struct ForUpdate {
     pub table: Arc<Table>,
-    /// Connections that hold a lock's transaction, one per held or waiting lock.
-    pub holders: Pool,
 }
 
 /// The instant a lease's validity is measured from, once the row lock is held.
@@ -95,22 +94,24 @@ async fn restart_validity(
 }
 
 #[async_trait]
-impl Backend for ForUpdate {
-    type Handle = Session;
-
-    fn name(&self) -> &'static str {
-        BACKEND
-    }
+impl SessionLock for ForUpdate {
+    type Dialect = Thread;
+    /// Nothing: the connection's transaction is the lock.
+    type Held = ();
 
     fn capabilities(&self) -> Capabilities {
         self.table.strategy.capabilities()
     }
 
-    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<Session>, LockError> {
+    fn holders(&self) -> &Pool {
+        &self.table.holders
+    }
+
+    async fn take(&self, req: &AcquireRequest<'_>) -> Result<Taken<Self>, LockError> {
         let mut ended = 0;
         loop {
-            match self.try_acquire(&req).await {
-                Ok(acquired) => return Ok(acquired),
+            match self.try_acquire(req).await {
+                Ok(taken) => return Ok(taken),
                 Err(Try::Failed(e)) => return Err(e),
                 Err(Try::SessionEnded(e)) if ended < SESSIONS_ENDED_MAX => {
                     ended += 1;
@@ -134,39 +135,32 @@ impl Backend for ForUpdate {
         }
     }
 
-    /// The keepalive: a round trip on the held connection. It resets the server's
-    /// idle timer (`wait_timeout`) and proves the session, and so the lock, is
-    /// alive. (The chaos run saw a release's `ROLLBACK` read the reply of a
-    /// keepalive dropped mid-statement, and sqlx panic decoding it: hence the
-    /// keepalive's own task.)
-    async fn renew(&self, session: &Session, _ttl: Duration) -> Result<Ownership, LockError> {
-        let keepalive = session.conn.keepalive(sqlx::query(KEEPALIVE));
-        keepalive.await.map_err(|e| self.table.error(e))
+    /// A round trip that resets the server's idle timer (`wait_timeout`).
+    fn keepalive(&self, _ttl: Duration) -> Statement {
+        sqlx::query(KEEPALIVE)
     }
 
     /// Release rolls the transaction back, which frees the row lock (and drops
     /// the uncommitted tag). Its OK proves the session alive and outside any
-    /// transaction, so the connection goes back to the pool.
-    async fn release(&self, session: &Session) -> Result<Ownership, LockError> {
-        let released = session.conn.release(sqlx::query(END_TRANSACTION), |_| true);
-        released.await.map_err(|e| self.table.error(e))
+    /// transaction.
+    fn release(&self, _: &()) -> Statement {
+        sqlx::query(END_TRANSACTION)
     }
 
-    fn inspect(&self) -> Option<&dyn Inspect> {
-        // The table's, plus a floor on the holder connections (`floor.rs`).
-        Some(self)
+    fn end_abandoned(conn: Conn) -> BoxFuture<'static, ()> {
+        Box::pin(end_abandoned(conn))
+    }
+
+    fn inspect(&self) -> &dyn Inspect {
+        &*self.table
     }
 }
 
 impl ForUpdate {
     /// One try: wait for the row lock, raise the counter, hand the lease over.
-    async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<Acquired<Session>, Try> {
+    async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<Taken<Self>, Try> {
         let no_wait = req.wait == WaitUntil::No;
-        let mut conn = tokio::select! {
-            biased;
-            conn = self.holders.get() => conn.map_err(|e| self.table.error(e))?,
-            _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired().into()),
-        };
+        let mut conn = holder_connection(&self.table.holders, req).await?;
         let row = row_name(req.key);
         let (sent_at, kill) = self.lock_row(req, &mut conn, &row).await?;
         // The row lock is ours. Raise the counter elsewhere: this transaction's
@@ -203,10 +197,7 @@ impl ForUpdate {
         };
         kill.disarm();
         Ok(Acquired {
-            handle: Session {
-                conn: HeldConnection::new(conn),
-                ttl: req.ttl,
-            },
+            handle: HeldSession::new(conn, (), req.ttl),
             token: FencingToken::new(token),
             sent_at,
         })
@@ -237,4 +228,27 @@ impl ForUpdate {
 /// server, or killed), not for want of a reply: whatever it held was given back.
 fn session_ended(e: &DbError) -> bool {
     matches!(e, DbError::Sql(sqlx::Error::Io(_))) || e.number() == Some(code::CONNECTION_KILLED)
+}
+
+/// An abandoned holder's transaction, once its ttl is over (until then it keeps
+/// others out, as the other strategies' rows do): roll back, then check that no
+/// transaction is open, and only then let the pool have the connection. Any
+/// failure (the server already closed the idle session, no such check on
+/// MySQL) closes it instead (it counts as in a transaction, so the pool never
+/// takes it back).
+async fn end_abandoned(mut conn: Conn) {
+    let ended = async {
+        conn.execute(sqlx::query(END_TRANSACTION)).await?;
+        let row = conn.fetch_one(sqlx::query(IN_TRANSACTION)).await?;
+        Ok::<_, DbError>(row.try_get::<i64, _>(0).map_err(DbError::Sql)? == 0)
+    };
+    match ended.await {
+        Ok(true) => conn.holds_nothing(),
+        Ok(false) => {
+            tracing::warn!("an abandoned for_update session is still in a transaction; closing it")
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "an abandoned for_update session could not be ended; closing it")
+        }
+    }
 }

@@ -85,11 +85,12 @@
 //! strategies, each its own `Backend`: `version_cas` is distlock-sql's
 //! (written once for MySQL and PostgreSQL, with its SQL in distlock-sql's
 //! `src/sql/mysql/cas_*.sql`), `unique_insert` (its attempts, on
-//! distlock-sql's polling loop) and `for_update` (its held connection in
-//! `holder_session`, its wait in `row_queue`) → `backend` (the lock table
-//! they share, and what distlock-sql's code written once gets from it: row
-//! names, `KILL` for a cut-off attempt, no wake-ups) → `pool` (connections)
-//! → `protocol` (the SQL, in `sql/`) → `keys` (row layout), `error`.
+//! distlock-sql's polling loop) and `for_update` (its part of distlock-sql's
+//! session-held `HeldLock`, its wait in `row_queue`) → `backend` (the lock
+//! table they share, and what distlock-sql's code written once gets from it:
+//! row names, `KILL` for a cut-off attempt, no wake-ups) → `pool`
+//! (connections) → `protocol` (the SQL, in `sql/`) → `keys` (row layout),
+//! `error`.
 //! `inspect` implements `Inspect` on the table; `floor` adds the benchmarks'
 //! floor (each strategy's statements with nothing around them) and the
 //! server's statement count. The semaphore and read-write lock are
@@ -102,7 +103,6 @@ mod config;
 mod error;
 mod floor;
 mod for_update;
-mod holder_session;
 mod inspect;
 mod keys;
 mod lock;

@@ -6,24 +6,22 @@
 
 use crate::backend::Table;
 use crate::for_update::ForUpdate;
-use crate::pool::Pool;
 use crate::protocol::Strategy;
 use crate::unique_insert::Insert;
 use distlock_core::adapter::{Backend, BackendLock};
 use distlock_core::{AcquireOptions, DynLock, LockError};
+use distlock_sql::held::HeldLock;
 use distlock_sql::poll::Polling;
 use distlock_sql::shares::Shares;
 use distlock_sql::shares::rwlock::SqlRwLock;
 use distlock_sql::shares::semaphore::SqlSemaphore;
 use std::sync::Arc;
 
-/// A client of `table`'s strategy; `holders` are `for_update`'s connections,
-/// `defaults` its [`DistributedLock::default_options`](distlock_core::DistributedLock::default_options),
+/// A client of `table`'s strategy; `defaults` its [`DistributedLock::default_options`](distlock_core::DistributedLock::default_options),
 /// and the two share tables those of its semaphore and read-write lock (the
 /// same for every strategy).
 pub(crate) fn client(
     table: Arc<Table>,
-    holders: Pool,
     defaults: AcquireOptions,
     semaphores: Arc<Shares<Table>>,
     rwlocks: Arc<Shares<Table>>,
@@ -40,7 +38,7 @@ pub(crate) fn client(
             let insert = Polling::new(table, Insert::default(), rows);
             lock(insert, semaphore, rwlock, defaults)
         }
-        Strategy::ForUpdate => lock(ForUpdate { table, holders }, semaphore, rwlock, defaults),
+        Strategy::ForUpdate => lock(HeldLock(ForUpdate { table }), semaphore, rwlock, defaults),
     }
 }
 

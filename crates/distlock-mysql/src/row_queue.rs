@@ -81,7 +81,7 @@ impl ForUpdate {
                 // must not hand it out past that.
                 thread.idle_limit = Some(Duration::from_secs(timeouts.1));
             }
-            let reply_within = Duration::from_secs(timeouts.0) + self.holders.timeout();
+            let reply_within = Duration::from_secs(timeouts.0) + self.table.holders.timeout();
             let sent_at = Instant::now();
             // Dropped armed on every early return below: a deadline reached
             // mid-statement, or a failure with the transaction's state unknown.

@@ -27,12 +27,13 @@
 use crate::backend::{Table, Undo, undo};
 use crate::error::{BACKEND, DbError};
 use crate::keys::advisory_key;
-use crate::pool::{Conn, Pool};
+use crate::pool::{Conn, Pool, Statement};
+use crate::session::Session;
 use async_trait::async_trait;
-use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
+use distlock_core::adapter::{AcquireRequest, Acquired, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, Inspect};
 use distlock_core::{Capabilities, FencingToken, LockError};
-use distlock_sql::held::HeldConnection;
+use distlock_sql::held::{HeldSession, SessionLock, Taken, holder_connection};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 use std::sync::Arc;
@@ -44,7 +45,7 @@ const FIRST_PAUSE: Duration = Duration::from_millis(4);
 /// holder notifies nothing) is seen within this.
 const MAX_PAUSE: Duration = Duration::from_millis(250);
 
-/// An `advisory` client's backend.
+/// An `advisory` client's part of its [`HeldLock`](distlock_sql::held::HeldLock) backend.
 #[derive(Debug)]
 pub(crate) struct Advisory {
     pub table: Arc<Table>,
@@ -52,14 +53,12 @@ pub(crate) struct Advisory {
     pub holders: Pool,
 }
 
-/// What a held lock keeps: the connection whose session holds it.
+/// What the release of a held lock names: its key, and the payload its
+/// `NOTIFY` wakes the name's waiters with.
 #[derive(Debug)]
-pub(crate) struct Session {
-    conn: HeldConnection<crate::session::Session>,
+pub(crate) struct Unlock {
     key: i64,
     payload: String,
-    /// The ttl it was acquired with: how long an abandoned session is kept.
-    ttl: Duration,
 }
 
 /// What one attempt found.
@@ -86,25 +85,22 @@ fn idle_timeout(ttl: Duration) -> String {
 }
 
 #[async_trait]
-impl Backend for Advisory {
-    type Handle = Session;
-
-    fn name(&self) -> &'static str {
-        BACKEND
-    }
+impl SessionLock for Advisory {
+    type Dialect = Session;
+    type Held = Unlock;
 
     fn capabilities(&self) -> Capabilities {
         self.table.strategy.capabilities()
     }
 
-    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<Session>, LockError> {
+    fn holders(&self) -> &Pool {
+        &self.holders
+    }
+
+    async fn take(&self, req: &AcquireRequest<'_>) -> Result<Taken<Self>, LockError> {
         let table = &self.table;
         let no_wait = req.wait == WaitUntil::No;
-        let mut conn = tokio::select! {
-            biased;
-            conn = self.holders.get() => conn.map_err(|e| table.error(e))?,
-            _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
-        };
+        let mut conn = holder_connection(&self.holders, req).await?;
         let key = advisory_key(&table.namespace, req.key);
         let payload = table.payload(req.key);
         let waiter = table.wakeups.waiter(&payload);
@@ -125,7 +121,7 @@ impl Backend for Advisory {
             let guard = CancelGuard::new(state, undo);
             let attempt = tokio::select! {
                 biased;
-                attempt = self.attempt(&mut conn, req.key.as_str(), key, req.ttl) => attempt,
+                attempt = attempt(table, &mut conn, req.key.as_str(), key, req.ttl) => attempt,
                 _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
             };
             match attempt {
@@ -135,12 +131,7 @@ impl Backend for Advisory {
                     })?;
                     guard.disarm();
                     return Ok(Acquired {
-                        handle: Session {
-                            conn: HeldConnection::new(conn),
-                            key,
-                            payload,
-                            ttl: req.ttl,
-                        },
+                        handle: HeldSession::new(conn, Unlock { key, payload }, req.ttl),
                         token: FencingToken::new(fence),
                         sent_at,
                     });
@@ -180,62 +171,32 @@ impl Backend for Advisory {
         }
     }
 
-    /// The keepalive: a round trip on the held connection that sets the
-    /// session's idle timeout to `ttl` again. It proves the session, and so the
-    /// lock, alive.
-    async fn renew(&self, session: &Session, ttl: Duration) -> Result<Ownership, LockError> {
-        let keepalive =
-            sqlx::query(self.table.sql.advisory_keepalive.clone()).bind(idle_timeout(ttl));
-        let keepalive = session.conn.keepalive(keepalive);
-        keepalive.await.map_err(|e| self.table.error(e))
+    /// Sets the session's idle timeout for `ttl` again.
+    fn keepalive(&self, ttl: Duration) -> Statement {
+        sqlx::query(self.table.sql.advisory_keepalive.clone()).bind(idle_timeout(ttl))
     }
 
-    /// Unlocks, notifies waiters and clears the idle timeout in one statement;
-    /// its `true` proves the session held the lock and now holds none, so the
-    /// connection goes back to the pool.
-    async fn release(&self, session: &Session) -> Result<Ownership, LockError> {
+    /// Unlocks, notifies waiters and clears the idle timeout in one statement.
+    fn release(&self, unlock: &Unlock) -> Statement {
         let t = &self.table;
-        let release = sqlx::query(t.sql.advisory_release.clone())
-            .bind(session.key)
+        sqlx::query(t.sql.advisory_release.clone())
+            .bind(unlock.key)
             .bind(t.sql.channel.clone())
-            .bind(session.payload.clone());
-        let unlocked =
-            |rows: &[PgRow]| rows.first().and_then(|row| row.try_get(0).ok()) == Some(true);
-        let released = session.conn.release(release, unlocked);
-        released.await.map_err(|e| self.table.error(e))
+            .bind(unlock.payload.clone())
     }
 
-    /// An abandoned lease must keep others out until its ttl, as on every
-    /// backend, but dropping the session would unlock at once: the connection
-    /// is kept, idle, for the ttl and then closed (which ends the session and
-    /// the lock). A crashed process closes it at once instead: the lock is
-    /// session-bound.
-    fn abandoned(&self, session: &Session) {
-        session
-            .conn
-            .abandon(session.ttl, |conn| async move { drop(conn) });
+    /// The release's `true` proves the session held the lock and now holds none.
+    fn released(rows: &[PgRow]) -> bool {
+        rows.first().and_then(|row| row.try_get(0).ok()) == Some(true)
     }
 
-    fn inspect(&self) -> Option<&dyn Inspect> {
-        Some(&*self.table)
-    }
-}
-
-impl Advisory {
-    /// One try for the lock and, when won, the counter bump, in one statement.
-    async fn attempt(
-        &self,
-        conn: &mut Conn,
-        name: &str,
-        key: i64,
-        ttl: Duration,
-    ) -> Result<Attempt, DbError> {
-        attempt(&self.table, conn, name, key, ttl).await
+    fn inspect(&self) -> &dyn Inspect {
+        &*self.table
     }
 }
 
 /// The advisory acquire statement on `conn` (which must be marked as maybe
-/// holding a lock).
+/// holding a lock): one try for the lock and, when won, the counter bump.
 pub(crate) async fn attempt(
     table: &Table,
     conn: &mut Conn,

@@ -76,12 +76,13 @@
 //! strategies, each its own `Backend`: `version_cas` is distlock-sql's
 //! (written once for MySQL and PostgreSQL, with its SQL in distlock-sql's
 //! `src/sql/postgres/cas_*.sql`, waiting on this crate's `NOTIFY` wake-ups),
-//! `advisory` → `backend` (the lock table they share, and what
-//! distlock-sql's code written once gets from it: namespace and name as the
-//! key, the session ending, wake-ups) → `ending` (ending a cut-off session
-//! by pid and start) → `pool` (connections, each knowing its `session`),
-//! `wake` (LISTEN/NOTIFY) → `protocol` (the SQL, in `sql/`) → `keys` (row
-//! layout, advisory keys), `error`. `inspect` implements `Inspect` on the
+//! `advisory` (its part of distlock-sql's session-held `HeldLock`) →
+//! `backend` (the lock table they share, and what distlock-sql's code
+//! written once gets from it: namespace and name as the key, the session
+//! ending, wake-ups) → `ending` (ending a cut-off session by pid and start) →
+//! `pool` (connections, each knowing its `session`), `wake` (LISTEN/NOTIFY)
+//! → `protocol` (the SQL, in `sql/`) → `keys` (row layout, advisory keys),
+//! `error`. `inspect` implements `Inspect` on the
 //! table. The semaphore and read-write lock are distlock-sql's too (their
 //! SQL in its `src/sql/postgres/shares_*.sql`), on the lock table's
 //! connections and wake-ups.

@@ -10,6 +10,7 @@ use crate::pool::Pool;
 use crate::protocol::Strategy;
 use distlock_core::adapter::BackendLock;
 use distlock_core::{AcquireOptions, DynLock, LockError};
+use distlock_sql::held::HeldLock;
 use distlock_sql::shares::rwlock::SqlRwLock;
 use distlock_sql::shares::semaphore::SqlSemaphore;
 use distlock_sql::shares::{Primitive, Shares};
@@ -43,7 +44,7 @@ pub(crate) async fn client(
             )
         }
         Strategy::Advisory => Arc::new(
-            BackendLock::new(Advisory { table, holders })
+            BackendLock::new(HeldLock(Advisory { table, holders }))
                 .with_lock_election()
                 .with_defaults(defaults)?,
         ),

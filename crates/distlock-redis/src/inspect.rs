@@ -7,7 +7,7 @@
 use crate::backend::RedisBackend;
 use crate::connection::info_field;
 use crate::error::CommandError;
-use crate::keys::{LockKeys, lock_key_pattern};
+use crate::keys::{LockKeys, lock_key_pattern, state_key_pattern};
 use crate::primaries::{At, every_server, scan_keys};
 use crate::protocol::{Attempt, ServerClient};
 use crate::restart::RestartGuard;
@@ -40,6 +40,17 @@ pub(crate) async fn lock_keys(
     budget: Duration,
 ) -> Result<Vec<String>, CommandError> {
     scan_keys(server, &lock_key_pattern(namespace, prefix), budget).await
+}
+
+/// Every key (lock keys, fence counters, queues, shares) on `server` of the
+/// names starting with `prefix`: the state that `state_ttl` collects.
+pub(crate) async fn state_keys(
+    server: &ServerClient,
+    namespace: &str,
+    prefix: &str,
+    budget: Duration,
+) -> Result<Vec<String>, CommandError> {
+    scan_keys(server, &state_key_pattern(namespace, prefix), budget).await
 }
 
 /// `PING`, the cheapest round trip.
@@ -279,6 +290,11 @@ impl Inspect for RedisBackend {
             found.extend(queued.await?);
         }
         Ok(found)
+    }
+
+    async fn state_records(&self, prefix: &str) -> Result<Option<usize>, LockError> {
+        let keys = state_keys(&self.server, self.namespace(), prefix, self.timeout);
+        Ok(Some(keys.await.map_err(|e| self.error(e))?.len()))
     }
 
     async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {

@@ -3,7 +3,7 @@
 
 use super::backend::RedlockBackend;
 use super::round::{self, Answers};
-use crate::inspect::{Role, lock_keys, ping, requests_served, server_pitfalls};
+use crate::inspect::{Role, lock_keys, ping, requests_served, server_pitfalls, state_keys};
 use crate::keys::LockKeys;
 use crate::protocol::Attempt;
 use async_trait::async_trait;
@@ -55,6 +55,19 @@ impl Inspect for RedlockBackend {
                 .map(FencingToken::new),
             nodes.get(self.quorum - 1).and_then(|r| r.expires_in()),
         )))
+    }
+
+    async fn state_records(&self, prefix: &str) -> Result<Option<usize>, LockError> {
+        let (namespace, prefix, budget) = (self.namespace.clone(), prefix.to_owned(), self.timeout);
+        let answers = round::on_all(&self.nodes, self.all_nodes(), budget * 4, move |node| {
+            let (namespace, prefix) = (namespace.clone(), prefix.clone());
+            async move { state_keys(&node, &namespace, &prefix, budget).await }
+        })
+        .await;
+        if !answers.failed.is_empty() {
+            return Err(self.quorum_unavailable(answers.ok.len(), answers.failed.join("; ")));
+        }
+        Ok(Some(answers.ok.iter().map(|(_, keys)| keys.len()).sum()))
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {

@@ -31,28 +31,6 @@ pub(crate) enum Role {
     ClusterPrimary { waits: bool },
 }
 
-/// The lock keys (fence counters excluded) on `server` for names starting with
-/// `prefix`.
-pub(crate) async fn lock_keys(
-    server: &ServerClient,
-    namespace: &str,
-    prefix: &str,
-    budget: Duration,
-) -> Result<Vec<String>, CommandError> {
-    scan_keys(server, &lock_key_pattern(namespace, prefix), budget).await
-}
-
-/// Every key (lock keys, fence counters, queues, shares) on `server` of the
-/// names starting with `prefix`: the state that `state_ttl` collects.
-pub(crate) async fn state_keys(
-    server: &ServerClient,
-    namespace: &str,
-    prefix: &str,
-    budget: Duration,
-) -> Result<Vec<String>, CommandError> {
-    scan_keys(server, &state_key_pattern(namespace, prefix), budget).await
-}
-
 /// `PING`, the cheapest round trip.
 pub(crate) async fn ping(server: &ServerClient, budget: Duration) -> Result<(), CommandError> {
     let _: String = server.query(budget, redis::cmd("PING").into()).await?;
@@ -280,7 +258,8 @@ impl Inspect for RedisBackend {
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        let mut found = lock_keys(&self.server, self.namespace(), prefix, self.timeout)
+        let pattern = lock_key_pattern(self.namespace(), prefix);
+        let mut found = scan_keys(&self.server, &pattern, self.timeout)
             .await
             .map_err(|e| self.error(e))?;
         if self.fair {
@@ -293,8 +272,9 @@ impl Inspect for RedisBackend {
     }
 
     async fn state_records(&self, prefix: &str) -> Result<Option<usize>, LockError> {
-        let keys = state_keys(&self.server, self.namespace(), prefix, self.timeout);
-        Ok(Some(keys.await.map_err(|e| self.error(e))?.len()))
+        let pattern = state_key_pattern(self.namespace(), prefix);
+        let keys = scan_keys(&self.server, &pattern, self.timeout).await;
+        Ok(Some(keys.map_err(|e| self.error(e))?.len()))
     }
 
     async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {

@@ -10,7 +10,7 @@ mod common;
 use common::{admin, connect, eventually, opts, raw, servers};
 use distlock_core::{DistributedLock, FencingToken, Held, LockKey, Renewal, SingleLease, Wait};
 use distlock_redis::{LockKeys, RedisLock};
-use distlock_testkit::servers::{MovableClock, RedisOptions};
+use distlock_testkit::servers::{MovableClock, RedisOptions, RedisServer};
 use std::time::Duration;
 
 /// The shortest `state_ttl`, as the URL gives it.
@@ -34,6 +34,16 @@ async fn use_once(lock: &RedisLock, key: &LockKey) -> [FencingToken; 3] {
     permit.release().await.unwrap();
     write.release().await.unwrap();
     tokens
+}
+
+/// A server of its own, a client with the shortest `state_ttl`, and the
+/// server's names of `name`.
+async fn on_own_server(name: &str) -> (RedisServer, RedisLock, LockKey, LockKeys) {
+    let server = servers(1, RedisOptions::default()).await.pop().unwrap();
+    let lock = connect(&format!("{}?{STATE_TTL}", server.url())).await;
+    let key = LockKey::new(name).unwrap();
+    let keys = LockKeys::new(distlock_redis::DEFAULT_NAMESPACE, &key);
+    (server, lock, key, keys)
 }
 
 /// Waits until nothing of the names under `prefix` is left on the server.
@@ -81,10 +91,7 @@ async fn tokens_rise_after_a_collection_even_when_the_server_clock_steps_back() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_counter_the_previous_release_wrote_gets_an_expiry_and_keeps_rising() {
-    let server = servers(1, RedisOptions::default()).await.pop().unwrap();
-    let lock = connect(&format!("{}?{STATE_TTL}", server.url())).await;
-    let key = LockKey::new("legacy").unwrap();
-    let keys = LockKeys::new(distlock_redis::DEFAULT_NAMESPACE, &key);
+    let (server, lock, key, keys) = on_own_server("legacy").await;
     let mut conn = admin(&server).await;
     // As the previous release left it: a counter without expiry.
     let _: () = raw(&mut conn, &["SET", &keys.fence, "1800000000000000"]).await;
@@ -107,10 +114,7 @@ async fn a_counter_the_previous_release_wrote_gets_an_expiry_and_keeps_rising() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_name_keeps_its_counter_past_state_ttl() {
-    let server = servers(1, RedisOptions::default()).await.pop().unwrap();
-    let lock = connect(&format!("{}?{STATE_TTL}", server.url())).await;
-    let key = LockKey::new("held").unwrap();
-    let keys = LockKeys::new(distlock_redis::DEFAULT_NAMESPACE, &key);
+    let (server, lock, key, keys) = on_own_server("held").await;
     let o = opts(TTL, Wait::No).renewal(Renewal::Auto);
     let lease = lock.acquire(&key, &o).await.unwrap();
     // Renewed every ttl/3, each renewal keeping the counter ttl + state_ttl.

@@ -194,6 +194,8 @@ mod documentation {
     struct Fencing;
     #[doc = include_str!("../../docs/operations.md")]
     struct Operations;
+    #[doc = include_str!("../../docs/upgrading.md")]
+    struct Upgrading;
     #[doc = include_str!("../../docs/backends/redis.md")]
     struct Redis;
     #[doc = include_str!("../../docs/backends/redlock.md")]

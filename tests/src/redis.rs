@@ -16,6 +16,7 @@ use distlock_testkit::runner::BackendSpec;
 use distlock_testkit::servers::{Launched, RedisOptions, RedisServer, external_url};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The namespace the suite's locks live under.
 pub const NAMESPACE: &str = "distlock-conformance:";
@@ -73,6 +74,17 @@ pub fn via(url: &str, addr: SocketAddr) -> Result<String, BoxError> {
     Ok(format!("{scheme}://{userinfo}{at}{addr}{tail}"))
 }
 
+/// `url` with the query parameter `param` (`name=value`) added.
+pub fn with_param(url: &str, param: &str) -> String {
+    let joint = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{joint}{param}")
+}
+
+/// The `state_ttl` URL parameter for `state_ttl`.
+pub fn state_ttl_param(state_ttl: Duration) -> String {
+    format!("state_ttl={}ms", state_ttl.as_millis())
+}
+
 /// The harness: a server (launched or external) and the inspecting client.
 #[derive(Debug)]
 pub struct RedisHarness {
@@ -111,10 +123,7 @@ impl RedisHarness {
     /// `DISTLOCK_TEST_REDIS_URL` when it is set, else on a server of its own.
     pub async fn start_with(params: &str) -> Result<Self, BoxError> {
         match external_url("redis") {
-            Some(url) => {
-                let joint = if url.contains('?') { '&' } else { '?' };
-                Self::with(None, format!("{url}{joint}{params}")).await
-            }
+            Some(url) => Self::with(None, with_param(&url, params)).await,
             None => Self::launch_with(RedisOptions::default(), params).await,
         }
     }
@@ -156,6 +165,10 @@ impl Harness for RedisHarness {
         Self::connect(&self.url).await
     }
 
+    async fn client_with_state_ttl(&self, state_ttl: Duration) -> Result<DynLock, BoxError> {
+        Self::connect(&with_param(&self.url, &state_ttl_param(state_ttl))).await
+    }
+
     async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {
         let proxy = Arc::new(FaultProxy::start(server_addr(&self.url).await?).await?);
         Ok(FaultyClient::new(
@@ -177,8 +190,7 @@ impl Harness for RedisHarness {
     }
 
     fn lock_url(&self) -> Option<String> {
-        let joint = if self.url.contains('?') { '&' } else { '?' };
-        Some(format!("{}{joint}namespace={NAMESPACE}", self.url))
+        Some(with_param(&self.url, &format!("namespace={NAMESPACE}")))
     }
 }
 

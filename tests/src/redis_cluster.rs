@@ -10,7 +10,7 @@
 //! (`fair=true`): the whole lock suite, `fifo_order` included, on a cluster,
 //! where the turn of each waiter is handed over by `SPUBLISH`.
 
-use crate::redis::{HOOKS, NAMESPACE};
+use crate::redis::{HOOKS, NAMESPACE, state_ttl_param, with_param};
 use async_trait::async_trait;
 use distlock_core::{BoxError, Capabilities, DynLock};
 use distlock_redis::{RedisBackend, RedisConfig};
@@ -20,6 +20,7 @@ use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::runner::BackendSpec;
 use distlock_testkit::servers::{Launched, RedisCluster};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// How many primaries the suite's cluster has.
 pub const PRIMARIES: usize = 3;
@@ -141,6 +142,11 @@ impl Harness for ClusterHarness {
 
     async fn client(&self) -> Result<DynLock, BoxError> {
         connect(RedisConfig::from_url(&self.url)?).await
+    }
+
+    async fn client_with_state_ttl(&self, state_ttl: Duration) -> Result<DynLock, BoxError> {
+        let url = with_param(&self.url, &state_ttl_param(state_ttl));
+        connect(RedisConfig::from_url(&url)?).await
     }
 
     async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {

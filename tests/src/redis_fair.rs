@@ -10,6 +10,7 @@ use distlock_testkit::harness::{FaultyClient, Harness, Hooks};
 use distlock_testkit::runner::BackendSpec;
 use distlock_testkit::servers::{Launched, RedisOptions};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The URL parameter every client of this harness carries.
 const FAIR: &str = "fair=true";
@@ -58,6 +59,10 @@ impl Harness for FairHarness {
 
     async fn client(&self) -> Result<DynLock, BoxError> {
         self.0.client().await
+    }
+
+    async fn client_with_state_ttl(&self, state_ttl: Duration) -> Result<DynLock, BoxError> {
+        self.0.client_with_state_ttl(state_ttl).await
     }
 
     async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {

@@ -7,7 +7,7 @@
 //! primary through a proxy with a `redis://` URL; the Sentinel path itself is
 //! exercised by every other case and by the failover tests.
 
-use crate::redis::{HOOKS, NAMESPACE, via};
+use crate::redis::{HOOKS, NAMESPACE, state_ttl_param, via, with_param};
 use async_trait::async_trait;
 use distlock_core::{BoxError, Capabilities, DynLock};
 use distlock_redis::{RedisBackend, RedisConfig};
@@ -16,6 +16,7 @@ use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::runner::BackendSpec;
 use distlock_testkit::servers::{Launched, SentinelOptions, SentinelTopology};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The Sentinel spec.
 pub fn spec() -> BackendSpec {
@@ -82,6 +83,10 @@ impl Harness for SentinelHarness {
 
     async fn client(&self) -> Result<DynLock, BoxError> {
         connect(&self.url).await
+    }
+
+    async fn client_with_state_ttl(&self, state_ttl: Duration) -> Result<DynLock, BoxError> {
+        connect(&with_param(&self.url, &state_ttl_param(state_ttl))).await
     }
 
     async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {

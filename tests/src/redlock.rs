@@ -16,6 +16,7 @@ use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::runner::BackendSpec;
 use distlock_testkit::servers::{Launched, RedisServer, external_url};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// How many nodes the suite runs Redlock on.
 pub const NODES: usize = 5;
@@ -103,6 +104,11 @@ impl Harness for RedlockHarness {
 
     async fn client(&self) -> Result<DynLock, BoxError> {
         Self::connect(&self.urls).await
+    }
+
+    async fn client_with_state_ttl(&self, state_ttl: Duration) -> Result<DynLock, BoxError> {
+        let config = RedlockConfig::from_urls(&self.urls)?.state_ttl(state_ttl);
+        Ok(Arc::new(config.namespace(NAMESPACE).connect().await?))
     }
 
     async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {

@@ -70,6 +70,12 @@ pub struct Capabilities {
     pub ttl_granularity: Duration,
     /// Which primitives beyond the lock this backend offers.
     pub primitives: Primitives,
+    /// Whether the server forgets a name's state (token counters, limits,
+    /// queue bookkeeping) once the name has been idle for the client's
+    /// `state_ttl`, with tokens that still only rise afterwards. The suite runs
+    /// the `state_is_collected` and `token_rises_after_state_collected` cases
+    /// where it is offered.
+    pub state_collection: Support,
 }
 
 /// Whether a backend offers a primitive.
@@ -151,6 +157,9 @@ impl Primitives {
 /// claims each one it offers.
 const NOT_CLAIMED: &str = "this backend does not offer it";
 
+/// Why [`Capabilities::new`] claims no collection of idle state.
+const KEEPS_STATE: &str = "this backend keeps a name's state until an operator deletes it";
+
 impl Default for Capabilities {
     fn default() -> Self {
         Capabilities::new()
@@ -161,7 +170,7 @@ impl Capabilities {
     /// The weakest claims, for an adapter to raise with the setters: fencing
     /// only under timing assumptions, tokens that do not survive a restart,
     /// polled wake-ups, no FIFO, not session-bound, ttls in whole milliseconds
-    /// from 1 ms, no primitive beyond the lock. A guarantee the suite tests is
+    /// from 1 ms, no primitive beyond the lock, no collection of idle state. A guarantee the suite tests is
     /// never claimed by default.
     pub const fn new() -> Self {
         Capabilities {
@@ -173,6 +182,7 @@ impl Capabilities {
             min_ttl: Duration::from_millis(1),
             ttl_granularity: Duration::from_millis(1),
             primitives: Primitives::lock_only(NOT_CLAIMED),
+            state_collection: Support::NotOffered(KEEPS_STATE),
         }
     }
 
@@ -221,6 +231,12 @@ impl Capabilities {
     /// Which primitives beyond the lock this backend offers.
     pub const fn primitives(mut self, primitives: Primitives) -> Self {
         self.primitives = primitives;
+        self
+    }
+
+    /// Whether idle names' state is collected (`state_ttl`).
+    pub const fn state_collection(mut self, support: Support) -> Self {
+        self.state_collection = support;
         self
     }
 

@@ -58,6 +58,17 @@ pub trait Inspect: Send + Sync {
     /// counters and other records kept on purpose do not count.
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError>;
 
+    /// How many records of per-name state (lock keys, token counters, limits,
+    /// queue bookkeeping, rows) the servers hold for names starting with
+    /// `prefix`, summed over every server: what the collection of idle state
+    /// (`state_ttl`) bounds. `None` when the backend cannot count them.
+    /// Records kept per namespace rather than per name (a high-water mark) do
+    /// not count.
+    async fn state_records(&self, prefix: &str) -> Result<Option<usize>, LockError> {
+        let _ = prefix;
+        Ok(None)
+    }
+
     /// Deletes the current holder of `key` as an operator would (a force-unlock),
     /// waking the next waiter. Returns whether there was a holder. Dangerous on a
     /// live system: the holder keeps working until it notices, and only fencing

@@ -32,7 +32,8 @@ use distlock_core::adapter::{
 use distlock_core::toolkit::Timeouts;
 use distlock_core::toolkit::{Inspect, random_owner};
 use distlock_core::{
-    Capabilities, FencingGuarantee, FencingToken, LockError, Primitives, TokenDurability, Wake,
+    Capabilities, FencingGuarantee, FencingToken, LockError, Primitives, Support, TokenDurability,
+    Wake,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -75,15 +76,17 @@ enum Step {
 }
 
 impl RedisBackend {
-    /// Strict tokens on one server (re-seeded from the server clock after a
-    /// restart that lost them), push wake-up, no FIFO, ttls in whole milliseconds
-    /// from 10 ms.
+    /// Strict tokens on one server (re-seeded above the namespace's
+    /// high-water after the name's state was collected, and from the server
+    /// clock after a restart that lost them), push wake-up, no FIFO, ttls in
+    /// whole milliseconds from 10 ms, idle names' state collected.
     pub const CAPABILITIES: Capabilities = Capabilities::new()
         .fencing(FencingGuarantee::Strict)
         .wake(Wake::Push)
         .token_durability(TokenDurability::ServerClock)
         .min_ttl(Duration::from_millis(10))
-        .primitives(Primitives::ALL);
+        .primitives(Primitives::ALL)
+        .state_collection(Support::Offered);
 
     /// [`RedisBackend::CAPABILITIES`] with waiters served in arrival order:
     /// the fair lock (`fair=true`).
@@ -99,8 +102,9 @@ impl RedisBackend {
         replicas: Option<ReplicaAck>,
         restart_guard: Option<Duration>,
         fair: bool,
+        state_ttl: Duration,
     ) -> Result<Self, LockError> {
-        let server = Arc::new(ServerClient::new(address, BACKEND, timeouts)?);
+        let server = Arc::new(ServerClient::new(address, BACKEND, timeouts, state_ttl)?);
         server
             .load_scripts(timeouts.reply)
             .await

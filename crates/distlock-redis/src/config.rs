@@ -23,8 +23,8 @@ use std::time::Duration;
 /// `rediss://` for TLS. Parameters: `namespace` (default `distlock:`), the
 /// acquire defaults `ttl`, `wait`, `renewal`, `max_hold` (see
 /// [`RedisConfig::defaults`]), `connect_timeout` (`5s`), `timeout` (per reply, `5s`),
-/// `restart_guard` (off; see [`RedisConfig::restart_guard`]),
-/// `wait_replicas` and `wait_timeout` (see [`RedisConfig::wait_for_replicas`]),
+/// `restart_guard` (off; see [`RedisConfig::restart_guard`]), `state_ttl`
+/// (`24h`, at least `2s`; see [`RedisConfig::state_ttl`]), `wait_replicas` and `wait_timeout` (see [`RedisConfig::wait_for_replicas`]),
 /// `fair=true` (waiters served in arrival order; see [`RedisConfig::fair`]),
 /// `protocol` (`resp2`/`resp3`), `insecure=true` (`rediss://` without
 /// certificate checks), and for `rediss://` `ca` (the CA certificate to trust
@@ -200,6 +200,20 @@ impl RedisConfig {
         self
     }
 
+    /// How long a name's state outlives its last lease (default 24 h, at least
+    /// 2 s): its fence counters and queue bookkeeping expire on the server once
+    /// the name has been idle (not held, nobody waiting) this long after the
+    /// last lease's expiry, so a service that locks ever new names does not
+    /// leave a key per name forever. Tokens still only rise: a counter that
+    /// was collected starts again above the namespace's high-water key, which
+    /// every grant raises and which never expires (docs/backends/redis.md has
+    /// the argument). Each client applies its own `state_ttl` to what it
+    /// grants and renews; give every client of a namespace the same one.
+    pub fn state_ttl(mut self, state_ttl: Duration) -> Self {
+        self.common.state_ttl = state_ttl;
+        self
+    }
+
     /// After each acquire, release and fenced write, waits (`WAIT`) until
     /// `replicas` replicas have the write, at most `timeout`; too few
     /// acknowledgements fail the operation with an error naming the count (an
@@ -281,6 +295,7 @@ impl RedisConfig {
             self.replicas,
             self.common.restart_guard,
             self.fair,
+            self.common.state_ttl,
         )
         .await?;
         let (semaphore, rwlock) = crate::shares::offered_on(&backend);

@@ -7,7 +7,7 @@
 use crate::backend::RedisBackend;
 use crate::connection::info_field;
 use crate::error::CommandError;
-use crate::keys::{LockKeys, lock_key_pattern};
+use crate::keys::{LockKeys, lock_key_pattern, state_key_pattern};
 use crate::primaries::{At, every_server, scan_keys};
 use crate::protocol::{Attempt, ServerClient};
 use crate::restart::RestartGuard;
@@ -29,17 +29,6 @@ pub(crate) enum Role {
     RedlockNode,
     /// A primary of a Redis Cluster; `waits` when `wait_replicas` is set.
     ClusterPrimary { waits: bool },
-}
-
-/// The lock keys (fence counters excluded) on `server` for names starting with
-/// `prefix`.
-pub(crate) async fn lock_keys(
-    server: &ServerClient,
-    namespace: &str,
-    prefix: &str,
-    budget: Duration,
-) -> Result<Vec<String>, CommandError> {
-    scan_keys(server, &lock_key_pattern(namespace, prefix), budget).await
 }
 
 /// `PING`, the cheapest round trip.
@@ -269,7 +258,8 @@ impl Inspect for RedisBackend {
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        let mut found = lock_keys(&self.server, self.namespace(), prefix, self.timeout)
+        let pattern = lock_key_pattern(self.namespace(), prefix);
+        let mut found = scan_keys(&self.server, &pattern, self.timeout)
             .await
             .map_err(|e| self.error(e))?;
         if self.fair {
@@ -279,6 +269,12 @@ impl Inspect for RedisBackend {
             found.extend(queued.await?);
         }
         Ok(found)
+    }
+
+    async fn state_records(&self, prefix: &str) -> Result<Option<usize>, LockError> {
+        let pattern = state_key_pattern(self.namespace(), prefix);
+        let keys = scan_keys(&self.server, &pattern, self.timeout).await;
+        Ok(Some(keys.map_err(|e| self.error(e))?.len()))
     }
 
     async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {

@@ -5,9 +5,11 @@
 //! | what | key |
 //! |---|---|
 //! | lock (owner value, PX ttl) | `ns{name}` |
-//! | fence counter (never expires) | `ns{name}:fence` |
+//! | fence counter (expires `state_ttl` after the last lease's expiry) | `ns{name}:fence` |
 //! | release channel | `ns{name}:ch` |
 //! | restart-guard marker, one per namespace (only with a guard) | `nsrestart-guard` |
+//! | high-water of the namespace's tokens (never expires), one server | `nshigh-water` |
+//! | the same in a Redis Cluster, one per slot `s` | `nshigh-water:{{<n>}`, `{<n>` hashing to `s` |
 //! | fence record of a `RedisFence` resource `r` without a hash tag | `nsfence:{r}` |
 //! | fence record of a resource `r` with hash tag `t` | `nsfence:{t}:r` |
 //!
@@ -16,6 +18,11 @@
 //! `}` after it, so the hash tag of all three is exactly the escaped name: they
 //! share one slot for every name, and distinct names stay distinct keys. The
 //! marker has no brace, so no lock's keys can collide with it.
+//!
+//! The high-water key is one per namespace, so that it never expires and stays
+//! bounded; in a Cluster one per slot, since a script may only touch keys of
+//! the name's slot (see [`high_water`]). Its hash tag starts with `{`, which no
+//! escaped name has, so it is never a lock's key in any namespace.
 //!
 //! A fenced resource is the application's own key, used verbatim, so it cannot
 //! be escaped; its fence record is placed in its slot instead (see
@@ -42,7 +49,8 @@ pub const DEFAULT_NAMESPACE: &str = "distlock:";
 pub struct LockKeys {
     /// Holds the owner value while the lock is held.
     pub lock: String,
-    /// The fence counter; never expires and is never deleted.
+    /// The fence counter; expires once the name has been idle for the
+    /// client's `state_ttl` (see [`crate::RedisConfig::state_ttl`]).
     pub fence: String,
     /// Release messages are published here.
     pub channel: String,
@@ -109,6 +117,61 @@ pub(crate) fn hash_tag(key: &str) -> Option<&str> {
     (close > 0).then(|| &rest[..close])
 }
 
+/// CRC16/XMODEM, as Redis Cluster uses for key slots.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The number of Redis Cluster slots.
+const SLOTS: u16 = 16384;
+
+/// Redis Cluster's `keyHashSlot`: the hash tag if there is a non-empty one.
+fn slot(key: &str) -> u16 {
+    let hashed = hash_tag(key).unwrap_or(key);
+    crc16(hashed.as_bytes()) % SLOTS
+}
+
+/// For each slot, the smallest `n` whose tag `{<n>` hashes to it: computed
+/// once (about 170 000 CRCs, a few milliseconds), 64 KiB.
+static SLOT_TAGS: std::sync::LazyLock<Vec<u32>> = std::sync::LazyLock::new(|| {
+    let mut tags = vec![u32::MAX; usize::from(SLOTS)];
+    let mut left = SLOTS;
+    let mut n = 0u32;
+    while left > 0 {
+        let at = usize::from(crc16(format!("{{{n}").as_bytes()) % SLOTS);
+        if tags[at] == u32::MAX {
+            tags[at] = n;
+            left -= 1;
+        }
+        n += 1;
+    }
+    tags
+});
+
+/// The high-water key of the namespace of `name_key` (any key of a name, such
+/// as its lock key `ns{name}`): one per namespace, or, in a Redis Cluster
+/// (`cluster`), one per namespace and slot, in the slot of `name_key`, so
+/// that the name's scripts may raise and read it.
+pub(crate) fn high_water(name_key: &str, cluster: bool) -> String {
+    let namespace = name_key.find('{').map_or(name_key, |at| &name_key[..at]);
+    if !cluster {
+        return format!("{namespace}high-water");
+    }
+    let tag = SLOT_TAGS[usize::from(slot(name_key))];
+    format!("{namespace}high-water:{{{{{tag}}}")
+}
+
 /// The key holding the highest token a `RedisFence` admitted for `resource`:
 /// in the same Redis Cluster slot as `resource`, so one script can use both,
 /// and distinct for distinct resources.
@@ -150,6 +213,18 @@ pub(crate) fn fence_record(namespace: &str, resource: &str) -> Result<String, Lo
 /// A `SCAN MATCH` pattern for the lock keys (not fence counters) of every name that
 /// starts with `prefix`: lock keys end in `}`, fence keys in `}:fence`.
 pub(crate) fn lock_key_pattern(namespace: &str, prefix: &str) -> String {
+    format!("{}*}}", names_pattern(namespace, prefix))
+}
+
+/// A `SCAN MATCH` pattern for every key of every name that starts with
+/// `prefix`: lock keys, fence counters, queues, the shares' keys (not the
+/// namespace's high-water or restart marker, which have no `{` after it).
+pub(crate) fn state_key_pattern(namespace: &str, prefix: &str) -> String {
+    format!("{}*", names_pattern(namespace, prefix))
+}
+
+/// `ns{<escaped prefix>` with the pattern's special characters escaped.
+fn names_pattern(namespace: &str, prefix: &str) -> String {
     let mut pattern = String::new();
     for c in format!("{namespace}{{{}", escape(prefix)).chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
@@ -157,42 +232,12 @@ pub(crate) fn lock_key_pattern(namespace: &str, prefix: &str) -> String {
         }
         pattern.push(c);
     }
-    pattern.push_str("*}");
     pattern
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// CRC16/XMODEM, as Redis Cluster uses for key slots.
-    fn crc16(bytes: &[u8]) -> u16 {
-        let mut crc: u16 = 0;
-        for &byte in bytes {
-            crc ^= u16::from(byte) << 8;
-            for _ in 0..8 {
-                crc = if crc & 0x8000 != 0 {
-                    (crc << 1) ^ 0x1021
-                } else {
-                    crc << 1
-                };
-            }
-        }
-        crc
-    }
-
-    /// Redis Cluster's `keyHashSlot`: the hash tag if there is a non-empty one.
-    fn slot(key: &str) -> u16 {
-        let bytes = key.as_bytes();
-        let hashed = match bytes.iter().position(|&b| b == b'{') {
-            Some(open) => match bytes[open + 1..].iter().position(|&b| b == b'}') {
-                Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
-                _ => bytes,
-            },
-            None => bytes,
-        };
-        crc16(hashed) % 16384
-    }
 
     #[test]
     fn slot_function_matches_redis_reference_values() {
@@ -233,6 +278,26 @@ mod tests {
                 assert_eq!(slot(&keys.channel), slot(&keys.lock), "{name}");
             }
         }
+    }
+
+    #[test]
+    fn the_high_water_key_is_one_per_namespace_or_per_slot_in_its_names_slot() {
+        let name = |n: &str| LockKeys::new("ns:", &LockKey::new(n).unwrap());
+        assert_eq!(high_water(&name("a").lock, false), "ns:high-water");
+        assert_eq!(high_water(&name("{b}").fence, false), "ns:high-water");
+        let mut keys = std::collections::HashSet::new();
+        for i in 0..2000 {
+            let keys_of = name(&format!("order/{i}"));
+            let key = high_water(&keys_of.lock, true);
+            assert!(key.starts_with("ns:high-water:{{"), "{key}");
+            assert_eq!(slot(&key), slot(&keys_of.lock), "{key}");
+            assert_eq!(key, high_water(&keys_of.fence, true));
+            keys.insert(key);
+        }
+        // One key per slot, however many names share it.
+        let slots: std::collections::HashSet<_> = keys.iter().map(|k| slot(k)).collect();
+        assert_eq!(keys.len(), slots.len());
+        assert!(SLOT_TAGS.iter().all(|&tag| tag != u32::MAX));
     }
 
     #[test]
@@ -305,5 +370,6 @@ mod tests {
     #[test]
     fn residue_pattern_matches_lock_keys_only() {
         assert_eq!(lock_key_pattern("ns:", "p*/{a}"), "ns:{p\\*/%7Ba%7D*}");
+        assert_eq!(state_key_pattern("ns:", "p*/{a}"), "ns:{p\\*/%7Ba%7D*");
     }
 }

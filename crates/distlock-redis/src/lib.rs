@@ -23,8 +23,8 @@
 //!   Or a Redis Cluster (`redis+cluster://n1,n2,n3`): each lock on its slot's
 //!   primary, waiters woken by sharded pub/sub.
 //!   Acquire is one round trip (a Lua script
-//!   does `SET key owner NX PX ttl` and `INCR`s a fence counter that never
-//!   expires); renew and release are compare-owner scripts; waiters wake through
+//!   does `SET key owner NX PX ttl` and `INCR`s a fence counter kept `state_ttl`
+//!   past the lease); renew and release are compare-owner scripts; waiters wake through
 //!   pub/sub on one shared subscriber connection per client.
 //! - On the same connection, `lock.semaphore()` ([`RedisSemaphore`]: numbered,
 //!   expiring permits) and `lock.rwlock()` ([`RedisRwLock`]: expiring read
@@ -44,10 +44,15 @@
 //!
 //! # Guarantees and failure modes
 //!
-//! - Tokens strictly increase per key on one server. A restart that loses the
-//!   counter re-seeds it from the server clock in microseconds, so tokens keep
-//!   rising as long as that clock does not step back
-//!   ([`distlock_core::TokenDurability::ServerClock`]).
+//! - Tokens strictly increase per key on one server. A name's keys, fence
+//!   counters included, expire once it has been idle (no lease, nobody
+//!   waiting) for [`RedisConfig::state_ttl`] (24 h unless set), so state stays
+//!   bounded by the names used recently. A counter collected that way starts
+//!   again above the namespace's high-water key, which every grant raises and
+//!   which never expires: tokens keep rising whatever the clock does. A
+//!   restart that loses the high-water too re-seeds from the server clock in
+//!   microseconds, so tokens keep rising as long as that clock does not step
+//!   back ([`distlock_core::TokenDurability::ServerClock`]).
 //! - With replicas, failover can lose both the lock and the counter
 //!   (replication is asynchronous): a second holder and a lower token become
 //!   possible. [`RedisConfig::wait_for_replicas`] narrows that window (an
@@ -64,13 +69,17 @@
 //!   until no lease from before can still be believed held, and
 //!   `Inspect::pitfalls` warns when persistence is off without a guard.
 //! - Keys are `<namespace>{<name>}`, `…:fence` and the channel `…:ch`, all in one
-//!   Redis Cluster slot (plus `<namespace>restart-guard` with a guard); see
+//!   Redis Cluster slot (plus `<namespace>restart-guard` with a guard, and
+//!   the high-water `<namespace>high-water`, one per slot in a Cluster); see
 //!   [`LockKeys`] for the exact names.
 //!
 //! # Modules
 //!
 //! `config` reads URLs and builds clients; `backend` is the lock on one server,
-//! `protocol` its Lua scripts (`scripts/*.lua`) and commands, `address` where
+//! `protocol` its Lua scripts (`scripts/*.lua`, with the token helpers
+//! `scripts/token_lib.lua` every script that grants or keeps a token starts
+//! with) and commands, `state` how long a name's counters outlive its leases
+//! (`state_ttl`) and the high-water they restart above, `address` where
 //! a deployment is and how to log in (one server, Sentinels, cluster seeds),
 //! `command` the command connection's two shapes (one server, a cluster),
 //! `connection` the reconnecting command connection, `sentinel` where it
@@ -108,6 +117,7 @@ mod replicas;
 mod restart;
 mod sentinel;
 mod shares;
+mod state;
 mod subscriber;
 mod tls;
 

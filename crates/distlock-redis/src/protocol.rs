@@ -13,6 +13,7 @@ use crate::error::CommandError;
 use crate::keys::LockKeys;
 use crate::restart::{self, LossSender, Place, Restarts, Watch};
 use crate::sentinel::Target;
+use crate::state::State;
 use crate::subscriber::{Hold, Subscriber};
 use distlock_core::LockError;
 use distlock_core::adapter::LossSignal;
@@ -25,26 +26,25 @@ use undo::{UNDO_GRACE, release_invocation, undo_on_connection};
 
 mod acquire;
 pub(crate) mod fair;
+mod recorded;
 mod share_lib;
 mod undo;
 mod undone;
 pub(crate) use acquire::wait_on;
-pub(crate) use share_lib::share_script;
+pub(crate) use share_lib::{share_script, token_script};
 pub(crate) use undo::release_on_drop;
 
 /// `SET NX PX` + `INCR` of the fence counter, or the holder's `PTTL`; with a
 /// restart guard, first the guard's marker (`restart_guard.lua`, shared with
 /// the semaphore's and the read-write lock's acquire).
-const ACQUIRE_LUA: &str = concat!(
-    include_str!("scripts/restart_guard.lua"),
-    include_str!("scripts/acquire.lua")
-);
-/// Compare-owner `PEXPIRE`.
-const RENEW_LUA: &str = include_str!("scripts/renew.lua");
+const ACQUIRE_LUA: &str = token_script!("restart_guard.lua", "acquire.lua");
+/// Compare-owner `PEXPIRE`, keeping the fence counter.
+const RENEW_LUA: &str = token_script!("renew.lua");
 /// Compare-owner `DEL` + `PUBLISH`.
 const RELEASE_LUA: &str = include_str!("scripts/release.lua");
-/// Raises a fence counter to at least a token (Redlock's fence round).
-const RAISE_FENCE_LUA: &str = include_str!("scripts/raise_fence.lua");
+/// Raises a fence counter and the high-water to at least a token (Redlock's
+/// fence round).
+const RAISE_FENCE_LUA: &str = token_script!("raise_fence.lua");
 /// An operator's `DEL` + `PUBLISH`, whoever holds the lock.
 const DELETE_HOLDER_LUA: &str = include_str!("scripts/delete_holder.lua");
 
@@ -75,24 +75,6 @@ pub(crate) enum Attempt {
     Held(i64),
 }
 
-/// What one server records about a lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Recorded {
-    /// The holder's owner value, if the lock key exists.
-    pub owner: Option<String>,
-    /// The lock key's remaining ttl in ms (-1: no expiry, -2: no key).
-    pub pttl: i64,
-    /// The fence counter, if it exists.
-    pub fence: Option<u64>,
-}
-
-impl Recorded {
-    /// The remaining ttl, when the key has one.
-    pub fn expires_in(&self) -> Option<Duration> {
-        u64::try_from(self.pttl).ok().map(Duration::from_millis)
-    }
-}
-
 /// One Redis server as the lock protocol sees it: its command connection, the
 /// shared subscriber that wakes this client's waiters, and the restart check of
 /// the leases held on it.
@@ -105,6 +87,8 @@ pub(crate) struct ServerClient {
     /// A Redis Cluster (`redis+cluster://`), whose nodes are asked one by one
     /// where a question is about every key or every server.
     pub cluster: bool,
+    /// How long a name's counter outlives its leases, and its high-water key.
+    pub state: State,
     restarts: Restarts,
 }
 
@@ -163,6 +147,7 @@ impl ServerClient {
         address: &ServerAddress,
         backend: &'static str,
         timeouts: Timeouts,
+        state_ttl: Duration,
     ) -> Result<Self, LockError> {
         let endpoint: Arc<str> = address.endpoint().into();
         let subscriber = Subscriber::start(
@@ -182,6 +167,7 @@ impl ServerClient {
         );
         Ok(ServerClient {
             cluster: address.cluster.is_some(),
+            state: State::new(state_ttl, address.cluster.is_some()),
             endpoint,
             connection,
             subscriber,
@@ -242,7 +228,8 @@ impl ServerClient {
         let reply = self
             .invoke(budget, || {
                 let mut invocation = RENEW.key(&keys.lock);
-                invocation.arg(owner).arg(ttl_ms(ttl));
+                invocation.key(&keys.fence).arg(owner).arg(ttl_ms(ttl));
+                invocation.arg(self.state.keep_ms(ttl));
                 invocation
             })
             .await;
@@ -262,17 +249,19 @@ impl ServerClient {
         flag(reply, "release")
     }
 
-    /// Raises the fence counter to at least `token`.
+    /// Raises the fence counter and the high-water to at least `token`, and
+    /// keeps the counter as long as a lease of `ttl`.
     pub async fn raise_fence(
         &self,
         keys: &LockKeys,
-        token: u64,
+        (token, ttl): (u64, Duration),
         budget: Duration,
     ) -> Result<(), CommandError> {
         let reply = self
             .invoke(budget, || {
                 let mut invocation = RAISE_FENCE.key(&keys.fence);
-                invocation.arg(token);
+                invocation.key(self.state.high_water(&keys.lock));
+                invocation.arg(token).arg(self.state.keep_ms(ttl));
                 invocation
             })
             .await;
@@ -297,21 +286,6 @@ impl ServerClient {
             })
             .await;
         flag(reply, "delete_holder")
-    }
-
-    /// The lock's owner, remaining ttl and fence counter, read atomically.
-    pub async fn recorded(
-        &self,
-        keys: &LockKeys,
-        budget: Duration,
-    ) -> Result<Recorded, CommandError> {
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .get(&keys.lock)
-            .pttl(&keys.lock)
-            .get(&keys.fence);
-        let (owner, pttl, fence) = self.query(budget, Command::Pipeline(pipe)).await?;
-        Ok(Recorded { owner, pttl, fence })
     }
 
     /// `WAIT replicas timeout`: how many replicas acknowledged this connection's

@@ -136,13 +136,16 @@ async fn ten_thousand_cycles_with_cancellations_leave_nothing_behind() {
     keys.sort();
     let expected: Vec<String> = (0..KEYS)
         .map(|k| format!("{NAMESPACE}{{k{k}}}:fence"))
-        .chain([format!("{NAMESPACE}restart-guard")])
+        .chain([
+            format!("{NAMESPACE}restart-guard"),
+            format!("{NAMESPACE}high-water"),
+        ])
         .collect();
     let mut expected_sorted = expected.clone();
     expected_sorted.sort();
     assert_eq!(
         keys, expected_sorted,
-        "only fence counters and the guard marker"
+        "only fence counters (collected after state_ttl), the guard marker and the high-water"
     );
 
     drop(locks);

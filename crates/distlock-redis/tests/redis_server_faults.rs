@@ -124,12 +124,28 @@ async fn keys_follow_the_documented_layout() {
     let mut conn = admin(&server).await;
     let mut keys: Vec<String> = raw(&mut conn, &["KEYS", "*"]).await;
     keys.sort();
-    assert_eq!(keys, vec!["app:{a%7Bb%7D%25c}", "app:{a%7Bb%7D%25c}:fence"]);
+    assert_eq!(
+        keys,
+        vec![
+            "app:high-water",
+            "app:{a%7Bb%7D%25c}",
+            "app:{a%7Bb%7D%25c}:fence"
+        ]
+    );
     let pttl: i64 = raw(&mut conn, &["PTTL", "app:{a%7Bb%7D%25c}"]).await;
     assert!(pttl > 0 && pttl <= 5_000, "lock key pttl {pttl}");
     let fence_ttl: i64 = raw(&mut conn, &["PTTL", "app:{a%7Bb%7D%25c}:fence"]).await;
-    assert_eq!(fence_ttl, -1, "the fence counter never expires");
+    // Kept the ttl plus the default state_ttl of a day.
+    let day = 86_400_000;
+    assert!(
+        fence_ttl > day && fence_ttl <= day + 5_000,
+        "fence counter pttl {fence_ttl}"
+    );
     let fence: u64 = raw(&mut conn, &["GET", "app:{a%7Bb%7D%25c}:fence"]).await;
     assert_eq!(fence, lease.token().get());
+    let high_water: u64 = raw(&mut conn, &["GET", "app:high-water"]).await;
+    assert_eq!(high_water, fence);
+    let high_water_ttl: i64 = raw(&mut conn, &["PTTL", "app:high-water"]).await;
+    assert_eq!(high_water_ttl, -1, "the high-water never expires");
     lease.release().await.unwrap();
 }

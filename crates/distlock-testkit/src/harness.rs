@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use distlock_core::toolkit::Inspect;
 use distlock_core::{BoxError, Capabilities, DynLock, LockKey};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Which fault hooks a harness offers; cases that need a missing hook are
 /// reported as ignored, never as passed.
@@ -60,6 +61,15 @@ pub trait Harness: Send + Sync {
 
     /// A new independent client with its own connections.
     async fn client(&self) -> Result<DynLock, BoxError>;
+
+    /// A new independent client whose servers forget a name's state once it
+    /// has been idle for `state_ttl` (the URL parameter of that name), for the
+    /// bounded-state cases; a harness of a backend whose capabilities offer
+    /// `state_collection` gives one.
+    async fn client_with_state_ttl(&self, state_ttl: Duration) -> Result<DynLock, BoxError> {
+        let _ = state_ttl;
+        Err("this harness cannot set state_ttl".into())
+    }
 
     /// A new client whose traffic goes through a fault injector.
     async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {

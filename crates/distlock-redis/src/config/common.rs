@@ -3,18 +3,20 @@
 
 use super::RedisConfig;
 use crate::keys::{DEFAULT_NAMESPACE, validate_namespace};
+use crate::state::{DEFAULT_STATE_TTL, MIN_STATE_TTL};
 use distlock_core::toolkit::{LockUrl, Timeouts};
 use distlock_core::{AcquireOptions, Capabilities, LockError};
 use std::time::Duration;
 
 /// What both configs share: where keys live, the acquire defaults, the
-/// timeouts and the restart guard.
+/// timeouts, the restart guard and how long idle state is kept.
 #[derive(Debug, Clone)]
 pub(crate) struct Common {
     pub namespace: String,
     pub defaults: AcquireOptions,
     pub timeouts: Timeouts,
     pub restart_guard: Option<Duration>,
+    pub state_ttl: Duration,
 }
 
 impl Common {
@@ -24,12 +26,13 @@ impl Common {
             defaults: AcquireOptions::new(),
             timeouts: Timeouts::new(RedisConfig::DEFAULT_CONNECT_TIMEOUT, timeout),
             restart_guard: None,
+            state_ttl: DEFAULT_STATE_TTL,
         }
     }
 
     /// Takes `namespace`, the acquire defaults (`ttl`, `wait`, `renewal`,
-    /// `max_hold`), `connect_timeout`, `timeout` and `restart_guard` from `url`
-    /// (old timeout spellings are refused).
+    /// `max_hold`), `connect_timeout`, `timeout`, `restart_guard` and
+    /// `state_ttl` from `url` (old timeout spellings are refused).
     pub fn read(&mut self, url: &mut LockUrl) -> Result<(), LockError> {
         if let Some(namespace) = url.string("namespace") {
             self.namespace = namespace;
@@ -37,6 +40,7 @@ impl Common {
         self.defaults = std::mem::take(&mut self.defaults).read(url)?;
         self.timeouts = self.timeouts.read(url)?;
         self.restart_guard = url.duration("restart_guard")?.or(self.restart_guard);
+        self.state_ttl = url.duration("state_ttl")?.unwrap_or(self.state_ttl);
         Ok(())
     }
 
@@ -48,6 +52,17 @@ impl Common {
     ) -> Result<(), LockError> {
         validate_namespace(backend, &self.namespace)?;
         self.timeouts.validate(backend)?;
+        if self.state_ttl < MIN_STATE_TTL {
+            return Err(LockError::config(
+                backend,
+                format!(
+                    "state_ttl {:?} is below the minimum {MIN_STATE_TTL:?}: it is how long a \
+                     name's fence counters and bookkeeping outlive its last lease; set \
+                     state_ttl=2s or more (the default is 24h)",
+                    self.state_ttl
+                ),
+            ));
+        }
         if let Some(guard) = self.restart_guard {
             check_timeout(backend, "restart_guard", guard)?;
             if guard < self.defaults.get_ttl() {

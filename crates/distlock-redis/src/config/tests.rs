@@ -168,3 +168,25 @@ fn bad_cluster_urls_say_what_to_write() {
         .to_string();
     assert!(err.contains("write redlock://h1,h2,h3"), "{err}");
 }
+
+#[test]
+fn state_ttl_defaults_to_a_day_and_refuses_less_than_two_seconds() {
+    let c = RedisConfig::from_url("redis://h").unwrap();
+    assert_eq!(c.common.state_ttl, Duration::from_secs(86_400));
+    for scheme in ["redis", "rediss", "redis+cluster", "redis+sentinel"] {
+        let path = if scheme == "redis+sentinel" {
+            "/primary"
+        } else {
+            ""
+        };
+        let c = RedisConfig::from_url(&format!("{scheme}://h{path}?state_ttl=2s")).unwrap();
+        assert_eq!(c.common.state_ttl, Duration::from_secs(2), "{scheme}");
+        let err = RedisConfig::from_url(&format!("{scheme}://h{path}?state_ttl=1999ms"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("state_ttl") && err.contains("2s"), "{err}");
+    }
+    assert!(crate::RedlockConfig::from_url("redlock://a,b,c?state_ttl=1h").is_ok());
+    let err = crate::RedlockConfig::from_url("redlock://a,b,c?state_ttl=1s").unwrap_err();
+    assert!(err.to_string().contains("state_ttl"), "{err}");
+}

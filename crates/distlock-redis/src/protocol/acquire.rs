@@ -49,6 +49,8 @@ impl ServerClient {
                 let mut conn = link.conn;
                 let mut invocation = ACQUIRE.key(&keys.lock);
                 invocation.key(&keys.fence).arg(owner).arg(ttl_ms(ttl));
+                let high_water = self.state.high_water(&keys.lock);
+                invocation.key(high_water).arg(self.state.keep_ms(ttl));
                 RestartGuard::pass(guard, &mut invocation, &link.run_id);
                 let undo = undo_on_connection(conn.clone(), keys, owner);
                 async move {

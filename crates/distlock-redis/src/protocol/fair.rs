@@ -75,13 +75,15 @@ impl ServerClient {
                     invocation
                         .key(&keys.fence)
                         .key(&queue.list)
-                        .key(&queue.timeouts);
+                        .key(&queue.timeouts)
+                        .key(self.state.high_water(&keys.lock));
                     invocation
                         .arg(owner)
                         .arg(ttl_ms(ttl))
                         .arg(ttl_ms(place))
                         .arg(&keys.channel)
-                        .arg(link.conn.publish_command());
+                        .arg(link.conn.publish_command())
+                        .arg(self.state.keep_ms(ttl));
                     invocation
                 },
                 |conn| vec![leave_invocation(keys, &queue, owner, conn)],

@@ -93,7 +93,8 @@ impl RedlockBackend {
                 .rwlock(Support::NotOffered(
                     "no quorum read-write lock on Redlock: per-node reader sets cannot be voted on safely",
                 )),
-        );
+        )
+        .state_collection(Support::Offered);
 
     /// Makes a client per node and loads the scripts on all of them at once; a
     /// majority must answer.
@@ -102,11 +103,12 @@ impl RedlockBackend {
         namespace: String,
         timeouts: Timeouts,
         retry_delay: Duration,
-        restart_guard: Option<Duration>,
+        (restart_guard, state_ttl): (Option<Duration>, Duration),
     ) -> Result<Self, LockError> {
         let mut nodes = Vec::with_capacity(addresses.len());
         for address in addresses {
-            nodes.push(Arc::new(ServerClient::new(address, BACKEND, timeouts)?));
+            let node = ServerClient::new(address, BACKEND, timeouts, state_ttl)?;
+            nodes.push(Arc::new(node));
         }
         let guard = restart_guard.map(|guard| RestartGuard::new(&namespace, guard));
         let backend = RedlockBackend {
@@ -183,7 +185,7 @@ impl RedlockBackend {
         if let Some(token) = tally.max_token()
             && tally.won.len() >= self.quorum
             && !too_slow
-            && self.raise_fences(keys, &tally.won, token).await >= self.quorum
+            && self.raise_fences(keys, &tally.won, (token, req.ttl)).await >= self.quorum
         {
             undo.disarm();
             return Ok(Outcome::Won(Acquired {

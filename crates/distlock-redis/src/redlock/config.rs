@@ -18,7 +18,8 @@ use std::time::Duration;
 /// Parameters: `namespace`, `ttl` (default ttl), `connect_timeout` (`5s`),
 /// `timeout` (per-node reply timeout, `250ms`), `retry_delay` (largest random
 /// delay before a retry, `20ms`), `restart_guard` (off; see
-/// [`RedlockConfig::restart_guard`]), `protocol`, `insecure` and the TLS files
+/// [`RedlockConfig::restart_guard`]), `state_ttl` (`24h`, at least `2s`; see
+/// [`RedlockConfig::state_ttl`]), `protocol`, `insecure` and the TLS files
 /// `ca`, `cert`, `key` as for `redis://` (the same on every node).
 ///
 /// Use an odd number of nodes, at least 3: N nodes tolerate ⌊(N−1)/2⌋ failures,
@@ -141,6 +142,15 @@ impl RedlockConfig {
         self
     }
 
+    /// How long a name's fence counter outlives its last lease on each node
+    /// (default 24 h, at least 2 s); see [`crate::RedisConfig::state_ttl`].
+    /// The fence round raises each node's high-water with its counter, so a
+    /// later majority hands out a greater token also after a collection.
+    pub fn state_ttl(mut self, state_ttl: Duration) -> Self {
+        self.common.state_ttl = state_ttl;
+        self
+    }
+
     /// The largest random delay before a retry (default 20 ms), so that
     /// contenders that split the vote do not collide again.
     pub fn retry_delay(mut self, delay: Duration) -> Self {
@@ -221,7 +231,7 @@ impl RedlockConfig {
             self.common.namespace,
             timeouts,
             self.retry_delay,
-            self.common.restart_guard,
+            (self.common.restart_guard, self.common.state_ttl),
         )
         .await?;
         BackendLock::new(backend)

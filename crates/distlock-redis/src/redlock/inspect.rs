@@ -3,8 +3,9 @@
 
 use super::backend::RedlockBackend;
 use super::round::{self, Answers};
-use crate::inspect::{Role, lock_keys, ping, requests_served, server_pitfalls};
-use crate::keys::LockKeys;
+use crate::inspect::{Role, ping, requests_served, server_pitfalls};
+use crate::keys::{LockKeys, lock_key_pattern, state_key_pattern};
+use crate::primaries::scan_keys;
 use crate::protocol::Attempt;
 use async_trait::async_trait;
 use distlock_core::toolkit::{Floor, Holder, Inspect, random_owner};
@@ -19,6 +20,24 @@ impl RedlockBackend {
             return Err(self.quorum_unavailable(answers.ok.len(), answers.failed.join("; ")));
         }
         Ok(())
+    }
+
+    /// The keys matching `pattern` on each node, from every node: a node that
+    /// did not answer may hold what is asked for, so it fails the question.
+    async fn scan_every_node(
+        &self,
+        pattern: String,
+    ) -> Result<Vec<(usize, Vec<String>)>, LockError> {
+        let budget = self.timeout;
+        let answers = round::on_all(&self.nodes, self.all_nodes(), budget * 4, move |node| {
+            let pattern = pattern.clone();
+            async move { scan_keys(&node, &pattern, budget).await }
+        })
+        .await;
+        if !answers.failed.is_empty() {
+            return Err(self.quorum_unavailable(answers.ok.len(), answers.failed.join("; ")));
+        }
+        Ok(answers.ok)
     }
 }
 
@@ -57,19 +76,18 @@ impl Inspect for RedlockBackend {
         )))
     }
 
+    async fn state_records(&self, prefix: &str) -> Result<Option<usize>, LockError> {
+        let on_nodes = self.scan_every_node(state_key_pattern(&self.namespace, prefix));
+        Ok(Some(
+            on_nodes.await?.iter().map(|(_, keys)| keys.len()).sum(),
+        ))
+    }
+
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        let (namespace, prefix, budget) = (self.namespace.clone(), prefix.to_owned(), self.timeout);
-        let answers = round::on_all(&self.nodes, self.all_nodes(), budget * 4, move |node| {
-            let (namespace, prefix) = (namespace.clone(), prefix.clone());
-            async move { lock_keys(&node, &namespace, &prefix, budget).await }
-        })
-        .await;
-        if !answers.failed.is_empty() {
-            // A node that did not answer may hold what is left: say so.
-            return Err(self.quorum_unavailable(answers.ok.len(), answers.failed.join("; ")));
-        }
+        let on_nodes = self.scan_every_node(lock_key_pattern(&self.namespace, prefix));
+        let answers = on_nodes.await?;
         let mut held_on: BTreeMap<String, Vec<&str>> = BTreeMap::new();
-        for (node, keys) in &answers.ok {
+        for (node, keys) in &answers {
             for key in keys {
                 held_on
                     .entry(key.clone())

@@ -1,13 +1,14 @@
 -- The fair lock's acquire: the lock goes to the waiter at the head of the
 -- queue, or to anyone when nobody waits.
--- KEYS[1] lock key, KEYS[2] fence counter (never expires), KEYS[3] queue
--- (list of owner values, arrival order), KEYS[4] queue timeouts (owner ->
--- marker expiry ms)
+-- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] queue (list of owner
+-- values, arrival order), KEYS[4] queue timeouts (owner -> marker expiry
+-- ms), KEYS[5] the namespace's high-water (in the keys' slot)
 -- ARGV[1] owner value (one per acquire, kept while it waits), ARGV[2] ttl in
 -- ms, ARGV[3] how long the caller's place lives without a new attempt (0: a
 -- try, no place is taken), ARGV[4] lock channel (a waiter's own channel is
 -- '<lock channel>:<owner>', both in the keys' slot), ARGV[5] PUBLISH, or
--- SPUBLISH in a Redis Cluster
+-- SPUBLISH in a Redis Cluster, ARGV[6] how long the counter is kept in ms
+-- (the ttl plus state_ttl)
 -- Returns {1, token} when won, {0, ms} when it must wait (ms until the holder's
 -- lease or the head's place expires).
 local now = now_ms()
@@ -30,7 +31,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 and (not head or head == ARGV[1]) then
     redis.call('LPOP', KEYS[3])
     redis.call('ZREM', KEYS[4], ARGV[1])
   end
-  return {1, next_token(KEYS[2])}
+  return {1, next_token(KEYS[2], KEYS[5], ARGV[6])}
 end
 local place = tonumber(ARGV[3])
 if place > 0 then

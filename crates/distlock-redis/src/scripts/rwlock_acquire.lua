@@ -2,20 +2,21 @@
 -- KEYS[1] expiry set (owner -> expiry ms), KEYS[2] info hash (owner ->
 -- "R:token" or "W:token"), KEYS[3] queue (member "R:<owner>" or "W:<owner>"
 -- -> arrival number), KEYS[4] places (member -> expiry ms of its place),
--- KEYS[5] arrival counter, KEYS[6] token counter (one for both kinds, never
--- expires)
+-- KEYS[5] arrival counter, KEYS[6] token counter (one for both kinds),
+-- KEYS[7] the namespace's high-water (in the keys' slot)
 -- ARGV[1] owner value (one per acquire), ARGV[2] ttl in ms, ARGV[3] 'R' or 'W',
 -- ARGV[4] how long the caller's place lives without a new attempt (0: a try,
 -- no place is taken), ARGV[5] channel (a waiter's own is '<channel>:<owner>',
 -- both in the keys' slot), ARGV[6] PUBLISH, or SPUBLISH in a Redis
--- Cluster
--- With a restart guard (restart_guard.lua is prepended): KEYS[7] the
--- namespace's marker, ARGV[7] the guard in ms, ARGV[8] the caller's run_id
+-- Cluster, ARGV[7] how long the counter is kept in ms (the ttl plus
+-- state_ttl)
+-- With a restart guard (restart_guard.lua is prepended): KEYS[8] the
+-- namespace's marker, ARGV[8] the guard in ms, ARGV[9] the caller's run_id
 -- Returns {1, token} when won, {0, ms} when it must wait (ms until the soonest
 -- share or place that may be in its way expires), {2, ms} when the restart
 -- guard refuses for ms more (the caller takes no place in the queue then:
 -- waiters queue afresh once the guard has passed).
-local guard_left = restart_guard_left(KEYS[7], ARGV[7], ARGV[8])
+local guard_left = restart_guard_left(KEYS[8], ARGV[8], ARGV[9])
 if guard_left > 0 then
   return {2, guard_left}
 end
@@ -88,7 +89,7 @@ end
 if enters then
   redis.call('ZREM', KEYS[3], member)
   redis.call('ZREM', KEYS[4], member)
-  local token = grant(KEYS[1], KEYS[2], KEYS[6], ARGV[1], ttl, now, function(t)
+  local token = grant(KEYS[1], KEYS[2], KEYS[6], KEYS[7], ARGV[7], ARGV[1], ttl, now, function(t)
     return string.format('%s:%d', mode, t)
   end)
   if mode == 'R' then

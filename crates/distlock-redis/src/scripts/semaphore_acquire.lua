@@ -1,15 +1,17 @@
 -- Takes one permit of a semaphore if one is free.
 -- KEYS[1] expiry set (owner -> expiry ms), KEYS[2] info hash (owner ->
--- "slot:token"), KEYS[3] limit, KEYS[4] fence counter (never expires)
+-- "slot:token"), KEYS[3] limit, KEYS[4] fence counter, KEYS[5] the
+-- namespace's high-water (in the keys' slot)
 -- ARGV[1] owner value, ARGV[2] ttl in ms, ARGV[3] limit, ARGV[4] '1' when the
 -- caller was waiting, ARGV[5] channel (in the keys' slot), ARGV[6] PUBLISH,
--- or SPUBLISH in a Redis Cluster
--- With a restart guard (restart_guard.lua is prepended): KEYS[5] the
--- namespace's marker, ARGV[7] the guard in ms, ARGV[8] the caller's run_id
+-- or SPUBLISH in a Redis Cluster, ARGV[7] how long the counter is kept in ms
+-- (the ttl plus state_ttl)
+-- With a restart guard (restart_guard.lua is prepended): KEYS[6] the
+-- namespace's marker, ARGV[8] the guard in ms, ARGV[9] the caller's run_id
 -- Returns {1, slot, token} when won, {0, ms} when full (ms until the soonest
 -- permit expires), {3, limit} when the semaphore is in use with another limit,
 -- {2, ms} when the restart guard refuses for ms more.
-local guard_left = restart_guard_left(KEYS[5], ARGV[7], ARGV[8])
+local guard_left = restart_guard_left(KEYS[6], ARGV[8], ARGV[9])
 if guard_left > 0 then
   return {2, guard_left}
 end
@@ -44,7 +46,7 @@ while taken[slot] do
   slot = slot + 1
 end
 redis.call('SET', KEYS[3], limit, 'KEEPTTL')
-local token = grant(KEYS[1], KEYS[2], KEYS[4], ARGV[1], ttl, now, function(t)
+local token = grant(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[7], ARGV[1], ttl, now, function(t)
   return string.format('%d:%d', slot, t)
 end)
 keep_until(KEYS[3], now + ttl, now)

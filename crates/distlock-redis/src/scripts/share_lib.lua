@@ -1,5 +1,5 @@
 -- Helpers prepended to every share script (semaphore permits, read-write lock
--- shares). A share is a member (its owner value) of an expiry sorted set,
+-- shares), after token_lib.lua. A share is a member (its owner value) of an expiry sorted set,
 -- scored by its expiry in server milliseconds, with its description
 -- ("slot:token" or "R:token"/"W:token") in a hash under the same member.
 
@@ -20,30 +20,15 @@ local function sweep(expiry, info, now)
   end
 end
 
--- The next fencing token. A counter lost with a restart starts again from the
--- server clock in microseconds (as the lock's does), so tokens keep rising.
-local function next_token(fence)
-  if redis.call('EXISTS', fence) == 0 then
-    local time = redis.call('TIME')
-    redis.call('SET', fence, time[1] .. string.format('%06d', tonumber(time[2])))
-  end
-  return redis.call('INCR', fence)
-end
-
 -- Keeps `key` at least until `at` (server ms), so that the bookkeeping of
 -- holders that all crashed disappears on its own.
 local function keep_until(key, at, now)
-  local left = redis.call('PTTL', key)
-  if left >= 0 and left < at - now then
-    redis.call('PEXPIRE', key, at - now)
-  elseif left == -1 then
-    redis.call('PEXPIRE', key, at - now)
-  end
+  keep_for(key, at - now)
 end
 
--- Records a granted share and returns its token.
-local function grant(expiry, info, fence, owner, ttl, now, describe)
-  local token = next_token(fence)
+-- Records a granted share and returns its token (the counter kept `keep` ms).
+local function grant(expiry, info, fence, high_water, keep, owner, ttl, now, describe)
+  local token = next_token(fence, high_water, keep)
   redis.call('ZADD', expiry, now + ttl, owner)
   redis.call('HSET', info, owner, describe(token))
   keep_until(expiry, now + ttl, now)

@@ -208,8 +208,10 @@ impl Holding for RedisShare {
                 let mut invocation = RENEW.key(&self.keys.expiry);
                 invocation
                     .key(&self.keys.info)
+                    .key(&self.keys.fence)
                     .arg(&self.owner)
-                    .arg(ms(ttl));
+                    .arg(ms(ttl))
+                    .arg(self.server.state.keep_ms(ttl));
                 invocation
             })
             .await;

@@ -110,14 +110,16 @@ impl RedisRwLockBackend {
                     .key(keys.sibling("queue"))
                     .key(keys.sibling("places"))
                     .key(keys.sibling("arrivals"))
-                    .key(&keys.fence);
+                    .key(&keys.fence)
+                    .key(on.server.state.high_water(&keys.fence));
                 invocation
                     .arg(&on.owner)
                     .arg(ms(req.ttl))
                     .arg(kind(mode))
                     .arg(ms(place))
                     .arg(&keys.channel)
-                    .arg(conn.publish_command());
+                    .arg(conn.publish_command())
+                    .arg(on.server.state.keep_ms(req.ttl));
                 invocation
             })
             .await?;

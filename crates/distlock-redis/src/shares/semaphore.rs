@@ -66,14 +66,16 @@ impl RedisSemaphoreBackend {
                 invocation
                     .key(&keys.info)
                     .key(&keys.extra[0])
-                    .key(&keys.fence);
+                    .key(&keys.fence)
+                    .key(on.server.state.high_water(&keys.fence));
                 invocation
                     .arg(&on.owner)
                     .arg(ms(req.acquire.ttl))
                     .arg(req.limit)
                     .arg(if waited { "1" } else { "0" })
                     .arg(&keys.channel)
-                    .arg(conn.publish_command());
+                    .arg(conn.publish_command())
+                    .arg(on.server.state.keep_ms(req.acquire.ttl));
                 invocation
             })
             .await?;

@@ -68,6 +68,16 @@
 //! | [`rwlock_cancelled_wait_leaves_no_residue`] | dropped, aborted and timed-out reads and writes leave nothing and delay nobody |
 //! | [`rwlock_lost_on_external_deletion`] | an operator deletes the shares: `lost()` fires for readers and writers, stale releases give `Lost` |
 //!
+//! Bounded state, where [`Capabilities::state_collection`] offers it (the
+//! harness gives clients with a short `state_ttl`,
+//! [`Harness::client_with_state_ttl`], and the inspector counts the records,
+//! [`Inspect::state_records`](distlock_core::toolkit::Inspect::state_records)):
+//!
+//! | case | property |
+//! |---|---|
+//! | [`state_is_collected`] | 200 names, each used once as every primitive offered: no per-name record left `state_ttl` after their leases |
+//! | [`token_rises_after_state_collected`] | a name used again after its state was collected gets tokens above all its earlier ones |
+//!
 //! The fault hooks a case needs come from the harness: deleting a holder and
 //! counting residue go through the adapter's own
 //! [`Inspect`](distlock_core::toolkit::Inspect) implementation
@@ -85,6 +95,7 @@ mod rwlock_loss;
 mod scope;
 mod semaphore;
 mod semaphore_loss;
+mod state;
 mod waiting;
 
 pub use basic::*;
@@ -98,6 +109,7 @@ pub use rwlock_loss::*;
 pub use scope::{Scope, still_pending, within};
 pub use semaphore::*;
 pub use semaphore_loss::*;
+pub use state::*;
 pub use waiting::*;
 
 use crate::harness::{Harness, Hooks};
@@ -170,6 +182,12 @@ fn election(c: &Capabilities, _: &Hooks) -> Option<&'static str> {
 
 fn rwlock(c: &Capabilities, _: &Hooks) -> Option<&'static str> {
     c.primitives.rwlock.why_not()
+}
+
+/// The gate of the bounded-state cases: a backend claims collection of idle
+/// state in its capabilities once it does it (issue 28, backend by backend).
+fn state_collection(c: &Capabilities, _: &Hooks) -> Option<&'static str> {
+    c.state_collection.why_not()
 }
 
 macro_rules! case {
@@ -265,5 +283,7 @@ pub fn all() -> Vec<Case> {
         case!(rwlock_crashed_shares_free_after_ttl, rwlock),
         case!(rwlock_cancelled_wait_leaves_no_residue, rwlock),
         case!(rwlock_lost_on_external_deletion, rwlock),
+        case!(state_is_collected, state_collection),
+        case!(token_rises_after_state_collected, state_collection),
     ]
 }

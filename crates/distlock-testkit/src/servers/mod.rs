@@ -8,6 +8,7 @@
 //! command, never a silent skip: skipping needs an explicit `DISTLOCK_TEST_SKIP`.
 
 pub(crate) mod child;
+mod clock;
 pub mod docker;
 pub mod etcd;
 pub mod mariadb;
@@ -23,6 +24,7 @@ mod sql;
 pub mod tls;
 pub mod zookeeper;
 
+pub use clock::MovableClock;
 pub use etcd::{EtcdCluster, EtcdServer, MemberStatus};
 pub use mariadb::MariaDbServer;
 pub use placement::{LauncherKind, Placement, launcher, place, set_default_launcher};

@@ -1,5 +1,6 @@
 //! Redis launcher: one node, or several independent nodes for Redlock.
 
+use super::clock::MovableClock;
 use super::process::ServerProcess;
 use super::server::Server;
 use super::tls::ServerTls;
@@ -33,6 +34,9 @@ pub struct RedisOptions {
     /// in the data dir so a restart keeps its identity and slots); see
     /// [`super::RedisCluster`], which joins such nodes into a cluster.
     pub cluster: bool,
+    /// Run with this wall clock, which the test can step back (native
+    /// launcher only: the shim is built on this machine).
+    pub clock: Option<MovableClock>,
 }
 
 impl std::fmt::Debug for RedisOptions {
@@ -43,6 +47,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("tls", &self.tls)
             .field("replica_of", &self.replica_of)
             .field("cluster", &self.cluster)
+            .field("clock", &self.clock)
             .finish()
     }
 }
@@ -97,8 +102,17 @@ impl RedisServer {
             }
             write_private(&config, &text)?;
             let args = vec![config.clone().into_os_string()];
+            let (program, args) = match &options.clock {
+                Some(_) if placement.docker().is_some() => {
+                    return Err(ServerError::Protocol(
+                        "a movable clock needs the native launcher".into(),
+                    ));
+                }
+                Some(clock) => clock.wrap(&binary, args),
+                None => (binary.clone(), args),
+            };
             let process =
-                ServerProcess::start_at(&placement, "redis-server", &binary, args, dir.path())?;
+                ServerProcess::start_at(&placement, "redis-server", &program, args, dir.path())?;
             let addr = SocketAddr::new(placement.host(), port);
             process
                 .wait_ready(READY_TIMEOUT, || ping(addr, password))

@@ -74,8 +74,9 @@ impl RedlockBackend {
     ///
     /// When it is skipped: a node's reply is its counter's value when the script
     /// ran, and counters never go down (`INCR`, and `raise_fence.lua` only
-    /// raises; a node that loses its data is the durability assumption of the
-    /// whole scheme). So a node that answered T already has a counter ≥ T, and
+    /// raises; a counter collected once its name was idle restarts above the
+    /// node's high-water, which the acquire and the raise lift with it; a node
+    /// that loses its data is the durability assumption of the whole scheme). So a node that answered T already has a counter ≥ T, and
     /// when a quorum of the nodes won answered T the invariant holds as it is:
     /// no round. That is the common case, since an uncontended acquire `INCR`s
     /// every node's counter alike once they agree. Otherwise only the nodes won
@@ -84,7 +85,7 @@ impl RedlockBackend {
         &self,
         keys: &LockKeys,
         won: &[(usize, u64, RunId)],
-        token: u64,
+        (token, ttl): (u64, Duration),
     ) -> usize {
         let at_token = won.iter().filter(|(_, t, _)| *t == token).count();
         if at_token >= self.quorum {
@@ -98,7 +99,7 @@ impl RedlockBackend {
             .collect();
         let answers = round::on_all(&self.nodes, below, budget, move |node| {
             let keys = k.clone();
-            async move { node.raise_fence(&keys, token, budget).await }
+            async move { node.raise_fence(&keys, (token, ttl), budget).await }
         })
         .await;
         // Each node appears once in `won`, so the two sets do not overlap.

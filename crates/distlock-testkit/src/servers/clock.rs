@@ -1,0 +1,87 @@
+//! A wall clock a test moves under a server it launches, to show what a clock
+//! stepping back does (tokens seeded from the server clock, expiry).
+//!
+//! The server runs with `clock_offset.c` preloaded (`LD_PRELOAD`): its
+//! `CLOCK_REALTIME`, `gettimeofday` and `time` give the real time plus an
+//! offset read from a file at every call; monotonic clocks are untouched.
+//! libfaketime does the same with `FAKETIME_TIMESTAMP_FILE`, but it cannot run
+//! `redis-server` as Debian builds it: its start-up calls `dlsym`, which
+//! allocates through jemalloc, which calls `clock_gettime` before libfaketime
+//! is ready, and the server hangs (libfaketime issue #130). The shim uses
+//! system calls only. It is compiled at run time with `cc`, which every Rust
+//! toolchain already needs as its linker.
+
+use super::ServerError;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The shim's source.
+const SHIM: &str = include_str!("clock_offset.c");
+
+/// A clock offset shared by the servers launched with it (see
+/// [`super::RedisOptions::clock`]); clones move the same clock.
+#[derive(Debug, Clone)]
+pub struct MovableClock {
+    shim: PathBuf,
+    offset: PathBuf,
+    _dir: Arc<tempfile::TempDir>,
+}
+
+impl MovableClock {
+    /// Compiles the shim and starts at offset zero.
+    pub fn new() -> Result<Self, ServerError> {
+        let dir = tempfile::Builder::new()
+            .prefix("distlock-clock-")
+            .tempdir()
+            .map_err(ServerError::io("create a temp dir for the clock shim"))?;
+        let (source, shim) = (
+            dir.path().join("clock_offset.c"),
+            dir.path().join("clock_offset.so"),
+        );
+        std::fs::write(&source, SHIM).map_err(ServerError::io("write the clock shim"))?;
+        let output = Command::new("cc")
+            .args(["-shared", "-fPIC", "-O2", "-o"])
+            .arg(&shim)
+            .arg(&source)
+            .output()
+            .map_err(ServerError::io("run cc to build the clock shim"))?;
+        if !output.status.success() {
+            return Err(ServerError::Command {
+                command: "cc -shared clock_offset.c".into(),
+                output: String::from_utf8_lossy(&output.stderr).into_owned(),
+            });
+        }
+        let clock = MovableClock {
+            shim,
+            offset: dir.path().join("offset"),
+            _dir: Arc::new(dir),
+        };
+        clock.set_back(Duration::ZERO)?;
+        Ok(clock)
+    }
+
+    /// Sets the servers' wall clocks `back` behind the real time, at once.
+    pub fn set_back(&self, back: Duration) -> Result<(), ServerError> {
+        let micros = i128::try_from(back.as_micros()).unwrap_or(i128::MAX);
+        // Written aside and renamed, so a server never reads half a number.
+        let next = self.offset.with_extension("next");
+        std::fs::write(&next, format!("{}\n", -micros))
+            .and_then(|()| std::fs::rename(&next, &self.offset))
+            .map_err(ServerError::io("write the clock offset"))
+    }
+
+    /// `program args` run under this clock: through `env`, with the shim
+    /// preloaded and the offset file named.
+    pub(crate) fn wrap(&self, program: &Path, args: Vec<OsString>) -> (PathBuf, Vec<OsString>) {
+        let mut preload = OsString::from("LD_PRELOAD=");
+        preload.push(&self.shim);
+        let mut offset = OsString::from("DISTLOCK_CLOCK_OFFSET_FILE=");
+        offset.push(&self.offset);
+        let mut wrapped = vec![preload, offset, program.as_os_str().to_owned()];
+        wrapped.extend(args);
+        (PathBuf::from("env"), wrapped)
+    }
+}

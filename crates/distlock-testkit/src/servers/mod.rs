@@ -10,6 +10,7 @@
 pub(crate) mod child;
 pub mod docker;
 pub mod etcd;
+pub mod links;
 pub mod mariadb;
 pub mod placement;
 pub mod postgres;
@@ -24,6 +25,7 @@ pub mod tls;
 pub mod zookeeper;
 
 pub use etcd::{EtcdCluster, EtcdServer, MemberStatus};
+pub use links::PeerLinks;
 pub use mariadb::MariaDbServer;
 pub use placement::{LauncherKind, Placement, launcher, place, set_default_launcher};
 pub use postgres::PostgresServer;

@@ -38,7 +38,8 @@ pub fn redlock() -> Vec<Spec> {
 /// decisions, so no overlap under any partition either.
 #[cfg(feature = "etcd")]
 pub fn etcd() -> Vec<Spec> {
-    use super::cluster::EtcdClusterHarness;
+    use super::cluster::ClusterHarness;
+    use distlock_testkit::servers::EtcdCluster;
     vec![
         Spec {
             trial: "etcd::chaos",
@@ -52,7 +53,11 @@ pub fn etcd() -> Vec<Spec> {
         Spec {
             trial: "etcd_cluster::chaos",
             backend: "etcd",
-            start: || Box::pin(async { Ok(Arc::new(EtcdClusterHarness::launch().await?) as _) }),
+            start: || {
+                Box::pin(async {
+                    Ok(Arc::new(ClusterHarness::<EtcdCluster>::launch().await?) as _)
+                })
+            },
             faults: CLUSTER,
             exclusion: Requirement::Required,
         },
@@ -62,7 +67,8 @@ pub fn etcd() -> Vec<Spec> {
 /// `zookeeper::chaos`, and `zk_ensemble::chaos` on 3 servers.
 #[cfg(feature = "zookeeper")]
 pub fn zookeeper() -> Vec<Spec> {
-    use super::cluster::ZkEnsembleHarness;
+    use super::cluster::ClusterHarness;
+    use distlock_testkit::servers::ZooKeeperEnsemble;
     vec![
         Spec {
             trial: "zookeeper::chaos",
@@ -76,7 +82,11 @@ pub fn zookeeper() -> Vec<Spec> {
         Spec {
             trial: "zk_ensemble::chaos",
             backend: "zookeeper",
-            start: || Box::pin(async { Ok(Arc::new(ZkEnsembleHarness::launch().await?) as _) }),
+            start: || {
+                Box::pin(async {
+                    Ok(Arc::new(ClusterHarness::<ZooKeeperEnsemble>::launch().await?) as _)
+                })
+            },
             faults: CLUSTER,
             exclusion: Requirement::Required,
         },

@@ -32,12 +32,25 @@ fn granted_at(history: &mut History, lease: u64, at_ms: u64) {
     history.events.sort_by_key(|e| (e.invoked, e.completed));
 }
 
+/// The recorded history passes, with its one fault counted.
+fn passes(h: &History, fault: &str) {
+    let findings = check(h);
+    assert_eq!(findings.violations, vec![], "{}", verdict(h, &findings));
+    assert_eq!(findings.stats.faults.get(fault), Some(&1));
+}
+
+/// Leases `first` and `second` overlap with both writes admitted, and that fails.
+fn flagged(h: &History, first: u64, second: u64) {
+    let findings = check(h);
+    let overlaps = findings
+        .failures(h)
+        .filter(|v| matches!(v, Violation::Overlap(o) if o.first == first && o.second == second));
+    assert_eq!(overlaps.count(), 1, "{}", verdict(h, &findings));
+}
+
 #[test]
 fn a_recorded_partition_that_heals_passes() {
-    let h = recorded(PARTITION_HEALS);
-    let findings = check(&h);
-    assert_eq!(findings.violations, vec![], "{}", verdict(&h, &findings));
-    assert_eq!(findings.stats.faults.get("partition-holder"), Some(&1));
+    passes(&recorded(PARTITION_HEALS), "partition-holder");
 }
 
 #[test]
@@ -47,20 +60,12 @@ fn a_majority_granting_while_the_cut_holder_still_writes_is_flagged() {
     // still believes and writes at 2737 and 2767 ms, before c5's first write.
     let mut h = recorded(PARTITION_HEALS);
     granted_at(&mut h, 31, 2710);
-    let findings = check(&h);
-    let overlaps: Vec<&Violation> = findings
-        .failures(&h)
-        .filter(|v| matches!(v, Violation::Overlap(o) if o.first == 13 && o.second == 31))
-        .collect();
-    assert_eq!(overlaps.len(), 1, "{}", verdict(&h, &findings));
+    flagged(&h, 13, 31);
 }
 
 #[test]
 fn a_recorded_member_kill_passes() {
-    let h = recorded(MEMBER_KILL);
-    let findings = check(&h);
-    assert_eq!(findings.violations, vec![], "{}", verdict(&h, &findings));
-    assert_eq!(findings.stats.faults.get("server-kill"), Some(&1));
+    passes(&recorded(MEMBER_KILL), "server-kill");
 }
 
 #[test]
@@ -70,10 +75,5 @@ fn a_restarted_member_granting_a_held_key_again_is_flagged() {
     // writes at 43440 and 43473 ms land before c3's first.
     let mut h = recorded(MEMBER_KILL);
     granted_at(&mut h, 134, 43420);
-    let findings = check(&h);
-    let overlaps: Vec<&Violation> = findings
-        .failures(&h)
-        .filter(|v| matches!(v, Violation::Overlap(o) if o.first == 130 && o.second == 134))
-        .collect();
-    assert_eq!(overlaps.len(), 1, "{}", verdict(&h, &findings));
+    flagged(&h, 130, 134);
 }

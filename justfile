@@ -31,7 +31,9 @@ test-fences:
     cargo test -p distlock-tests --all-features --test fences
 
 # The history checker under faults: every backend (or those FILTER names, e.g. `redis::`) for SECS
-# seconds with random server, proxy and holder faults; prints each history file and the table.
+# seconds with random server, proxy and holder faults, and a 3-member etcd and a ZooKeeper ensemble
+# (`etcd_cluster::chaos`, `zk_ensemble::chaos`) under partitions, kills and pauses of a member; prints
+# each history file and the table.
 chaos SECS="60" *FILTER:
     DISTLOCK_CHAOS_SECS={{SECS}} cargo test -p distlock-tests --all-features --test chaos -- {{FILTER}}
 
@@ -127,7 +129,8 @@ test-docker *FILTER:
     scripts/test-docker {{FILTER}}
 
 # Clustered servers in containers on a private network: a 3-member etcd, a ZooKeeper ensemble, MariaDB
-# killed under a holder, Redis primary + replica + 3 Sentinels failed over (`just images` first).
+# killed under a holder, Redis primary + replica + 3 Sentinels failed over, and the two clustered chaos
+# trials in containers (`just images` first).
 test-topologies *FILTER:
     cargo test -p distlock-tests --all-features --test topologies -- {{FILTER}}
 

@@ -46,6 +46,26 @@ impl std::fmt::Debug for FaultyClient {
     }
 }
 
+/// A clustered deployment as a chaos run faults it: its members are the
+/// harness's [`Harness::launched_all`], in the same order, and each client the
+/// harness hands out talks to one member.
+#[async_trait]
+pub trait Cluster: Send + Sync {
+    /// The member that leads now, if one does.
+    async fn leader(&self) -> Option<usize>;
+
+    /// The member the `n`-th client the harness handed out (counting
+    /// [`Harness::client`] and [`Harness::faulty_client`] alike; `c<n>` in a
+    /// chaos run) talks to.
+    fn member_of_client(&self, n: usize) -> Option<usize>;
+
+    /// Cuts `member` off its peers until [`Cluster::heal`].
+    fn partition(&self, member: usize) -> Result<(), BoxError>;
+
+    /// Ends the partition of `member`.
+    fn heal(&self, member: usize) -> Result<(), BoxError>;
+}
+
 /// One backend under test. Cases run in parallel on one harness, each under its
 /// own random key prefix.
 #[async_trait]
@@ -99,6 +119,12 @@ pub trait Harness: Send + Sync {
     /// several (a Redlock node); by default the one [`Harness::launched`] gives.
     fn launched_all(&self) -> Vec<&dyn Launched> {
         self.launched().into_iter().collect()
+    }
+
+    /// The cluster its servers form, for the faults that cut one member off
+    /// the others; `None` for a single server or independent nodes.
+    fn cluster(&self) -> Option<&dyn Cluster> {
+        None
     }
 
     /// A URL `distlock::connect` accepts that reaches the same locks as

@@ -5,12 +5,14 @@
 //!   each runs on every backend whose [`distlock_core::Capabilities`] and
 //!   [`Hooks`] allow it.
 //! - [`runner`]: turns them into named tests, `<backend>::<case>`.
-//! - [`servers`]: native launchers for redis-server, etcd, ZooKeeper and MariaDB.
+//! - [`servers`]: native launchers for redis-server, etcd, ZooKeeper and MariaDB,
+//!   and the peer links that cut a native cluster's member off its peers.
 //! - [`proxy`]: a TCP fault proxy (delay, blackhole, reset, close).
 //! - [`holder`]: runs a lock holder as a child process to pause or kill it.
 //! - [`history`]: checks mutual exclusion and token order of a recorded run.
 //! - [`chaos`]: the history checker under faults: K clients, random server,
-//!   proxy and holder faults, a history file, and the checker that reads it.
+//!   proxy, holder and (on a [`harness::Cluster`]) partition faults, a history
+//!   file, and the checker that reads it.
 //! - [`fences`]: the fence conformance cases, `<store>::<case>`, for every
 //!   fenced store.
 //!

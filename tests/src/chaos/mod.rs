@@ -1,9 +1,12 @@
 //! The chaos trials: one per backend (`<backend>::chaos`), each on servers of
-//! its own, plus `redis::restart_window` (item 3 of the chaos issue). The
+//! its own, plus `redis::restart_window` (item 3 of the chaos issue) and the
+//! clustered `etcd_cluster::chaos` and `zk_ensemble::chaos` (`cluster.rs`). The
 //! workload, the faults and the checker are the testkit's
 //! (`distlock_testkit::chaos`); this module says, per backend, which harness,
 //! which faults, and which properties are required rather than measured.
 
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub mod cluster;
 #[cfg(feature = "redis")]
 pub mod restart;
 pub mod trials;
@@ -50,6 +53,17 @@ pub const MEMORY: &[FaultKind] = &[
     FaultKind::NetworkCut,
 ];
 
+/// A 3-member cluster's faults: a member paused or killed, the leader, a
+/// follower or the holder's member cut off its peers, and a paused holder.
+pub const CLUSTER: &[FaultKind] = &[
+    FaultKind::ServerPause,
+    FaultKind::ServerKill,
+    FaultKind::PartitionLeader,
+    FaultKind::PartitionMinority,
+    FaultKind::PartitionHolder,
+    FaultKind::HolderPause,
+];
+
 /// Clients per trial, of which some go through a fault proxy.
 pub const CLIENTS: usize = 6;
 /// Faulty clients among them.
@@ -65,6 +79,15 @@ pub fn specs() -> Vec<Spec> {
     crate::backends()
         .into_iter()
         .flat_map(|backend| (backend.chaos)())
+        .collect()
+}
+
+/// The clustered trials, `etcd_cluster::chaos` and `zk_ensemble::chaos`,
+/// which the `topologies` target runs in containers too.
+pub fn cluster_specs() -> Vec<Spec> {
+    specs()
+        .into_iter()
+        .filter(|spec| spec.faults == CLUSTER)
         .collect()
 }
 

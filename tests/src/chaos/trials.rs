@@ -2,7 +2,7 @@
 //! properties are required rather than measured (Redis's are in `restart.rs`).
 //! `crate::backends` lists them beside each backend's conformance suites.
 
-use super::{ALL, MEMORY, Spec};
+use super::{ALL, CLUSTER, MEMORY, Spec};
 use distlock_testkit::chaos::Requirement;
 use std::sync::Arc;
 
@@ -34,30 +34,63 @@ pub fn redlock() -> Vec<Spec> {
     }]
 }
 
-/// `etcd::chaos`.
+/// `etcd::chaos`, and `etcd_cluster::chaos` on 3 members: a quorum's
+/// decisions, so no overlap under any partition either.
 #[cfg(feature = "etcd")]
 pub fn etcd() -> Vec<Spec> {
-    vec![Spec {
-        trial: "etcd::chaos",
-        backend: "etcd",
-        start: || Box::pin(async { Ok(Arc::new(crate::etcd::EtcdHarness::launch().await?) as _) }),
-        faults: ALL,
-        exclusion: Requirement::Required,
-    }]
+    use super::cluster::ClusterHarness;
+    use distlock_testkit::servers::EtcdCluster;
+    vec![
+        Spec {
+            trial: "etcd::chaos",
+            backend: "etcd",
+            start: || {
+                Box::pin(async { Ok(Arc::new(crate::etcd::EtcdHarness::launch().await?) as _) })
+            },
+            faults: ALL,
+            exclusion: Requirement::Required,
+        },
+        Spec {
+            trial: "etcd_cluster::chaos",
+            backend: "etcd",
+            start: || {
+                Box::pin(async {
+                    Ok(Arc::new(ClusterHarness::<EtcdCluster>::launch().await?) as _)
+                })
+            },
+            faults: CLUSTER,
+            exclusion: Requirement::Required,
+        },
+    ]
 }
 
-/// `zookeeper::chaos`.
+/// `zookeeper::chaos`, and `zk_ensemble::chaos` on 3 servers.
 #[cfg(feature = "zookeeper")]
 pub fn zookeeper() -> Vec<Spec> {
-    vec![Spec {
-        trial: "zookeeper::chaos",
-        backend: "zookeeper",
-        start: || {
-            Box::pin(async { Ok(Arc::new(crate::zookeeper::ZkHarness::launch().await?) as _) })
+    use super::cluster::ClusterHarness;
+    use distlock_testkit::servers::ZooKeeperEnsemble;
+    vec![
+        Spec {
+            trial: "zookeeper::chaos",
+            backend: "zookeeper",
+            start: || {
+                Box::pin(async { Ok(Arc::new(crate::zookeeper::ZkHarness::launch().await?) as _) })
+            },
+            faults: ALL,
+            exclusion: Requirement::Required,
         },
-        faults: ALL,
-        exclusion: Requirement::Required,
-    }]
+        Spec {
+            trial: "zk_ensemble::chaos",
+            backend: "zookeeper",
+            start: || {
+                Box::pin(async {
+                    Ok(Arc::new(ClusterHarness::<ZooKeeperEnsemble>::launch().await?) as _)
+                })
+            },
+            faults: CLUSTER,
+            exclusion: Requirement::Required,
+        },
+    ]
 }
 
 /// `mysql::chaos` (version_cas) and `mysql_for_update::chaos`.

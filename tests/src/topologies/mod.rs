@@ -3,12 +3,15 @@
 //! Every case starts its own servers through the testkit's launchers with the
 //! docker launcher as the default (`DISTLOCK_LAUNCHER=native` is refused: a native
 //! server has no network of its own to cut), and removes them when it ends.
+//! `etcd_cluster::chaos` and `zk_ensemble::chaos` are the `chaos` target's
+//! clustered trials (`crate::chaos::cluster`), run here in containers.
 
 use distlock_core::{BoxError, Lease};
 use distlock_testkit::history::History;
 use distlock_testkit::servers::{LauncherKind, launcher, set_default_launcher};
 use libtest_mimic::{Failed, Trial};
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
@@ -30,8 +33,10 @@ type Case = (&'static str, Body);
 /// Longest any one case may run.
 const CASE_LIMIT: Duration = Duration::from_secs(240);
 
-/// Every case of the enabled backends, named `<topology>::<case>`.
-pub fn trials() -> Vec<Trial> {
+/// Every case of the enabled backends, named `<topology>::<case>`, and the
+/// clustered chaos trials with the paused holder `holder` and their histories
+/// in `dir`.
+pub fn trials(holder: &'static str, dir: PathBuf) -> Vec<Trial> {
     set_default_launcher(LauncherKind::Docker);
     #[allow(unused_mut)]
     let mut cases: Vec<(&str, Vec<Case>)> = Vec::new();
@@ -50,10 +55,28 @@ pub fn trials() -> Vec<Trial> {
                 Trial::test(format!("{topology}::{name}"), move || run(body))
             })
         })
+        .chain(chaos_trials(holder, dir))
         .collect()
 }
 
-fn run(body: Body) -> Result<(), Failed> {
+/// `etcd_cluster::chaos` and `zk_ensemble::chaos`, for `DISTLOCK_CHAOS_SECS`.
+fn chaos_trials(holder: &'static str, dir: PathBuf) -> Vec<Trial> {
+    crate::chaos::cluster_specs()
+        .into_iter()
+        .map(|spec| {
+            let dir = dir.clone();
+            Trial::test(spec.trial, move || {
+                run(async move || {
+                    let duration = crate::chaos::duration()?;
+                    crate::chaos::run_spec(&spec, holder, duration, &dir).await?;
+                    Ok(())
+                })
+            })
+        })
+        .collect()
+}
+
+fn run(body: impl AsyncFnOnce() -> Result<(), BoxError>) -> Result<(), Failed> {
     match launcher() {
         Ok(LauncherKind::Docker) => {}
         Ok(LauncherKind::Native) => {

@@ -188,6 +188,26 @@ impl Recorder {
             .push(event);
     }
 
+    /// The clients holding a lease now: acquired, and neither released nor
+    /// lost yet.
+    pub fn holders(&self) -> Vec<String> {
+        let events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        let ended: std::collections::HashSet<u64> = events
+            .iter()
+            .filter(|e| matches!(e.op, Op::Release | Op::Lost))
+            .map(|e| e.lease)
+            .collect();
+        let mut holders: Vec<String> = events
+            .iter()
+            .filter(|e| matches!(e.op, Op::Acquire { .. }) && e.outcome == Outcome::Ok)
+            .filter(|e| !ended.contains(&e.lease))
+            .map(|e| e.client.clone())
+            .collect();
+        holders.sort();
+        holders.dedup();
+        holders
+    }
+
     /// The history so far, events sorted by invocation.
     pub fn history(&self, meta: Meta) -> History {
         let mut events = self

@@ -69,6 +69,10 @@ pub(crate) async fn pause_cycle(
     let go_at = w.recorder.now();
     std::fs::write(&go, b"")?;
     let limit = w.ttl * 3 + START_SLACK;
+    // The holder releases as soon as it printed `WRITE`: the release was sent
+    // then, however long its answer takes (a cluster without a leader may
+    // take the whole request timeout), and it ends the holder's belief then.
+    let mut release_sent = None;
     loop {
         let line = child.wait_line("", limit).await?;
         let (word, rest) = line.split_once(' ').unwrap_or((line.as_str(), ""));
@@ -84,6 +88,7 @@ pub(crate) async fn pause_cycle(
                 ));
             }
             "WRITE" => {
+                release_sent = Some(w.recorder.now());
                 let checked = rest == "true";
                 let write = Op::Write { checked };
                 w.write(event(write, go_at, Some(token), None, Outcome::Ok))
@@ -95,9 +100,9 @@ pub(crate) async fn pause_cycle(
                     Some(("lost", reason)) => Outcome::Lost(reason.into()),
                     _ => Outcome::Error(rest.into()),
                 };
-                let at = w.recorder.now();
+                let sent = release_sent.unwrap_or_else(|| w.recorder.now());
                 w.recorder
-                    .record(event(Op::Release, at, Some(token), None, outcome));
+                    .record(event(Op::Release, sent, Some(token), None, outcome));
                 return Ok(());
             }
             _ => {

@@ -4,16 +4,17 @@
 //! the fault, keeps it for the given length (the fault's own duration, not a
 //! wait for anything) and undoes it, so the run never leaves a server frozen
 //! or a proxy cut. [`HarnessInjector`] is the one every [`Harness`] gets from
-//! its launched servers ([`Harness::launched_all`]) and fault proxies.
+//! its launched servers ([`Harness::launched_all`]), fault proxies and, for a
+//! cluster, its [`Cluster`] (the partitions).
 
 use super::FaultKind;
 use crate::fault::{Fault, FaultControl};
-use crate::harness::Harness;
+use crate::harness::{Cluster, Harness};
 use crate::servers::Launched;
 use async_trait::async_trait;
 use distlock_core::BoxError;
 use rand::Rng;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Applies faults to a backend under test.
@@ -22,9 +23,15 @@ pub trait Injector: Send + Sync {
     /// The kinds this injector can apply.
     fn kinds(&self) -> Vec<FaultKind>;
 
-    /// Applies `kind` for `length`, then undoes it. Returns the target's name
+    /// Applies `kind` for `length`, then undoes it. `holders` are the clients
+    /// holding a lease as it starts (`c0`…). Returns the target's name
     /// (`server`, `node2`, a client id) for the history.
-    async fn inject(&self, kind: FaultKind, length: Duration) -> Result<String, BoxError>;
+    async fn inject(
+        &self,
+        kind: FaultKind,
+        length: Duration,
+        holders: &[String],
+    ) -> Result<String, BoxError>;
 
     /// Undoes whatever an interrupted fault may have left: resumes every
     /// server, starts any that is down, clears every proxy.
@@ -37,6 +44,8 @@ pub struct HarnessInjector<'a> {
     harness: &'a dyn Harness,
     proxies: Vec<(String, Arc<dyn FaultControl>)>,
     menu: Vec<FaultKind>,
+    /// The member a partition has cut off, until it heals.
+    partitioned: Mutex<Option<usize>>,
 }
 
 impl std::fmt::Debug for HarnessInjector<'_> {
@@ -61,6 +70,7 @@ impl<'a> HarnessInjector<'a> {
             harness,
             proxies,
             menu: menu.to_vec(),
+            partitioned: Mutex::new(None),
         }
     }
 
@@ -126,6 +136,48 @@ impl<'a> HarnessInjector<'a> {
         Ok(name)
     }
 
+    /// Cuts one member off its peers for `length`: the leader, a follower, or
+    /// the member one of `holders` talks to (any member when none holds).
+    async fn partition(
+        &self,
+        kind: FaultKind,
+        length: Duration,
+        holders: &[String],
+    ) -> Result<String, BoxError> {
+        let cluster = self.harness.cluster().ok_or("not a cluster")?;
+        let size = self.servers().len();
+        let member = match kind {
+            FaultKind::PartitionLeader => leader(cluster).await.ok_or("no leader to cut off")?,
+            FaultKind::PartitionMinority => {
+                let leader = leader(cluster).await;
+                let followers: Vec<usize> = (0..size).filter(|m| Some(*m) != leader).collect();
+                *pick(&followers).ok_or("no follower to cut off")?
+            }
+            _ => {
+                let members: Vec<usize> = holders
+                    .iter()
+                    .filter_map(|client| client.strip_prefix('c')?.parse().ok())
+                    .filter_map(|n| cluster.member_of_client(n))
+                    .collect();
+                let any: Vec<usize> = (0..size).collect();
+                *pick(&members)
+                    .or_else(|| pick(&any))
+                    .ok_or("no member to cut off")?
+            }
+        };
+        *self.cut() = Some(member);
+        cluster.partition(member)?;
+        tokio::time::sleep(length).await;
+        heal_partition(cluster, &mut self.cut())?;
+        Ok(format!("node{member}"))
+    }
+
+    fn cut(&self) -> std::sync::MutexGuard<'_, Option<usize>> {
+        self.partitioned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     async fn proxy_fault(&self, fault: Fault, length: Duration) -> Result<String, BoxError> {
         let (name, control) = self.pick_proxy()?;
         control.set_fault(fault).await;
@@ -147,12 +199,20 @@ impl Injector for HarnessInjector<'_> {
                 FaultKind::ServerPause | FaultKind::ServerKill => has_servers,
                 FaultKind::HolderPause => false,
                 FaultKind::NetworkCut => has_proxies || !self.contained().is_empty(),
+                FaultKind::PartitionLeader
+                | FaultKind::PartitionMinority
+                | FaultKind::PartitionHolder => self.harness.cluster().is_some(),
                 _ => has_proxies,
             })
             .collect()
     }
 
-    async fn inject(&self, kind: FaultKind, length: Duration) -> Result<String, BoxError> {
+    async fn inject(
+        &self,
+        kind: FaultKind,
+        length: Duration,
+        holders: &[String],
+    ) -> Result<String, BoxError> {
         match kind {
             FaultKind::ServerPause => {
                 let (name, server) = self.pick_server()?;
@@ -182,10 +242,16 @@ impl Injector for HarnessInjector<'_> {
             FaultKind::ProxyClose => self.proxy_fault(Fault::Close, length).await,
             FaultKind::HolderPause => Err("holder pauses are run by the driver".into()),
             FaultKind::NetworkCut => self.network_cut(length).await,
+            FaultKind::PartitionLeader
+            | FaultKind::PartitionMinority
+            | FaultKind::PartitionHolder => self.partition(kind, length, holders).await,
         }
     }
 
     async fn heal(&self) -> Result<(), BoxError> {
+        if let Some(cluster) = self.harness.cluster() {
+            heal_partition(cluster, &mut self.cut())?;
+        }
         for (_, server) in self.servers() {
             if server.process().is_running() {
                 // SIGCONT to a running process is harmless.
@@ -199,4 +265,33 @@ impl Injector for HarnessInjector<'_> {
         }
         Ok(())
     }
+}
+
+/// How long a partition waits for a leader: the fault before may have
+/// started an election (a leader paused, killed or cut off and back).
+const LEADER_WAIT: Duration = Duration::from_secs(10);
+
+/// The cluster's leader, once it has one, waiting up to [`LEADER_WAIT`].
+async fn leader(cluster: &dyn Cluster) -> Option<usize> {
+    let deadline = tokio::time::Instant::now() + LEADER_WAIT;
+    loop {
+        let leader = cluster.leader().await;
+        if leader.is_some() || tokio::time::Instant::now() >= deadline {
+            return leader;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Ends the partition `cut` names, if any.
+fn heal_partition(cluster: &dyn Cluster, cut: &mut Option<usize>) -> Result<(), BoxError> {
+    match cut.take() {
+        Some(member) => cluster.heal(member),
+        None => Ok(()),
+    }
+}
+
+/// One of `items` at random.
+fn pick<T>(items: &[T]) -> Option<&T> {
+    (!items.is_empty()).then(|| &items[rand::rng().random_range(0..items.len())])
 }

@@ -58,11 +58,19 @@ pub enum FaultKind {
     /// network (`docker network disconnect`), cutting every client and peer
     /// from it; natively one faulty client's proxy drops its bytes.
     NetworkCut,
+    /// A cluster's leader cut off its peers (see [`crate::harness::Cluster`]).
+    PartitionLeader,
+    /// A follower, a minority of one, cut off its peers.
+    PartitionMinority,
+    /// The member a lock holder talks to cut off its peers, the holder on its
+    /// side of the partition.
+    PartitionHolder,
 }
 
 impl FaultKind {
-    /// Every kind.
-    pub const ALL: [FaultKind; 8] = [
+    /// Every kind; an injector offers those its harness can apply (the
+    /// partitions only to a cluster).
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::ServerPause,
         FaultKind::ServerKill,
         FaultKind::ProxyDelay,
@@ -71,6 +79,9 @@ impl FaultKind {
         FaultKind::ProxyClose,
         FaultKind::HolderPause,
         FaultKind::NetworkCut,
+        FaultKind::PartitionLeader,
+        FaultKind::PartitionMinority,
+        FaultKind::PartitionHolder,
     ];
 
     /// The name in histories and reports.
@@ -84,6 +95,9 @@ impl FaultKind {
             FaultKind::ProxyClose => "proxy-close",
             FaultKind::HolderPause => "holder-pause",
             FaultKind::NetworkCut => "network-cut",
+            FaultKind::PartitionLeader => "partition-leader",
+            FaultKind::PartitionMinority => "partition-minority",
+            FaultKind::PartitionHolder => "partition-holder",
         }
     }
 

@@ -152,7 +152,8 @@ async fn fault_loop(
         let Some(kind) = round.pop() else { break };
         let length = w.ttl.mul_f64(rand::rng().random_range(0.5..2.0));
         let invoked = w.recorder.now();
-        let result = injector.inject(kind, length).await;
+        let holders = w.recorder.holders();
+        let result = injector.inject(kind, length, &holders).await;
         let (client, outcome) = match result {
             Ok(target) => (target, Outcome::Ok),
             Err(e) => {

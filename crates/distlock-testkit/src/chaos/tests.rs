@@ -1,6 +1,7 @@
 //! The checker fed hand-made histories: each violation is found, reported with
 //! its minimal window, and a history survives the trip through its file. The
-//! missed-lost cases are in `tests/lost.rs`, the file's trip in `tests/file.rs`.
+//! missed-lost cases are in `tests/lost.rs`, the file's trip in `tests/file.rs`,
+//! histories recorded on a cluster in `tests/cluster.rs`.
 
 use super::FaultKind;
 use super::check::{Order, Overlap, Violation, check};
@@ -9,6 +10,7 @@ use super::report::verdict;
 use super::window::{render, window};
 use std::time::Duration;
 
+mod cluster;
 mod file;
 mod lost;
 

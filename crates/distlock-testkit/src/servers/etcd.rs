@@ -84,7 +84,7 @@ impl EtcdServer {
     }
 
     async fn start_one(tls: Option<&ServerTls>) -> Result<Self, ServerError> {
-        let mut members = start_members(1, tls).await?;
+        let mut members = start_members(1, tls, None).await?;
         members
             .pop()
             .ok_or_else(|| ServerError::Protocol("etcd started no member".into()))

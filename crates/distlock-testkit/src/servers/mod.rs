@@ -11,6 +11,7 @@ pub(crate) mod child;
 mod clock;
 pub mod docker;
 pub mod etcd;
+pub mod links;
 pub mod mariadb;
 pub mod placement;
 pub mod postgres;
@@ -26,6 +27,7 @@ pub mod zookeeper;
 
 pub use clock::MovableClock;
 pub use etcd::{EtcdCluster, EtcdServer, MemberStatus};
+pub use links::PeerLinks;
 pub use mariadb::MariaDbServer;
 pub use placement::{LauncherKind, Placement, launcher, place, set_default_launcher};
 pub use postgres::PostgresServer;

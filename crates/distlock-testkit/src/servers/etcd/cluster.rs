@@ -1,8 +1,10 @@
-//! [`EtcdCluster`]: several members started as one cluster, its leader, and
-//! the start of members itself (a single server is a cluster of one). Apart
-//! from the member so that file reads as one process and its `etcdctl`.
+//! [`EtcdCluster`]: several members started as one cluster, its leader, a
+//! member cut off its peers, and the start of members itself (a single server
+//! is a cluster of one). Apart from the member so that file reads as one
+//! process and its `etcdctl`.
 
 use super::{Etcd, EtcdServer};
+use crate::servers::links::{self, PeerLinks};
 use crate::servers::process::ServerProcess;
 use crate::servers::server::Server;
 use crate::servers::tls::ServerTls;
@@ -16,14 +18,47 @@ use tokio::time::Instant;
 #[derive(Debug)]
 pub struct EtcdCluster {
     members: Vec<EtcdServer>,
+    // Dropped after the members, whose peers dial through them.
+    links: Option<PeerLinks>,
 }
 
 impl EtcdCluster {
     /// Starts `size` members as one cluster and waits until each is healthy.
     pub async fn start(size: usize) -> Result<Self, ServerError> {
         Ok(EtcdCluster {
-            members: start_members(size, None).await?,
+            members: start_members(size, None, None).await?,
+            links: None,
         })
+    }
+
+    /// Like [`start`](Self::start), with the members' peer traffic through
+    /// [`PeerLinks`] when they run natively, so that
+    /// [`partition`](Self::partition) can cut one off its peers on loopback.
+    pub async fn start_partitionable(size: usize) -> Result<Self, ServerError> {
+        let links = PeerLinks::new();
+        Ok(EtcdCluster {
+            members: start_members(size, None, Some(&links)).await?,
+            links: Some(links),
+        })
+    }
+
+    /// Cuts member `index` off its peers: in a container off its network
+    /// (clients lose it too); natively, started with
+    /// [`start_partitionable`](Self::start_partitionable), off its peer links
+    /// (its clients still reach it, on its side of the partition).
+    pub fn partition(&self, index: usize) -> Result<(), ServerError> {
+        links::partition(self.links.as_ref(), index, &self.need(index)?.process)
+    }
+
+    /// Ends the partition of member `index`.
+    pub fn heal(&self, index: usize) -> Result<(), ServerError> {
+        links::heal(self.links.as_ref(), &self.need(index)?.process)
+    }
+
+    fn need(&self, index: usize) -> Result<&EtcdServer, ServerError> {
+        self.members
+            .get(index)
+            .ok_or_else(|| ServerError::Protocol(format!("no etcd member {index}")))
     }
 
     /// All members, in start order; indexes stay valid for the cluster's life.
@@ -107,10 +142,12 @@ impl EtcdCluster {
 
 /// Starts `size` members of one new cluster, all spawned before any is awaited
 /// because each needs a quorum to report healthy. With `tls`, each member also
-/// serves clients over TLS on a port of its own.
+/// serves clients over TLS on a port of its own. With `links` and natively,
+/// members advertise a relay of `links` as their peer URL.
 pub(super) async fn start_members(
     size: usize,
     tls: Option<&ServerTls>,
+    links: Option<&PeerLinks>,
 ) -> Result<Vec<EtcdServer>, ServerError> {
     let placements = (0..size)
         .map(|_| place("etcd"))
@@ -123,18 +160,26 @@ pub(super) async fn start_members(
         let mut specs = Vec::with_capacity(size);
         for (index, placement) in placements.iter().enumerate() {
             let tls_port = tls.map(|_| free_port()).transpose()?;
+            let peer_port = free_port()?;
+            let advertised = match links {
+                Some(links) if !placement.is_container() => {
+                    let upstream = SocketAddr::new(placement.host(), peer_port);
+                    links.relay(index, upstream).await?
+                }
+                _ => peer_port,
+            };
             specs.push((
                 format!("m{index}"),
                 free_port()?,
-                free_port()?,
+                (peer_port, advertised),
                 tls_port,
                 placement,
             ));
         }
         let initial_cluster: Vec<String> = specs
             .iter()
-            .map(|(name, _, peer, _, at)| {
-                format!("{name}=http://{}", SocketAddr::new(at.host(), *peer))
+            .map(|(name, _, (_, advertised), _, at)| {
+                format!("{name}=http://{}", SocketAddr::new(at.host(), *advertised))
             })
             .collect();
         let initial_cluster = initial_cluster.join(",");
@@ -145,7 +190,7 @@ pub(super) async fn start_members(
                 .prefix("distlock-etcd-")
                 .tempdir()
                 .map_err(ServerError::io("create a temp dir for etcd"))?;
-            let urls = |ip: IpAddr| {
+            let urls = |ip: IpAddr, peer_port: u16| {
                 let mut client_url = format!("http://{}", SocketAddr::new(ip, client_port));
                 if let Some(port) = tls_port {
                     client_url.push_str(&format!(",https://{}", SocketAddr::new(ip, port)));
@@ -153,8 +198,8 @@ pub(super) async fn start_members(
                 let peer_url = format!("http://{}", SocketAddr::new(ip, peer_port));
                 (client_url, peer_url)
             };
-            let (listen_client, listen_peer) = urls(placement.bind());
-            let (client_url, peer_url) = urls(placement.host());
+            let (listen_client, listen_peer) = urls(placement.bind(), peer_port.0);
+            let (client_url, peer_url) = urls(placement.host(), peer_port.1);
             let args: Vec<OsString> = [
                 format!("--name={name}"),
                 format!("--data-dir={}", dir.path().join("data").display()),

@@ -1,11 +1,13 @@
 //! A ZooKeeper ensemble: several `QuorumPeerMain`s, one per member, each in its
 //! own temp dir; in containers each member has its own address, so one can be cut
-//! into a minority with [`ServerProcess::disconnect`].
+//! into a minority with [`ServerProcess::disconnect`], and natively through
+//! [`PeerLinks`] when started with [`ZooKeeperEnsemble::start_partitionable`].
 
 use super::{
     JVM_FLAGS, STOP_GRACE, ZooKeeper, ZooKeeperOptions, ZooKeeperServer, classpath,
     four_letter_word,
 };
+use crate::servers::links::{self, PeerLinks};
 use crate::servers::process::ServerProcess;
 use crate::servers::server::Server;
 use crate::servers::{ServerError, free_port, place, write_private};
@@ -21,6 +23,8 @@ const QUORUM_TIMEOUT: Duration = Duration::from_secs(90);
 #[derive(Debug)]
 pub struct ZooKeeperEnsemble {
     members: Vec<ZooKeeperServer>,
+    // Dropped after the members, whose peers dial through them.
+    links: Option<PeerLinks>,
 }
 
 /// A member's role, from `srvr`.
@@ -38,19 +42,68 @@ impl ZooKeeperEnsemble {
     /// Starts `size` members with `options`' tick and session bounds, and waits
     /// until every one serves (a leader and followers).
     pub async fn start(size: usize, options: &ZooKeeperOptions) -> Result<Self, ServerError> {
+        Self::start_with(size, options, None).await
+    }
+
+    /// Like [`start`](Self::start), with the members' quorum and election
+    /// traffic through [`PeerLinks`] when they run natively, so that
+    /// [`partition`](Self::partition) can cut one off its peers on loopback.
+    /// Each member's configuration then names its own ports and the others'
+    /// relays. A server dials back the election address a lower-numbered peer
+    /// announces, its own port, so an election channel may bypass the relays:
+    /// natively, a cut member can still vote and even win a vote, which the
+    /// others then cannot act on (its quorum links are cut), so the majority
+    /// may stay without a leader until the partition heals.
+    pub async fn start_partitionable(
+        size: usize,
+        options: &ZooKeeperOptions,
+    ) -> Result<Self, ServerError> {
+        Self::start_with(size, options, Some(PeerLinks::new())).await
+    }
+
+    async fn start_with(
+        size: usize,
+        options: &ZooKeeperOptions,
+        links: Option<PeerLinks>,
+    ) -> Result<Self, ServerError> {
         let mut specs = Vec::with_capacity(size);
         for id in 1..=size {
             let placement = place("zookeeper")?;
             specs.push((id, placement, free_port()?, free_port()?, free_port()?));
         }
-        let servers: Vec<String> = specs
+        let own: Vec<String> = specs
             .iter()
             .map(|(id, at, _, quorum, election)| {
                 format!("server.{id}={}:{quorum}:{election}", at.host())
             })
             .collect();
+        // What the others call each member: its relays natively, else itself.
+        let mut relayed = own.clone();
+        if let Some(links) = &links {
+            for (index, (id, at, _, quorum, election)) in specs.iter().enumerate() {
+                if at.is_container() {
+                    continue;
+                }
+                let quorum = links
+                    .relay(index, SocketAddr::new(at.host(), *quorum))
+                    .await?;
+                let election = links
+                    .relay(index, SocketAddr::new(at.host(), *election))
+                    .await?;
+                relayed[index] = format!("server.{id}={}:{quorum}:{election}", at.host());
+            }
+        }
         let mut members = Vec::with_capacity(size);
-        for (id, placement, port, _, _) in &specs {
+        for (index, (id, placement, port, _, _)) in specs.iter().enumerate() {
+            let servers: Vec<&str> = (0..size)
+                .map(|other| {
+                    if other == index {
+                        own[other].as_str()
+                    } else {
+                        relayed[other].as_str()
+                    }
+                })
+                .collect();
             let java = placement.binary("java", "default-jre-headless")?;
             let dir = tempfile::Builder::new()
                 .prefix("distlock-zookeeper-")
@@ -81,7 +134,7 @@ impl ZooKeeperEnsemble {
                 ZooKeeper,
             ));
         }
-        let ensemble = ZooKeeperEnsemble { members };
+        let ensemble = ZooKeeperEnsemble { members, links };
         for index in 0..size {
             ensemble.wait_serving(index, QUORUM_TIMEOUT).await?;
         }
@@ -168,6 +221,25 @@ impl ZooKeeperEnsemble {
         member.process.stop(STOP_GRACE).await;
         member.process.respawn()?;
         self.wait_serving(index, QUORUM_TIMEOUT).await.map(drop)
+    }
+
+    /// Cuts member `index` off its peers: in a container off its network
+    /// (clients lose it too); natively, started with
+    /// [`start_partitionable`](Self::start_partitionable), off its peer links
+    /// (its clients still reach it, on its side of the partition).
+    pub fn partition(&self, index: usize) -> Result<(), ServerError> {
+        links::partition(self.links.as_ref(), index, &self.need(index)?.process)
+    }
+
+    /// Ends the partition of member `index`.
+    pub fn heal(&self, index: usize) -> Result<(), ServerError> {
+        links::heal(self.links.as_ref(), &self.need(index)?.process)
+    }
+
+    fn need(&self, index: usize) -> Result<&ZooKeeperServer, ServerError> {
+        self.members
+            .get(index)
+            .ok_or_else(|| ServerError::Protocol(format!("no zookeeper member {index}")))
     }
 
     /// The address of member `index`'s client port.

@@ -14,7 +14,9 @@ use distlock_testkit::fault::{Fault, FaultControl};
 use distlock_testkit::harness::{FaultyClient, Harness, Hooks};
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::runner::BackendSpec;
-use distlock_testkit::servers::{Launched, RedisServer, external_url};
+use distlock_testkit::servers::{
+    Launched, MovableClock, RedisOptions, RedisServer, ServerError, external_url,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,6 +67,30 @@ impl RedlockHarness {
     /// A harness on nodes of its own.
     pub async fn launch() -> Result<Self, BoxError> {
         let servers = launch_servers(NODES).await?;
+        let urls = servers.iter().map(RedisServer::url).collect();
+        Self::with(servers, urls).await
+    }
+
+    /// A harness on `nodes` nodes of its own, each with a wall clock the test
+    /// can move (`redlock::clock_jump`); always native processes, since the
+    /// clock is a shim preloaded into each.
+    pub async fn launch_with_clocks(nodes: usize) -> Result<Self, BoxError> {
+        let runtime = tokio::runtime::Handle::current();
+        // Not `Send` (the launcher's retry helper), as in `launch_servers`.
+        let servers = tokio::task::spawn_blocking(move || {
+            runtime.block_on(async {
+                let mut servers = Vec::with_capacity(nodes);
+                for _ in 0..nodes {
+                    let options = RedisOptions {
+                        clock: Some(MovableClock::new()?),
+                        ..RedisOptions::default()
+                    };
+                    servers.push(RedisServer::start_with(options).await?);
+                }
+                Ok::<_, ServerError>(servers)
+            })
+        })
+        .await??;
         let urls = servers.iter().map(RedisServer::url).collect();
         Self::with(servers, urls).await
     }

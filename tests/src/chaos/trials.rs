@@ -19,19 +19,33 @@ pub fn memory() -> Vec<Spec> {
     }]
 }
 
-/// `redlock::chaos`.
+/// `redlock::chaos`, and `redlock::clock_jump`: three nodes whose clocks
+/// jump forward, one or two at a time (two of three are a majority: the
+/// two-holders scenario of Kleppmann's critique).
 #[cfg(feature = "redlock")]
 pub fn redlock() -> Vec<Spec> {
-    vec![Spec {
-        trial: "redlock::chaos",
-        backend: "redlock",
-        start: || {
-            Box::pin(async { Ok(Arc::new(crate::redlock::RedlockHarness::launch().await?) as _) })
+    use crate::redlock::RedlockHarness;
+    vec![
+        Spec {
+            trial: "redlock::chaos",
+            backend: "redlock",
+            start: || Box::pin(async { Ok(Arc::new(RedlockHarness::launch().await?) as _) }),
+            faults: ALL,
+            // Timing assumptions: a node that restarts empty can vote for a second holder.
+            exclusion: Requirement::Measured,
         },
-        faults: ALL,
-        // Timing assumptions: a node that restarts empty can vote for a second holder.
-        exclusion: Requirement::Measured,
-    }]
+        Spec {
+            trial: "redlock::clock_jump",
+            backend: "redlock",
+            start: || {
+                Box::pin(async { Ok(Arc::new(RedlockHarness::launch_with_clocks(3).await?) as _) })
+            },
+            // The jumps alone, so that they explain whatever the history shows.
+            faults: &[distlock_testkit::chaos::FaultKind::ClockJump],
+            // Timing assumptions again: a node whose clock jumps drops keys early.
+            exclusion: Requirement::Measured,
+        },
+    ]
 }
 
 /// `etcd::chaos`, and `etcd_cluster::chaos` on 3 members: a quorum's

@@ -131,6 +131,10 @@ pub struct Stats {
     pub refused: usize,
     /// `lost()` signals seen.
     pub lost: usize,
+    /// Leases that still believed they held their key (a checked write, the
+    /// fence admitting it or not) after a later lease of the key was granted:
+    /// two holders at once, whatever the fence then made of their writes.
+    pub superseded: usize,
     /// Faults by kind.
     pub faults: BTreeMap<&'static str, usize>,
     /// The longest overlap found.
@@ -170,7 +174,8 @@ pub fn check(history: &History) -> Findings {
         missed_lost(history, key, leases, &mut violations);
     }
     acceptance_order(history, &mut violations);
-    let stats = stats(history, &violations);
+    let mut stats = stats(history, &violations);
+    stats.superseded = by_key.values().map(|l| superseded(l)).sum();
     Findings { violations, stats }
 }
 
@@ -195,6 +200,22 @@ fn overlaps(key: &str, leases: &[Lease<'_>], out: &mut Vec<Violation>) {
             }
         }
     }
+}
+
+/// The leases of one key that wrote, believing, after a lease with a higher
+/// token completed its acquire.
+fn superseded(leases: &[Lease<'_>]) -> usize {
+    leases
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| {
+            a.last_believed.is_some_and(|believed| {
+                leases[i + 1..]
+                    .iter()
+                    .any(|b| b.token > a.token && b.event.completed < believed)
+            })
+        })
+        .count()
 }
 
 fn acquisition_order(key: &str, leases: &[Lease<'_>], out: &mut Vec<Violation>) {

@@ -10,7 +10,7 @@
 use super::FaultKind;
 use crate::fault::{Fault, FaultControl};
 use crate::harness::{Cluster, Harness};
-use crate::servers::Launched;
+use crate::servers::{Launched, MovableClock};
 use async_trait::async_trait;
 use distlock_core::BoxError;
 use rand::Rng;
@@ -172,6 +172,31 @@ impl<'a> HarnessInjector<'a> {
         Ok(format!("node{member}"))
     }
 
+    /// Jumps the wall clocks of one or two servers (at random, never all of
+    /// them) forward by `length`, for good: their keys with less than that to
+    /// live expire at once. The target names the nodes and the jump,
+    /// `node0,node2:+750ms`.
+    fn clock_jump(&self, length: Duration) -> Result<String, BoxError> {
+        let mut clocked: Vec<(String, &MovableClock)> = self
+            .servers()
+            .into_iter()
+            .filter_map(|(name, server)| Some((name, server.clock()?)))
+            .collect();
+        let most = clocked.len().saturating_sub(1).clamp(1, 2);
+        let count = rand::rng().random_range(1..=most);
+        let mut jumped = Vec::new();
+        for _ in 0..count.min(clocked.len()) {
+            let (name, clock) = clocked.swap_remove(rand::rng().random_range(0..clocked.len()));
+            clock.jump_ahead(length)?;
+            jumped.push(name);
+        }
+        if jumped.is_empty() {
+            return Err("no server has a movable clock".into());
+        }
+        jumped.sort();
+        Ok(format!("{}:+{}ms", jumped.join(","), length.as_millis()))
+    }
+
     fn cut(&self) -> std::sync::MutexGuard<'_, Option<usize>> {
         self.partitioned
             .lock()
@@ -202,6 +227,7 @@ impl Injector for HarnessInjector<'_> {
                 FaultKind::PartitionLeader
                 | FaultKind::PartitionMinority
                 | FaultKind::PartitionHolder => self.harness.cluster().is_some(),
+                FaultKind::ClockJump => self.servers().iter().any(|(_, s)| s.clock().is_some()),
                 _ => has_proxies,
             })
             .collect()
@@ -245,6 +271,12 @@ impl Injector for HarnessInjector<'_> {
             FaultKind::PartitionLeader
             | FaultKind::PartitionMinority
             | FaultKind::PartitionHolder => self.partition(kind, length, holders).await,
+            FaultKind::ClockJump => {
+                let target = self.clock_jump(length)?;
+                // The jump is instant and stays; the run goes on as after any fault.
+                tokio::time::sleep(length).await;
+                Ok(target)
+            }
         }
     }
 

@@ -16,6 +16,9 @@ pub(crate) struct Lease<'h> {
     pub renewal: RenewalMode,
     /// The end of the admitted span, if any checked write was admitted.
     pub last_admitted: Option<u64>,
+    /// The latest checked write, admitted or not: the holder saw `is_held()`
+    /// true at that instant or later.
+    pub last_believed: Option<u64>,
     /// When the holder stopped believing: release sent, `lost()` seen, or an
     /// operation that reported the loss.
     pub ended: Option<u64>,
@@ -40,6 +43,7 @@ pub(crate) fn leases(history: &History) -> BTreeMap<&str, Vec<Lease<'_>>> {
                     ttl: *ttl,
                     renewal: *renewal,
                     last_admitted: None,
+                    last_believed: None,
                     ended: None,
                     samples: e.deadline.map(|d| (e.completed, d)).into_iter().collect(),
                 },
@@ -58,8 +62,12 @@ pub(crate) fn leases(history: &History) -> BTreeMap<&str, Vec<Lease<'_>>> {
         if let Some(end) = end {
             lease.ended = Some(lease.ended.map_or(end, |t| t.min(end)));
         }
-        if let (Op::Write { checked: true }, Outcome::Admitted(_)) = (&e.op, &e.outcome) {
-            lease.last_admitted = Some(lease.last_admitted.map_or(e.invoked, |t| t.max(e.invoked)));
+        if let Op::Write { checked: true } = e.op {
+            let later = |t: Option<u64>| Some(t.map_or(e.invoked, |t| t.max(e.invoked)));
+            lease.last_believed = later(lease.last_believed);
+            if let Outcome::Admitted(_) = e.outcome {
+                lease.last_admitted = later(lease.last_admitted);
+            }
         }
         if let (Op::Write { .. } | Op::Renew, Some(deadline)) = (&e.op, e.deadline) {
             lease.samples.push((e.invoked, deadline));

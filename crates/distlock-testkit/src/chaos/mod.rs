@@ -65,12 +65,17 @@ pub enum FaultKind {
     /// The member a lock holder talks to cut off its peers, the holder on its
     /// side of the partition.
     PartitionHolder,
+    /// One or two servers' wall clocks jumped forward (and left there), so
+    /// that their keys expire early: servers launched with a movable clock
+    /// only (`redlock::clock_jump`).
+    ClockJump,
 }
 
 impl FaultKind {
     /// Every kind; an injector offers those its harness can apply (the
-    /// partitions only to a cluster).
-    pub const ALL: [FaultKind; 11] = [
+    /// partitions only to a cluster, clock jumps only to servers with a
+    /// movable clock).
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::ServerPause,
         FaultKind::ServerKill,
         FaultKind::ProxyDelay,
@@ -82,6 +87,7 @@ impl FaultKind {
         FaultKind::PartitionLeader,
         FaultKind::PartitionMinority,
         FaultKind::PartitionHolder,
+        FaultKind::ClockJump,
     ];
 
     /// The name in histories and reports.
@@ -98,6 +104,7 @@ impl FaultKind {
             FaultKind::PartitionLeader => "partition-leader",
             FaultKind::PartitionMinority => "partition-minority",
             FaultKind::PartitionHolder => "partition-holder",
+            FaultKind::ClockJump => "clock-jump",
         }
     }
 

@@ -84,7 +84,8 @@ pub fn verdict(history: &History, findings: &Findings) -> String {
     );
     let _ = writeln!(
         out,
-        "  overlaps {} ({}, max {} ms), stale admitted {}, tokens out of order {} ({}), missed lost {}",
+        "  two holders {}, overlaps {} ({}, max {} ms), stale admitted {}, tokens out of order {} ({}), missed lost {}",
+        s.superseded,
         findings.count("overlap"),
         requirement(history.meta.exclusion),
         ms(u64::try_from(s.max_overlap.as_nanos()).unwrap_or(u64::MAX)),

@@ -1,7 +1,8 @@
 //! The checker fed hand-made histories: each violation is found, reported with
 //! its minimal window, and a history survives the trip through its file. The
 //! missed-lost cases are in `tests/lost.rs`, the file's trip in `tests/file.rs`,
-//! histories recorded on a cluster in `tests/cluster.rs`.
+//! histories recorded on a cluster in `tests/cluster.rs`, and one recorded
+//! around a Redlock node's clock jump in `tests/clock.rs`.
 
 use super::FaultKind;
 use super::check::{Order, Overlap, Violation, check};
@@ -10,6 +11,7 @@ use super::report::verdict;
 use super::window::{render, window};
 use std::time::Duration;
 
+mod clock;
 mod cluster;
 mod file;
 mod lost;

@@ -1,5 +1,6 @@
 //! A wall clock a test moves under a server it launches, to show what a clock
-//! stepping back does (tokens seeded from the server clock, expiry).
+//! stepping back (tokens seeded from the server clock) or jumping forward
+//! (keys expiring early) does.
 //!
 //! The server runs with `clock_offset.c` preloaded (`LD_PRELOAD`): its
 //! `CLOCK_REALTIME`, `gettimeofday` and `time` give the real time plus an
@@ -59,16 +60,32 @@ impl MovableClock {
             offset: dir.path().join("offset"),
             _dir: Arc::new(dir),
         };
-        clock.set_back(Duration::ZERO)?;
+        clock.set(0)?;
         Ok(clock)
     }
 
     /// Sets the servers' wall clocks `back` behind the real time, at once.
     pub fn set_back(&self, back: Duration) -> Result<(), ServerError> {
-        let micros = i128::try_from(back.as_micros()).unwrap_or(i128::MAX);
+        self.set(-micros(back))
+    }
+
+    /// Moves the servers' wall clocks `by` further ahead of where they are, at
+    /// once, as a clock stepping forward does: every key whose expiry is less
+    /// than `by` away expires now.
+    pub fn jump_ahead(&self, by: Duration) -> Result<(), ServerError> {
+        let now = std::fs::read_to_string(&self.offset)
+            .map_err(ServerError::io("read the clock offset"))?;
+        let now: i128 = now.trim().parse().map_err(|_| {
+            ServerError::Protocol(format!("the clock offset {now:?} is not a number"))
+        })?;
+        self.set(now.saturating_add(micros(by)))
+    }
+
+    /// Sets the offset, in microseconds.
+    fn set(&self, micros: i128) -> Result<(), ServerError> {
         // Written aside and renamed, so a server never reads half a number.
         let next = self.offset.with_extension("next");
-        std::fs::write(&next, format!("{}\n", -micros))
+        std::fs::write(&next, format!("{micros}\n"))
             .and_then(|()| std::fs::rename(&next, &self.offset))
             .map_err(ServerError::io("write the clock offset"))
     }
@@ -84,4 +101,9 @@ impl MovableClock {
         wrapped.extend(args);
         (PathBuf::from("env"), wrapped)
     }
+}
+
+/// `d` in microseconds.
+fn micros(d: Duration) -> i128 {
+    i128::try_from(d.as_micros()).unwrap_or(i128::MAX)
 }

@@ -56,10 +56,16 @@ pub trait Launched: Send + Sync {
 
     /// Its process, to pause, resume or kill it (a chaos run's server faults).
     fn process(&self) -> &ServerProcess;
+
+    /// The wall clock it runs with, if the test can move it (a chaos run's
+    /// clock jumps).
+    fn clock(&self) -> Option<&MovableClock> {
+        None
+    }
 }
 
 macro_rules! launched {
-    ($($server:ty),*) => {$(
+    ($($server:ty $(=> $clock:ident)?),*) => {$(
         #[async_trait::async_trait]
         impl Launched for $server {
             async fn restart(&self) -> Result<(), ServerError> {
@@ -73,12 +79,17 @@ macro_rules! launched {
             fn process(&self) -> &ServerProcess {
                 self
             }
+            $(
+                fn clock(&self) -> Option<&MovableClock> {
+                    <$server>::$clock(self)
+                }
+            )?
         }
     )*};
 }
 
 launched!(
-    RedisServer,
+    RedisServer => clock,
     EtcdServer,
     ZooKeeperServer,
     MariaDbServer,

@@ -5,7 +5,8 @@ use super::process::ServerProcess;
 use super::server::Server;
 use super::tls::ServerTls;
 use super::{
-    READY_TIMEOUT, ServerError, free_port, place, retry_on_exit, url_encode, write_private,
+    Placement, READY_TIMEOUT, ServerError, free_port, place, retry_on_exit, url_encode,
+    write_private,
 };
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -34,8 +35,9 @@ pub struct RedisOptions {
     /// in the data dir so a restart keeps its identity and slots); see
     /// [`super::RedisCluster`], which joins such nodes into a cluster.
     pub cluster: bool,
-    /// Run with this wall clock, which the test can step back (native
-    /// launcher only: the shim is built on this machine).
+    /// Run with this wall clock, which the test can move: always natively,
+    /// whatever `DISTLOCK_LAUNCHER` says (the shim is built on this machine
+    /// and preloaded into the process).
     pub clock: Option<MovableClock>,
 }
 
@@ -60,10 +62,11 @@ impl std::fmt::Debug for RedisOptions {
 /// TLS port of a server started with [`RedisOptions::tls`].
 pub type RedisServer = Server<Redis>;
 
-/// What a Redis [`Server`] adds: its password and data dir.
+/// What a Redis [`Server`] adds: its password, data dir and movable clock.
 pub struct Redis {
     password: Option<String>,
     data_dir: PathBuf,
+    clock: Option<MovableClock>,
 }
 
 impl std::fmt::Debug for Redis {
@@ -71,6 +74,7 @@ impl std::fmt::Debug for Redis {
         f.debug_struct("Redis")
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("data_dir", &self.data_dir)
+            .field("clock", &self.clock)
             .finish()
     }
 }
@@ -83,7 +87,10 @@ impl RedisServer {
 
     /// Starts a server with `options` and waits until it answers PING.
     pub async fn start_with(options: RedisOptions) -> Result<Self, ServerError> {
-        let placement = place("redis")?;
+        let placement = match options.clock {
+            Some(_) => Placement::native(),
+            None => place("redis")?,
+        };
         let binary = placement.binary("redis-server", "redis-server")?;
         let dir = tempfile::Builder::new()
             .prefix("distlock-redis-")
@@ -103,11 +110,6 @@ impl RedisServer {
             write_private(&config, &text)?;
             let args = vec![config.clone().into_os_string()];
             let (program, args) = match &options.clock {
-                Some(_) if placement.docker().is_some() => {
-                    return Err(ServerError::Protocol(
-                        "a movable clock needs the native launcher".into(),
-                    ));
-                }
                 Some(clock) => clock.wrap(&binary, args),
                 None => (binary.clone(), args),
             };
@@ -121,12 +123,17 @@ impl RedisServer {
         })
         .await?;
         let password = options.password.clone();
+        let clock = options.clock.clone();
         Ok(Server::new(
             host,
             (port, tls_port),
             process,
             dir,
-            Redis { password, data_dir },
+            Redis {
+                password,
+                data_dir,
+                clock,
+            },
         ))
     }
 
@@ -170,6 +177,11 @@ impl RedisServer {
     /// The password clients must send, if any.
     pub fn password(&self) -> Option<&str> {
         self.kind.password.as_deref()
+    }
+
+    /// The wall clock it was started with ([`RedisOptions::clock`]), if any.
+    pub fn clock(&self) -> Option<&MovableClock> {
+        self.kind.clock.as_ref()
     }
 
     /// The directory holding the server's RDB and AOF files.

@@ -16,7 +16,7 @@ const PARTITION_HEALS: &str = include_str!("partition_heals.history");
 /// and the waiters follow one at a time with rising tokens.
 const MEMBER_KILL: &str = include_str!("member_kill.history");
 
-fn recorded(text: &str) -> History {
+pub(super) fn recorded(text: &str) -> History {
     History::parse(text).unwrap()
 }
 
@@ -40,7 +40,7 @@ fn passes(h: &History, fault: &str) {
 }
 
 /// Leases `first` and `second` overlap with both writes admitted, and that fails.
-fn flagged(h: &History, first: u64, second: u64) {
+pub(super) fn flagged(h: &History, first: u64, second: u64) {
     let findings = check(h);
     let overlaps = findings
         .failures(h)

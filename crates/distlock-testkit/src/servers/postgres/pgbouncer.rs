@@ -7,10 +7,12 @@
 //! The proxy logs in to PostgreSQL as the test role with its password (md5,
 //! from its own `userlist.txt`), and clients log in to the proxy the same way.
 //! Like PostgreSQL, PgBouncer refuses to run as root: under root it runs as
-//! `nobody`. It always runs on this machine; with `DISTLOCK_LAUNCHER=docker`
-//! it fronts the PostgreSQL container.
+//! `nobody`. With `DISTLOCK_LAUNCHER=docker` it runs in a container of the
+//! `distlock/postgres` image (which has Debian's `pgbouncer` too), in front of
+//! the PostgreSQL container.
 
 use super::commands::Runner;
+use crate::servers::place;
 use crate::servers::process::ServerProcess;
 use crate::servers::server::Server;
 use crate::servers::sql::{DATABASE, USER};
@@ -18,11 +20,14 @@ use crate::servers::{
     PostgresServer, READY_TIMEOUT, ServerError, find_binary, free_port, retry_on_exit, url_encode,
     write_private,
 };
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The Debian package of `pgbouncer`, for the install hint.
 const PACKAGE: &str = "pgbouncer";
+/// Where Debian's package (and so the `distlock/postgres` image) puts it.
+const IMAGE_BINARY: &str = "/usr/sbin/pgbouncer";
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// A `pgbouncer` in transaction pooling mode in front of its own
@@ -37,13 +42,18 @@ pub struct PgBouncer {
 
 /// The proxy's settings: transaction pooling, `extra_float_digits` (which
 /// sqlx sends) ignored, and room for the suite's many clients.
-fn config_text(port: u16, postgres: &PostgresServer, dir: &std::path::Path) -> String {
+fn config_text(
+    bind: IpAddr,
+    port: u16,
+    postgres: &PostgresServer,
+    dir: &std::path::Path,
+) -> String {
     let server = postgres.addr();
     format!(
         "[databases]\n\
          {DATABASE} = host={} port={} dbname={DATABASE}\n\
          [pgbouncer]\n\
-         listen_addr = 127.0.0.1\n\
+         listen_addr = {bind}\n\
          listen_port = {port}\n\
          unix_socket_dir =\n\
          auth_type = md5\n\
@@ -51,7 +61,7 @@ fn config_text(port: u16, postgres: &PostgresServer, dir: &std::path::Path) -> S
          pool_mode = transaction\n\
          ignore_startup_parameters = extra_float_digits\n\
          max_client_conn = 2000\n\
-         default_pool_size = 60\n\
+         default_pool_size = 200\n\
          server_login_retry = 1\n\
          log_connections = 0\n\
          log_disconnections = 0\n",
@@ -65,7 +75,11 @@ impl PgBouncerServer {
     /// Starts a PostgreSQL server, then `pgbouncer` in front of it; returns
     /// once the proxy accepts connections.
     pub async fn start() -> Result<Self, ServerError> {
-        let binary = find_binary("pgbouncer", PACKAGE)?;
+        let placement = place("postgres")?;
+        let binary = match placement.is_container() {
+            true => PathBuf::from(IMAGE_BINARY),
+            false => find_binary("pgbouncer", PACKAGE)?,
+        };
         let postgres = PostgresServer::start().await?;
         let runner = Runner::current()?;
         let dir = tempfile::Builder::new()
@@ -79,25 +93,33 @@ impl PgBouncerServer {
         let config = dir.path().join("pgbouncer.ini");
         let (port, process) = retry_on_exit(async || {
             let port = free_port()?;
-            write_private(&config, &config_text(port, &postgres, dir.path()))?;
+            let text = config_text(placement.bind(), port, &postgres, dir.path());
+            write_private(&config, &text)?;
             runner.own(&config)?;
             let mut args = runner.prefix(&binary);
             args.push(config.clone().into_os_string());
             let program = runner.program(&binary);
-            let process = ServerProcess::start("pgbouncer", &program, args, dir.path())?;
-            let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
+            let process =
+                ServerProcess::start_at(&placement, "pgbouncer", &program, args, dir.path())?;
+            let addr = SocketAddr::new(placement.host(), port);
             let accepts = || async move { tokio::net::TcpStream::connect(addr).await.is_ok() };
             process.wait_ready(READY_TIMEOUT, accepts).await?;
             Ok((port, process))
         })
         .await?;
-        let host = IpAddr::V4(Ipv4Addr::LOCALHOST);
         let kind = PgBouncer { postgres };
-        Ok(Server::new(host, (port, None), process, dir, kind))
+        Ok(Server::new(
+            placement.host(),
+            (port, None),
+            process,
+            dir,
+            kind,
+        ))
     }
 
-    /// `postgres://distlock:<password>@127.0.0.1:<port>/distlock`: the test
-    /// role's URL through the proxy (add `?pooler=transaction` for a
+    /// `postgres://distlock:<password>@<host>:<port>/distlock` (host
+    /// `127.0.0.1`, or the container's address): the test role's URL through
+    /// the proxy (add `?pooler=transaction` for a
     /// distlock client that knows it).
     pub fn url(&self) -> String {
         let password = url_encode(self.kind.postgres.password());

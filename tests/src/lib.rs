@@ -159,7 +159,11 @@ pub fn backends() -> Vec<TestBackend> {
         #[cfg(feature = "postgres")]
         TestBackend {
             name: "postgres",
-            suites: sql::specs::<postgres::Postgres>,
+            suites: || {
+                let mut suites = sql::specs::<postgres::Postgres>();
+                suites.extend(sql::specs::<postgres::PgBouncer>());
+                suites
+            },
             chaos: chaos::trials::postgres,
             launch: Some(|| Box::pin(sql::launch_url::<postgres::Postgres>())),
             fence_locks: &[

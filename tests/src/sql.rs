@@ -314,12 +314,10 @@ impl<B: SqlBackend> Harness for SqlHarness<B> {
     }
 
     fn lock_url(&self) -> Option<String> {
-        let strategy = B::strategy_name(self.strategy);
-        Some(format!(
-            "{}?strategy={strategy}&table={}",
-            self.server.url(),
-            table::<B>(self.strategy)
-        ))
+        let (url, strategy) = (self.server.url(), B::strategy_name(self.strategy));
+        let next = if url.contains('?') { '&' } else { '?' };
+        let table = table::<B>(self.strategy);
+        Some(format!("{url}{next}strategy={strategy}&table={table}"))
     }
 }
 

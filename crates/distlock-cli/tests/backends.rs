@@ -326,6 +326,56 @@ against!(mysql_for_update, "mysql", mysql_for_update_url);
 against!(postgres, "postgres", postgres_url);
 against!(postgres_advisory, "postgres", postgres_advisory_url);
 
+#[cfg(feature = "postgres")]
+mod postgres_pgbouncer {
+    use super::{assert_code, run, servers, stderr};
+
+    against!(@cases postgres_pgbouncer_url:
+        contending_runs_take_turns,
+        busy_and_timed_out_runs_exit_75,
+        signalled_run_forwards_and_releases,
+        check_passes,
+        bench_reports_every_phase
+    );
+
+    /// The demo's stock, a fenced store, is refused through the pooler (it
+    /// keeps prepared statements) with the reason; on the server itself the
+    /// demo runs with its locks through the pooler.
+    #[test]
+    fn demo_runs_with_its_store_on_the_server_itself() {
+        let url = servers::postgres_pgbouncer_url();
+        let refused = run(&["demo", "--url", &url, "--items", "5", "--buyers", "20"]);
+        assert_code(&refused, 2);
+        assert!(
+            stderr(&refused).contains("fenced store"),
+            "{}",
+            stderr(&refused)
+        );
+        let store = servers::pgbouncer_postgres_url();
+        let args = ["--items", "5", "--buyers", "20", "--store", &store];
+        let out = run(&[&["demo", "--url", &url][..], &args[..]].concat());
+        assert_code(&out, 0);
+        let text = super::stdout(&out);
+        assert!(text.contains("REJECTED by the store"), "{text}");
+        assert!(text.contains("exactly 5"), "{text}");
+    }
+}
+
+/// `check` through PgBouncer without `pooler=transaction`: a configuration
+/// error (exit 2) that names the setting, not a hang or a lock left behind.
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_pgbouncer_check_without_the_setting_names_it() {
+    let url = servers::pgbouncer_url();
+    let out = run(&["check", "--url", &url]);
+    assert_code(&out, 2);
+    assert!(
+        stderr(&out).contains("pooler=transaction"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// A lock deleted by an operator while the command runs: SIGTERM, exit 69.
 #[cfg(feature = "redis")]
 #[test]

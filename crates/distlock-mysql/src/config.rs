@@ -2,6 +2,7 @@
 //! `mysql://user:pass@host:port/db?table=…&strategy=…&timeout=5s`.
 
 use crate::backend::Table;
+use crate::in_tx::TxLock;
 use crate::lock;
 use crate::pool::Thread;
 use crate::protocol::{HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT, ROW_LOCK_WAIT, Strategy};
@@ -110,6 +111,26 @@ impl MySqlConfig {
     /// Connects, creates the table if missing (unless turned off), and checks that
     /// the table belongs to this strategy.
     pub async fn connect(self) -> Result<DynLock, LockError> {
+        let (table, base) = self.open().await?;
+        let table = Arc::new(table);
+        let create = base.settings.create_table;
+        let name = table.name.as_str();
+        let semaphores = Shares::open(table.clone(), name, Primitive::Semaphore, create).await?;
+        let rwlocks = Shares::open(table.clone(), name, Primitive::RwLock, create).await?;
+        lock::client(table, base.settings.defaults, semaphores, rwlocks)
+    }
+
+    /// Connects a [`TxLock`], which takes locks inside transactions of the
+    /// caller's own ([`TxLock::lock_in`]), on the `for_update` strategy's
+    /// table (the one set, else `distlock_locks`), creating it if missing
+    /// (unless turned off).
+    pub async fn connect_tx_lock(self) -> Result<TxLock, LockError> {
+        let (table, _) = self.strategy(Strategy::ForUpdate).open().await?;
+        Ok(TxLock::new(table))
+    }
+
+    /// The lock table, checked, and the settings.
+    async fn open(self) -> Result<(Table, SqlConfig<MySql, Strategy>), LockError> {
         let base = self.base;
         let table = base.validate(&URL)?;
         // Only for_update takes connections from the holders' pool, one per
@@ -118,11 +139,7 @@ impl MySqlConfig {
         let (pool, holders) = base.pools::<Thread>(&[ROW_LOCK_WAIT], holder_setup, true);
         let create = base.settings.create_table;
         let table = Table::open(base.strategy, table, pool, holders, base.endpoint(), create);
-        let table = Arc::new(table.await?);
-        let name = table.name.as_str();
-        let semaphores = Shares::open(table.clone(), name, Primitive::Semaphore, create).await?;
-        let rwlocks = Shares::open(table.clone(), name, Primitive::RwLock, create).await?;
-        lock::client(table, base.settings.defaults, semaphores, rwlocks)
+        Ok((table.await?, base))
     }
 }
 

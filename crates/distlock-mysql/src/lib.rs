@@ -103,6 +103,7 @@ mod config;
 mod error;
 mod floor;
 mod for_update;
+mod in_tx;
 mod inspect;
 mod keys;
 mod lock;
@@ -113,6 +114,7 @@ mod row_queue;
 mod unique_insert;
 
 pub use config::MySqlConfig;
+pub use in_tx::TxLock;
 pub use keys::{NAME_COLUMN_BYTES, TableName, counter_name, row_name};
 pub use protocol::Strategy;
 pub use registration::MYSQL;

@@ -190,6 +190,12 @@ pub(crate) struct Statements {
     lock_row: String,
     pub for_update_nowait: SqlStr,
     pub for_update_insert_row: SqlStr,
+    /// `lock_in`: the locking read of a row, in the caller's transaction.
+    /// Binds: name.
+    pub tx_lock_row: SqlStr,
+    /// `lock_in`: whether a row exists (a plain read, locking nothing).
+    /// Binds: name.
+    pub tx_row_exists: SqlStr,
 }
 
 impl Statements {
@@ -204,6 +210,8 @@ impl Statements {
             lock_row: LOCK_ROW.replace("{table}", table.as_str()),
             for_update_nowait: build(FOR_UPDATE_NOWAIT),
             for_update_insert_row: build(FOR_UPDATE_INSERT_ROW),
+            tx_lock_row: build(include_str!("sql/tx_lock_row.sql")),
+            tx_row_exists: build(include_str!("sql/tx_row_exists.sql")),
         }
     }
 

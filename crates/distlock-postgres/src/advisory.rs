@@ -32,7 +32,7 @@ use crate::session::Session;
 use async_trait::async_trait;
 use distlock_core::adapter::{AcquireRequest, Acquired, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, Inspect};
-use distlock_core::{Capabilities, FencingToken, LockError};
+use distlock_core::{Capabilities, FencingToken, LockError, LockKey};
 use distlock_sql::held::{HeldSession, SessionLock, Taken, holder_connection};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -67,6 +67,21 @@ pub(crate) enum Attempt {
     Busy,
     /// The key is recorded for another name (namespace, name).
     Collision(String, String),
+}
+
+/// The refusal of `key`, whose advisory key `table` records for lock `name`
+/// of `namespace`.
+pub(crate) fn collision(table: &Table, key: &LockKey, namespace: &str, name: &str) -> LockError {
+    let hashed = advisory_key(&table.namespace, key);
+    LockError::config(
+        BACKEND,
+        format!(
+            "lock `{key}` in namespace `{}` hashes to advisory key {hashed}, which table \"{}\" \
+             already records for lock `{name}` in namespace `{namespace}`: the two would share \
+             one lock, so this one is refused; rename one of them or use another namespace",
+            table.namespace, table.name
+        ),
+    )
 }
 
 /// The idle timeout the server enforces on a holder's session: 1.5 × ttl, in
@@ -143,16 +158,7 @@ impl SessionLock for Advisory {
                 }
                 Ok(Attempt::Collision(namespace, name)) => {
                     conn.discard();
-                    return Err(LockError::config(
-                        BACKEND,
-                        format!(
-                            "lock `{}` in namespace `{}` hashes to advisory key {key}, which \
-                             table \"{}\" already records for lock `{name}` in namespace \
-                             `{namespace}`: the two would share one lock, so this one is \
-                             refused; rename one of them or use another namespace",
-                            req.key, table.namespace, table.name
-                        ),
-                    ));
+                    return Err(collision(table, req.key, &namespace, &name));
                 }
                 Err(e) => {
                     conn.discard();

@@ -15,7 +15,7 @@
 use crate::ending;
 use crate::error::{BACKEND, DbError, code};
 use crate::keys::{TableName, check_room_for_primitives, wake_payload};
-use crate::pool::{Conn, Pool, Statement};
+use crate::pool::{Conn, Pool};
 use crate::protocol::{Statements, Strategy, TABLE_COMMENT};
 use crate::session::Session;
 use crate::wake::{Waiter, Wakeups};
@@ -23,6 +23,7 @@ use distlock_core::{Capabilities, LockError, LockKey};
 use distlock_sql::cas::CasStatements;
 use distlock_sql::pool::BoxFuture;
 use distlock_sql::table::{LockTable, Names, Primitive, Value};
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{Postgres, Row, SqlStr};
 
 /// The lock table of one client: its strategy, namespace, statements,
@@ -44,12 +45,14 @@ pub(crate) struct Table {
 
 impl Table {
     /// Creates the table if missing (when asked), marks an unmarked table as
-    /// `strategy`'s, checks that it belongs to `strategy`, and starts listening.
+    /// `strategy`'s, checks that it belongs to `strategy`, and starts listening
+    /// with `listen`'s options (without them waiters poll alone).
     pub async fn open(
         strategy: Strategy,
         name: TableName,
         namespace: String,
         pool: Pool,
+        listen: Option<PgConnectOptions>,
         endpoint: String,
         create: bool,
     ) -> Result<Table, LockError> {
@@ -99,13 +102,10 @@ impl Table {
         }
         drop(conn);
         let sql = Statements::new(&name);
-        let wakeups = Wakeups::listen(
-            pool.options(),
-            &sql.channel,
-            pool.connect_timeout(),
-            &endpoint,
-        )
-        .await?;
+        let wakeups = match listen {
+            Some(options) => Wakeups::listen(&options, &pool, &sql.channel, &endpoint).await?,
+            None => Wakeups::polling(),
+        };
         Ok(Table {
             strategy,
             cas: CasStatements::new::<Postgres>(name.as_str()),
@@ -126,13 +126,6 @@ impl Table {
     /// The payload a release of `key` notifies.
     pub fn payload(&self, key: &LockKey) -> String {
         wake_payload(&self.namespace, key.as_str())
-    }
-
-    /// Runs one statement on a pooled connection and returns the rows it
-    /// changed.
-    pub async fn run(&self, statement: Statement) -> Result<u64, DbError> {
-        let mut conn = self.pool.get().await?;
-        Ok(conn.execute(statement).await?.rows_affected())
     }
 }
 
@@ -191,7 +184,15 @@ impl LockTable for Table {
         ]
     }
 
+    /// Through a transaction-pooling proxy a connection has no session of its
+    /// own to end (ending the server connection would hit another client's
+    /// transaction), and none needs ending: a cut-off statement ran in a
+    /// transaction whose `COMMIT` was never sent, and the proxy ends it when
+    /// the client connection closes.
     fn end_session(&self, session: Session) -> BoxFuture<'_, Result<(), DbError>> {
+        if self.pool.is_behind_transaction_pooler() {
+            return Box::pin(std::future::ready(Ok(())));
+        }
         Box::pin(ending::end(&self.pool, session))
     }
 

@@ -2,8 +2,10 @@
 //! `postgres://user:pass@host:5432/db?strategy=…&namespace=…&timeout=5s`.
 
 use crate::backend::Table;
+use crate::in_tx::TxLock;
 use crate::keys::{DEFAULT_NAMESPACE, validate_namespace};
 use crate::lock;
+use crate::pooler::{self, Pooler};
 use crate::protocol::Strategy;
 use crate::session::Session;
 use distlock_core::{DynLock, LockError};
@@ -29,12 +31,17 @@ const URL: UrlForm = UrlForm {
 pub struct PostgresConfig {
     base: SqlConfig<Postgres, Strategy>,
     namespace: String,
+    pooler: Pooler,
+    /// Where to `LISTEN` when not through the lock connections' server: host, port.
+    listen_at: Option<(String, u16)>,
 }
 
 impl std::fmt::Debug for PostgresConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut debug = f.debug_struct("PostgresConfig");
         debug.field("namespace", &self.namespace);
+        debug.field("pooler", &self.pooler);
+        debug.field("listen_at", &self.listen_at);
         self.base.fields(&mut debug).finish()
     }
 }
@@ -61,6 +68,8 @@ impl PostgresConfig {
         PostgresConfig {
             base: SqlConfig::new(options),
             namespace: DEFAULT_NAMESPACE.to_owned(),
+            pooler: Pooler::None,
+            listen_at: None,
         }
     }
 
@@ -68,7 +77,9 @@ impl PostgresConfig {
     /// (`postgresql://` too). The database (the path) is required.
     ///
     /// Parameters: `strategy` (`version_cas`, `advisory`), `namespace`
-    /// (default `distlock`), `table`, `pool_size`, `held_connections`,
+    /// (default `distlock`), `pooler` (`none`, `transaction`: see [`Pooler`]),
+    /// `listen_at` (`HOST:PORT`, see [`PostgresConfig::listen_at`]), `table`,
+    /// `pool_size`, `held_connections`,
     /// `connect_timeout` and `timeout` (durations such as `250ms` or `5s`),
     /// `create_table` (`true`/`false`), the acquire defaults `ttl`, `wait`,
     /// `renewal`, `max_hold` (see [`PostgresConfig::defaults`]), and TLS:
@@ -105,8 +116,22 @@ impl PostgresConfig {
         if let Some(namespace) = url.string("namespace") {
             config.namespace = namespace;
         }
+        if let Some(pooler) = url.choice("pooler", Pooler::NAMES)? {
+            config.pooler = pooler.parse()?;
+        }
+        if let Some(at) = url.string("listen_at") {
+            let (host, port) = at
+                .rsplit_once(':')
+                .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
+                .filter(|(host, _)| !host.is_empty())
+                .ok_or_else(|| url.error(format_args!("listen_at=`{at}` is not HOST:PORT")))?;
+            config = config.listen_at(host, port);
+        }
         config.base = config.base.read_params(&mut url)?;
-        finish(&url, || config.validate())?;
+        finish(&url, || {
+            pooler::check(config.pooler, config.base.strategy)?;
+            config.validate()
+        })?;
         Ok(config)
     }
 
@@ -116,6 +141,28 @@ impl PostgresConfig {
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = namespace.into();
         self
+    }
+
+    /// What lies between this client and the server (default
+    /// [`Pooler::None`]); [`Pooler::Transaction`] for PgBouncer in
+    /// `pool_mode = transaction`.
+    pub fn pooler(mut self, pooler: Pooler) -> Self {
+        self.pooler = pooler;
+        self
+    }
+
+    /// `LISTEN` for releases on a connection of its own to `host:port` (the
+    /// server itself, with the same user, password, database and TLS) instead
+    /// of the lock connections' server: through a transaction-pooling proxy
+    /// the only way waiters are woken at once rather than by polling.
+    pub fn listen_at(mut self, host: impl Into<String>, port: u16) -> Self {
+        self.listen_at = Some((host.into(), port));
+        self
+    }
+
+    /// What lies between this client and the server.
+    pub fn get_pooler(&self) -> Pooler {
+        self.pooler
     }
 
     /// The table this config uses.
@@ -131,15 +178,53 @@ impl PostgresConfig {
     /// Connects, creates the table if missing (unless turned off), checks that
     /// the table belongs to this strategy, and starts listening for releases.
     pub async fn connect(self) -> Result<DynLock, LockError> {
+        pooler::check(self.pooler, self.base.strategy)?;
+        let (table, holders, base) = self.open(true).await?;
+        let create = base.settings.create_table;
+        lock::client(table, holders, base.settings.defaults, create).await
+    }
+
+    /// Connects a [`TxLock`], which takes locks inside transactions of the
+    /// caller's own ([`TxLock::lock_in`]), on the `advisory` strategy's table
+    /// (the one set, else `distlock_advisory`), creating it if missing
+    /// (unless turned off). Its own connections only raise tokens; it does not
+    /// `LISTEN`. Works with `pooler=transaction`.
+    pub async fn connect_tx_lock(self) -> Result<TxLock, LockError> {
+        let (table, _, _) = self.strategy(Strategy::Advisory).open(false).await?;
+        Ok(TxLock::new(table))
+    }
+
+    /// The lock table, checked and listened on when `listen`, the holders'
+    /// pool and the settings.
+    async fn open(
+        self,
+        listen: bool,
+    ) -> Result<(Table, crate::pool::Pool, SqlConfig<Postgres, Strategy>), LockError> {
         let table = self.validate()?;
-        let base = self.base;
+        let mut base = self.base;
+        let through_pooler = self.pooler == Pooler::Transaction;
+        if through_pooler {
+            base.options = base
+                .options
+                .statement_cache_capacity(0)
+                .extra_float_digits(None);
+        }
+        let listen = match (self.listen_at, through_pooler) {
+            _ if !listen => None,
+            (Some((host, port)), _) => Some(base.options.clone().host(&host).port(port)),
+            (None, false) => Some(base.options.clone()),
+            (None, true) => None,
+        };
         // Only advisory takes connections from the holders' pool, one per held
         // or waiting lock.
-        let (pool, holders) = base.pools::<Session>(&[], &[], false);
-        let endpoint = base.endpoint();
-        let create = base.settings.create_table;
-        let table = Table::open(base.strategy, table, self.namespace, pool, endpoint, create);
-        lock::client(table.await?, holders, base.settings.defaults, create).await
+        let (mut pool, holders) = base.pools::<Session>(&[], &[], false);
+        if through_pooler {
+            pool = pool.behind_transaction_pooler();
+        }
+        let (endpoint, create) = (base.endpoint(), base.settings.create_table);
+        let (strategy, namespace) = (base.strategy, self.namespace);
+        let table = Table::open(strategy, table, namespace, pool, listen, endpoint, create);
+        Ok((table.await?, holders, base))
     }
 }
 
@@ -192,6 +277,12 @@ mod tests {
         assert_eq!(plain.base.strategy, Strategy::VersionCas);
         assert_eq!(plain.table_name(), "locks");
         assert_eq!(plain.namespace, DEFAULT_NAMESPACE);
+        assert_eq!(plain.pooler, Pooler::None);
+        let pooled =
+            "postgres://u:s3cret@bouncer:6432/db?pooler=transaction&listen_at=db.example:5432";
+        let pooled = PostgresConfig::from_url(pooled).unwrap();
+        assert_eq!(pooled.pooler, Pooler::Transaction);
+        assert_eq!(pooled.listen_at, Some(("db.example".to_owned(), 5432)));
     }
 
     #[test]
@@ -223,6 +314,10 @@ mod tests {
             "postgres://u:s3cret@h",
             "postgres://u:s3cret@h:notaport/db",
             "postgres://u:s3cret@h/db?timeout=5",
+            "postgres://u:s3cret@h/db?pooler=statement",
+            "postgres://u:s3cret@h/db?listen_at=h",
+            "postgres://u:s3cret@h/db?listen_at=:5432",
+            "postgres://u:s3cret@h/db?pooler=transaction&strategy=advisory",
         ] {
             reason(url);
         }

@@ -50,6 +50,9 @@ pub(crate) const TEXTS: ErrorTexts = ErrorTexts {
 
 /// The configuration problem a server error names, if it is one.
 fn config_reason(e: &DbError, endpoint: &str) -> Option<String> {
+    if let Some(reason) = unannounced(e, endpoint) {
+        return Some(reason);
+    }
     Some(match e.code()? {
         code::INVALID_PASSWORD | code::INVALID_AUTHORIZATION => format!(
             "the server at {endpoint} refused the login ({e}); check the user and password \
@@ -65,4 +68,53 @@ fn config_reason(e: &DbError, endpoint: &str) -> Option<String> {
         ),
         _ => return None,
     })
+}
+
+/// `invalid_sql_statement_name`: a prepared statement this connection made
+/// is gone (another server connection behind a proxy).
+const NO_SUCH_STATEMENT: &str = "26000";
+/// `duplicate_prepared_statement`: a statement name this connection never
+/// used is taken (a server connection another client prepared it on).
+const DUPLICATE_STATEMENT: &str = "42P05";
+
+/// The reason to give when `e` shows a transaction-pooling proxy the client
+/// was not told about, naming the setting.
+fn unannounced(e: &DbError, endpoint: &str) -> Option<String> {
+    let seen = match e {
+        DbError::Sql(sqlx::Error::Protocol(text)) if text.contains("NotificationResponse") => {
+            "a notification arrived on a connection that never listened"
+        }
+        DbError::Sql(sqlx::Error::Database(db))
+            if db.message().contains("unsupported startup parameter") =>
+        {
+            "it refused a start-up parameter of the driver"
+        }
+        _ if matches!(e.code(), Some(NO_SUCH_STATEMENT | DUPLICATE_STATEMENT)) => {
+            "prepared statements came and went between statements of one connection"
+        }
+        _ => return None,
+    };
+    Some(format!(
+        "{endpoint} looks like a transaction-pooling proxy such as PgBouncer with \
+         pool_mode=transaction ({seen}: {e}); add pooler=transaction to the URL (and \
+         listen_at=HOST:PORT of the server itself for LISTEN wake-ups), or connect directly"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_notification_on_a_connection_that_never_listened_names_the_setting() {
+        let seen = "execute: unexpected message: NotificationResponse".to_owned();
+        let reason = unannounced(
+            &DbError::Sql(sqlx::Error::Protocol(seen)),
+            "postgres://h/db",
+        );
+        let reason = reason.expect("a pooler's sign");
+        assert!(reason.contains("pooler=transaction"), "{reason}");
+        let other = DbError::Sql(sqlx::Error::Protocol("something else".into()));
+        assert_eq!(unannounced(&other, "postgres://h/db"), None);
+    }
 }

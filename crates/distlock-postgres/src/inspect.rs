@@ -20,8 +20,8 @@ use crate::session::Session;
 use async_trait::async_trait;
 use distlock_core::toolkit::{Floor, Holder, Inspect};
 use distlock_core::{FencingToken, LockError, LockKey};
-use sqlx::Row;
 use sqlx::postgres::PgRow;
+use sqlx::{Row, SqlSafeStr};
 use std::time::Duration;
 
 /// Statements the server ran, from `pg_stat_statements` when installed.
@@ -134,13 +134,22 @@ impl Inspect for Table {
     }
 
     async fn ping(&self) -> Result<(), LockError> {
-        self.run(sqlx::query(KEEPALIVE))
-            .await
-            .map(drop)
-            .map_err(|e| self.error(e))
+        // Sent as text: one round trip, and nothing prepared (a transaction
+        // pooler could not keep it).
+        let ping = async {
+            let mut conn = self.pool.get().await?;
+            conn.execute_text(KEEPALIVE.into_sql_str(), self.pool.timeout())
+                .await
+        };
+        ping.await.map(drop).map_err(|e| self.error(e))
     }
 
     fn floor(&self) -> Option<Floor> {
+        if self.pool.is_behind_transaction_pooler() {
+            // Each statement in a transaction of its own (see `pooler`).
+            let name = "BEGIN + CAS UPDATE … RETURNING + COMMIT, BEGIN + release UPDATE with NOTIFY + COMMIT";
+            return Some(Floor { name, requests: 6 });
+        }
         let name = match self.strategy {
             Strategy::VersionCas => "CAS UPDATE … RETURNING + release UPDATE with NOTIFY",
             Strategy::Advisory => "try-lock with counter bump + unlock with NOTIFY",

@@ -64,8 +64,10 @@
 //!   failover can lose recent acquisitions and counter values, and advisory
 //!   locks (which live in the primary's memory) are all gone after one.
 //! - Through a transaction-pooling proxy (PgBouncer `pool_mode=transaction`)
-//!   session advisory locks and `LISTEN` do not work: connect directly, or
-//!   use `version_cas`.
+//!   set `pooler=transaction` ([`Pooler`]): statements are not prepared and
+//!   each runs in a transaction of its own, `advisory` is refused, and
+//!   waiters poll unless `listen_at` names the server itself to `LISTEN` on.
+//!   Without the setting, `connect` fails with the setting named.
 //!
 //! See `docs/backends/postgres.md` for the exact SQL and how to choose.
 //!
@@ -80,7 +82,9 @@
 //! `backend` (the lock table they share, and what distlock-sql's code
 //! written once gets from it: namespace and name as the key, the session
 //! ending, wake-ups) → `ending` (ending a cut-off session by pid and start) →
-//! `pool` (connections, each knowing its `session`), `wake` (LISTEN/NOTIFY)
+//! `pool` (connections, each knowing its `session`), `wake` (LISTEN/NOTIFY),
+//! `pooler` (a transaction-pooling proxy: the setting and the errors that
+//! show one)
 //! → `protocol` (the SQL, in `sql/`) → `keys` (row layout, advisory keys),
 //! `error`. `inspect` implements `Inspect` on the
 //! table. The semaphore and read-write lock are distlock-sql's too (their
@@ -93,17 +97,21 @@ mod backend;
 mod config;
 mod ending;
 mod error;
+mod in_tx;
 mod inspect;
 mod keys;
 mod lock;
 mod pool;
+mod pooler;
 mod protocol;
 mod registration;
 mod session;
 mod wake;
 
 pub use config::PostgresConfig;
+pub use in_tx::TxLock;
 pub use keys::{DEFAULT_NAMESPACE, TableName, advisory_key};
+pub use pooler::Pooler;
 pub use protocol::Strategy;
 pub use registration::POSTGRES;
 pub use sqlx::postgres::{PgConnectOptions, PgSslMode};

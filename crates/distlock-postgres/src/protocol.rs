@@ -146,6 +146,10 @@ pub(crate) struct Statements {
     pub advisory_keepalive: SqlStr,
     /// Unlocks, notifies, clears the idle timeout. Binds: key, channel, payload.
     pub advisory_release: SqlStr,
+    /// `lock_in`: (no other name recorded for the key) bump the counter;
+    /// returns (token, other namespace, other name). Binds: namespace, name,
+    /// key.
+    pub tx_bump: SqlStr,
     /// The NOTIFY channel of this table: its name.
     pub channel: String,
 }
@@ -157,6 +161,7 @@ impl Statements {
             advisory_acquire: sql(include_str!("sql/advisory_acquire.sql")),
             advisory_keepalive: sql(include_str!("sql/advisory_keepalive.sql")),
             advisory_release: sql(include_str!("sql/advisory_release.sql")),
+            tx_bump: sql(include_str!("sql/tx_bump.sql")),
             channel: table.as_str().to_owned(),
         }
     }

@@ -6,7 +6,8 @@ use distlock_sql::SqlStore;
 use std::sync::Arc;
 
 /// PostgreSQL 14+: `postgres://`, `postgresql://`. Also a fenced store (a
-/// [`SqlStore`] value table on the same database).
+/// [`SqlStore`] value table on the same database), on a direct connection
+/// only (it keeps prepared statements: refused with `pooler=transaction`).
 pub const POSTGRES: Registration = Registration::new(
     "postgres",
     &["postgres", "postgresql"],
@@ -16,6 +17,7 @@ pub const POSTGRES: Registration = Registration::new(
 .with_fence(|url| {
     Box::pin(async move {
         let config = PostgresConfig::from_url(&url)?;
+        crate::pooler::check_store(config.get_pooler())?;
         let store =
             SqlStore::<sqlx::Postgres>::connect_to(config.connect_options(), config.get_timeouts())
                 .await?;

@@ -5,8 +5,15 @@
 //! Notifications are transient: one sent while the listener reconnects is
 //! lost. So a lost connection wakes every waiter (they try again at once), and
 //! waiters always also poll, with a bounded backoff.
+//!
+//! Listening is checked once at connect: the listener must hear a
+//! notification sent through the lock connections, which a `LISTEN` made
+//! through a transaction-pooling proxy never does. Through such a proxy
+//! without a direct connection to listen on, there is no listener and
+//! waiters poll alone.
 
 use crate::error::{BACKEND, DbError};
+use crate::pool::Pool;
 use distlock_core::LockError;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use std::collections::HashMap;
@@ -21,51 +28,82 @@ const RELISTEN_PAUSE: Duration = Duration::from_millis(500);
 /// The names waited for, each with the [`Notify`] its waiters wait on.
 type Waiting = Mutex<HashMap<String, Arc<Notify>>>;
 
-/// The client's listener and the waiters it wakes. Dropping it stops the
-/// listener and closes its connection.
+/// The client's listener, if it has one, and the waiters it wakes. Dropping
+/// it stops the listener and closes its connection.
 #[derive(Debug)]
 pub(crate) struct Wakeups {
     waiting: Arc<Waiting>,
-    task: JoinHandle<()>,
+    task: Option<JoinHandle<()>>,
 }
 
 impl Drop for Wakeups {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
     }
 }
 
 impl Wakeups {
-    /// Connects the listener (waiting at most `connect_timeout`) and starts it
-    /// on `channel`.
+    /// No listener: waiters poll alone.
+    pub fn polling() -> Self {
+        Wakeups {
+            waiting: Arc::default(),
+            task: None,
+        }
+    }
+
+    /// Connects the listener with `options` (waiting at most the pool's
+    /// connect timeout), checks that it hears a notification `pool` sends on
+    /// `channel`, and starts it.
     pub async fn listen(
         options: &PgConnectOptions,
+        pool: &Pool,
         channel: &str,
-        connect_timeout: Duration,
         endpoint: &str,
     ) -> Result<Self, LockError> {
+        let connect_timeout = pool.connect_timeout();
         // A one-connection pool only so that PgListener can reconnect by itself.
-        let pool = PgPoolOptions::new()
+        let listeners = PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(connect_timeout)
             .connect_lazy_with(options.clone());
         let started = async {
-            let mut listener = PgListener::connect_with(&pool).await?;
+            let mut listener = PgListener::connect_with(&listeners).await?;
             listener.listen(channel).await?;
             Ok::<_, sqlx::Error>(listener)
         };
-        let listener = match tokio::time::timeout(connect_timeout, started).await {
+        let err = |e: DbError| e.into_lock_error(&crate::error::TEXTS, endpoint);
+        let mut listener = match tokio::time::timeout(connect_timeout, started).await {
             Ok(Ok(listener)) => listener,
-            Ok(Err(e)) => {
-                return Err(DbError::Sql(e).into_lock_error(&crate::error::TEXTS, endpoint));
-            }
-            Err(_) => {
-                return Err(DbError::TimedOut(connect_timeout)
-                    .into_lock_error(&crate::error::TEXTS, endpoint));
+            Ok(Err(e)) => return Err(err(DbError::Sql(e))),
+            Err(_) => return Err(err(DbError::TimedOut(connect_timeout))),
+        };
+        // Any notification of the channel (the probe's, or a release's) shows
+        // that this connection hears what the lock connections send.
+        let probe = sqlx::query("SELECT pg_notify($1, '')").bind(channel.to_owned());
+        let heard = async {
+            pool.get()
+                .await
+                .map_err(err)?
+                .execute(probe)
+                .await
+                .map_err(err)?;
+            match tokio::time::timeout(connect_timeout, listener.recv()).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(err(DbError::Sql(e))),
+                Err(_) => Err(crate::pooler::deaf_listener(endpoint, connect_timeout)),
             }
         };
+        if let Err(e) = heard.await {
+            // Through a transaction pooler the LISTEN stayed on a server
+            // connection other clients get next: take it back if this one
+            // reaches it (at best; the proxy picks the server connection).
+            let _ = tokio::time::timeout(connect_timeout, listener.unlisten_all()).await;
+            return Err(e);
+        }
         let waiting: Arc<Waiting> = Arc::default();
-        let task = tokio::spawn(run(listener, waiting.clone()));
+        let task = Some(tokio::spawn(run(listener, waiting.clone())));
         Ok(Wakeups { waiting, task })
     }
 

@@ -13,12 +13,26 @@
 //! with its row locks, a session-level advisory lock) is never taken back until
 //! the server confirmed it holds none ([`Conn::holds_nothing`]): otherwise the
 //! pool's next user would carry someone else's lock, or a dead session.
+//!
+//! Behind a transaction-pooling proxy (PgBouncer `pool_mode = transaction`,
+//! [`Pool::behind_transaction_pooler`]) a client connection is a server
+//! connection only for the length of one transaction, and the driver parses a
+//! statement and executes it in two exchanges, each ending outside any
+//! transaction: the proxy may hand them to two server connections. So there
+//! every statement outside a transaction of its own runs in one (`BEGIN`,
+//! statement, `COMMIT`), as an unnamed statement: nothing of it outlives the
+//! transaction, and a statement cut off before its `COMMIT` never commits.
 
 pub use crate::db::BoxFuture;
+use statements::in_own_transaction;
+pub use statements::timed;
+
+mod statements;
 use crate::db_error::{DbError, ErrorTexts};
 use distlock_core::LockError;
+use sqlx::database::HasStatementCache;
 use sqlx::query::Query;
-use sqlx::{ColumnIndex, Connection, Database, Decode, Executor, IntoArguments, Row, SqlStr, Type};
+use sqlx::{ColumnIndex, Connection, Database, Decode, Executor, IntoArguments, Row, Type};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -32,7 +46,7 @@ const MAX_IDLE: Duration = Duration::from_secs(60);
 /// and what a connection knows about its server session.
 pub trait PoolDialect: Send + Sync + 'static {
     /// The sqlx driver.
-    type Database: Database;
+    type Database: Database + HasStatementCache;
     /// The adapter's words for its errors.
     const TEXTS: &'static ErrorTexts;
     /// What identifies (and configures) the server session of a connection.
@@ -71,6 +85,8 @@ struct PoolInner<D: PoolDialect> {
     /// Autocommit is off on these connections: any statement may open a
     /// transaction, which must be seen ended before the connection is reused.
     transactional: bool,
+    /// Behind a transaction-pooling proxy (see the module docs).
+    pooler: bool,
     idle: Mutex<Vec<Idle<D>>>,
     permits: Arc<Semaphore>,
     connect_timeout: Duration,
@@ -124,11 +140,28 @@ impl<D: PoolDialect> Pool<D> {
             endpoint,
             setup,
             transactional,
+            pooler: false,
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(size)),
             connect_timeout: timeouts.connect,
             timeout: timeouts.reply,
         }))
+    }
+
+    /// This pool reaches its server through a transaction-pooling proxy: each
+    /// statement runs in a transaction (its own, or the one its connection
+    /// began with [`Conn::execute_text`]) and is never kept prepared (see the
+    /// module docs). For a new pool only: a clone made before keeps its mode.
+    pub fn behind_transaction_pooler(mut self) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            inner.pooler = true;
+        }
+        self
+    }
+
+    /// Whether this pool reaches its server through a transaction-pooling proxy.
+    pub fn is_behind_transaction_pooler(&self) -> bool {
+        self.0.pooler
     }
 
     /// The public error for a failed statement, naming the server.
@@ -174,8 +207,16 @@ impl<D: PoolDialect> Pool<D> {
                 for statement in inner.setup {
                     timed(inner.timeout, sqlx::query(*statement).execute(&mut conn)).await?;
                 }
-                let query = sqlx::query(D::SESSION_QUERY).fetch_one(&mut conn);
-                let session = D::session(&timed(inner.timeout, query).await?)?;
+                let query = sqlx::query(D::SESSION_QUERY);
+                let row = if inner.pooler {
+                    let read = in_own_transaction::<D, _>(&mut conn, query, |query, conn| {
+                        Box::pin(query.fetch_one(conn))
+                    });
+                    timed(inner.timeout, read).await?
+                } else {
+                    timed(inner.timeout, query.fetch_one(&mut conn)).await?
+                };
+                let session = D::session(&row)?;
                 (conn, session, inner.transactional)
             }
         };
@@ -184,6 +225,7 @@ impl<D: PoolDialect> Pool<D> {
             session,
             reusable: true,
             holding,
+            in_transaction: false,
             pool: inner.clone(),
             _permit: permit,
         })
@@ -241,6 +283,9 @@ pub struct Conn<D: PoolDialect> {
     /// A statement that may leave a transaction or a lock open ran since the
     /// server last confirmed the session holds none.
     holding: bool,
+    /// A transaction begun by [`Conn::execute_text`] is open (tracked behind
+    /// a transaction-pooling proxy only).
+    in_transaction: bool,
     pool: Arc<PoolInner<D>>,
     _permit: OwnedSemaphorePermit,
 }
@@ -302,64 +347,6 @@ impl<D: PoolDialect> Conn<D> {
     }
 }
 
-impl<D: PoolDialect> Conn<D>
-where
-    for<'c> &'c mut <D::Database as Database>::Connection: Executor<'c, Database = D::Database>,
-    <D::Database as Database>::Arguments: IntoArguments<D::Database>,
-{
-    /// Runs a statement sent as text (not prepared), waiting at most `limit`:
-    /// its text, values included, is what the server's process list shows
-    /// while it runs.
-    pub async fn execute_text(
-        &mut self,
-        sql: SqlStr,
-        limit: Duration,
-    ) -> Result<<D::Database as Database>::QueryResult, DbError> {
-        let outcome = timed(limit, sqlx::raw_sql(sql).execute(self.start()?)).await;
-        self.finish(outcome)
-    }
-
-    /// Runs a statement with the pool's reply deadline.
-    pub async fn execute(
-        &mut self,
-        query: Statement<D::Database>,
-    ) -> Result<<D::Database as Database>::QueryResult, DbError> {
-        let limit = self.pool.timeout;
-        let outcome = timed(limit, query.execute(self.start()?)).await;
-        self.finish(outcome)
-    }
-
-    /// Runs a query and returns its first row, if any, waiting at most `limit`.
-    pub async fn fetch_optional_within(
-        &mut self,
-        query: Statement<D::Database>,
-        limit: Duration,
-    ) -> Result<Option<<D::Database as Database>::Row>, DbError> {
-        let outcome = timed(limit, query.fetch_optional(self.start()?)).await;
-        self.finish(outcome)
-    }
-
-    /// Runs a query that returns one row.
-    pub async fn fetch_one(
-        &mut self,
-        query: Statement<D::Database>,
-    ) -> Result<<D::Database as Database>::Row, DbError> {
-        let limit = self.pool.timeout;
-        let outcome = timed(limit, query.fetch_one(self.start()?)).await;
-        self.finish(outcome)
-    }
-
-    /// Runs a query and returns all its rows.
-    pub async fn fetch_all(
-        &mut self,
-        query: Statement<D::Database>,
-    ) -> Result<Vec<<D::Database as Database>::Row>, DbError> {
-        let limit = self.pool.timeout;
-        let outcome = timed(limit, query.fetch_all(self.start()?)).await;
-        self.finish(outcome)
-    }
-}
-
 impl<D: PoolDialect> Drop for Conn<D> {
     fn drop(&mut self) {
         let Some(conn) = self.conn.take() else {
@@ -380,17 +367,5 @@ impl<D: PoolDialect> Drop for Conn<D> {
             session: self.session,
             since: Instant::now(),
         });
-    }
-}
-
-/// Runs `fut` with a deadline: a statement that gets no reply is an error, never a
-/// hang (a partition otherwise blocks forever).
-pub async fn timed<T>(
-    limit: Duration,
-    fut: impl Future<Output = Result<T, sqlx::Error>>,
-) -> Result<T, DbError> {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(result) => result.map_err(DbError::Sql),
-        Err(_) => Err(DbError::TimedOut(limit)),
     }
 }

@@ -155,6 +155,36 @@ pub fn mysql_for_update_url() -> String {
     format!("{}?strategy=for_update&table=cli_for_update", mysql_url())
 }
 
+/// PgBouncer in transaction pooling mode in front of a PostgreSQL of its own.
+#[cfg(feature = "postgres")]
+fn pgbouncer() -> &'static distlock_testkit::servers::PgBouncerServer {
+    static SERVER: OnceLock<distlock_testkit::servers::PgBouncerServer> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        launch(
+            "PgBouncer",
+            distlock_testkit::servers::PgBouncerServer::start(),
+        )
+    })
+}
+
+/// The PgBouncer's URL, as a client not told about it would name it.
+#[cfg(feature = "postgres")]
+pub fn pgbouncer_url() -> String {
+    pgbouncer().url()
+}
+
+/// The PostgreSQL behind the PgBouncer, reached directly.
+#[cfg(feature = "postgres")]
+pub fn pgbouncer_postgres_url() -> String {
+    pgbouncer().postgres().url()
+}
+
+/// The same PgBouncer with `pooler=transaction`, on a table of its own.
+#[cfg(feature = "postgres")]
+pub fn postgres_pgbouncer_url() -> String {
+    format!("{}?pooler=transaction&table=cli_pgbouncer", pgbouncer_url())
+}
+
 #[cfg(feature = "postgres")]
 pub fn postgres_advisory_url() -> String {
     format!("{}?strategy=advisory", postgres_url())

@@ -31,6 +31,7 @@ pub use links::PeerLinks;
 pub use mariadb::MariaDbServer;
 pub use placement::{LauncherKind, Placement, launcher, place, set_default_launcher};
 pub use postgres::PostgresServer;
+pub use postgres::pgbouncer::PgBouncerServer;
 pub use process::ServerProcess;
 pub use redis::{RedisOptions, RedisServer};
 pub use redis_cluster::RedisCluster;

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod commands;
+pub mod pgbouncer;
 
 use commands::{Runner, SocketLogin, server_bin_dir};
 

@@ -5,9 +5,9 @@ mod common;
 use common::{connect, eventually, queue, raw, server, through, unique};
 use distlock_core::adapter::{AcquireRequest, Backend, Ownership, WaitUntil};
 use distlock_core::{AcquireOptions, DistributedLock, LockError, LossReason, Wait};
+use distlock_etcd::client::PutOptions;
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::{Fault, FaultControl};
-use etcd_client::PutOptions;
 use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,7 +117,7 @@ async fn a_retried_release_whose_first_reply_was_lost_never_deletes_a_newer_key(
 
     // A newer holder's key with the very same name (the same lease re-locking the
     // name, as Go's Mutex does).
-    let lease = raw.lease_client().grant(30, None).await.unwrap().id();
+    let lease = raw.lease_client().grant(30).await.unwrap().id();
     raw.kv_client()
         .put(
             our_key.clone(),

@@ -136,14 +136,7 @@ impl Conn {
         Q: prost::Message + Clone + Send + Sync + 'static,
         R: prost::Message + Default + Send + Sync + 'static,
     {
-        let sent_with = self.auth.token();
-        match self.send(path, message.clone()).await {
-            Err(Error::GRpcStatus(status)) if self.expired(&status) => {
-                self.refresh_token(sent_with).await?;
-                self.send(path, message).await
-            }
-            reply => reply,
-        }
+        self.logged_in(|| self.send(path, message.clone())).await
     }
 
     async fn open<Q, R>(
@@ -183,11 +176,21 @@ impl Conn {
         Q: prost::Message + Clone + Send + Sync + 'static,
         R: prost::Message + Default + Send + Sync + 'static,
     {
+        self.logged_in(|| self.open(path, first.clone())).await
+    }
+
+    /// Runs `call`, and once more after logging in again if etcd refused the
+    /// token it was sent with.
+    async fn logged_in<T, F, Fut>(&self, mut call: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
         let sent_with = self.auth.token();
-        match self.open(path, first.clone()).await {
+        match call().await {
             Err(Error::GRpcStatus(status)) if self.expired(&status) => {
                 self.refresh_token(sent_with).await?;
-                self.open(path, first).await
+                call().await
             }
             reply => reply,
         }

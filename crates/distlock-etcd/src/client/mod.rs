@@ -1,5 +1,5 @@
 //! A small client for etcd's v3 gRPC API, only the requests distlock makes:
-//! tonic for the transport, prost for hand-written messages ([`pb`]'s), so
+//! tonic for the transport, prost for hand-written messages (`pb.rs`), so
 //! nothing is generated at build time and no `protoc` is needed.
 //!
 //! A [`Client`] balances its requests over every endpoint (a dead one is left

@@ -23,7 +23,6 @@ use distlock_core::toolkit::Inspect;
 use distlock_core::{AcquireOptions, DistributedLock, LockKey, Wait};
 use distlock_etcd::{EtcdConfig, EtcdLock};
 use distlock_testkit::servers::EtcdServer;
-use etcd_client::LockOptions;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
@@ -168,7 +167,7 @@ fn percentiles(rt: &Runtime, env: &Env) {
 /// with a lease of its own.
 enum Contender {
     Ours(EtcdLock),
-    Native(Box<etcd_client::LockClient>, i64),
+    Native(Box<distlock_etcd::client::LockClient>, i64),
 }
 
 impl Contender {
@@ -180,11 +179,12 @@ impl Contender {
                 .await;
             return Contender::Ours(lock.expect("connect"));
         }
-        let client = etcd_client::Client::connect([format!("http://{}", server.addr())], None)
-            .await
-            .expect("connect");
+        let client =
+            distlock_etcd::client::Client::connect([format!("http://{}", server.addr())], None)
+                .await
+                .expect("connect");
         // Long enough for one run without keep-alives.
-        let lease = client.lease_client().grant(60, None).await.expect("grant");
+        let lease = client.lease_client().grant(60).await.expect("grant");
         Contender::Native(Box::new(client.lock_client()), lease.id())
     }
 
@@ -197,9 +197,8 @@ impl Contender {
                 lease.release().await.expect("release");
             }
             Contender::Native(client, lease) => {
-                let options = LockOptions::new().with_lease(*lease);
                 let name = format!("{NAMESPACE}native/{name}");
-                let locked = client.lock(name, Some(options)).await.expect("lock");
+                let locked = client.lock(name, *lease).await.expect("lock");
                 held();
                 client.unlock(locked.key()).await.expect("unlock");
             }

@@ -7,6 +7,7 @@
 //! holder key's create revision: holders follow create order, and revisions are
 //! raft-replicated and survive restarts, so tokens only rise.
 
+use crate::client::{Client, KvClient};
 use crate::error::BACKEND;
 use crate::etcd_lease::{LeaseEnd, Leases, Slot};
 use crate::keys::{printable, queue_prefix};
@@ -19,7 +20,6 @@ use distlock_core::adapter::{
 };
 use distlock_core::toolkit::Inspect;
 use distlock_core::{Capabilities, LockError, LossReason};
-use etcd_client::KvClient;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,7 +33,7 @@ pub type EtcdLock = BackendLock<EtcdBackend>;
 
 /// The etcd adapter. Reach it through [`BackendLock::backend`] for its counters.
 pub struct EtcdBackend {
-    pub(crate) client: etcd_client::Client,
+    pub(crate) client: Client,
     pub(crate) kv: KvClient,
     pub(crate) leases: Leases,
     pub(crate) watches: Watches,
@@ -110,7 +110,7 @@ impl EtcdBackend {
     /// lease ttl with one grant (the first request, so it also proves the endpoints
     /// answer within `budget`).
     pub(crate) async fn start(
-        client: &etcd_client::Client,
+        client: &Client,
         namespace: String,
         rpc: Rpc,
         budget: Duration,
@@ -139,7 +139,7 @@ impl EtcdBackend {
 
     /// The underlying etcd client (logged in), for requests outside the lock
     /// protocol.
-    pub fn client(&self) -> &etcd_client::Client {
+    pub fn client(&self) -> &Client {
         &self.client
     }
 

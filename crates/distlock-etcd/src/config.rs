@@ -1,6 +1,7 @@
 //! Configuration from a struct or an `etcd://` URL, and connecting.
 
 use crate::backend::{EtcdBackend, EtcdLock};
+use crate::client::{Client, ConnectOptions};
 use crate::election::EtcdElection;
 use crate::error::{BACKEND, Endpoints};
 use crate::rpc::Rpc;
@@ -9,7 +10,6 @@ use crate::semaphore::EtcdSemaphoreBackend;
 use distlock_core::adapter::BackendLock;
 use distlock_core::toolkit::{Host, LockUrl, Timeouts};
 use distlock_core::{AcquireOptions, LockError};
-use etcd_client::{Client, ConnectOptions};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -253,14 +253,11 @@ impl EtcdConfig {
         let mut options = ConnectOptions::new()
             .with_connect_timeout(self.timeouts.connect)
             .with_keep_alive(PING_INTERVAL, self.timeouts.reply)
-            .with_keep_alive_while_idle(false)
             // A member cut off from the leader fails requests and ends watches at
             // once, instead of serving a watch that will never fire.
             .with_require_leader(true);
         if let Some((user, password)) = &self.user {
-            options = options
-                .with_user(user, password)
-                .with_auto_token_refresh(true);
+            options = options.with_user(user, password);
         }
         #[cfg(feature = "tls")]
         if let Some(tls) = &self.tls {

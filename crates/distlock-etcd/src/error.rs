@@ -1,8 +1,8 @@
 //! etcd client errors mapped to [`LockError`]s that say what to do next.
 
+use crate::client::Error as ClientError;
 use distlock_core::LockError;
 use distlock_core::toolkit::with_causes;
-use etcd_client::Error as ClientError;
 use std::sync::Arc;
 
 /// The backend name in errors.
@@ -111,17 +111,12 @@ impl Endpoints {
                 }
                 return Failure::Other(self.unavailable(format!("{what}: {message}")));
             }
-            ClientError::IoError(e) => {
+            ClientError::StreamEnded(_) => {
                 return Failure::Other(self.unavailable(format!("{what}: {e}")));
             }
-            ClientError::LeaseKeepAliveError(m) if m.contains("not found") => {
-                return Failure::LeaseNotFound;
-            }
-            ClientError::InvalidArgs(m) | ClientError::EndpointError(m) => {
+            ClientError::LeaseNotFound => return Failure::LeaseNotFound,
+            ClientError::InvalidArgs(m) => {
                 return Failure::Other(LockError::config(BACKEND, format!("{what}: {m}")));
-            }
-            other => {
-                return Failure::Other(LockError::backend(BACKEND, format!("{what}: {other}")));
             }
         };
         let message = with_causes(status.message(), std::error::Error::source(&status));

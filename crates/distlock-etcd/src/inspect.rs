@@ -6,6 +6,7 @@
 //! protocol cannot do without.
 
 use crate::backend::EtcdBackend;
+use crate::client::KeyValue;
 use crate::error::Failure;
 use crate::etcd_lease::whole_seconds;
 use crate::keys::{contender_key, names_prefix, printable, queue_prefix};
@@ -13,7 +14,6 @@ use crate::{protocol, requests};
 use async_trait::async_trait;
 use distlock_core::toolkit::{Floor, Holder, Inspect};
 use distlock_core::{FencingToken, LockError, LockKey};
-use etcd_client::KeyValue;
 use std::time::Duration;
 
 /// A key inside the namespace that no lock uses (queues end in `/`), read by
@@ -45,8 +45,8 @@ impl EtcdBackend {
         let found = self
             .rpc
             .retrying("lease time-to-live", || {
-                let mut lease = lease.clone();
-                async move { lease.time_to_live(id, None).await }
+                let lease = lease.clone();
+                async move { lease.time_to_live(id).await }
             })
             .await
             .map_err(|f| self.lock_error(f))?;
@@ -99,16 +99,17 @@ impl Inspect for EtcdBackend {
 
     async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
         let mut warnings = Vec::new();
-        let mut client = self.client.clone();
-        match self.rpc.call("status", client.status()).await {
+        match self.rpc.call("status", self.client.status()).await {
             Ok(status) => warnings.extend(version_pitfall(status.version())),
             Err(f) => warnings.push(format!(
                 "cannot read the etcd status: {}",
                 self.lock_error(f)
             )),
         }
-        let mut client = self.client.clone();
-        if let Ok(members) = self.rpc.call("member list", client.member_list()).await
+        if let Ok(members) = self
+            .rpc
+            .call("member list", self.client.member_list())
+            .await
             && members.members().len() == 1
         {
             warnings.push(
@@ -124,10 +125,9 @@ impl Inspect for EtcdBackend {
     }
 
     async fn ping(&self) -> Result<(), LockError> {
-        let mut kv = self.kv.clone();
         let key = format!("{}{PING_KEY}", self.namespace);
         self.rpc
-            .call("GET", kv.get(key, None))
+            .call("GET", self.kv.get(key, None))
             .await
             .map(drop)
             .map_err(|f| self.lock_error(f))

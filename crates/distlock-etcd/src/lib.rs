@@ -77,10 +77,14 @@
 //! (timeouts and retries of one request), `keys` (key layout and escaping),
 //! `error` (client errors as `LockError`s), `inspect` (the operator's view),
 //! `requests` (the members' request counters), `election`, `rwlock` and
-//! `semaphore` (the other primitives), `tls` (feature `tls`).
+//! `semaphore` (the other primitives), `tls` (feature `tls`), and `client`, the
+//! small etcd v3 gRPC client all of them talk through (tonic with hand-written
+//! prost messages: no build script, no `protoc`).
 #![deny(missing_docs)]
 
 mod backend;
+#[doc(hidden)]
+pub mod client;
 mod config;
 mod election;
 mod error;

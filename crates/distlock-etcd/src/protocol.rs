@@ -15,13 +15,13 @@
 //! after the key was last read; [`oldest`] and [`keys_under`] serve the
 //! operator's inspection, [`put_if_absent`] and [`delete`] the benchmarks' floor.
 
-use crate::error::{Failure, protocol};
-use crate::keys::prefix_end;
-use crate::rpc::Rpc;
-use etcd_client::{
+use crate::client::{
     Compare, CompareOp, GetOptions, KeyValue, KvClient, PutOptions, SortOrder, SortTarget, Txn,
     TxnOp, TxnOpResponse, TxnResponse,
 };
+use crate::error::{Failure, protocol};
+use crate::keys::prefix_end;
+use crate::rpc::Rpc;
 
 /// What the enqueue transaction saw.
 #[derive(Debug)]
@@ -202,7 +202,7 @@ pub(crate) async fn delete_if_created_at(
 ) -> Result<bool, Failure> {
     let txn = Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, revision)])
-        .and_then([TxnOp::delete(key, None)]);
+        .and_then([TxnOp::delete(key)]);
     Ok(rpc.txn(kv, "release transaction", txn).await?.succeeded())
 }
 
@@ -215,7 +215,7 @@ pub(crate) async fn read_created(
 ) -> Result<(Option<i64>, Option<i64>), Failure> {
     let found = rpc
         .retrying("held key read", || {
-            let (mut kv, key) = (kv.clone(), key.to_vec());
+            let (kv, key) = (kv.clone(), key.to_vec());
             async move { kv.get(key, None).await }
         })
         .await?;
@@ -233,7 +233,7 @@ pub(crate) async fn oldest(
 ) -> Result<Option<KeyValue>, Failure> {
     let found = rpc
         .retrying("queue read", || {
-            let (mut kv, options) = (kv.clone(), get_holder(queue));
+            let (kv, options) = (kv.clone(), get_holder(queue));
             let queue = queue.to_vec();
             async move { kv.get(queue, Some(options)).await }
         })
@@ -250,7 +250,7 @@ pub(crate) async fn leader(
 ) -> Result<Option<KeyValue>, Failure> {
     let found = rpc
         .retrying("leader read", || {
-            let mut kv = kv.clone();
+            let kv = kv.clone();
             let options = GetOptions::new()
                 .with_range(prefix_end(queue))
                 .with_sort(SortTarget::Create, SortOrder::Ascend)
@@ -270,7 +270,7 @@ pub(crate) async fn keys_under(
 ) -> Result<Vec<KeyValue>, Failure> {
     let found = rpc
         .retrying("key range read", || {
-            let mut kv = kv.clone();
+            let kv = kv.clone();
             let options = GetOptions::new()
                 .with_range(prefix_end(prefix))
                 .with_sort(SortTarget::Create, SortOrder::Ascend)
@@ -308,8 +308,8 @@ pub(crate) async fn put_if_absent(
 /// The benchmarks' floor, second half: a plain `Delete` of `key`.
 pub(crate) async fn delete(rpc: &Rpc, kv: &KvClient, key: &[u8]) -> Result<(), Failure> {
     rpc.retrying("floor delete", || {
-        let (mut kv, key) = (kv.clone(), key.to_vec());
-        async move { kv.delete(key, None).await }
+        let (kv, key) = (kv.clone(), key.to_vec());
+        async move { kv.delete(key).await }
     })
     .await
     .map(drop)

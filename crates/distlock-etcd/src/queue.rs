@@ -5,6 +5,7 @@
 //! hand-over (a cancelled, timed-out or failed acquire), it deletes the key in
 //! the background, so nothing is left behind and nobody waits behind a ghost.
 
+use crate::client::{KvClient, TxnResponse};
 use crate::error::{Failure, protocol};
 use crate::etcd_lease::Slot;
 use crate::keys::printable;
@@ -12,7 +13,6 @@ use crate::protocol::{self, FirstLook, Recheck};
 use crate::rpc::Rpc;
 use distlock_core::LockError;
 use distlock_core::toolkit::{CancelGuard, UndoFuture};
-use etcd_client::{KvClient, TxnResponse};
 use std::future::Future;
 use tokio::task::JoinHandle;
 

@@ -20,10 +20,9 @@ const MAX_PAGE: u64 = 8 << 20;
 /// Messages received by every member so far, summed; `None` when a member's
 /// client URLs are all TLS.
 pub(crate) async fn requests_received(
-    client: &etcd_client::Client,
+    client: &crate::client::Client,
     rpc: &Rpc,
 ) -> Result<Option<u64>, Failure> {
-    let mut client = client.clone();
     let members = rpc.call("member list", client.member_list()).await?;
     let mut total = 0;
     for member in members.members() {

@@ -1,10 +1,10 @@
 //! Running one etcd request: the request timeout, and retries of requests that
 //! could not reach a member.
 
+use crate::client::{Error as ClientError, KvClient, Txn, TxnResponse};
 use crate::error::{Endpoints, Failure};
 use distlock_core::LockError;
 use distlock_core::toolkit::Backoff;
-use etcd_client::{Error as ClientError, KvClient, Txn, TxnResponse};
 use std::time::{Duration, Instant};
 
 /// First pause before retrying a request that could not reach a member.
@@ -57,7 +57,7 @@ impl Rpc {
         txn: Txn,
     ) -> Result<TxnResponse, Failure> {
         self.retrying(what, || {
-            let (mut kv, txn) = (kv.clone(), txn.clone());
+            let (kv, txn) = (kv.clone(), txn.clone());
             async move { kv.txn(txn).await }
         })
         .await

@@ -12,6 +12,7 @@
 //! share's.
 
 use crate::backend::{EtcdBackend, Queue};
+use crate::client::KeyValue;
 use crate::error::Failure;
 use crate::keys::{READ_DIR, WRITE_DIR, printable, rwlock_names_prefix, rwlock_prefix};
 use crate::protocol;
@@ -20,7 +21,6 @@ use distlock_core::adapter::{
     AcquireRequest, Acquired, Backend, BackendRwLock, LockQueueRwLock, RwLockInspect, ShareInfo,
 };
 use distlock_core::{FencingToken, LockError, LockKey, RwMode};
-use etcd_client::KeyValue;
 use std::sync::Arc;
 
 /// A read-write lock client for etcd, on the connection and leases of an

@@ -2,6 +2,7 @@
 
 use crate::error::BACKEND;
 use distlock_core::LockError;
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 /// `error`, from a first request over TLS, with what to check when the server
 /// could not be reached. etcd refuses a missing or untrusted client certificate
@@ -114,13 +115,13 @@ impl EtcdTls {
         Ok(())
     }
 
-    pub(crate) fn client_options(&self) -> etcd_client::TlsOptions {
-        let mut options = etcd_client::TlsOptions::new();
+    pub(crate) fn client_options(&self) -> ClientTlsConfig {
+        let mut options = ClientTlsConfig::new();
         if let Some(ca) = &self.ca_pem {
-            options = options.ca_certificate(etcd_client::Certificate::from_pem(ca));
+            options = options.ca_certificate(Certificate::from_pem(ca));
         }
         if let (Some(cert), Some(key)) = (&self.cert_pem, &self.key_pem) {
-            options = options.identity(etcd_client::Identity::from_pem(cert, key));
+            options = options.identity(Identity::from_pem(cert, key));
         }
         if let Some(domain) = &self.domain {
             options = options.domain_name(domain.clone());

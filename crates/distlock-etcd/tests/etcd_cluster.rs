@@ -62,7 +62,7 @@ async fn a_held_lease_survives_a_leader_kill_and_acquires_work_after_the_electio
     }
     let remaining = raw
         .lease_client()
-        .time_to_live(lease_id, None)
+        .time_to_live(lease_id)
         .await
         .unwrap()
         .ttl();

@@ -5,9 +5,10 @@ mod common;
 use common::{connect, eventually, queue, raw, server, through, unique};
 use distlock_core::adapter::{AcquireRequest, Backend, Ownership, WaitUntil};
 use distlock_core::{AcquireOptions, DistributedLock, LockError, LossReason, Wait};
+use distlock_etcd::EtcdConfig;
+use distlock_etcd::client::PutOptions;
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::{Fault, FaultControl};
-use etcd_client::PutOptions;
 use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,7 +118,7 @@ async fn a_retried_release_whose_first_reply_was_lost_never_deletes_a_newer_key(
 
     // A newer holder's key with the very same name (the same lease re-locking the
     // name, as Go's Mutex does).
-    let lease = raw.lease_client().grant(30, None).await.unwrap().id();
+    let lease = raw.lease_client().grant(30).await.unwrap().id();
     raw.kv_client()
         .put(
             our_key.clone(),
@@ -183,4 +184,29 @@ async fn a_waiter_whose_lease_dies_gets_an_error_and_never_the_lock() {
     );
     held.release().await.unwrap();
     assert!(queue(&raw, "waiter/", &key).await.is_empty());
+}
+
+/// etcd keeps its login tokens in the member's memory: a restart forgets them,
+/// and the client logs in again at its first refused request (the lock
+/// transaction, the lease's keep-alive stream).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_member_forgets_the_login_token_and_the_client_logs_in_again() {
+    let etcd = server().await;
+    etcd.enable_auth("root-secret-2").await.unwrap();
+    let lock = EtcdConfig::new([etcd.addr().to_string()])
+        .auth("root", "root-secret-2")
+        .namespace("relogin/")
+        .connect()
+        .await
+        .unwrap();
+    let key = unique("relogin");
+    let opts = AcquireOptions::new().wait(Wait::For(Duration::from_secs(10)));
+    let first = lock.acquire(&key, &opts).await.unwrap();
+    let first_token = first.token();
+    first.release().await.unwrap();
+
+    etcd.restart().await.unwrap();
+    let second = lock.acquire(&key, &opts).await.unwrap();
+    assert!(second.token() > first_token);
+    second.release().await.unwrap();
 }

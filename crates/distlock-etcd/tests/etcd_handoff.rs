@@ -120,7 +120,7 @@ async fn two_clients_hand_one_key_back_and_forth_without_waiting_for_a_watch_swe
     let stop = Arc::new(AtomicBool::new(false));
     let mut writers = Vec::new();
     for n in 0..WRITERS {
-        let (mut kv, stop) = (others.kv_client(), stop.clone());
+        let (kv, stop) = (others.kv_client(), stop.clone());
         writers.push(tokio::spawn(async move {
             while !stop.load(Ordering::SeqCst) {
                 kv.put(format!("unrelated/{n}"), "x", None).await.unwrap();

@@ -8,8 +8,8 @@ mod common;
 
 use common::{connect, delta, eventually, grpc_calls, metrics, raw, samples, server, unique};
 use distlock_core::{AcquireOptions, DistributedLock, DynSemaphore, Held, LockKey, Wait};
+use distlock_etcd::client::GetOptions;
 use distlock_etcd::{EtcdLock, semaphore_prefix};
-use etcd_client::GetOptions;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +19,12 @@ fn semaphore(lock: &EtcdLock) -> DynSemaphore {
 }
 
 /// The keys under `key`'s semaphore range in `part` (`queue/`, `slots/`).
-async fn keys_in(raw: &etcd_client::Client, namespace: &str, key: &LockKey, part: &str) -> usize {
+async fn keys_in(
+    raw: &distlock_etcd::client::Client,
+    namespace: &str,
+    key: &LockKey,
+    part: &str,
+) -> usize {
     let prefix = [semaphore_prefix(namespace, key), part.as_bytes().to_vec()].concat();
     let found = raw
         .kv_client()

@@ -14,8 +14,8 @@ mod common;
 use common::{connect, grpc_calls, metrics, raw, samples, server};
 use distlock_core::{AcquireOptions, DistributedLock, LockKey, Wait};
 use distlock_etcd::EtcdLock;
+use distlock_etcd::client::GetOptions;
 use distlock_testkit::History;
-use etcd_client::GetOptions;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -72,9 +72,9 @@ fn gauge(text: &str, metric: &str) -> i64 {
 
 /// The levels now. The `/metrics` request's socket is closed before the
 /// descriptors are counted.
-async fn levels(addr: SocketAddr, admin: &etcd_client::Client) -> Levels {
+async fn levels(addr: SocketAddr, admin: &distlock_etcd::client::Client) -> Levels {
     let text = metrics(addr).await;
-    let leases = admin.lease_client().leases().await.unwrap().leases().len();
+    let leases = admin.lease_client().leases().await.unwrap().len();
     let keys = admin
         .kv_client()
         .get(
@@ -96,7 +96,12 @@ async fn levels(addr: SocketAddr, admin: &etcd_client::Client) -> Levels {
 }
 
 /// Polls until the levels are `expected`, failing with both after `SETTLE`.
-async fn settle(addr: SocketAddr, admin: &etcd_client::Client, expected: Levels, when: &str) {
+async fn settle(
+    addr: SocketAddr,
+    admin: &distlock_etcd::client::Client,
+    expected: Levels,
+    when: &str,
+) {
     let asked = Instant::now();
     let deadline = asked + SETTLE;
     loop {

@@ -1,6 +1,6 @@
 //! `distlock-peers` (`just bench-peers`): distlock next to the lock crates
 //! users would otherwise pick, on the same servers in one run, as one table:
-//! etcd's server-side Lock API (etcd-client), rslock (Redlock, and on one
+//! etcd's server-side Lock API (its gRPC `Lock`/`Unlock`), rslock (Redlock, and on one
 //! node), zookeeper-client's lock recipe, and distlock on every backend.
 //!
 //! Each implementation runs an uncontended cycle (every client acquires and

@@ -1,6 +1,7 @@
 //! The lock implementations side by side, each behind one trait: distlock
 //! (through `distlock::connect`, as users call it), etcd's server-side Lock
-//! API (etcd-client), rslock's Redlock and zookeeper-client's lock recipe,
+//! API (its `Lock`/`Unlock` RPCs, through distlock-etcd's small gRPC client),
+//! rslock's Redlock and zookeeper-client's lock recipe,
 //! each used the way its documentation shows, with its default settings.
 
 use async_trait::async_trait;
@@ -24,7 +25,7 @@ pub trait Peer: Send {
 pub enum Kind {
     /// distlock on the backend of the URL.
     Distlock,
-    /// etcd's `Lock`/`Unlock` RPCs with a lease per client (etcd-client).
+    /// etcd's `Lock`/`Unlock` RPCs with a lease per client (distlock-etcd's gRPC client).
     EtcdLockApi,
     /// rslock's `LockManager::acquire` and `LockGuard::release`.
     Rslock,
@@ -37,7 +38,7 @@ impl Kind {
     pub fn label(self) -> &'static str {
         match self {
             Kind::Distlock => "distlock",
-            Kind::EtcdLockApi => "etcd Lock API (etcd-client)",
+            Kind::EtcdLockApi => "etcd Lock API (gRPC)",
             Kind::Rslock => "rslock",
             Kind::ZkRecipe => "zookeeper-client lock recipe",
         }
@@ -51,11 +52,12 @@ impl Kind {
                 lock: distlock::connect(target).await.map_err(|e| e.to_string())?,
             }),
             Kind::EtcdLockApi => {
-                let client = etcd_client::Client::connect([format!("http://{target}")], None)
-                    .await
-                    .map_err(|e| format!("etcd connect: {e}"))?;
+                let client =
+                    distlock::etcd::client::Client::connect([format!("http://{target}")], None)
+                        .await
+                        .map_err(|e| format!("etcd connect: {e}"))?;
                 let ttl = i64::try_from(TTL.as_secs()).unwrap_or(i64::MAX);
-                let lease = client.lease_client().grant(ttl, None).await;
+                let lease = client.lease_client().grant(ttl).await;
                 let lease = lease.map_err(|e| format!("etcd lease grant: {e}"))?;
                 // A run lasts seconds, well inside the lease: no keep-alive needed.
                 Box::new(EtcdLockApi {
@@ -101,15 +103,14 @@ impl Peer for Distlock {
 }
 
 struct EtcdLockApi {
-    client: etcd_client::LockClient,
+    client: distlock::etcd::client::LockClient,
     lease: i64,
 }
 
 #[async_trait]
 impl Peer for EtcdLockApi {
     async fn turn(&mut self, name: &str, held: &mut (dyn FnMut() + Send)) -> Result<(), String> {
-        let options = etcd_client::LockOptions::new().with_lease(self.lease);
-        let locked = self.client.lock(name, Some(options)).await;
+        let locked = self.client.lock(name, self.lease).await;
         let locked = locked.map_err(|e| format!("etcd lock: {e}"))?;
         held();
         self.client

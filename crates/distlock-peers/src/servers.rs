@@ -72,7 +72,7 @@ pub async fn launch(backend: &str) -> Result<Target, String> {
         "etcd" => {
             let server = EtcdServer::start().await.map_err(failed("etcd"))?;
             let addr = server.addr().to_string();
-            let mut client = etcd_client::Client::connect([format!("http://{addr}")], None)
+            let client = distlock::etcd::client::Client::connect([format!("http://{addr}")], None)
                 .await
                 .map_err(|e| format!("etcd: {e}"))?;
             let status = client

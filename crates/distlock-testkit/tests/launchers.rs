@@ -5,6 +5,7 @@
 // Helpers fail the test by panicking, like the tests themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use distlock_etcd::client::{Client, ConnectOptions, KvClient};
 use distlock_testkit::servers::zookeeper::Mode;
 use distlock_testkit::servers::{
     EtcdCluster, EtcdServer, MariaDbServer, RedisOptions, RedisServer, ZooKeeperEnsemble,
@@ -154,16 +155,15 @@ async fn redis_start_many_gives_independent_nodes_and_drop_kills_them() {
 
 // ---------------------------------------------------------------- etcd
 
-async fn etcd_client(urls: &[String]) -> etcd_client::Client {
-    let options = etcd_client::ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(2))
-        .with_timeout(Duration::from_secs(5));
-    etcd_client::Client::connect(urls, Some(options))
+async fn etcd_client(urls: &[String]) -> KvClient {
+    let options = ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
+    Client::connect(urls, Some(options))
         .await
         .unwrap()
+        .kv_client()
 }
 
-async fn etcd_value(client: &mut etcd_client::Client, key: &str) -> Option<String> {
+async fn etcd_value(client: &KvClient, key: &str) -> Option<String> {
     let response = client.get(key, None).await.ok()?;
     let kv = response.kvs().first()?;
     Some(String::from_utf8_lossy(kv.value()).into_owned())
@@ -172,20 +172,20 @@ async fn etcd_value(client: &mut etcd_client::Client, key: &str) -> Option<Strin
 #[tokio::test]
 async fn etcd_serves_pauses_restarts_keeping_data_and_stops() {
     let server = EtcdServer::start().await.unwrap();
-    let mut client = etcd_client(&[server.url()]).await;
+    let client = etcd_client(&[server.url()]).await;
     client.put("k", "v", None).await.unwrap();
 
     server.pause().unwrap();
     let paused = timeout(SILENCE, client.get("k", None)).await;
     assert!(!matches!(paused, Ok(Ok(_))), "paused etcd answered");
     server.resume().unwrap();
-    assert_eq!(etcd_value(&mut client, "k").await.as_deref(), Some("v"));
+    assert_eq!(etcd_value(&client, "k").await.as_deref(), Some("v"));
 
     let port = server.port();
     server.restart().await.unwrap();
     assert_eq!(server.port(), port);
-    let mut client = etcd_client(&[server.url()]).await;
-    assert_eq!(etcd_value(&mut client, "k").await.as_deref(), Some("v"));
+    let client = etcd_client(&[server.url()]).await;
+    assert_eq!(etcd_value(&client, "k").await.as_deref(), Some("v"));
 
     let status = server.status().await.unwrap();
     assert_eq!(status.leader, server.member_id());
@@ -200,11 +200,11 @@ async fn etcd_auth_refuses_anonymous_clients() {
     server.enable_auth("rootpw").await.unwrap();
     let anonymous = etcd_client(&[server.url()]).await.put("k", "v", None).await;
     assert!(anonymous.is_err(), "anonymous put succeeded");
-    let options = etcd_client::ConnectOptions::new().with_user("root", "rootpw");
-    let mut root = etcd_client::Client::connect([server.url()], Some(options))
+    let options = ConnectOptions::new().with_user("root", "rootpw");
+    let root = Client::connect([server.url()], Some(options))
         .await
         .unwrap();
-    root.put("k", "v", None).await.unwrap();
+    root.kv_client().put("k", "v", None).await.unwrap();
     assert_eq!(server.credentials().unwrap().0, "root");
     assert!(!format!("{server:?}").contains("rootpw"));
     let listed = server
@@ -218,7 +218,7 @@ async fn etcd_auth_refuses_anonymous_clients() {
 async fn etcd_cluster_elects_a_new_leader_when_the_leader_is_killed() {
     let cluster = EtcdCluster::start(3).await.unwrap();
     let first = cluster.wait_for_leader(PATIENCE).await.unwrap();
-    let mut client = etcd_client(&cluster.urls()).await;
+    let client = etcd_client(&cluster.urls()).await;
     client.put("k", "before", None).await.unwrap();
 
     let old_leader = cluster.member(first).unwrap();
@@ -231,14 +231,14 @@ async fn etcd_cluster_elects_a_new_leader_when_the_leader_is_killed() {
         .filter(|&i| i != first)
         .map(|i| cluster.member(i).unwrap().url())
         .collect();
-    let mut client = etcd_client(&survivors).await;
+    let client = etcd_client(&survivors).await;
     client.put("k", "after", None).await.unwrap();
 
     old_leader.restart().await.unwrap();
     let rejoined = etcd_client(&[old_leader.url()]).await;
     eventually("the restarted member to catch up", || {
-        let mut rejoined = rejoined.clone();
-        async move { etcd_value(&mut rejoined, "k").await.as_deref() == Some("after") }
+        let rejoined = rejoined.clone();
+        async move { etcd_value(&rejoined, "k").await.as_deref() == Some("after") }
     })
     .await;
     let pids: Vec<u32> = cluster.members().iter().map(|m| m.pid().unwrap()).collect();

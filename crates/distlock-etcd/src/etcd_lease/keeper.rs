@@ -3,10 +3,10 @@
 //! needs it any more.
 
 use super::{LeaseEnd, LeaseState, Pool, Refresh, lock};
+use crate::client::{LeaseClient, LeaseKeepAliveStream, LeaseKeeper};
 use crate::error::Failure;
 use crate::rpc::Rpc;
 use distlock_core::toolkit::Backoff;
-use etcd_client::{LeaseClient, LeaseKeepAliveStream, LeaseKeeper};
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -31,7 +31,7 @@ pub(super) struct Keeper {
 }
 
 enum Wake {
-    Answer(Result<Option<etcd_client::LeaseKeepAliveResponse>, etcd_client::Error>),
+    Answer(Result<Option<crate::client::LeaseTtlResponse>, crate::client::Error>),
     Refresh(Option<Refresh>),
     Beat,
     Reconnect,
@@ -202,7 +202,7 @@ impl Keeper {
 
 async fn next_answer(
     link: &mut Option<(LeaseKeeper, LeaseKeepAliveStream)>,
-) -> Result<Option<etcd_client::LeaseKeepAliveResponse>, etcd_client::Error> {
+) -> Result<Option<crate::client::LeaseTtlResponse>, crate::client::Error> {
     match link {
         Some((_, stream)) => stream.message().await,
         None => std::future::pending().await,

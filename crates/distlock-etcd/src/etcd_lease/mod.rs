@@ -13,10 +13,10 @@
 
 mod keeper;
 
+use crate::client::LeaseClient;
 use crate::error::Failure;
 use crate::rpc::Rpc;
 use distlock_core::LockError;
-use etcd_client::LeaseClient;
 use keeper::Keeper;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -256,9 +256,9 @@ impl Leases {
     /// The server's smallest lease ttl in seconds: etcd raises shorter grants to
     /// 1.5 × its election timeout, rounded up. Found by granting a 1 s lease.
     pub(crate) async fn probe_min_ttl(&self) -> Result<i64, Failure> {
-        let mut client = self.client.clone();
+        let client = &self.client;
         // The first request also connects, so only the caller's budget bounds it.
-        let granted = client.grant(1, None).await.map_err(|e| {
+        let granted = client.grant(1).await.map_err(|e| {
             self.rpc
                 .endpoints
                 .classify("lease grant (probing the minimum ttl)", e)
@@ -290,8 +290,8 @@ impl Leases {
         let granted = self
             .rpc
             .retrying("lease grant", || {
-                let mut client = client.clone();
-                async move { client.grant(ttl_secs, None).await }
+                let client = client.clone();
+                async move { client.grant(ttl_secs).await }
             })
             .await?;
         if !granted.error().is_empty() {
@@ -303,7 +303,7 @@ impl Leases {
         }
         let id = granted.id();
         if granted.ttl() != ttl_secs {
-            let mut revoker = client.clone();
+            let revoker = client.clone();
             tokio::spawn(async move { revoker.revoke(id).await });
             return Err(LockError::invalid_options(format!(
                 "ttl {ttl_secs}s is below this etcd cluster's minimum lease ttl of {}s \
@@ -317,7 +317,7 @@ impl Leases {
         let link = self
             .rpc
             .retrying("lease keep-alive stream", || {
-                let mut client = client.clone();
+                let client = client.clone();
                 async move { client.keep_alive(id).await }
             })
             .await?;

@@ -15,15 +15,15 @@
 //! Release and every undo delete by create revision (the lock's
 //! `delete_if_created_at`).
 
+use crate::client::{
+    Compare, CompareOp, GetOptions, KeyValue, KvClient, PutOptions, Txn, TxnOp, TxnOpResponse,
+    TxnResponse,
+};
 use crate::error::{BACKEND, Failure, protocol};
 use crate::keys::{LIMIT_KEY, QUEUE_DIR, SLOTS_DIR, prefix_end};
 use crate::protocol::{get_newest, header, range};
 use crate::rpc::Rpc;
 use distlock_core::LockError;
-use etcd_client::{
-    Compare, CompareOp, GetOptions, KeyValue, KvClient, PutOptions, Txn, TxnOp, TxnOpResponse,
-    TxnResponse,
-};
 
 /// The keys of one semaphore.
 #[derive(Debug, Clone)]
@@ -151,7 +151,7 @@ pub(crate) async fn enqueue(
             absent,
         ])
         .and_then(put_and_look(&key))
-        .or_else([TxnOp::get(key, None), TxnOp::txn(adopt)]);
+        .or_else([TxnOp::get(key, None), TxnOp::Txn(adopt)]);
     rpc.txn(&kv, "semaphore enqueue", txn).await
 }
 
@@ -240,7 +240,7 @@ pub(crate) async fn claim(
             Compare::create_revision(permit.clone(), CompareOp::Equal, 0),
         ])
         .and_then([
-            TxnOp::delete(key, None),
+            TxnOp::delete(key),
             TxnOp::put(permit, "", Some(PutOptions::new().with_lease(lease))),
         ]);
     rpc.txn(&kv, "semaphore claim", txn).await
@@ -254,7 +254,7 @@ pub(crate) async fn permits(
 ) -> Result<Vec<(u32, KeyValue)>, Failure> {
     let found = rpc
         .retrying("semaphore permits read", || {
-            let (mut kv, options) = (kv.clone(), keys_only(&layout.slots));
+            let (kv, options) = (kv.clone(), keys_only(&layout.slots));
             let slots = layout.slots.clone();
             async move { kv.get(slots, Some(options)).await }
         })

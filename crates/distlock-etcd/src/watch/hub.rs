@@ -11,13 +11,13 @@
 
 use super::entry::{Entry, Listener};
 use super::{Command, Counts, Notice};
-use crate::error::Failure;
-use crate::rpc::Rpc;
-use distlock_core::toolkit::Backoff;
-use etcd_client::{
+use crate::client::{
     WatchClient, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse,
     WatchResponseStream,
 };
+use crate::error::Failure;
+use crate::rpc::Rpc;
+use distlock_core::toolkit::Backoff;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -260,7 +260,7 @@ impl Hub {
             .call("watch stream", self.client.watch(key, Some(options)))
             .await
         {
-            Ok(stream) => self.link = Some(stream.split()),
+            Ok(link) => self.link = Some(link),
             Err(Failure::Other(e)) => {
                 tracing::debug!(error = %e, "opening the etcd watch stream failed");
                 return false;
@@ -351,7 +351,7 @@ impl Hub {
 
 async fn next_message(
     link: &mut Option<(WatchRequestSender, WatchResponseStream)>,
-) -> Result<Option<WatchResponse>, etcd_client::Error> {
+) -> Result<Option<WatchResponse>, crate::client::Error> {
     match link {
         Some((_, stream)) => stream.message().await,
         None => std::future::pending().await,

@@ -22,12 +22,12 @@
 mod entry;
 mod hub;
 
+use crate::client::{KvClient, WatchClient};
 use crate::keys::prefix_end;
 use crate::protocol;
 use crate::rpc::Rpc;
 use distlock_core::LossReason;
 use distlock_core::toolkit::Backoff;
-use etcd_client::{KvClient, WatchClient};
 use hub::Hub;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};

@@ -5,10 +5,10 @@
 
 use distlock_core::LockKey;
 use distlock_core::toolkit::Timeouts;
+use distlock_etcd::client::{GetOptions, KeyValue, SortOrder, SortTarget};
 use distlock_etcd::{EtcdConfig, EtcdLock, queue_prefix};
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::servers::{EtcdCluster, EtcdServer};
-use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -59,13 +59,19 @@ pub fn unique(name: &str) -> LockKey {
 }
 
 /// A raw client, as an operator's.
-pub async fn raw(addrs: &[SocketAddr]) -> etcd_client::Client {
+pub async fn raw(addrs: &[SocketAddr]) -> distlock_etcd::client::Client {
     let endpoints: Vec<String> = addrs.iter().map(|a| format!("http://{a}")).collect();
-    etcd_client::Client::connect(endpoints, None).await.unwrap()
+    distlock_etcd::client::Client::connect(endpoints, None)
+        .await
+        .unwrap()
 }
 
 /// The keys in `key`'s queue under `namespace`, oldest first.
-pub async fn queue(raw: &etcd_client::Client, namespace: &str, key: &LockKey) -> Vec<KeyValue> {
+pub async fn queue(
+    raw: &distlock_etcd::client::Client,
+    namespace: &str,
+    key: &LockKey,
+) -> Vec<KeyValue> {
     let options = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend);

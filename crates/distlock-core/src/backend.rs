@@ -3,6 +3,7 @@
 //! reentrancy, tracing and metrics (see [`crate::adapter::BackendLock`]).
 
 use crate::inspect::Inspect;
+use crate::observe::DynLeaderChanges;
 use crate::{Capabilities, FencingToken, LockError, LockKey, LossReason, Wait};
 use async_trait::async_trait;
 use std::future::Future;
@@ -137,6 +138,14 @@ pub trait Backend: Send + Sync + 'static {
     /// handing that session out now, or the next acquisition would keep the
     /// abandoned key alive.
     fn abandoned(&self, _handle: &Self::Handle) {}
+
+    /// A push whenever the holder of `key` may have changed (a release, a
+    /// new holder), subscribed now, for observers of an election on this
+    /// lock; `None` (the default) makes them poll [`Inspect::holder`].
+    async fn holder_changes(&self, key: &LockKey) -> Result<DynLeaderChanges, LockError> {
+        let _ = key;
+        Ok(None)
+    }
 
     /// Server-side inspection of this backend's locks. Every adapter offers it;
     /// the default `None` is for backends with nothing to inspect.

@@ -19,7 +19,8 @@
 //! - [`DistributedSemaphore`] hands out numbered [`Permit`]s (at most `limit`
 //!   per name, each with a distinct slot); [`LeaderElection`] hands out a
 //!   [`Leadership`] whose token is the term. Both are leases: same renewal,
-//!   deadline and loss as the lock.
+//!   deadline and loss as the lock. [`LeaderElection::observe`] watches who
+//!   leads without campaigning ([`LeaderWatch`]).
 //! - [`DistributedRwLock`] hands out read and write [`RwLease`]s: readers
 //!   share, a writer holds alone, waiters are served in arrival order.
 //! - [`memory`] is an in-process backend for tests and demos.
@@ -64,6 +65,7 @@ mod lock;
 pub mod memory;
 mod metrics;
 mod multi;
+mod observe;
 mod options;
 mod outcome;
 mod permit;
@@ -83,6 +85,7 @@ pub use capabilities::{
 };
 pub use counters::MetricsSnapshot;
 pub use election::{DynElection, LeaderElection};
+pub use observe::{LeaderUpdate, LeaderWatch, OBSERVE_POLL_CAP};
 pub use error::{BoxError, LockError, LossReason};
 pub use ext::DistributedLockExt;
 pub use fence::{Fence, FencedWrite, MemoryFence, WriteOutcome};

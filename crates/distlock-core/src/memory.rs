@@ -57,6 +57,9 @@ pub type MemoryElection = BackendElection<LockElection<MemoryBackend>>;
 #[derive(Debug, Clone, Default)]
 pub struct MemoryStore {
     state: Arc<Mutex<State>>,
+    /// Bumped whenever a lock gets or loses its holder, for observers of an
+    /// election (its wake-up, as a server's push).
+    changes: Arc<watch::Sender<u64>>,
 }
 
 #[derive(Debug, Default)]
@@ -172,6 +175,12 @@ impl MemoryStore {
             entry.remove_holder();
         }
         state.keys.retain(|_, entry| !entry.is_empty());
+        self.changed();
+    }
+
+    /// Tells observers that a holder may have changed.
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn next_id(&self) -> u64 {

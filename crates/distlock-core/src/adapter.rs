@@ -33,8 +33,8 @@ pub use crate::election::{
     BackendElection, CampaignRequest, ElectionBackend, LockElection, MAX_PROPOSAL_LEN,
 };
 pub use crate::lease::{Bound, clock_drift};
-pub use crate::observe::{DynLeaderChanges, LeaderChanges};
 pub use crate::lock::BackendLock;
+pub use crate::observe::{DynLeaderChanges, LeaderChanges};
 pub use crate::registry::{ConnectFence, ConnectLock, Connecting, Registration, schemes};
 pub use crate::rwlock::{BackendRwLock, LockQueueRwLock, RwLockBackend, RwLockInspect, ShareInfo};
 pub use crate::semaphore::{

@@ -85,7 +85,6 @@ pub use capabilities::{
 };
 pub use counters::MetricsSnapshot;
 pub use election::{DynElection, LeaderElection};
-pub use observe::{LeaderUpdate, LeaderWatch, OBSERVE_POLL_CAP};
 pub use error::{BoxError, LockError, LossReason};
 pub use ext::DistributedLockExt;
 pub use fence::{Fence, FencedWrite, MemoryFence, WriteOutcome};
@@ -94,6 +93,7 @@ pub use key::LockKey;
 pub use lease::{Lease, Lost};
 pub use lock::{DistributedLock, DynLock};
 pub use multi::{AnyLost, MultiLease};
+pub use observe::{LeaderUpdate, LeaderWatch, OBSERVE_POLL_CAP};
 pub use options::{AcquireOptions, Owner, Renewal, Wait};
 pub use permit::{Leadership, Permit};
 pub use rwlock::{DistributedRwLock, DynRwLock, RwLease, RwMode};

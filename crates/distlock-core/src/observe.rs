@@ -185,7 +185,9 @@ impl Observer {
             self.poll.reset();
             return Ok(Some(leader));
         }
-        let expiry = leader.and_then(|h| h.expires_in).map(|left| left.max(EXPIRY_FLOOR));
+        let expiry = leader
+            .and_then(|h| h.expires_in)
+            .map(|left| left.max(EXPIRY_FLOOR));
         match self.changes.as_mut() {
             Some(Some(push)) => {
                 let fallback = expiry.map_or(PUSH_FALLBACK_CAP, |e| e.min(PUSH_FALLBACK_CAP));

@@ -39,6 +39,13 @@ pub trait LeaderChanges: Send + 'static {
     /// leader again and yields only a change. An error ends this
     /// subscription; the observer yields it and subscribes again.
     async fn changed(&mut self) -> Result<(), LockError>;
+
+    /// Whether a push also tells of a new leader where there was none.
+    /// `false` (the default): it tells only of departures (a release, a
+    /// deletion, an expiry), and observers of a vacant election poll.
+    fn announces_arrivals(&self) -> bool {
+        false
+    }
 }
 
 /// A subscription to [`LeaderChanges`], or `None` for a backend that cannot
@@ -57,10 +64,12 @@ type Step = Pin<Box<dyn Future<Output = (Observer, LeaderUpdate)> + Send>>;
 /// The leader of one election as it changes: the current state first, then
 /// each change, never the same leader (proposal or owner, and term) twice in
 /// a row. A follower learns of a change by the server's push where the
-/// backend has one, else by polling with a backoff capped at
-/// [`OBSERVE_POLL_CAP`]; either way no later than the current leader's
-/// expiry plus one read. A consumer slower than the changes sees the state
-/// at the time it asks, not every state in between.
+/// backend has one (some push only a leader's departure, and a vacant seat
+/// is polled), else by polling with a backoff capped at [`OBSERVE_POLL_CAP`],
+/// and a push backend is still read every 2 s in case a push was lost. It
+/// never waits past the current leader's expiry where the server reports it
+/// ([`Holder::expires_in`]). A consumer slower than the changes sees the
+/// state at the time it asks, not every state in between.
 ///
 /// A failed read is yielded as an `Err` item and the watch goes on, reading
 /// again after a backoff (up to 5 s) and yielding the state it then finds,
@@ -185,21 +194,23 @@ impl Observer {
             self.poll.reset();
             return Ok(Some(leader));
         }
-        let expiry = leader
-            .and_then(|h| h.expires_in)
-            .map(|left| left.max(EXPIRY_FLOOR));
-        match self.changes.as_mut() {
-            Some(Some(push)) => {
-                let fallback = expiry.map_or(PUSH_FALLBACK_CAP, |e| e.min(PUSH_FALLBACK_CAP));
-                tokio::select! {
-                    pushed = push.changed() => pushed?,
-                    () = tokio::time::sleep(fallback) => {}
-                }
-            }
-            _ => {
-                let pause = self.poll.next_delay();
-                tokio::time::sleep(expiry.map_or(pause, |e| e.min(pause))).await;
-            }
+        // A push that tells only of departures leaves a vacant seat to the poll.
+        let pushed = match self.changes.as_mut() {
+            Some(Some(push)) if leader.is_some() || push.announces_arrivals() => Some(push),
+            _ => None,
+        };
+        let pause = match pushed {
+            Some(_) => PUSH_FALLBACK_CAP,
+            None => self.poll.next_delay(),
+        };
+        let expiry = leader.and_then(|h| h.expires_in);
+        let pause = expiry.map_or(pause, |left| left.max(EXPIRY_FLOOR).min(pause));
+        match pushed {
+            Some(push) => tokio::select! {
+                changed = push.changed() => changed?,
+                () = tokio::time::sleep(pause) => {}
+            },
+            None => tokio::time::sleep(pause).await,
         }
         Ok(None)
     }

@@ -302,6 +302,10 @@ impl LeaderChanges for Changes {
             .await
             .map_err(|_| LockError::backend("memory", "the store is gone"))
     }
+
+    fn announces_arrivals(&self) -> bool {
+        true
+    }
 }
 
 #[async_trait]

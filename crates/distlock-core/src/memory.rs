@@ -318,3 +318,23 @@ impl MemoryBackend {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::MemoryStore;
+    use crate::{LeaderElection, LockError, LockKey};
+
+    /// An observer subscribes to the store's changes, and dropping its watch
+    /// ends the subscription.
+    #[tokio::test]
+    async fn a_dropped_leader_watch_unsubscribes() -> Result<(), LockError> {
+        let store = MemoryStore::new();
+        let election = store.election_client();
+        let mut watch = election.observe(&LockKey::new("observed")?);
+        assert!(matches!(watch.next().await, Some(Ok(None))));
+        assert_eq!(store.changes.receiver_count(), 1);
+        drop(watch);
+        assert_eq!(store.changes.receiver_count(), 0);
+        Ok(())
+    }
+}

@@ -5,44 +5,63 @@
 
 use super::{CaseError, CaseResult, Scope, ensure, within};
 use crate::harness::Harness;
-use distlock_core::{DynElection, Held, LeaderWatch, LockKey, SingleLease};
+use distlock_core::{DynElection, FencingToken, Held, LeaderWatch, LockKey, SingleLease};
 use std::time::{Duration, Instant};
 
-/// The next item of `watch` within `bound`: an error item fails the case.
-async fn next_state(
-    watch: &mut LeaderWatch,
+/// An observer's watch on one election, with what its items are checked
+/// against.
+struct Watched {
+    watch: LeaderWatch,
+    observer: DynElection,
+    key: LockKey,
+    /// How soon a change must show: the backend's hand-off bound.
     bound: Duration,
-    what: &str,
-) -> Result<Option<(String, Option<distlock_core::FencingToken>)>, CaseError> {
-    let item = within(bound, what, watch.next()).await?;
-    let Some(item) = item else {
-        return Err(CaseError::msg(format!("{what}: the watch ended")));
-    };
-    let leader = item.map_err(|e| CaseError::msg(format!("{what}: an error item: {e}")))?;
-    Ok(leader.map(|l| (l.owner, l.token)))
 }
 
-/// Expects the next item to be the leader that `observer.leader()` shows
-/// with `term`, or vacancy for `None`.
-async fn expect(
-    watch: &mut LeaderWatch,
-    observer: &DynElection,
-    key: &LockKey,
-    term: Option<distlock_core::FencingToken>,
-    bound: Duration,
-    what: &str,
-) -> CaseResult {
-    let seen = next_state(watch, bound, what).await?;
-    let Some(term) = term else {
-        ensure!(seen.is_none(), "{what}: saw {seen:?}, expected vacancy");
-        return Ok(());
-    };
-    let shown = observer.leader(key).await?.map(|l| (l.owner, l.token));
-    ensure!(
-        seen.is_some() && seen == shown && seen.as_ref().and_then(|s| s.1) == Some(term),
-        "{what}: saw {seen:?}, expected term {term} as leader() shows it ({shown:?})"
-    );
-    Ok(())
+impl Watched {
+    /// Two candidates' clients and a third client's watch on the election
+    /// `leader`, whose first item must say the seat is vacant.
+    async fn start(s: &Scope<'_>) -> Result<(DynElection, DynElection, Watched), CaseError> {
+        let (a, b, observer) = (
+            s.election().await?,
+            s.election().await?,
+            s.election().await?,
+        );
+        let key = s.key("leader")?;
+        let mut watched = Watched {
+            watch: observer.observe(&key),
+            observer,
+            key,
+            bound: s.handoff_bound(),
+        };
+        watched.expect(None, watched.bound, "first state").await?;
+        Ok((a, b, watched))
+    }
+
+    /// Expects the next item within `limit`: the leader of `term` as
+    /// `leader()` shows it, or vacancy for `None`. An error item fails.
+    async fn expect(
+        &mut self,
+        term: Option<FencingToken>,
+        limit: Duration,
+        what: &str,
+    ) -> CaseResult {
+        let item = within(limit, what, self.watch.next()).await?;
+        let item = item.ok_or_else(|| CaseError::msg(format!("{what}: the watch ended")))?;
+        let seen = item
+            .map_err(|e| CaseError::msg(format!("{what}: an error item: {e}")))?
+            .map(|l| (l.owner, l.token));
+        let Some(term) = term else {
+            ensure!(seen.is_none(), "{what}: saw {seen:?}, expected vacancy");
+            return Ok(());
+        };
+        let shown = (self.observer.leader(&self.key).await?).map(|l| (l.owner, l.token));
+        ensure!(
+            seen.is_some() && seen == shown && seen.as_ref().and_then(|s| s.1) == Some(term),
+            "{what}: saw {seen:?}, expected term {term} as leader() shows it ({shown:?})"
+        );
+        Ok(())
+    }
 }
 
 /// vacant → leader A → A resigns: vacant → leader B → B resigns: vacant,
@@ -50,26 +69,17 @@ async fn expect(
 /// repeated state would show up as the wrong next item).
 pub async fn election_observe_sees_changes(h: &dyn Harness) -> CaseResult {
     let s = Scope::new(h, "election_observe_sees_changes");
-    let key = s.key("leader")?;
-    let (a, b, observer) = (
-        s.election().await?,
-        s.election().await?,
-        s.election().await?,
-    );
-    let bound = s.handoff_bound();
-    let mut watch = observer.observe(&key);
-    expect(&mut watch, &observer, &key, None, bound, "first state").await?;
-    let leader_a = a.campaign(&key, "leader-a", &s.long()).await?;
-    let term_a = Some(leader_a.token());
-    expect(&mut watch, &observer, &key, term_a, bound, "leader A").await?;
+    let (a, b, mut w) = Watched::start(&s).await?;
+    let bound = w.bound;
+    let leader_a = a.campaign(&w.key, "leader-a", &s.long()).await?;
+    w.expect(Some(leader_a.token()), bound, "leader A").await?;
     leader_a.release().await?;
-    expect(&mut watch, &observer, &key, None, bound, "A resigned").await?;
-    let leader_b = b.campaign(&key, "leader-b", &s.long()).await?;
-    let term_b = Some(leader_b.token());
-    expect(&mut watch, &observer, &key, term_b, bound, "leader B").await?;
+    w.expect(None, bound, "A resigned").await?;
+    let leader_b = b.campaign(&w.key, "leader-b", &s.long()).await?;
+    w.expect(Some(leader_b.token()), bound, "leader B").await?;
     leader_b.release().await?;
-    expect(&mut watch, &observer, &key, None, bound, "B resigned").await?;
-    let quiet = tokio::time::timeout(bound, watch.next()).await;
+    w.expect(None, bound, "B resigned").await?;
+    let quiet = tokio::time::timeout(bound, w.watch.next()).await;
     ensure!(
         quiet.is_err(),
         "an item with nothing changed: {:?}",
@@ -83,34 +93,18 @@ pub async fn election_observe_sees_changes(h: &dyn Harness) -> CaseResult {
 /// bound, then the next leader.
 pub async fn election_observe_sees_a_lost_leader(h: &dyn Harness) -> CaseResult {
     let s = Scope::new(h, "election_observe_sees_a_lost_leader");
-    let key = s.key("leader")?;
-    let (a, b, observer) = (
-        s.election().await?,
-        s.election().await?,
-        s.election().await?,
-    );
-    let bound = s.handoff_bound();
-    let mut watch = observer.observe(&key);
-    expect(&mut watch, &observer, &key, None, bound, "first state").await?;
-    let killed = a.campaign(&key, "killed", &s.short()).await?;
-    let term = killed.token();
-    expect(&mut watch, &observer, &key, Some(term), bound, "leader").await?;
+    let (a, b, mut w) = Watched::start(&s).await?;
+    let bound = w.bound;
+    let killed = a.campaign(&w.key, "killed", &s.short()).await?;
+    w.expect(Some(killed.token()), bound, "leader").await?;
     let killed_at = Instant::now();
     killed.abandon();
     let gone_by = s.short_ttl() + bound;
-    let end = "the killed leader's end";
-    expect(&mut watch, &observer, &key, None, gone_by, end).await?;
+    w.expect(None, gone_by, "the killed leader's end").await?;
     let seen_after = killed_at.elapsed();
-    let next = b.campaign(&key, "next", &s.long()).await?;
-    expect(
-        &mut watch,
-        &observer,
-        &key,
-        Some(next.token()),
-        bound,
-        "the next leader",
-    )
-    .await?;
+    let next = b.campaign(&w.key, "next", &s.long()).await?;
+    w.expect(Some(next.token()), bound, "the next leader")
+        .await?;
     next.release().await?;
     ensure!(
         seen_after <= gone_by,

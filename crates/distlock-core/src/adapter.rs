@@ -27,14 +27,14 @@
 //!   of the workspace's backends, which the facade knows even without them.
 
 pub use crate::backend::{
-    AcquireRequest, Acquired, Backend, Holding, LossSignal, Ownership, WaitUntil,
+    AcquireRequest, Acquired, Backend, DynLeaderChanges, Holding, LeaderChanges, LossSignal,
+    Ownership, WaitUntil,
 };
 pub use crate::election::{
     BackendElection, CampaignRequest, ElectionBackend, LockElection, MAX_PROPOSAL_LEN,
 };
 pub use crate::lease::{Bound, clock_drift};
 pub use crate::lock::BackendLock;
-pub use crate::observe::{DynLeaderChanges, LeaderChanges};
 pub use crate::registry::{ConnectFence, ConnectLock, Connecting, Registration, schemes};
 pub use crate::rwlock::{BackendRwLock, LockQueueRwLock, RwLockBackend, RwLockInspect, ShareInfo};
 pub use crate::semaphore::{

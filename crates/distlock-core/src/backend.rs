@@ -3,7 +3,6 @@
 //! reentrancy, tracing and metrics (see [`crate::adapter::BackendLock`]).
 
 use crate::inspect::Inspect;
-use crate::observe::DynLeaderChanges;
 use crate::{Capabilities, FencingToken, LockError, LockKey, LossReason, Wait};
 use async_trait::async_trait;
 use std::future::Future;
@@ -103,6 +102,30 @@ pub enum Ownership {
 
 /// A future that completes when the backend learns the lock is gone.
 pub type LossSignal = Pin<Box<dyn Future<Output = LossReason> + Send + 'static>>;
+
+/// A server's push that the leader of one name may have changed: an etcd
+/// watch, ZooKeeper child watches, a pub/sub channel, a `LISTEN`. An adapter
+/// subscribes before the observer's first read, so no change falls between
+/// a read and the wait after it.
+#[async_trait]
+pub trait LeaderChanges: Send + 'static {
+    /// Completes at the next push since the previous call (or since the
+    /// subscription). A spurious wake-up is harmless: the observer reads the
+    /// leader again and yields only a change. An error ends this
+    /// subscription; the observer yields it and subscribes again.
+    async fn changed(&mut self) -> Result<(), LockError>;
+
+    /// Whether a push also tells of a new leader where there was none.
+    /// `false` (the default): it tells only of departures (a release, a
+    /// deletion, an expiry), and observers of a vacant election poll.
+    fn announces_arrivals(&self) -> bool {
+        false
+    }
+}
+
+/// A subscription to [`LeaderChanges`], or `None` for a backend that cannot
+/// push (the observer polls).
+pub type DynLeaderChanges = Option<Box<dyn LeaderChanges>>;
 
 /// What an adapter implements. Keep it to the wire protocol: core does the rest.
 #[async_trait]

@@ -5,10 +5,10 @@
 //! themselves so other ecosystems interoperate; every other backend elects with
 //! its lock through [`LockElection`].
 
-use crate::backend::{AcquireRequest, Acquired, Backend, Holding, WaitUntil};
+use crate::backend::{AcquireRequest, Acquired, Backend, DynLeaderChanges, Holding, WaitUntil};
 use crate::inspect::Holder;
 use crate::lease::Bound;
-use crate::observe::{DynLeaderChanges, LeaderSource, LeaderUpdate, LeaderWatch};
+use crate::observe::{LeaderSource, LeaderUpdate, LeaderWatch};
 use crate::permit::Leadership;
 use crate::start::{self, Won};
 use crate::wrapped::Wrapped;

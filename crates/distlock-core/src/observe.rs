@@ -2,6 +2,7 @@
 //! stream `LeaderElection::observe` returns, written once over any adapter's
 //! `leader()` read and its optional push ([`LeaderChanges`]).
 
+use crate::backend::DynLeaderChanges;
 use crate::inspect::Holder;
 use crate::toolkit::Backoff;
 use crate::{FencingToken, LockError, LockKey};
@@ -27,30 +28,6 @@ const PUSH_FALLBACK_CAP: Duration = Duration::from_secs(2);
 /// The shortest pause bounded by a leader's expiry, so a leader the server
 /// reports past its expiry is not read in a busy loop.
 const EXPIRY_FLOOR: Duration = Duration::from_millis(20);
-
-/// A server's push that the leader of one name may have changed: an etcd
-/// watch, ZooKeeper child watches, a pub/sub channel, a `LISTEN`. An adapter
-/// subscribes before the observer's first read, so no change falls between
-/// a read and the wait after it.
-#[async_trait]
-pub trait LeaderChanges: Send + 'static {
-    /// Completes at the next push since the previous call (or since the
-    /// subscription). A spurious wake-up is harmless: the observer reads the
-    /// leader again and yields only a change. An error ends this
-    /// subscription; the observer yields it and subscribes again.
-    async fn changed(&mut self) -> Result<(), LockError>;
-
-    /// Whether a push also tells of a new leader where there was none.
-    /// `false` (the default): it tells only of departures (a release, a
-    /// deletion, an expiry), and observers of a vacant election poll.
-    fn announces_arrivals(&self) -> bool {
-        false
-    }
-}
-
-/// A subscription to [`LeaderChanges`], or `None` for a backend that cannot
-/// push (the observer polls).
-pub type DynLeaderChanges = Option<Box<dyn LeaderChanges>>;
 
 /// What an observer reads: the election's adapter, type-erased.
 #[async_trait]

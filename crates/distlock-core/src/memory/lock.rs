@@ -5,8 +5,9 @@
 //! lock share, as those two keep their own state in their own files.
 
 use super::{Attempt, MemoryBackend, MemoryStore, Queued, State, clock_seed, revoked_signal};
-use crate::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership};
-use crate::observe::{DynLeaderChanges, LeaderChanges};
+use crate::backend::{
+    AcquireRequest, Acquired, Backend, DynLeaderChanges, LeaderChanges, LossSignal, Ownership,
+};
 use crate::toolkit::{Holder, Inspect};
 use crate::{
     Capabilities, FencingGuarantee, FencingToken, LockError, LockKey, Primitives, TokenDurability,

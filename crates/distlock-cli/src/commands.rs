@@ -41,6 +41,10 @@ pub enum Command {
     /// DISTLOCK_KEY and DISTLOCK_FENCING_TOKEN (the term) set, stops it with
     /// SIGTERM then SIGKILL if leadership is lost, and resigns when it ends.
     /// Exit codes are those of `run`.
+    ///
+    /// With `--observe KEY` (and no --key or command) it campaigns for
+    /// nothing: it prints the leader of KEY now and at each change, one line
+    /// each, until Ctrl-C or SIGTERM (exit 0).
     Elect(run::ElectArgs),
     /// Run a short live conformance check against your own deployment.
     ///

@@ -9,6 +9,7 @@ mod demo;
 mod exit;
 mod fence;
 mod held;
+mod observe;
 mod plot;
 mod progress;
 mod run;

@@ -9,6 +9,7 @@
 use crate::args::{KeyParser, UrlArg, parse_duration, parse_positive_duration, show};
 use crate::exit::{self, Failure};
 use crate::held::{Hold, Want, parse_permits};
+use crate::observe;
 use distlock::{
     AcquireOptions, DynLock, Held, LockError, LockKey, Renewal, RwMode, SingleLease, Wait,
 };
@@ -23,6 +24,8 @@ use tokio::time::Instant;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
+    #[command(flatten)]
+    url: UrlArg,
     #[command(flatten)]
     hold: HoldArgs,
     /// Hold one of N permits of a semaphore named KEY instead of the lock: up
@@ -42,7 +45,14 @@ pub struct RunArgs {
 #[derive(Debug, clap::Args)]
 pub struct ElectArgs {
     #[command(flatten)]
-    hold: HoldArgs,
+    url: UrlArg,
+    /// Watch the election KEY without campaigning: print its leader now and
+    /// at each change, one line each (`leader term=T holder=H` or `vacant`),
+    /// until Ctrl-C.
+    #[arg(long, value_name = "KEY", value_parser = KeyParser, conflicts_with_all = ["proposal", "key", "command"])]
+    observe: Option<LockKey>,
+    #[command(flatten)]
+    hold: Option<HoldArgs>,
     /// This candidate's identity, shown to observers of the election
     /// (default: host name and process id).
     #[arg(long)]
@@ -52,8 +62,6 @@ pub struct ElectArgs {
 /// What `run` and `elect` share.
 #[derive(Debug, clap::Args)]
 pub struct HoldArgs {
-    #[command(flatten)]
-    url: UrlArg,
     /// Lock name (1 to 512 bytes, no control characters).
     #[arg(long, value_parser = KeyParser)]
     key: LockKey,
@@ -119,21 +127,31 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         (None, false, true) => Want::Share(RwMode::Write),
         (None, false, false) => Want::Lock,
     };
-    hold(args.hold, want).await
+    hold(&args.url, args.hold, want).await
 }
 
 pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
+    // clap refuses --observe beside --key or a command, and neither.
+    let hold_args = match (args.observe, args.hold) {
+        (Some(key), _) => return observe::observe(&args.url, &key).await,
+        (None, Some(hold_args)) => hold_args,
+        (None, None) => {
+            return Err(Failure::usage(
+                "give --key KEY -- CMD to campaign, or --observe KEY to watch the leader",
+            ));
+        }
+    };
     let proposal = args.proposal.unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_owned())
             .unwrap_or_else(|_| "unknown-host".into());
         format!("{host}:{}", std::process::id())
     });
-    hold(args.hold, Want::Leadership { proposal }).await
+    hold(&args.url, hold_args, Want::Leadership { proposal }).await
 }
 
-async fn hold(args: HoldArgs, want: Want) -> Result<u8, Failure> {
-    let url = args.url.require()?.to_owned();
+async fn hold(url: &UrlArg, args: HoldArgs, want: Want) -> Result<u8, Failure> {
+    let url = url.require()?.to_owned();
     // Listen before connecting: a Ctrl-C while waiting must cancel the wait
     // cleanly (acquire is cancel-safe), not kill us with a queue entry behind.
     let mut signals = Signals::install()?;

@@ -83,7 +83,8 @@ fn elect_runs_the_command_as_leader_with_its_term() {
 
 /// Two `distlock elect` processes on one Redis: the second waits while the
 /// first leads, is refused with `--no-wait` (75), and leads with a higher term
-/// once the first's command ends.
+/// once the first's command ends; `elect --observe` prints both leaders in
+/// turn and the vacancy after them, and ends on Ctrl-C.
 #[cfg(feature = "redis")]
 #[test]
 fn redis_a_second_candidate_leads_after_the_first() {
@@ -96,6 +97,8 @@ fn redis_a_second_candidate_leads_after_the_first() {
             .args(["--", "sh", "-c", script]);
         cmd
     };
+    let mut observer = Running::start(distlock().args(["elect", "--url", &url, "--observe", &key]));
+    observer.wait_line("vacant", Duration::from_secs(30));
     let go = tempfile::tempdir().unwrap();
     let go_file = go.path().join("go");
     let first_script = format!(
@@ -108,7 +111,12 @@ fn redis_a_second_candidate_leads_after_the_first() {
     let busy = output(&mut elect(&["--no-wait"], "true"));
     assert_code(&busy, 75);
 
-    let mut second = Running::start(&mut elect(&[], "echo term=$DISTLOCK_FENCING_TOKEN"));
+    let second_go = go.path().join("second-go");
+    let second_script = format!(
+        "echo term=$DISTLOCK_FENCING_TOKEN; while [ ! -e {} ]; do sleep 0.05; done",
+        second_go.display()
+    );
+    let mut second = Running::start(&mut elect(&[], &second_script));
     assert!(
         !second.saw_line_within("term=", Duration::from_millis(500)),
         "a second leader while the first leads"
@@ -121,7 +129,21 @@ fn redis_a_second_candidate_leads_after_the_first() {
         second_term.parse::<u64>().unwrap() > first_term.parse::<u64>().unwrap(),
         "term {second_term} after {first_term}"
     );
+    // The observer printed each leader in turn, then the vacancy.
+    observer.wait_line(
+        &format!("leader term={first_term} "),
+        Duration::from_secs(5),
+    );
+    observer.wait_line(
+        &format!("leader term={second_term} "),
+        Duration::from_secs(5),
+    );
+    std::fs::write(&second_go, b"").unwrap();
     let (status, err) = second.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{err}");
+    observer.wait_line("vacant", Duration::from_secs(5));
+    observer.signal("INT");
+    let (status, err) = observer.wait(Duration::from_secs(10));
     assert_eq!(status.code(), Some(0), "{err}");
 }
 

@@ -27,7 +27,8 @@
 //!   of the workspace's backends, which the facade knows even without them.
 
 pub use crate::backend::{
-    AcquireRequest, Acquired, Backend, Holding, LossSignal, Ownership, WaitUntil,
+    AcquireRequest, Acquired, Backend, DynLeaderChanges, Holding, LeaderChanges, LossSignal,
+    Ownership, WaitUntil,
 };
 pub use crate::election::{
     BackendElection, CampaignRequest, ElectionBackend, LockElection, MAX_PROPOSAL_LEN,

@@ -103,6 +103,30 @@ pub enum Ownership {
 /// A future that completes when the backend learns the lock is gone.
 pub type LossSignal = Pin<Box<dyn Future<Output = LossReason> + Send + 'static>>;
 
+/// A server's push that the leader of one name may have changed: an etcd
+/// watch, ZooKeeper child watches, a pub/sub channel, a `LISTEN`. An adapter
+/// subscribes before the observer's first read, so no change falls between
+/// a read and the wait after it.
+#[async_trait]
+pub trait LeaderChanges: Send + 'static {
+    /// Completes at the next push since the previous call (or since the
+    /// subscription). A spurious wake-up is harmless: the observer reads the
+    /// leader again and yields only a change. An error ends this
+    /// subscription; the observer yields it and subscribes again.
+    async fn changed(&mut self) -> Result<(), LockError>;
+
+    /// Whether a push also tells of a new leader where there was none.
+    /// `false` (the default): it tells only of departures (a release, a
+    /// deletion, an expiry), and observers of a vacant election poll.
+    fn announces_arrivals(&self) -> bool {
+        false
+    }
+}
+
+/// A subscription to [`LeaderChanges`], or `None` for a backend that cannot
+/// push (the observer polls).
+pub type DynLeaderChanges = Option<Box<dyn LeaderChanges>>;
+
 /// What an adapter implements. Keep it to the wire protocol: core does the rest.
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
@@ -137,6 +161,14 @@ pub trait Backend: Send + Sync + 'static {
     /// handing that session out now, or the next acquisition would keep the
     /// abandoned key alive.
     fn abandoned(&self, _handle: &Self::Handle) {}
+
+    /// A push whenever the holder of `key` may have changed (a release, a
+    /// new holder), subscribed now, for observers of an election on this
+    /// lock; `None` (the default) makes them poll [`Inspect::holder`].
+    async fn holder_changes(&self, key: &LockKey) -> Result<DynLeaderChanges, LockError> {
+        let _ = key;
+        Ok(None)
+    }
 
     /// Server-side inspection of this backend's locks. Every adapter offers it;
     /// the default `None` is for backends with nothing to inspect.

@@ -5,11 +5,12 @@
 //! themselves so other ecosystems interoperate; every other backend elects with
 //! its lock through [`LockElection`].
 
-use crate::backend::{AcquireRequest, Acquired, Backend, Holding, WaitUntil};
+use crate::backend::{AcquireRequest, Acquired, Backend, DynLeaderChanges, Holding, WaitUntil};
+use crate::inspect::Holder;
 use crate::lease::Bound;
+use crate::observe::{LeaderSource, LeaderUpdate, LeaderWatch};
 use crate::permit::Leadership;
 use crate::start::{self, Won};
-use crate::toolkit::Holder;
 use crate::wrapped::Wrapped;
 use crate::{AcquireOptions, Capabilities, LockError, LockKey};
 use async_trait::async_trait;
@@ -49,6 +50,12 @@ pub trait LeaderElection: Send + Sync + std::fmt::Debug {
     /// stores it (etcd, ZooKeeper), the lock owner value otherwise; `token` its
     /// term.
     async fn leader(&self, name: &LockKey) -> Result<Option<Holder>, LockError>;
+
+    /// Watches who leads `name` without campaigning: the leader as
+    /// [`LeaderElection::leader`] shows it (or `None`), first as it is now,
+    /// then at each change (see [`LeaderWatch`] for latency, errors and
+    /// what a drop ends).
+    fn observe(&self, name: &LockKey) -> LeaderWatch;
 
     /// What this backend guarantees.
     fn capabilities(&self) -> Capabilities;
@@ -96,6 +103,25 @@ pub trait ElectionBackend: Send + Sync + 'static {
 
     /// The current leader of `name`, if any.
     async fn leader(&self, name: &LockKey) -> Result<Option<Holder>, LockError>;
+
+    /// A push of the server's whenever the leader of `name` may have
+    /// changed, subscribed now; `None` (the default) makes observers poll
+    /// [`ElectionBackend::leader`].
+    async fn leader_changes(&self, name: &LockKey) -> Result<DynLeaderChanges, LockError> {
+        let _ = name;
+        Ok(None)
+    }
+}
+
+#[async_trait]
+impl<E: ElectionBackend> LeaderSource for E {
+    async fn leader(&self, name: &LockKey) -> LeaderUpdate {
+        ElectionBackend::leader(self, name).await
+    }
+
+    async fn changes(&self, name: &LockKey) -> Result<DynLeaderChanges, LockError> {
+        self.leader_changes(name).await
+    }
 }
 
 /// Any [`ElectionBackend`] as a [`LeaderElection`].
@@ -174,6 +200,10 @@ impl<E: ElectionBackend> LeaderElection for BackendElection<E> {
         self.0.backend.leader(name).await
     }
 
+    fn observe(&self, name: &LockKey) -> LeaderWatch {
+        LeaderWatch::new(self.0.backend.clone(), name)
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.0.backend.capabilities()
     }
@@ -237,5 +267,9 @@ impl<B: Backend> ElectionBackend for LockElection<B> {
             )
         })?;
         inspect.holder(name).await
+    }
+
+    async fn leader_changes(&self, name: &LockKey) -> Result<DynLeaderChanges, LockError> {
+        self.lock.holder_changes(name).await
     }
 }

@@ -19,7 +19,8 @@
 //! - [`DistributedSemaphore`] hands out numbered [`Permit`]s (at most `limit`
 //!   per name, each with a distinct slot); [`LeaderElection`] hands out a
 //!   [`Leadership`] whose token is the term. Both are leases: same renewal,
-//!   deadline and loss as the lock.
+//!   deadline and loss as the lock. [`LeaderElection::observe`] watches who
+//!   leads without campaigning ([`LeaderWatch`]).
 //! - [`DistributedRwLock`] hands out read and write [`RwLease`]s: readers
 //!   share, a writer holds alone, waiters are served in arrival order.
 //! - [`memory`] is an in-process backend for tests and demos.
@@ -64,6 +65,7 @@ mod lock;
 pub mod memory;
 mod metrics;
 mod multi;
+mod observe;
 mod options;
 mod outcome;
 mod permit;
@@ -91,6 +93,7 @@ pub use key::LockKey;
 pub use lease::{Lease, Lost};
 pub use lock::{DistributedLock, DynLock};
 pub use multi::{AnyLost, MultiLease};
+pub use observe::{LeaderUpdate, LeaderWatch, OBSERVE_POLL_CAP};
 pub use options::{AcquireOptions, Owner, Renewal, Wait};
 pub use permit::{Leadership, Permit};
 pub use rwlock::{DistributedRwLock, DynRwLock, RwLease, RwMode};

@@ -57,6 +57,9 @@ pub type MemoryElection = BackendElection<LockElection<MemoryBackend>>;
 #[derive(Debug, Clone, Default)]
 pub struct MemoryStore {
     state: Arc<Mutex<State>>,
+    /// Bumped whenever a lock gets or loses its holder, for observers of an
+    /// election (its wake-up, as a server's push).
+    changes: Arc<watch::Sender<u64>>,
 }
 
 #[derive(Debug, Default)]
@@ -172,6 +175,12 @@ impl MemoryStore {
             entry.remove_holder();
         }
         state.keys.retain(|_, entry| !entry.is_empty());
+        self.changed();
+    }
+
+    /// Tells observers that a holder may have changed.
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn next_id(&self) -> u64 {
@@ -307,5 +316,25 @@ impl MemoryBackend {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MemoryStore;
+    use crate::{LeaderElection, LockError, LockKey};
+
+    /// An observer subscribes to the store's changes, and dropping its watch
+    /// ends the subscription.
+    #[tokio::test]
+    async fn a_dropped_leader_watch_unsubscribes() -> Result<(), LockError> {
+        let store = MemoryStore::new();
+        let election = store.election_client();
+        let mut watch = election.observe(&LockKey::new("observed")?);
+        assert!(matches!(watch.next().await, Some(Ok(None))));
+        assert_eq!(store.changes.receiver_count(), 1);
+        drop(watch);
+        assert_eq!(store.changes.receiver_count(), 0);
+        Ok(())
     }
 }

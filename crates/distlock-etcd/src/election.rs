@@ -9,8 +9,11 @@
 use crate::backend::{EtcdBackend, Queue};
 use crate::keys::queue_prefix;
 use crate::protocol;
+use crate::watch::{OnCreate, Subscription};
 use async_trait::async_trait;
-use distlock_core::adapter::{Acquired, Bound, CampaignRequest, ElectionBackend};
+use distlock_core::adapter::{
+    Acquired, Bound, CampaignRequest, DynLeaderChanges, ElectionBackend, LeaderChanges,
+};
 use distlock_core::toolkit::Holder;
 use distlock_core::{Capabilities, FencingToken, LockError, LockKey};
 use std::sync::Arc;
@@ -66,5 +69,28 @@ impl ElectionBackend for EtcdElection {
             Some(FencingToken::new(oldest.create_revision().unsigned_abs())),
             self.backend.lease_remaining(oldest.lease()).await?,
         )))
+    }
+
+    /// A watch for deletions under the election's prefix: a resignation, a
+    /// candidate's lease expiring (etcd deletes its key), a withdrawn
+    /// candidacy. A new key is not watched for, so a vacant election is polled.
+    async fn leader_changes(&self, name: &LockKey) -> Result<DynLeaderChanges, LockError> {
+        let queue = queue_prefix(&self.backend.namespace, name);
+        let watch = self.backend.watches.deletions_under(&queue);
+        Ok(Some(Box::new(Departures(watch))))
+    }
+}
+
+/// The deletions under one election's prefix.
+struct Departures(Subscription);
+
+#[async_trait]
+impl LeaderChanges for Departures {
+    async fn changed(&mut self) -> Result<(), LockError> {
+        // Nothing was read at a known revision: every wake-up is news, the
+        // watch's creation included.
+        (self.0.wake(0, OnCreate::Reread).await)
+            .map(drop)
+            .map_err(|reason| LockError::backend(crate::error::BACKEND, reason))
     }
 }

@@ -9,11 +9,17 @@
 
 use crate::backend::ZkBackend;
 use crate::keys::{self, NodeKind};
+use crate::session::Session;
 use async_trait::async_trait;
-use distlock_core::adapter::{Acquired, Backend, Bound, CampaignRequest, ElectionBackend};
+use distlock_core::adapter::{
+    Acquired, Backend, Bound, CampaignRequest, DynLeaderChanges, ElectionBackend, LeaderChanges,
+};
 use distlock_core::toolkit::Holder;
 use distlock_core::{Capabilities, FencingToken, LockError, LockKey};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use zookeeper_client as zk;
 
 /// How often `leader` lists again when the leader it found resigned before
 /// its node could be read.
@@ -91,5 +97,75 @@ impl ElectionBackend for ZkElection {
                 "the leader of `{name}` changed {LEADER_READS} times while it was being read; ask again"
             ),
         ))
+    }
+
+    /// A child watch on the election's directory (an exists watch while it
+    /// does not exist): a candidate's node created or deleted, its session's
+    /// end included. Set again each time it fires, before the next read.
+    async fn leader_changes(&self, name: &LockKey) -> Result<DynLeaderChanges, LockError> {
+        let session = self.lock.inspector().await?;
+        let dir = self.dir(name.as_str());
+        let watch = arm(&self.lock, &session, &dir).await?;
+        Ok(Some(Box::new(LatchChanges {
+            lock: self.lock.clone(),
+            session,
+            dir,
+            fired: Some(watch),
+        })))
+    }
+}
+
+type Fired = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
+
+/// Sets a one-shot watch that fires at the next change of `dir`'s children,
+/// or at its creation while it does not exist.
+async fn arm(lock: &ZkBackend, session: &Session, dir: &str) -> Result<Fired, LockError> {
+    let (requests, client) = (&lock.requests, &session.client);
+    loop {
+        let children = requests.watch_children(client, dir).await;
+        if let Some((_, watcher)) = children.map_err(|e| lock.error(e))? {
+            return Ok(Box::pin(watcher.changed()));
+        }
+        let (stat, watcher) =
+            (requests.watch_exists(client, dir).await).map_err(|e| lock.error(e))?;
+        if stat.is_none() {
+            return Ok(Box::pin(watcher.changed()));
+        }
+        // Created between the two requests: watch its children.
+    }
+}
+
+/// The watch on one election's directory; dropping it removes the watch.
+struct LatchChanges {
+    lock: Arc<ZkBackend>,
+    session: Arc<Session>,
+    dir: String,
+    /// The armed watch; `None` when setting it again was cut off.
+    fired: Option<Fired>,
+}
+
+#[async_trait]
+impl LeaderChanges for LatchChanges {
+    async fn changed(&mut self) -> Result<(), LockError> {
+        if self.fired.is_none() {
+            self.fired = Some(arm(&self.lock, &self.session, &self.dir).await?);
+        }
+        let Some(fired) = self.fired.as_mut() else {
+            return Ok(());
+        };
+        let event = fired.await;
+        self.fired = None;
+        if event.event_type == zk::EventType::Session {
+            return Err(LockError::backend(
+                "zookeeper",
+                format!("the watching session ended ({:?})", event.session_state),
+            ));
+        }
+        self.fired = Some(arm(&self.lock, &self.session, &self.dir).await?);
+        Ok(())
+    }
+
+    fn announces_arrivals(&self) -> bool {
+        true
     }
 }

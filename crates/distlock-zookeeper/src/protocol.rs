@@ -229,6 +229,16 @@ impl Requests {
         }
     }
 
+    /// `exists` with a watch that fires when `path` is created or deleted.
+    pub async fn watch_exists(
+        &self,
+        client: &zk::Client,
+        path: &str,
+    ) -> Result<(Option<Stat>, zk::OneshotWatcher), ZkError> {
+        self.call("exists", path, client.check_and_watch_stat(path))
+            .await
+    }
+
     /// `exists`: the node's stat, `None` when it does not exist.
     pub async fn node_stat(
         &self,

@@ -5,7 +5,9 @@
 //! lock share, as those two keep their own state in their own files.
 
 use super::{Attempt, MemoryBackend, MemoryStore, Queued, State, clock_seed, revoked_signal};
-use crate::backend::{AcquireRequest, Acquired, Backend, LossSignal, Ownership};
+use crate::backend::{
+    AcquireRequest, Acquired, Backend, DynLeaderChanges, LeaderChanges, LossSignal, Ownership,
+};
 use crate::toolkit::{Holder, Inspect};
 use crate::{
     Capabilities, FencingGuarantee, FencingToken, LockError, LockKey, Primitives, TokenDurability,
@@ -15,7 +17,7 @@ use async_trait::async_trait;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 #[derive(Debug, Default)]
 pub(super) struct KeyState {
@@ -72,6 +74,7 @@ impl MemoryStore {
         if entry.is_empty() {
             state.keys.remove(key);
         }
+        self.changed();
         held
     }
 
@@ -152,6 +155,7 @@ impl MemoryStore {
                 expires_at: now + ttl,
                 revoked: handle.revoked.clone(),
             });
+            self.changed();
             return Attempt::Taken((handle, FencingToken::new(*counter)));
         }
         if enqueue && !entry.queue.iter().any(|q| q.id == me.id) {
@@ -204,6 +208,7 @@ impl MemoryStore {
             state.keys.remove(&handle.key);
         }
         if ours {
+            self.changed();
             Ownership::Held
         } else {
             Ownership::NotHeld
@@ -275,8 +280,32 @@ impl Backend for MemoryBackend {
         Some(revoked_signal(&handle.revoked))
     }
 
+    async fn holder_changes(&self, _key: &LockKey) -> Result<DynLeaderChanges, LockError> {
+        self.round_trip(|store| Some(Box::new(Changes(store.changes.subscribe())) as _))
+            .await
+    }
+
     fn inspect(&self) -> Option<&dyn Inspect> {
         Some(self)
+    }
+}
+
+/// Every change of any holder in the store: observers read their own name's
+/// leader again and yield only a change. An expiry is no event here (the
+/// store expires lazily); observers wake by the leader's expiry for that.
+struct Changes(watch::Receiver<u64>);
+
+#[async_trait]
+impl LeaderChanges for Changes {
+    async fn changed(&mut self) -> Result<(), LockError> {
+        self.0
+            .changed()
+            .await
+            .map_err(|_| LockError::backend("memory", "the store is gone"))
+    }
+
+    fn announces_arrivals(&self) -> bool {
+        true
     }
 }
 

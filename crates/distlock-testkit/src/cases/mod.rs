@@ -56,6 +56,8 @@
 //! | [`election_terms_strictly_rise`] | successive terms rise; observers see the leader and its term |
 //! | [`election_paused_leader_write_refused_by_fence`] | a deposed leader's late write is refused by a fence |
 //! | [`election_cancelled_campaign_delays_nobody`] | cancelled and timed-out campaigns delay nobody |
+//! | [`election_observe_sees_changes`] | an observer sees vacant, A, vacant, B, vacant in order, each within the hand-off bound, nothing repeated |
+//! | [`election_observe_sees_a_lost_leader`] | a leader killed without resigning is seen gone by its ttl plus the hand-off bound |
 //!
 //! Read-write locks, where [`Capabilities::primitives`] offers them:
 //!
@@ -90,6 +92,7 @@ mod exclusion;
 mod expiry;
 mod loss;
 mod multi;
+mod observe;
 mod rwlock;
 mod rwlock_loss;
 mod scope;
@@ -104,6 +107,7 @@ pub use exclusion::*;
 pub use expiry::*;
 pub use loss::*;
 pub use multi::*;
+pub use observe::*;
 pub use rwlock::*;
 pub use rwlock_loss::*;
 pub use scope::{Scope, still_pending, within};
@@ -277,6 +281,8 @@ pub fn all() -> Vec<Case> {
         case!(election_terms_strictly_rise, election),
         case!(election_paused_leader_write_refused_by_fence, election),
         case!(election_cancelled_campaign_delays_nobody, election),
+        case!(election_observe_sees_changes, election),
+        case!(election_observe_sees_a_lost_leader, election),
         case!(rwlock_readers_share, rwlock),
         case!(rwlock_writer_excludes_under_contention, rwlock),
         case!(rwlock_nobody_starved, rwlock),

@@ -1,7 +1,8 @@
 //! Rules of ARCHITECTURE.md that a test can hold: no module imports itself
 //! back (per crate, among the top-level modules and among the children of
 //! every module directory), no source file over 400 lines, every path the page
-//! names exists, and every adapter crate has the files of the adapter contract.
+//! names exists, every adapter crate has the files of the adapter contract, and
+//! no dependency needs protoc at build time.
 
 // Reads only this repository's files: one that cannot be read is itself a
 // failure to report, so the helpers outside `#[test]` fns may expect.
@@ -272,4 +273,23 @@ mod checker {
             ]
         );
     }
+}
+
+/// A build needs nothing but Rust: no package in the lock file runs protoc
+/// (or any other system tool) from its build script, so an application with
+/// any of distlock's features builds on a machine with only rustup's toolchain.
+#[test]
+fn no_dependency_needs_protoc() {
+    const NEEDS_PROTOC: &[&str] = &["prost-build", "tonic-build", "tonic-prost-build"];
+    let lock = std::fs::read_to_string(workspace().join("Cargo.lock")).expect("Cargo.lock");
+    let found: Vec<&str> = NEEDS_PROTOC
+        .iter()
+        .copied()
+        .filter(|name| lock.contains(&format!("name = \"{name}\"")))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "Cargo.lock has {found:?}, whose build scripts need protoc: a fresh machine with only \
+         Rust could not build distlock (generate nothing at build time; write the messages by hand)"
+    );
 }

@@ -13,6 +13,7 @@ use distlock_testkit::runner::BackendSpec;
 use distlock_testkit::servers::{Launched, ZooKeeperOptions, ZooKeeperServer, external_url};
 use distlock_zookeeper::{ZkBackend, ZkConfig};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The namespace the suite's locks live under.
 const NAMESPACE: &str = "distlock-conformance";
@@ -117,6 +118,12 @@ impl Harness for ZkHarness {
 
     async fn client(&self) -> Result<DynLock, BoxError> {
         self.connect(self.config.clone()).await
+    }
+
+    /// The server reaps empty containers on its own schedule (every 500 ms on
+    /// the launched server), whatever `state_ttl` says.
+    async fn client_with_state_ttl(&self, state_ttl: Duration) -> Result<DynLock, BoxError> {
+        self.connect(self.config.clone().state_ttl(state_ttl)).await
     }
 
     async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {

@@ -287,6 +287,26 @@ pub(crate) async fn keys_under(
     Ok(found.kvs().to_vec())
 }
 
+/// How many keys start with `prefix`, read as a count alone.
+pub(crate) async fn count_under(rpc: &Rpc, kv: &KvClient, prefix: &[u8]) -> Result<i64, Failure> {
+    let found = rpc
+        .retrying("key count", || {
+            let kv = kv.clone();
+            let options = GetOptions::new()
+                .with_range(prefix_end(prefix))
+                .with_count_only();
+            // etcd has no empty key: a range from `\0` starts at the first key.
+            let start = if prefix.is_empty() {
+                vec![0]
+            } else {
+                prefix.to_vec()
+            };
+            async move { kv.get(start, Some(options)).await }
+        })
+        .await?;
+    Ok(found.count())
+}
+
 /// The benchmarks' floor, first half: puts `key` if absent, attached to
 /// `lease`, and nothing else (no queue read). Returns whether it put.
 pub(crate) async fn put_if_absent(

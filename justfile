@@ -109,6 +109,11 @@ bench:
 bench-peers *ARGS:
     cargo run -q --release -p distlock-peers -- {{ARGS}}
 
+# Bounded state, not run by CI: lock NAMES distinct names once each on URL and print the server's memory and
+# per-name records before, at the peak and after the URL's state_ttl (`just bench-names 'redis://127.0.0.1:6379?state_ttl=5s' 1000000`).
+bench-names URL NAMES="100000" *ARGS:
+    cargo run -q --release -p distlock-cli -- bench --url '{{URL}}' --names {{NAMES}} --clients 64 {{ARGS}}
+
 # Pack every publishable crate, build each from its package alone, then run the packed crates' own tests
 # in a scratch workspace (`--no-test` to only build): what users of the published crates get.
 package *ARGS:

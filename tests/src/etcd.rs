@@ -129,6 +129,12 @@ impl Harness for EtcdHarness {
         Ok(Arc::new(self.config.clone().connect().await?))
     }
 
+    async fn client_with_state_ttl(&self, state_ttl: Duration) -> Result<DynLock, BoxError> {
+        Ok(Arc::new(
+            self.config.clone().state_ttl(state_ttl).connect().await?,
+        ))
+    }
+
     async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {
         let proxy = Arc::new(FaultProxy::start(self.addr).await?);
         let lock = EtcdConfig::new([proxy.addr().to_string()])

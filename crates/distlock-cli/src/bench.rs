@@ -13,6 +13,7 @@
 //! how many requests one operation cost the server.
 
 mod counter;
+mod names;
 mod report;
 
 use crate::args::{UrlArg, no_inspect, parse_positive_duration, run_prefix};
@@ -52,6 +53,11 @@ pub struct BenchArgs {
     /// Write a latency-by-percentile chart (SVG) to this file.
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
+    /// Instead: lock this many distinct names once each, and print the server's
+    /// memory and per-name records before, at the peak and after state_ttl.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..),
+          conflicts_with_all = ["duration", "keys", "json", "plot"])]
+    names: Option<u64>,
 }
 
 /// Per hand-off key: when its last holder started releasing, and which client.
@@ -83,6 +89,9 @@ impl TaskResult {
 
 pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
     let url = args.url.require()?.to_owned();
+    if let Some(count) = args.names {
+        return names::run(&args.url, count, connect_all(&url, args.clients).await?).await;
+    }
     // An unwritable chart path is refused before the benchmark spends its time.
     let mut chart = args.plot.as_deref().map(open_chart).transpose()?;
     let clients = connect_all(&url, args.clients).await?;

@@ -78,6 +78,7 @@ pub async fn check(args: CheckArgs) -> Result<u8, Failure> {
             Ok(None) => {}
             Err(e) => println!("topology not read: {e}"),
         }
+        println!("{}", crate::status::state_line(inspect).await);
     }
     let mut tally = Tally::default();
     for (name, step) in STEPS {

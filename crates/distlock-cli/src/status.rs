@@ -38,14 +38,15 @@ const DANGER: &str = "the holder is not told: it keeps running until its lease \
 pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
     let url = args.url.require()?.to_owned();
     let lock = distlock::connect(&url).await?;
-    let holder = inspect(&lock)?.holder(&args.key).await?;
-    match holder {
+    let inspect = inspect(&lock)?;
+    match inspect.holder(&args.key).await? {
         Some(holder) => {
             println!("`{}` is held", args.key);
             print_holder(&holder);
         }
         None => println!("`{}` is free", args.key),
     }
+    println!("{}", state_line(inspect).await);
     in_process_note(&lock);
     Ok(exit::OK)
 }
@@ -97,6 +98,19 @@ fn print_holder(holder: &Holder) {
         None => println!(
             "ttl left: unknown (the lock lives as long as the holder's session or connection)"
         ),
+    }
+}
+
+/// The namespace's per-name state, as one line, so an operator sees it grow:
+/// every name used within `state_ttl` keeps a few records until collected.
+pub async fn state_line(inspect: &dyn Inspect) -> String {
+    match inspect.state_records("").await {
+        Ok(Some(count)) => format!(
+            "state records: {count} in the namespace (names used within state_ttl, and any an \
+             earlier release left)"
+        ),
+        Ok(None) => "state records: not counted by this backend".to_owned(),
+        Err(e) => format!("state records: not counted: {e}"),
     }
 }
 

@@ -190,6 +190,7 @@ pub fn check_passes(url: &str) {
     let text = stdout(&out);
     assert!(text.contains("check: 5 of 5 passed"), "{text}");
     assert!(!text.contains("FAIL"), "{text}");
+    assert!(text.contains("state records: "), "{text}");
 }
 
 /// The requests one protocol floor costs as the backend declares them
@@ -373,6 +374,31 @@ fn postgres_pgbouncer_check_without_the_setting_names_it() {
         stderr(&out).contains("pooler=transaction"),
         "{}",
         stderr(&out)
+    );
+}
+
+/// `bench --names`: the run's names are counted at the peak, and none is left
+/// once `state_ttl` has passed.
+#[cfg(feature = "redis")]
+#[test]
+fn redis_bench_names_peaks_and_collects() {
+    let url = servers::redis_url();
+    let joint = if url.contains('?') { '&' } else { '?' };
+    let url = format!("{url}{joint}state_ttl=2s");
+    let out = run(&["bench", "--url", &url, "--names", "300", "--clients", "4"]);
+    assert_code(&out, 0);
+    let text = stdout(&out);
+    let records = |row: &str| -> usize {
+        let line = text.lines().find(|l| l.starts_with(row)).unwrap();
+        line.split_whitespace().last().unwrap().parse().unwrap()
+    };
+    assert!(text.contains("locked 300 names"), "{text}");
+    assert_eq!(records("before"), 0, "{text}");
+    assert!(records("peak") > 0, "{text}");
+    assert_eq!(records("after state_ttl"), 0, "{text}");
+    assert!(
+        text.contains("used_memory") && text.contains("no state record left"),
+        "{text}"
     );
 }
 

@@ -69,6 +69,14 @@ pub trait Inspect: Send + Sync {
         Ok(None)
     }
 
+    /// What the servers use to keep their data, in bytes, and the name of
+    /// that number (Redis `used_memory`, etcd's database size in use), summed
+    /// over every server: what `distlock bench --names` watches rise and fall.
+    /// `None` when the backend offers no such number.
+    async fn server_memory(&self) -> Result<Option<(&'static str, u64)>, LockError> {
+        Ok(None)
+    }
+
     /// Deletes the current holder of `key` as an operator would (a force-unlock),
     /// waking the next waiter. Returns whether there was a holder. Dangerous on a
     /// live system: the holder keeps working until it notices, and only fencing

@@ -19,7 +19,7 @@ use distlock_core::adapter::{
     AcquireRequest, Acquired, Backend, BackendLock, LossSignal, Ownership,
 };
 use distlock_core::toolkit::Inspect;
-use distlock_core::{Capabilities, LockError, LossReason};
+use distlock_core::{Capabilities, LockError, LossReason, Support};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -162,7 +162,9 @@ impl EtcdBackend {
     /// etcd whose election timeout is at most 666 ms; 2 s with etcd's defaults).
     /// Leases have whole-second ttls.
     pub fn capabilities_with_min_ttl(min_ttl: Duration) -> Capabilities {
+        // Every key of a name is on a lease: an idle name leaves nothing.
         Capabilities::consensus_queue(min_ttl, Duration::from_secs(1))
+            .state_collection(Support::Offered)
     }
 }
 

@@ -8,7 +8,7 @@ use crate::rpc::Rpc;
 use crate::rwlock::EtcdRwLockBackend;
 use crate::semaphore::EtcdSemaphoreBackend;
 use distlock_core::adapter::BackendLock;
-use distlock_core::toolkit::{Host, LockUrl, Timeouts};
+use distlock_core::toolkit::{DEFAULT_STATE_TTL, Host, LockUrl, Timeouts, check_state_ttl};
 use distlock_core::{AcquireOptions, LockError};
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +44,7 @@ pub struct EtcdConfig {
     user: Option<(String, String)>,
     timeouts: Timeouts,
     defaults: AcquireOptions,
+    state_ttl: Duration,
     #[cfg(feature = "tls")]
     tls: Option<crate::tls::EtcdTls>,
 }
@@ -56,7 +57,8 @@ impl std::fmt::Debug for EtcdConfig {
             .field("user", &self.user.as_ref().map(|(user, _)| user))
             .field("password", &self.user.as_ref().map(|_| "<redacted>"))
             .field("timeouts", &self.timeouts)
-            .field("defaults", &self.defaults);
+            .field("defaults", &self.defaults)
+            .field("state_ttl", &self.state_ttl);
         #[cfg(feature = "tls")]
         s.field("tls", &self.tls);
         s.finish()
@@ -87,6 +89,7 @@ impl EtcdConfig {
             user: None,
             timeouts: Timeouts::new(DEFAULT_TIMEOUT, DEFAULT_TIMEOUT),
             defaults: AcquireOptions::new(),
+            state_ttl: DEFAULT_STATE_TTL,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -122,6 +125,16 @@ impl EtcdConfig {
         self
     }
 
+    /// How long a name's state may outlive its last lease (default 24 h, at
+    /// least 2 s), the setting every scheme takes. On etcd every key of a name
+    /// is on a holder's or waiter's lease, so nothing outlives the leases and
+    /// no value changes what is kept; it is checked like everywhere else so
+    /// one set of URLs works on every backend.
+    pub fn state_ttl(mut self, state_ttl: Duration) -> Self {
+        self.state_ttl = state_ttl;
+        self
+    }
+
     /// Connects over TLS with these settings (feature `tls`).
     #[cfg(feature = "tls")]
     pub fn tls(mut self, tls: crate::tls::EtcdTls) -> Self {
@@ -142,7 +155,8 @@ impl EtcdConfig {
     ///   parameter every scheme takes, means the same as the path `/locks`.
     /// - Parameters: `connect_timeout` and `timeout` (`500ms`, `5s`, `1m`;
     ///   `request_timeout` is now `timeout`), and the acquire defaults `ttl`,
-    ///   `wait`, `renewal`, `max_hold` (see [`EtcdConfig::defaults`]).
+    ///   `wait`, `renewal`, `max_hold` (see [`EtcdConfig::defaults`]), and
+    ///   `state_ttl` (`24h`, at least `2s`; see [`EtcdConfig::state_ttl`]).
     /// - `etcds://` connects over TLS (feature `tls`), with parameters `ca`, `cert`,
     ///   `key` (PEM file paths) and `domain` (the name to verify).
     ///
@@ -179,6 +193,7 @@ impl EtcdConfig {
         };
         config.timeouts = config.timeouts.read(&mut url)?;
         config.defaults = AcquireOptions::new().read(&mut url)?;
+        config.state_ttl = url.duration("state_ttl")?.unwrap_or(config.state_ttl);
         let tls_params: Vec<(&'static str, String)> = TLS_PARAMS
             .into_iter()
             .filter_map(|name| url.string(name).map(|value| (name, value)))
@@ -223,6 +238,7 @@ impl EtcdConfig {
             tls.validate()?;
         }
         self.timeouts.validate(BACKEND)?;
+        check_state_ttl(BACKEND, self.state_ttl)?;
         if self.user.as_ref().is_some_and(|(user, _)| user.is_empty()) {
             return Err(config_error("the user name is empty"));
         }
@@ -355,6 +371,14 @@ mod tests {
         assert!(reason("etcd://h?request_timeout=2s").contains("now called `timeout`"));
         assert!(reason("etcd://h?timeout=2000").contains("2000ms"));
         assert!(reason("etcd://h?connect_timeout=0s").contains("more than zero"));
+        let short = EtcdConfig::from_url("etcd://h?state_ttl=1999ms").unwrap();
+        assert!(
+            short
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("state_ttl=2s")
+        );
     }
 
     #[test]

@@ -9,7 +9,10 @@ use crate::backend::EtcdBackend;
 use crate::client::KeyValue;
 use crate::error::Failure;
 use crate::etcd_lease::whole_seconds;
-use crate::keys::{contender_key, names_prefix, printable, queue_prefix};
+use crate::keys::{
+    contender_key, names_prefix, printable, queue_prefix, rwlock_names_prefix,
+    semaphore_names_prefix,
+};
 use crate::{protocol, requests};
 use async_trait::async_trait;
 use distlock_core::toolkit::{Floor, Holder, Inspect};
@@ -86,6 +89,30 @@ impl Inspect for EtcdBackend {
             .collect())
     }
 
+    /// Every key of the names starting with `prefix`, of every primitive
+    /// (with the empty prefix, every key in the namespace): all on leases,
+    /// bar the `limit` keys the previous release left.
+    async fn state_records(&self, prefix: &str) -> Result<Option<usize>, LockError> {
+        let ns = &self.namespace;
+        let ranges = if prefix.is_empty() {
+            // The lock names' range is then the namespace, which holds the others.
+            vec![names_prefix(ns, prefix)]
+        } else {
+            let names = names_prefix(ns, prefix);
+            vec![
+                names,
+                rwlock_names_prefix(ns, prefix),
+                semaphore_names_prefix(ns, prefix),
+            ]
+        };
+        let mut total = 0;
+        for range in ranges {
+            let found = protocol::count_under(&self.rpc, &self.kv, &range).await;
+            total += usize::try_from(found.map_err(|f| self.lock_error(f))?).unwrap_or(0);
+        }
+        Ok(Some(total))
+    }
+
     async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {
         let (_, Some(oldest)) = self.holder_key(key).await? else {
             return Ok(false);
@@ -118,6 +145,14 @@ impl Inspect for EtcdBackend {
             );
         }
         Ok(warnings)
+    }
+
+    /// The member's database size in use: deleted keys stay in it as history
+    /// until the cluster compacts (`--auto-compaction-retention`).
+    async fn server_memory(&self) -> Result<Option<(&'static str, u64)>, LockError> {
+        let status = self.rpc.call("status", self.client.status()).await;
+        let in_use = status.map_err(|f| self.lock_error(f))?.db_size_in_use();
+        Ok(Some(("db_size_in_use", in_use.unsigned_abs())))
     }
 
     fn ping_name(&self) -> Option<&'static str> {

@@ -89,9 +89,10 @@ pub(crate) fn rwlock_names_prefix(namespace: &str, prefix: &str) -> Vec<u8> {
 }
 
 /// The key range of `key`'s semaphore under `namespace`:
-/// `namespace + "%sem/" + escape_name(key) + "/"`. It holds the limit in use
-/// (`limit`), the waiting keys (`queue/<lease id as %x>`, ordered by create
-/// revision) and the permits (`slots/<n>`, one per slot in use). As for
+/// `namespace + "%sem/" + escape_name(key) + "/"`. It holds the waiting keys
+/// (`queue/<lease id as %x>`, ordered by create revision) and the permits
+/// (`slots/<n>`, one per slot in use), each carrying the limit in use as its
+/// value and on its client's lease. As for
 /// [`rwlock_prefix`], no lock queue or read-write lock contains these keys.
 ///
 /// ```
@@ -112,7 +113,8 @@ pub(crate) fn semaphore_names_prefix(namespace: &str, prefix: &str) -> Vec<u8> {
     format!("{namespace}%sem/{}", escape_name(prefix)).into_bytes()
 }
 
-/// Under a semaphore's range: the key holding the limit its clients use.
+/// Under a semaphore's range: the key where the previous release kept the
+/// limit, without a lease; deleted when the semaphore is next found unused.
 pub(crate) const LIMIT_KEY: &[u8] = b"limit";
 
 /// Under a semaphore's range: where waiting keys go.

@@ -16,8 +16,8 @@
 //! operator's inspection, [`put_if_absent`] and [`delete`] the benchmarks' floor.
 
 use crate::client::{
-    Compare, CompareOp, GetOptions, KeyValue, KvClient, PutOptions, SortOrder, SortTarget, Txn,
-    TxnOp, TxnOpResponse, TxnResponse,
+    Compare, CompareOp, GetOptions, KeyValue, KvClient, PutOptions, RangeResponse, SortOrder,
+    SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use crate::error::{Failure, protocol};
 use crate::keys::prefix_end;
@@ -268,23 +268,40 @@ pub(crate) async fn keys_under(
     kv: &KvClient,
     prefix: &[u8],
 ) -> Result<Vec<KeyValue>, Failure> {
-    let found = rpc
-        .retrying("key range read", || {
-            let kv = kv.clone();
-            let options = GetOptions::new()
-                .with_range(prefix_end(prefix))
-                .with_sort(SortTarget::Create, SortOrder::Ascend)
-                .with_keys_only();
-            // etcd has no empty key: a range from `\0` starts at the first key.
-            let start = if prefix.is_empty() {
-                vec![0]
-            } else {
-                prefix.to_vec()
-            };
-            async move { kv.get(start, Some(options)).await }
-        })
-        .await?;
+    let options = GetOptions::new()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_keys_only();
+    let found = read_under(rpc, kv, prefix, "key range read", options).await?;
     Ok(found.kvs().to_vec())
+}
+
+/// How many keys start with `prefix`, read as a count alone.
+pub(crate) async fn count_under(rpc: &Rpc, kv: &KvClient, prefix: &[u8]) -> Result<i64, Failure> {
+    let options = GetOptions::new().with_count_only();
+    let found = read_under(rpc, kv, prefix, "key count", options).await?;
+    Ok(found.count())
+}
+
+/// One read, with `options`, of the keys starting with `prefix`.
+async fn read_under(
+    rpc: &Rpc,
+    kv: &KvClient,
+    prefix: &[u8],
+    what: &'static str,
+    options: GetOptions,
+) -> Result<RangeResponse, Failure> {
+    let options = options.with_range(prefix_end(prefix));
+    // etcd has no empty key: a range from `\0` starts at the first key.
+    let start = if prefix.is_empty() {
+        vec![0]
+    } else {
+        prefix.to_vec()
+    };
+    rpc.retrying(what, || {
+        let (kv, start, options) = (kv.clone(), start.clone(), options.clone());
+        async move { kv.get(start, Some(options)).await }
+    })
+    .await
 }
 
 /// The benchmarks' floor, first half: puts `key` if absent, attached to

@@ -66,23 +66,32 @@ pub(crate) async fn requests_served(
     server: &ServerClient,
     budget: Duration,
 ) -> Result<u64, CommandError> {
-    let mut served = 0_u64;
+    info_total(server, budget, "stats", "total_reads_processed").await
+}
+
+/// The `INFO <section>` number `field`, summed over every server (each
+/// primary of a Cluster).
+async fn info_total(
+    server: &ServerClient,
+    budget: Duration,
+    section: &str,
+    field: &str,
+) -> Result<u64, CommandError> {
+    let mut total = 0_u64;
     for node in every_server(server, budget).await? {
         let at = At {
             server,
             node: node.as_ref(),
         };
         let mut info = redis::cmd("INFO");
-        info.arg("stats");
-        let stats: String = at.query(budget, info).await?;
-        let reads: u64 = info_field(&stats, "total_reads_processed")
+        info.arg(section);
+        let text: String = at.query(budget, info).await?;
+        let value: u64 = info_field(&text, field)
             .and_then(|n| n.parse().ok())
-            .ok_or_else(|| {
-                CommandError::Reply("INFO stats without total_reads_processed".into())
-            })?;
-        served = served.saturating_add(reads);
+            .ok_or_else(|| CommandError::Reply(format!("INFO {section} without {field}")))?;
+        total = total.saturating_add(value);
     }
-    Ok(served)
+    Ok(total)
 }
 
 /// A read for a warning: a server that cannot be reached fails the check, one
@@ -321,6 +330,11 @@ impl Inspect for RedisBackend {
             Ok(false) => Err(LockError::Busy { key: key.clone() }),
             Err(e) => Err(self.error(e)),
         }
+    }
+
+    async fn server_memory(&self) -> Result<Option<(&'static str, u64)>, LockError> {
+        let used = info_total(&self.server, self.timeout, "memory", "used_memory").await;
+        Ok(Some(("used_memory", used.map_err(|e| self.error(e))?)))
     }
 
     async fn server_requests(&self) -> Result<Option<u64>, LockError> {

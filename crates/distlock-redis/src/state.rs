@@ -21,13 +21,6 @@
 use crate::keys::high_water;
 use std::time::Duration;
 
-/// How long idle state is kept when the URL does not say.
-pub(crate) const DEFAULT_STATE_TTL: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// The shortest `state_ttl` accepted: collection is for idle names, and a
-/// counter that expires within a retried reply's round trip would only churn.
-pub(crate) const MIN_STATE_TTL: Duration = Duration::from_secs(2);
-
 /// One client's view of per-name state on one server.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct State {

@@ -15,7 +15,7 @@ use crate::session::{Session, SessionSettings, Sessions};
 use async_trait::async_trait;
 use distlock_core::adapter::{AcquireRequest, Acquired, Backend, LossSignal, Ownership, WaitUntil};
 use distlock_core::toolkit::Inspect;
-use distlock_core::{Capabilities, FencingToken, LockError, LossReason};
+use distlock_core::{Capabilities, FencingToken, LockError, LossReason, Support};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -118,7 +118,9 @@ impl ZkBackend {
     /// The capabilities against a server whose `minSessionTimeout` is `min_ttl`:
     /// what a harness can know before it connects.
     pub fn capabilities_with_min_ttl(min_ttl: Duration) -> Capabilities {
+        // Every directory is a container node the server reaps once empty.
         Capabilities::consensus_queue(min_ttl, Duration::from_millis(1))
+            .state_collection(Support::Offered)
     }
 
     /// Queues a node of `kind` holding `data` in `dir` on the session for the

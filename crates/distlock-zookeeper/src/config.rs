@@ -7,7 +7,7 @@ use crate::session::SessionSettings;
 use crate::tls::ZkTls;
 use crate::{ZkElection, ZkRwLockBackend, ZkSemaphoreBackend};
 use distlock_core::adapter::BackendLock;
-use distlock_core::toolkit::{Host, LockUrl, Timeouts};
+use distlock_core::toolkit::{DEFAULT_STATE_TTL, Host, LockUrl, Timeouts, check_state_ttl};
 use distlock_core::{AcquireOptions, LockError};
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,6 +136,10 @@ pub struct ZkConfig {
     /// TLS to the servers' `secureClientPort` (the URL's `tls=true&ca=…`); needs
     /// the `tls` feature to connect.
     pub tls: Option<ZkTls>,
+    /// The `state_ttl` every scheme takes (24 h, at least 2 s), checked and
+    /// otherwise unused: a name's directories are container nodes that the
+    /// server reaps once empty, every `znode.container.checkIntervalMs`.
+    pub state_ttl: Duration,
 }
 
 impl Default for ZkConfig {
@@ -150,6 +154,7 @@ impl Default for ZkConfig {
             timeouts: Timeouts::new(Duration::from_secs(10), Duration::from_secs(10)),
             defaults: AcquireOptions::new(),
             tls: None,
+            state_ttl: DEFAULT_STATE_TTL,
         }
     }
 }
@@ -207,6 +212,11 @@ impl ZkConfig {
         ZkConfig { timeouts, ..self }
     }
 
+    /// Sets [`ZkConfig::state_ttl`], which changes nothing ZooKeeper keeps.
+    pub fn state_ttl(self, state_ttl: Duration) -> Self {
+        ZkConfig { state_ttl, ..self }
+    }
+
     /// Connects over TLS with these settings (feature `tls`); list the servers'
     /// `secureClientPort`s.
     pub fn tls(self, tls: ZkTls) -> Self {
@@ -219,7 +229,7 @@ impl ZkConfig {
     ///
     /// Parameters: `namespace=NAME`, `session_timeout=10s`, `connect_timeout=5s`,
     /// `timeout=5s`, `acl=open|creator|creator_only`, and the acquire defaults
-    /// `ttl`, `wait`, `renewal`, `max_hold`. User and password are
+    /// `ttl`, `wait`, `renewal`, `max_hold`, and `state_ttl`. User and password are
     /// digest credentials. Unknown parameters are refused; `request_timeout` is
     /// now `timeout`.
     pub fn from_url(text: &str) -> Result<Self, LockError> {
@@ -255,6 +265,7 @@ impl ZkConfig {
         config.timeouts = config.timeouts.read(&mut url)?;
         config.acl = url.parse_param("acl", "open, creator or creator_only")?;
         config.defaults = AcquireOptions::new().read(&mut url)?;
+        config.state_ttl = url.duration("state_ttl")?.unwrap_or(config.state_ttl);
         config.tls = ZkTls::read(&mut url)?;
         url.finish()?;
         config.validate()?;
@@ -296,6 +307,7 @@ impl ZkConfig {
             ));
         }
         self.timeouts.validate(BACKEND)?;
+        check_state_ttl(BACKEND, self.state_ttl)?;
         if self.tls.is_some() && !cfg!(feature = "tls") {
             return Err(bad(
                 "TLS to ZooKeeper needs TLS support, which this build lacks: enable the `tls` \

@@ -14,6 +14,7 @@ use distlock_core::toolkit::{Floor, Holder, Inspect};
 use distlock_core::{FencingToken, LockError, LockKey};
 use std::sync::Arc;
 use std::time::Duration;
+use zookeeper_client as zk;
 
 /// How long the `srvr` four-letter word may take.
 const SRVR_TIMEOUT: Duration = Duration::from_secs(5);
@@ -21,6 +22,22 @@ const SRVR_TIMEOUT: Duration = Duration::from_secs(5);
 impl ZkBackend {
     pub(crate) async fn inspector(&self) -> Result<Arc<Session>, LockError> {
         self.sessions.inspector().await.map_err(|e| self.error(e))
+    }
+
+    /// The escaped names under `root` (a namespace or a primitive's
+    /// directory) of the names starting with `prefix`.
+    async fn names_in(
+        &self,
+        client: &zk::Client,
+        root: &str,
+        prefix: &str,
+    ) -> Result<Vec<String>, LockError> {
+        let children = self.requests.children(client, root).await;
+        let children = children.map_err(|e| self.error(e))?.unwrap_or_default();
+        Ok(children
+            .into_iter()
+            .filter(|escaped| keys::unescape_name(escaped).is_some_and(|n| n.starts_with(prefix)))
+            .collect())
     }
 
     /// Every node left in the directories under `root` whose names start with
@@ -34,17 +51,8 @@ impl ZkBackend {
     ) -> Result<Vec<String>, LockError> {
         let session = self.inspector().await?;
         let client = &session.client;
-        let list = |dir: String| async move {
-            let children = self.requests.children(client, &dir).await;
-            children
-                .map(Option::unwrap_or_default)
-                .map_err(|e| self.error(e))
-        };
         let mut found = Vec::new();
-        for escaped in list(root.clone()).await? {
-            if !keys::unescape_name(&escaped).is_some_and(|name| name.starts_with(prefix)) {
-                continue;
-            }
+        for escaped in self.names_in(client, &root, prefix).await? {
             let dir = keys::node_path(&root, &escaped);
             let dirs = match parts {
                 [] => vec![dir],
@@ -54,7 +62,8 @@ impl ZkBackend {
                     .collect(),
             };
             for dir in dirs {
-                let nodes = list(dir.clone()).await?;
+                let nodes = self.requests.children(client, &dir).await;
+                let nodes = nodes.map_err(|e| self.error(e))?.unwrap_or_default();
                 found.extend(nodes.iter().map(|node| keys::node_path(&dir, node)));
             }
         }
@@ -99,6 +108,23 @@ impl Inspect for ZkBackend {
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
         self.residue_in(format!("/{}", self.namespace), prefix, &[])
             .await
+    }
+
+    /// The name directories (container nodes, which the server reaps once
+    /// empty) of the names starting with `prefix`, of every primitive.
+    async fn state_records(&self, prefix: &str) -> Result<Option<usize>, LockError> {
+        let session = self.inspector().await?;
+        let root = format!("/{}", self.namespace);
+        let mut total = 0;
+        for dir in ["", keys::SEMAPHORES, keys::RWLOCKS, keys::ELECTIONS] {
+            let dir = if dir.is_empty() {
+                root.clone()
+            } else {
+                keys::node_path(&root, dir)
+            };
+            total += self.names_in(&session.client, &dir, prefix).await?.len();
+        }
+        Ok(Some(total))
     }
 
     async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {

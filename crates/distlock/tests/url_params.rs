@@ -106,7 +106,11 @@ fn redlock_parameters_apply() {
 fn etcd_parameters_apply() {
     each_changes(
         "etcd://127.0.0.1:2379/locks",
-        &[("connect_timeout", "2s"), ("timeout", "3s")],
+        &[
+            ("connect_timeout", "2s"),
+            ("timeout", "3s"),
+            ("state_ttl", "1h"),
+        ],
         EtcdConfig::from_url,
     );
 }
@@ -121,6 +125,7 @@ fn zookeeper_parameters_apply() {
             ("connect_timeout", "2s"),
             ("timeout", "3s"),
             ("acl", "open"),
+            ("state_ttl", "1h"),
         ],
         ZkConfig::from_url,
     );

@@ -197,4 +197,9 @@ impl StatusResponse {
     pub fn version(&self) -> &str {
         &self.version
     }
+
+    /// The bytes of the member's database in use (`dbSizeInUse`).
+    pub fn db_size_in_use(&self) -> i64 {
+        self.db_size_in_use
+    }
 }

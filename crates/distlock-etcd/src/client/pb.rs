@@ -343,6 +343,8 @@ pub struct MemberListResponse {
 pub struct StatusResponse {
     #[prost(string, tag = "2")]
     pub(crate) version: String,
+    #[prost(int64, tag = "9")]
+    pub(crate) db_size_in_use: i64,
 }
 
 /// `v3lockpb.LockRequest`.

@@ -1,8 +1,9 @@
 //! What an operator (and the conformance suite) can ask about semaphores: the
 //! permits are the `slots/` keys, a forced release deletes one (its holder's
 //! loss watch fires, the first waiter's slot watch wakes it), and residue is
-//! every queue and permit key under a name prefix. The `limit` keys are left
-//! out: a few bytes per name, kept without a lease, as a fence's counter is.
+//! every queue and permit key under a name prefix. The `limit` keys the
+//! previous release left are not residue: they are deleted when the name is
+//! used again (docs/upgrading.md has the command for the others).
 
 use super::EtcdSemaphoreBackend;
 use super::protocol;
@@ -62,7 +63,7 @@ impl SemaphoreInspect for EtcdSemaphoreBackend {
             .map_err(|f| self.error(f))?;
         Ok(keys
             .iter()
-            // An escaped name has no `/`, so only a limit key ends in `/limit`.
+            // An escaped name has no `/`, so only an old limit key ends in `/limit`.
             .filter(|kv| !kv.key().ends_with(&[b"/", LIMIT_KEY].concat()))
             .map(|kv| format!("{}: lease {:x}", printable(kv.key()), kv.lease()))
             .collect())

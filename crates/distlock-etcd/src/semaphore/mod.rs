@@ -8,9 +8,10 @@
 //! - Only the first waiting key (the oldest under `queue/`) may claim a slot,
 //!   and it does so by trading its queue key for the permit key in one
 //!   transaction, so waiters are served in arrival order.
-//! - Every queue and permit key was written while the `limit` key held its
-//!   client's limit, and that key changes only when nobody waits or holds, so
-//!   all clients of one semaphore agree on the limit.
+//! - Every queue and permit key carries its client's limit as its value, and
+//!   a key is put only if every waiting and permit key carries the same limit
+//!   or there is none, so all clients of one semaphore agree on the limit.
+//!   The limit lives only in keys on leases: an idle semaphore leaves nothing.
 //!
 //! No herd: a waiter watches only the key just before its own, which goes when
 //! that waiter claims a slot (or gives up); the first waiter alone watches the
@@ -44,7 +45,7 @@ pub type EtcdSemaphore = BackendSemaphore<EtcdSemaphoreBackend>;
 
 /// How often one acquire retries its enqueue when it found neither its limit
 /// in use nor the semaphore unused: the semaphore emptied or filled between
-/// the comparisons, or its limit key was deleted while permits are held.
+/// the comparisons.
 const LIMIT_RACES: usize = 3;
 
 /// The etcd semaphore adapter. A permit is held like a lock key (renewed with
@@ -101,10 +102,10 @@ impl EtcdSemaphoreBackend {
                 let claim = protocol::claim(
                     lock.rpc.clone(),
                     lock.kv.clone(),
-                    key.clone(),
-                    revision,
+                    (key.clone(), revision),
                     permit.clone(),
                     lease.id(),
+                    req.limit,
                 );
                 let response = entry.trade(revision, &permit, claim).await?;
                 if response.succeeded() {
@@ -170,9 +171,9 @@ impl EtcdSemaphoreBackend {
         }
     }
 
-    /// Puts our key in the queue, storing our limit first if the semaphore is
-    /// unused and holds another. Returns our key's create revision and what
-    /// the queue looks like.
+    /// Puts our key, carrying our limit, in the queue, if every key there and
+    /// in the slots carries the same or there is none. Returns our key's
+    /// create revision and what the queue looks like.
     async fn enqueue(
         &self,
         entry: &mut QueueEntry,
@@ -198,26 +199,22 @@ impl EtcdSemaphoreBackend {
                     let look = protocol::look(rpc, kv, layout, key, revision, req.limit).await?;
                     return Ok((revision, look));
                 }
-                Err(Refused::Limit {
-                    stored: Some(stored),
-                    in_use: true,
-                }) => {
-                    let existing = protocol::parse_limit(layout, &stored)?;
+                Err(Refused::Limit(Some((key, stored)))) => {
+                    let existing = protocol::parse_limit(&key, &stored)?;
                     if existing != req.limit {
                         return Err(req.mismatch(existing).into());
                     }
                 }
-                // Emptied or filled between the two comparisons of one
-                // transaction's branches: look again.
-                Err(Refused::Limit { .. }) => {}
+                // Emptied between the two comparisons of one transaction's
+                // branches: look again.
+                Err(Refused::Limit(None)) => {}
             }
         }
         Err(LockError::backend(
             BACKEND,
             format!(
-                "the limit of semaphore `{}` kept changing under this acquire, or its `limit` key \
-                 was deleted while permits are held or awaited: give every client of one name \
-                 the same limit, and leave the key alone while the semaphore is in use",
+                "the limit of semaphore `{}` kept changing under this acquire: give every client \
+                 of one name the same limit",
                 req.acquire.key
             ),
         )
@@ -299,13 +296,15 @@ mod tests {
     }
 
     #[test]
-    fn a_limit_not_written_by_distlock_is_a_clear_error() {
-        let layout = Layout::new(b"ns/%sem/workers/");
-        assert_eq!(parse_limit(&layout, b"3").ok(), Some(3));
-        let Err(crate::error::Failure::Other(e)) = parse_limit(&layout, b"three") else {
-            panic!("a non-numeric limit was accepted");
+    fn a_key_without_our_limit_is_a_clear_error() {
+        let key = b"ns/%sem/workers/slots/0";
+        assert_eq!(parse_limit(key, b"3").ok(), Some(3));
+        let message = |stored: &[u8]| match parse_limit(key, stored) {
+            Err(crate::error::Failure::Other(e)) => e.to_string(),
+            _ => panic!("{stored:?} was accepted as a limit"),
         };
-        let message = e.to_string();
-        assert!(message.contains("ns/%sem/workers/limit") && message.contains("\"three\""));
+        let foreign = message(b"three");
+        assert!(foreign.contains("ns/%sem/workers/slots/0") && foreign.contains("\"three\""));
+        assert!(message(b"").contains("previous distlock release"));
     }
 }

@@ -1,11 +1,11 @@
 //! The semaphore's requests, in the order an acquire sends them, one
 //! transaction each:
 //!
-//! 1. [`enqueue`]: if the stored limit is ours, put our key in the queue on our
-//!    lease and read the keys ahead of ours and the slots in use. Otherwise, if
-//!    nobody waits or holds, store our limit and do the same, in the same
-//!    transaction; else read why: the stored limit and whether anyone waits or
-//!    holds.
+//! 1. [`enqueue`]: if every waiting and permit key carries our limit, put our
+//!    key (carrying it too) in the queue on our lease and read the keys ahead
+//!    of ours and the slots in use. Otherwise, if nobody waits or holds, do the
+//!    same, in the same transaction; else read why: the limit another key
+//!    carries.
 //! 2. A waiter watches the key before its own; the first waiter watches the
 //!    slots. After each wake it [`look`]s again.
 //! 3. [`claim`]: the first waiter with a free slot trades its queue key for the
@@ -20,7 +20,7 @@ use crate::client::{
     TxnResponse,
 };
 use crate::error::{BACKEND, Failure, protocol};
-use crate::keys::{LIMIT_KEY, QUEUE_DIR, SLOTS_DIR, prefix_end};
+use crate::keys::{LIMIT_KEY, QUEUE_DIR, SLOTS_DIR, prefix_end, printable};
 use crate::protocol::{get_newest, header, range};
 use crate::rpc::Rpc;
 use distlock_core::LockError;
@@ -28,8 +28,9 @@ use distlock_core::LockError;
 /// The keys of one semaphore.
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {
-    /// `<range>limit`: the limit in use, as decimal text, kept without a lease.
-    pub limit: Vec<u8>,
+    /// `<range>limit`: where the previous release kept the limit, without a
+    /// lease; deleted whenever the semaphore is found unused.
+    pub legacy_limit: Vec<u8>,
     /// `<range>queue/`: the waiting keys.
     pub queue: Vec<u8>,
     /// `<range>slots/`: the permits.
@@ -40,7 +41,7 @@ impl Layout {
     /// The keys under a semaphore's range (`keys::semaphore_prefix`).
     pub fn new(range: &[u8]) -> Self {
         Layout {
-            limit: [range, LIMIT_KEY].concat(),
+            legacy_limit: [range, LIMIT_KEY].concat(),
             queue: [range, QUEUE_DIR].concat(),
             slots: [range, SLOTS_DIR].concat(),
         }
@@ -57,11 +58,23 @@ impl Layout {
         std::str::from_utf8(number).ok()?.parse().ok()
     }
 
-    /// True when nobody waits or holds: both parts of the range are empty.
-    fn unused(&self) -> [Compare; 2] {
-        [&self.queue, &self.slots].map(|dir| {
-            Compare::create_revision(dir.clone(), CompareOp::Equal, 0).with_range(prefix_end(dir))
-        })
+    /// The waiting and permit keys: `queue/` and `slots/` are next to each
+    /// other in the range (`limit` sorts before both), so one range holds both.
+    fn in_use(&self) -> (Vec<u8>, Vec<u8>) {
+        (self.queue.clone(), prefix_end(&self.slots))
+    }
+
+    /// True when every waiting and permit key carries `limit`; false when there
+    /// is none (etcd fails a value comparison on an empty range).
+    fn all_carry(&self, limit: u32) -> Compare {
+        let (start, end) = self.in_use();
+        Compare::value(start, CompareOp::Equal, limit.to_string()).with_range(end)
+    }
+
+    /// True when nobody waits or holds.
+    fn unused(&self) -> Compare {
+        let (start, end) = self.in_use();
+        Compare::create_revision(start, CompareOp::Equal, 0).with_range(end)
     }
 }
 
@@ -86,12 +99,10 @@ pub(crate) enum Refused {
     /// Our key was there already (an earlier reply was lost): it is adopted,
     /// created at this revision.
     Adopted(i64),
-    /// Another limit (or none) is stored: `stored` is its text, `in_use`
-    /// whether anyone waits or holds.
-    Limit {
-        stored: Option<Vec<u8>>,
-        in_use: bool,
-    },
+    /// A waiting or permit key carries another limit: that key and its
+    /// value. `None` when nobody waited or held any more at the second
+    /// comparison.
+    Limit(Option<(Vec<u8>, Vec<u8>)>),
 }
 
 fn keys_only(dir: &[u8]) -> GetOptions {
@@ -100,15 +111,12 @@ fn keys_only(dir: &[u8]) -> GetOptions {
         .with_keys_only()
 }
 
-fn any_key(dir: &[u8]) -> GetOptions {
-    keys_only(dir).with_limit(1)
-}
-
 /// Step 1. The reply is read with [`enqueued`]. Its failure branch reads our
 /// key first, as the lock's enqueue does, then runs step 1 again as one
-/// transaction that also stores our limit, if nobody waits or holds (the
-/// first acquire of a name, or one after every client left): so a new limit
-/// costs no extra round trip.
+/// transaction if nobody waits or holds (the first acquire of a name, or one
+/// after every client left, maybe with a new limit), which also deletes a
+/// limit key the previous release left: so a new limit costs no extra round
+/// trip, and the limit lives only in keys on leases.
 pub(crate) async fn enqueue(
     rpc: Rpc,
     kv: KvClient,
@@ -120,7 +128,11 @@ pub(crate) async fn enqueue(
     let absent = Compare::create_revision(key.clone(), CompareOp::Equal, 0);
     let put_and_look = |key: &[u8]| {
         [
-            TxnOp::put(key, "", Some(PutOptions::new().with_lease(lease))),
+            TxnOp::put(
+                key,
+                limit.to_string(),
+                Some(PutOptions::new().with_lease(lease)),
+            ),
             // Ours is the newest key, then the older ones, newest first (as
             // many as could be served before us: more wait anyway).
             TxnOp::get(
@@ -131,25 +143,21 @@ pub(crate) async fn enqueue(
         ]
     };
     let [put, newest, slots] = put_and_look(&key);
-    let [unused_queue, unused_slots] = layout.unused();
+    let (start, end) = layout.in_use();
     let adopt = Txn::new()
-        .when([unused_queue, unused_slots, absent.clone()])
+        .when([layout.unused(), absent.clone()])
         .and_then([
-            TxnOp::put(layout.limit.clone(), limit.to_string(), None),
+            TxnOp::delete(layout.legacy_limit.clone()),
             put,
             newest,
             slots,
         ])
-        .or_else([
-            TxnOp::get(layout.limit.clone(), None),
-            TxnOp::get(layout.queue.clone(), Some(any_key(&layout.queue))),
-            TxnOp::get(layout.slots.clone(), Some(any_key(&layout.slots))),
-        ]);
+        .or_else([TxnOp::get(
+            start,
+            Some(GetOptions::new().with_range(end).with_limit(1)),
+        )]);
     let txn = Txn::new()
-        .when([
-            Compare::value(layout.limit.clone(), CompareOp::Equal, limit.to_string()),
-            absent,
-        ])
+        .when([layout.all_carry(limit), absent])
         .and_then(put_and_look(&key))
         .or_else([TxnOp::get(key, None), TxnOp::Txn(adopt)]);
     rpc.txn(&kv, "semaphore enqueue", txn).await
@@ -184,12 +192,12 @@ pub(crate) fn enqueued(
     };
     let ops = adopt.op_responses();
     if adopt.succeeded() {
-        // After the limit's put and our key's: the look.
+        // After the old limit key's delete and our key's put: the look.
         return Ok(Ok((header, look(&ops, 2)?)));
     }
-    let stored = range(ops.first())?.first().map(|kv| kv.value().to_vec());
-    let in_use = !range(ops.get(1))?.is_empty() || !range(ops.get(2))?.is_empty();
-    Ok(Err(Refused::Limit { stored, in_use }))
+    let stored = range(ops.first())?.first();
+    let stored = stored.map(|kv| (kv.key().to_vec(), kv.value().to_vec()));
+    Ok(Err(Refused::Limit(stored)))
 }
 
 /// Step 2, after a wake-up: the waiting key just before ours (created at
@@ -224,15 +232,16 @@ pub(crate) async fn look(
 }
 
 /// Step 3: deletes our queue key (created at `revision`) and creates `permit`
-/// on `lease`, if the permit key is free and our key still ours. On success
-/// the permit key's create revision is the reply's header revision.
+/// on `lease`, carrying `limit`, if the permit key is free and our key still
+/// ours. On success the permit key's create revision is the reply's header
+/// revision.
 pub(crate) async fn claim(
     rpc: Rpc,
     kv: KvClient,
-    key: Vec<u8>,
-    revision: i64,
+    (key, revision): (Vec<u8>, i64),
     permit: Vec<u8>,
     lease: i64,
+    limit: u32,
 ) -> Result<TxnResponse, Failure> {
     let txn = Txn::new()
         .when([
@@ -241,7 +250,11 @@ pub(crate) async fn claim(
         ])
         .and_then([
             TxnOp::delete(key),
-            TxnOp::put(permit, "", Some(PutOptions::new().with_lease(lease))),
+            TxnOp::put(
+                permit,
+                limit.to_string(),
+                Some(PutOptions::new().with_lease(lease)),
+            ),
         ]);
     rpc.txn(&kv, "semaphore claim", txn).await
 }
@@ -270,22 +283,30 @@ fn slots(layout: &Layout, keys: &[KeyValue]) -> Vec<u32> {
         .collect()
 }
 
-/// The limit a stored text names, or an error saying the key was not written
-/// by a semaphore client.
-pub(crate) fn parse_limit(layout: &Layout, stored: &[u8]) -> Result<u32, Failure> {
-    std::str::from_utf8(stored)
+/// The limit the waiting or permit `key` carries, or an error saying why it
+/// carries none: a client of the previous release (which kept the limit in a
+/// key of its own) waits or holds, or the key was not written by distlock.
+pub(crate) fn parse_limit(key: &[u8], stored: &[u8]) -> Result<u32, Failure> {
+    let parsed = std::str::from_utf8(stored)
         .ok()
-        .and_then(|text| text.parse().ok())
-        .ok_or_else(|| {
-            LockError::backend(
-                BACKEND,
-                format!(
-                    "the semaphore's limit key {} holds {:?}, not a number of permits; \
-                 it was not written by distlock: delete it once nobody holds or waits",
-                    String::from_utf8_lossy(&layout.limit),
-                    String::from_utf8_lossy(stored)
-                ),
+        .and_then(|text| text.parse().ok());
+    parsed.ok_or_else(|| {
+        let why = if stored.is_empty() {
+            "carries no limit: a client of the previous distlock release (which kept the limit \
+             in a `limit` key) waits or holds; clients of the two releases take turns on a \
+             semaphore name rather than share it, so finish the rolling upgrade"
+                .to_owned()
+        } else {
+            format!(
+                "carries {:?}, not a number of permits: it was not written by distlock; delete \
+                 it",
+                String::from_utf8_lossy(stored)
             )
-            .into()
-        })
+        };
+        LockError::backend(
+            BACKEND,
+            format!("the semaphore key {} {why}", printable(key)),
+        )
+        .into()
+    })
 }

@@ -3,8 +3,7 @@
 
 use super::RedisConfig;
 use crate::keys::{DEFAULT_NAMESPACE, validate_namespace};
-use crate::state::{DEFAULT_STATE_TTL, MIN_STATE_TTL};
-use distlock_core::toolkit::{LockUrl, Timeouts};
+use distlock_core::toolkit::{DEFAULT_STATE_TTL, LockUrl, Timeouts, check_state_ttl};
 use distlock_core::{AcquireOptions, Capabilities, LockError};
 use std::time::Duration;
 
@@ -52,17 +51,7 @@ impl Common {
     ) -> Result<(), LockError> {
         validate_namespace(backend, &self.namespace)?;
         self.timeouts.validate(backend)?;
-        if self.state_ttl < MIN_STATE_TTL {
-            return Err(LockError::config(
-                backend,
-                format!(
-                    "state_ttl {:?} is below the minimum {MIN_STATE_TTL:?}: it is how long a \
-                     name's fence counters and bookkeeping outlive its last lease; set \
-                     state_ttl=2s or more (the default is 24h)",
-                    self.state_ttl
-                ),
-            ));
-        }
+        check_state_ttl(backend, self.state_ttl)?;
         if let Some(guard) = self.restart_guard {
             check_timeout(backend, "restart_guard", guard)?;
             if guard < self.defaults.get_ttl() {

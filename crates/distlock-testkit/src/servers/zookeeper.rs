@@ -57,6 +57,10 @@ pub struct ZooKeeperOptions {
     /// ([`ZooKeeperServer::tls_port`]); the plain port stays for the launcher's
     /// readiness check and four-letter words.
     pub tls: Option<ServerTls>,
+    /// How often the server's container reaper deletes empty container nodes
+    /// (`znode.container.checkIntervalMs`; ZooKeeper's default, 60 s, unless
+    /// a test wants empty lock directories gone sooner).
+    pub container_check_interval: Duration,
 }
 
 impl Default for ZooKeeperOptions {
@@ -67,6 +71,7 @@ impl Default for ZooKeeperOptions {
             max_session_timeout: Duration::from_secs(60),
             super_password: None,
             tls: None,
+            container_check_interval: Duration::from_secs(60),
         }
     }
 }
@@ -82,6 +87,7 @@ impl std::fmt::Debug for ZooKeeperOptions {
                 &self.super_password.as_ref().map(|_| "<redacted>"),
             )
             .field("tls", &self.tls)
+            .field("container_check_interval", &self.container_check_interval)
             .finish()
     }
 }
@@ -113,6 +119,8 @@ impl ZooKeeperServer {
             .tempdir()
             .map_err(ServerError::io("create a temp dir for zookeeper"))?;
         let mut jvm_args: Vec<OsString> = JVM_FLAGS.iter().map(OsString::from).collect();
+        let reaper = options.container_check_interval.as_millis();
+        jvm_args.push(format!("-Dznode.container.checkIntervalMs={reaper}").into());
         if let Some(password) = &options.super_password {
             let digest = super_digest(&placement, &java, &classpath, password, dir.path()).await?;
             jvm_args.push(

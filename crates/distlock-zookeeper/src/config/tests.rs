@@ -116,3 +116,12 @@ fn struct_config_is_validated_too() {
     assert!(config.validate().is_err());
     assert!(ZkConfig::default().validate().is_ok());
 }
+
+#[test]
+fn state_ttl_is_checked_as_on_every_scheme() {
+    assert_eq!(ZkConfig::default().state_ttl, Duration::from_secs(86_400));
+    let config = ZkConfig::from_url("zk://h1?state_ttl=2s").unwrap();
+    assert_eq!(config.state_ttl, Duration::from_secs(2));
+    let r = reason(ZkConfig::from_url("zk://h1?state_ttl=1999ms"));
+    assert!(r.contains("state_ttl=2s or more"), "{r}");
+}

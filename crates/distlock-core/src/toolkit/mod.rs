@@ -12,6 +12,8 @@
 //!   deletion; used by the CLI and by the conformance suite's fault hooks.
 //! - [`Timeouts`]: `connect_timeout` and `timeout`, the two waits of every
 //!   adapter.
+//! - [`check_state_ttl`], [`DEFAULT_STATE_TTL`], [`MIN_STATE_TTL`]: the
+//!   `state_ttl` every scheme takes, with one default and one minimum.
 //! - [`sql_identifier_problem`]: table and column names checked before any SQL
 //!   adapter splices them into a statement.
 //! - [`random_owner`]: an owner value no other acquisition shares.
@@ -21,6 +23,7 @@ mod backoff;
 mod cancel;
 mod duration;
 mod sql;
+mod state_ttl;
 mod timeouts;
 mod url;
 
@@ -29,6 +32,7 @@ pub use backoff::Backoff;
 pub use cancel::{CancelGuard, UndoFuture};
 pub use duration::parse_duration;
 pub use sql::{SQL_IDENTIFIER_MAX, sql_identifier_problem};
+pub use state_ttl::{DEFAULT_STATE_TTL, MIN_STATE_TTL, check_state_ttl};
 pub use timeouts::Timeouts;
 pub use url::{Host, LockUrl, redact};
 

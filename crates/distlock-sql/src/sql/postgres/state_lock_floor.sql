@@ -1,0 +1,1 @@
+SELECT floor FROM "{table}_hw" WHERE namespace = $1 FOR UPDATE

@@ -113,7 +113,7 @@ impl Table {
         }
         drop(conn);
         if strategy == Strategy::VersionCas {
-            state::prepare(&pool, name.as_str(), vec![], create)
+            state::prepare(&pool, name.as_str(), name.as_str(), vec![], create)
                 .await
                 .map_err(err)?;
         }

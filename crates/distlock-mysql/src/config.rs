@@ -116,8 +116,10 @@ impl MySqlConfig {
         let table = Arc::new(table);
         let create = base.settings.create_table;
         let name = table.name.as_str();
-        let semaphores = Shares::open(table.clone(), name, Primitive::Semaphore, create).await?;
-        let rwlocks = Shares::open(table.clone(), name, Primitive::RwLock, create).await?;
+        let state_ttl = base.settings.state_ttl;
+        let open = |primitive| Shares::open(table.clone(), name, primitive, create, state_ttl);
+        let semaphores = open(Primitive::Semaphore).await?;
+        let rwlocks = open(Primitive::RwLock).await?;
         lock::client(table, base.settings.defaults, semaphores, rwlocks)
     }
 

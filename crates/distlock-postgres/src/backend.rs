@@ -106,7 +106,7 @@ impl Table {
         drop(conn);
         if strategy == Strategy::VersionCas {
             let namespace = vec![Value::Text(namespace.clone())];
-            state::prepare(&pool, name.as_str(), namespace, create)
+            state::prepare(&pool, name.as_str(), name.as_str(), namespace, create)
                 .await
                 .map_err(err)?;
         }

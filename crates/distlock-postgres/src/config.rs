@@ -182,7 +182,8 @@ impl PostgresConfig {
         pooler::check(self.pooler, self.base.strategy)?;
         let (table, holders, base) = self.open(true).await?;
         let create = base.settings.create_table;
-        lock::client(table, holders, base.settings.defaults, create).await
+        let state_ttl = base.settings.state_ttl;
+        lock::client(table, holders, base.settings.defaults, create, state_ttl).await
     }
 
     /// Connects a [`TxLock`], which takes locks inside transactions of the

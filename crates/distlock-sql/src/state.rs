@@ -22,7 +22,8 @@ use crate::db::BoxFuture;
 use crate::db_error::DbError;
 use crate::pool::{Conn, Pool, PoolDialect, Statement};
 use crate::shares::ShareDb;
-use crate::table::{Db, LockTable, TableDb, Value, micros, render, statement};
+use crate::table::{Db, LockTable, Names, Primitive, TableDb, Value, micros, render, statement};
+use distlock_core::LockError;
 use sqlx::{MySql, Postgres, Row, SqlStr};
 use std::time::Duration;
 
@@ -30,8 +31,9 @@ use std::time::Duration;
 /// than one, so collection outpaces creation, and few, so it stays short.
 pub const SWEEP: u64 = 16;
 
-/// The statements of bounded state on one database. `{table}` is the lock
-/// table; the high-water table is `{table}_hw`.
+/// The statements of bounded state on one database. `{table}` is the table
+/// whose rows are collected (the lock table, a share table), `{hw}` the
+/// high-water table beside the lock table.
 #[derive(Debug)]
 pub struct StateSql {
     /// Creates the high-water table.
@@ -110,30 +112,27 @@ pub struct Collector {
     idle_max: SqlStr,
     raise: SqlStr,
     sweep: SqlStr,
-    count: SqlStr,
     state_ttl: Duration,
 }
 
 impl Collector {
-    /// The statements of `lock_table` on `DB`, collecting rows idle for
-    /// `state_ttl`.
-    pub fn new<DB: StateDb>(lock_table: &str, state_ttl: Duration) -> Self {
-        let sql = |template| render(template, &[("table", lock_table)]);
+    /// The statements that collect rows of `table` idle for `state_ttl`,
+    /// under the floor of the lock table `lock_table`.
+    pub fn new<DB: StateDb>(table: &str, lock_table: &str, state_ttl: Duration) -> Self {
+        let hw = high_water(lock_table);
+        let sql = |template| render(template, &[("table", table), ("hw", &hw)]);
         let all = &DB::STATE;
         Collector {
             lock_floor: sql(all.lock_floor),
             idle_max: sql(all.idle_max),
             raise: sql(all.raise),
             sweep: sql(all.sweep),
-            count: sql(all.count),
             state_ttl,
         }
     }
 
-    /// Creates a name's row in one transaction on `conn`: locks the
-    /// namespace's floor, collects up to [`SWEEP`] idle rows (raising the
-    /// floor above their fences first), then runs `insert(floor)`, which
-    /// seeds the row above the floor.
+    /// Creates a name's row in one transaction on `conn`, as
+    /// [`Collector::create_within`] does.
     pub async fn create_row<A: StateTable>(
         &self,
         table: &A,
@@ -141,6 +140,25 @@ impl Collector {
         insert: impl FnOnce(u64) -> Statement<Db<A>>,
     ) -> Result<(), DbError> {
         let limit = table.pool().timeout();
+        conn.may_hold();
+        // PostgreSQL's waits for a row lock are bounded as the shares' are.
+        Db::<A>::text(conn, <Db<A> as ShareDb>::SHARES.begin, limit).await?;
+        self.create_within(table, conn, insert).await?;
+        Db::<A>::text(conn, "COMMIT", limit).await?;
+        conn.holds_nothing();
+        Ok(())
+    }
+
+    /// Creates a name's row inside the transaction open on `conn`: locks the
+    /// namespace's floor, collects up to [`SWEEP`] idle rows (raising the
+    /// floor above their fences first), then runs `insert(floor)`, which
+    /// seeds the row above the floor.
+    pub async fn create_within<A: StateTable>(
+        &self,
+        table: &A,
+        conn: &mut Conn<A::Dialect>,
+        insert: impl FnOnce(u64) -> Statement<Db<A>>,
+    ) -> Result<(), DbError> {
         let namespace = table.namespace();
         let with = |more: &[Value]| {
             let mut values = namespace.clone();
@@ -148,9 +166,6 @@ impl Collector {
             values
         };
         let ttl = Value::Int(micros(self.state_ttl));
-        conn.may_hold();
-        // PostgreSQL's waits for a row lock are bounded as the shares' are.
-        Db::<A>::text(conn, <Db<A> as ShareDb>::SHARES.begin, limit).await?;
         let mut floor = number(conn, statement(&self.lock_floor, with(&[])))
             .await?
             .ok_or_else(|| {
@@ -169,17 +184,7 @@ impl Collector {
             Db::<A>::run(conn, statement(&self.sweep, with(&values))).await?;
         }
         Db::<A>::run(conn, insert(floor)).await?;
-        Db::<A>::text(conn, "COMMIT", limit).await?;
-        conn.holds_nothing();
         Ok(())
-    }
-
-    /// How many rows the names `names` selects (the table's
-    /// [`LockTable::names`] of a prefix) have.
-    pub async fn count<A: StateTable>(&self, table: &A, names: Vec<Value>) -> Result<u64, DbError> {
-        let mut conn = Db::<A>::connection(table.pool()).await?;
-        let found = number(&mut conn, statement(&self.count, names)).await?;
-        Ok(found.unwrap_or(0))
     }
 }
 
@@ -198,6 +203,29 @@ async fn number<D: PoolDialect<Database: StateDb>>(
     Ok(first.map_err(DbError::Sql)?.flatten())
 }
 
+/// How many rows the names under `prefix` have in the lock table
+/// `lock_table` and its share tables: the per-name state collection bounds.
+pub async fn records<A: StateTable>(
+    table: &A,
+    lock_table: &str,
+    prefix: &str,
+) -> Result<usize, LockError> {
+    let mut total = 0;
+    let tables = [lock_table.to_owned()].into_iter().chain(
+        [Primitive::Semaphore, Primitive::RwLock].map(|p| format!("{lock_table}{}", p.suffix())),
+    );
+    for name in tables {
+        let count = render(<Db<A> as StateDb>::STATE.count, &[("table", &name)]);
+        let counted = async {
+            let mut conn = Db::<A>::connection(table.pool()).await?;
+            number(&mut conn, statement(&count, table.names(Names::Under(prefix)))).await
+        };
+        let counted = counted.await.map_err(|e| table.pool().error(e))?;
+        total += usize::try_from(counted.unwrap_or(0)).unwrap_or(usize::MAX);
+    }
+    Ok(total)
+}
+
 /// MySQL's "duplicate key name": another client added the index first.
 const DUPLICATE_INDEX: u16 = 1061;
 
@@ -210,18 +238,25 @@ fn lost_race<DB: StateDb>(error: &DbError) -> bool {
     }
 }
 
-/// Adds what bounded state needs to `lock_table` at connect, idempotently:
-/// the high-water table and the lock table's index on `expires_at` (when
-/// `create`: a table made by hand gets them by hand), and `namespace`'s
-/// high-water row.
+/// The high-water table beside `lock_table`.
+fn high_water(lock_table: &str) -> String {
+    format!("{lock_table}_hw")
+}
+
+/// Adds what bounded state needs to `table` at connect, idempotently: the
+/// high-water table beside the lock table `lock_table` and `table`'s index on
+/// `expires_at` (when `create`: tables made by hand get them by hand), and
+/// `namespace`'s high-water row.
 pub fn prepare<'a, D: PoolDialect<Database: StateDb>>(
     pool: &'a Pool<D>,
+    table: &'a str,
     lock_table: &'a str,
     namespace: Vec<Value>,
     create: bool,
 ) -> BoxFuture<'a, Result<(), DbError>> {
     Box::pin(async move {
-        let sql = |template| render(template, &[("table", lock_table)]);
+        let hw = high_water(lock_table);
+        let sql = |template| render(template, &[("table", table), ("hw", &hw)]);
         let all = &D::Database::STATE;
         let mut conn = D::Database::connection(pool).await?;
         let tolerate = |done: Result<u64, DbError>| match done {

@@ -65,7 +65,7 @@ impl CasStatements {
             cas: Cas {
                 acquire: sql(all.acquire),
                 insert_row: sql(all.insert_row),
-                collector: Collector::new::<DB>(lock_table, state_ttl),
+                collector: Collector::new::<DB>(lock_table, lock_table, state_ttl),
             },
             holder_row: sql(all.holder_row),
             owned_rows: sql(all.owned_rows),
@@ -126,20 +126,6 @@ impl CasStatements {
         let found = found.await.map_err(|e| table.pool().error(e))?;
         let line = |(name, owner)| format!("row `{name}` owned by {owner}");
         Ok(found.into_iter().map(line).collect())
-    }
-
-    /// How many rows the names under `prefix` have.
-    pub async fn state_records<A: CasTable>(
-        &self,
-        table: &A,
-        prefix: &str,
-    ) -> Result<usize, LockError> {
-        let count = self
-            .cas
-            .collector
-            .count(table, table.names(Names::Under(prefix)));
-        let count = count.await.map_err(|e| table.pool().error(e))?;
-        Ok(usize::try_from(count).unwrap_or(usize::MAX))
     }
 
     /// An operator's force-unlock: clears the owner of `key`'s row. The fence

@@ -37,6 +37,7 @@ use crate::adapter::TableName;
 use crate::db::Steps;
 use crate::db_error::DbError;
 use crate::pool::PoolDialect;
+use crate::state::{self, Collector, StateDb};
 use crate::table::{Db, LockTable, TableDb, compare_owner, micros, render, run_settled, statement};
 use async_trait::async_trait;
 use distlock_core::adapter::{Holding, Ownership};
@@ -49,9 +50,9 @@ use std::time::Duration;
 pub const HEAD_SLOT: u32 = u32::MAX;
 
 /// A lock table whose database runs the share tables' steps.
-pub trait ShareAdapter: LockTable<Dialect: PoolDialect<Database: ShareDb>> {}
+pub trait ShareAdapter: LockTable<Dialect: PoolDialect<Database: StateDb>> {}
 
-impl<T: LockTable<Dialect: PoolDialect<Database: ShareDb>>> ShareAdapter for T {}
+impl<T: LockTable<Dialect: PoolDialect<Database: StateDb>>> ShareAdapter for T {}
 
 /// The share table of one primitive: its adapter and statements.
 #[derive(Debug)]
@@ -60,6 +61,8 @@ pub struct Shares<A: ShareAdapter> {
     pub base: Arc<A>,
     primitive: Primitive,
     bump_head: SqlStr,
+    insert_head: SqlStr,
+    collector: Collector,
     rows: SqlStr,
     peek: SqlStr,
     set_permits: SqlStr,
@@ -75,12 +78,14 @@ pub struct Shares<A: ShareAdapter> {
 
 impl<A: ShareAdapter> Shares<A> {
     /// The share table of `primitive` beside the lock table `lock_table`,
-    /// created first when `create`.
+    /// created first when `create`, its heads collected once idle for
+    /// `state_ttl`.
     pub async fn open(
         base: Arc<A>,
         lock_table: &str,
         primitive: Primitive,
         create: bool,
+        state_ttl: Duration,
     ) -> Result<Arc<Self>, LockError> {
         let suffix = primitive.suffix();
         let derived = format!("{lock_table}{suffix}");
@@ -113,9 +118,14 @@ impl<A: ShareAdapter> Shares<A> {
             };
             created.await.map_err(|e| base.pool().error(e))?;
         }
+        let namespace = base.namespace();
+        let prepared = state::prepare(base.pool(), name.as_str(), lock_table, namespace, create);
+        prepared.await.map_err(|e| base.pool().error(e))?;
         Ok(Arc::new(Shares {
             primitive,
             bump_head: sql(all.bump_head),
+            insert_head: sql(all.insert_head),
+            collector: Collector::new::<Db<A>>(name.as_str(), lock_table, state_ttl),
             rows: sql(all.rows),
             peek: sql(all.peek),
             set_permits: sql(all.set_permits),

@@ -1,1 +1,1 @@
-SELECT floor FROM `{table}_hw` WHERE id = 0 FOR UPDATE
+SELECT floor FROM `{hw}` WHERE id = 0 FOR UPDATE

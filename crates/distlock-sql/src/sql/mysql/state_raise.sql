@@ -1,1 +1,1 @@
-UPDATE `{table}_hw` SET floor = GREATEST(floor, ?) WHERE id = 0
+UPDATE `{hw}` SET floor = GREATEST(floor, ?) WHERE id = 0

@@ -1,1 +1,1 @@
-INSERT IGNORE INTO `{table}_hw` (id, floor) VALUES (0, 0)
+INSERT IGNORE INTO `{hw}` (id, floor) VALUES (0, 0)

@@ -1,1 +1,1 @@
-SELECT floor FROM "{table}_hw" WHERE namespace = $1 FOR UPDATE
+SELECT floor FROM "{hw}" WHERE namespace = $1 FOR UPDATE

@@ -1,1 +1,1 @@
-UPDATE "{table}_hw" SET floor = GREATEST(floor, $2) WHERE namespace = $1
+UPDATE "{hw}" SET floor = GREATEST(floor, $2) WHERE namespace = $1

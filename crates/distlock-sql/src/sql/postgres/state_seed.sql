@@ -1,1 +1,1 @@
-INSERT INTO "{table}_hw" (namespace, floor) VALUES ($1, 0) ON CONFLICT DO NOTHING
+INSERT INTO "{hw}" (namespace, floor) VALUES ($1, 0) ON CONFLICT DO NOTHING

@@ -1,22 +1,25 @@
-//! Bounded per-name state of `version_cas`, written once for both databases:
-//! a name's row is deleted once the name has been idle (not held) for
-//! `state_ttl`, and tokens still only rise. Not a stable API.
+//! Bounded per-name state, written once for both databases: a name's lock
+//! row (`version_cas`) and its share heads are deleted once the name has been
+//! idle (not held) for `state_ttl`, and tokens still only rise. Not a stable
+//! API.
 //!
-//! - **Idle**: every lease end stamps the row (`expires_at` is the expiry of
-//!   the last lease, or the instant of its release), so a row is idle when
-//!   `expires_at` is older than `state_ttl` (or NULL: a row the previous
-//!   release left). The index on `expires_at` bounds the search.
+//! - **Idle**: `expires_at` older than `state_ttl`, or NULL (a row the
+//!   previous release left). A lock row's `expires_at` is its last lease's
+//!   expiry or the instant of its release; a head's is the latest expiry any
+//!   grant gave a share of its name. An index on `expires_at` bounds the
+//!   search.
 //! - **Collection** needs no extra process and never scans all names: the
-//!   transaction that creates a name's row first deletes at most [`SWEEP`]
-//!   idle rows of its namespace. New rows are what makes state grow, so every
-//!   one pays for up to [`SWEEP`] old ones.
+//!   transaction that creates a name's row (a lock row, a share head) first
+//!   deletes at most [`SWEEP`] idle rows of its table and namespace. New rows
+//!   are what makes state grow, so every one pays for up to [`SWEEP`] old ones.
 //! - **Tokens never go back**: that transaction locks the namespace's
-//!   high-water row (`{table}_hw`, column `floor`) first, raises it to the
-//!   highest fence among the rows it may delete, deletes only rows whose fence
-//!   is at most the floor, and seeds the new row at the higher of the server
-//!   clock in µs and floor + 1. Every row creation and deletion runs under that
-//!   row lock, so a creation that waited for a deletion reads the raised floor
-//!   (a locking read sees the latest commit on both databases).
+//!   high-water row (`{table}_hw` beside the lock table, column `floor`)
+//!   first, raises it to the highest fence among the rows it may delete,
+//!   deletes only rows whose fence is at most the floor, and seeds the new row
+//!   at the higher of the server clock in µs and floor + 1. Every creation and
+//!   deletion runs under that row lock, and a locking read sees the latest
+//!   commit on both databases, so a creation that waited for a deletion reads
+//!   the raised floor.
 
 use crate::db::BoxFuture;
 use crate::db_error::DbError;
@@ -218,7 +221,11 @@ pub async fn records<A: StateTable>(
         let count = render(<Db<A> as StateDb>::STATE.count, &[("table", &name)]);
         let counted = async {
             let mut conn = Db::<A>::connection(table.pool()).await?;
-            number(&mut conn, statement(&count, table.names(Names::Under(prefix)))).await
+            number(
+                &mut conn,
+                statement(&count, table.names(Names::Under(prefix))),
+            )
+            .await
         };
         let counted = counted.await.map_err(|e| table.pool().error(e))?;
         total += usize::try_from(counted.unwrap_or(0)).unwrap_or(usize::MAX);

@@ -181,7 +181,7 @@ pub struct ShareRow {
     pub permits: Option<u32>,
     /// A share's or place's owner.
     pub owner: Option<Vec<u8>>,
-    /// Unexpired by the server clock.
+    /// A share or place (never the head) unexpired by the server clock.
     pub live: bool,
     /// Time left by the server clock.
     pub remaining: Duration,

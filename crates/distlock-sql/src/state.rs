@@ -10,16 +10,18 @@
 //!   search.
 //! - **Collection** needs no extra process and never scans all names: the
 //!   transaction that creates a name's row (a lock row, a share head) first
-//!   deletes at most [`SWEEP`] idle rows of its table and namespace. New rows
+//!   deletes at most [`SWEEP`] idle rows of its table and namespace, when it
+//!   finds any. New rows
 //!   are what makes state grow, so every one pays for up to [`SWEEP`] old ones.
 //! - **Tokens never go back**: that transaction locks the namespace's
-//!   high-water row (`{table}_hw` beside the lock table, column `floor`)
-//!   first, raises it to the highest fence among the rows it may delete,
-//!   deletes only rows whose fence is at most the floor, and seeds the new row
-//!   at the higher of the server clock in µs and floor + 1. Every creation and
-//!   deletion runs under that row lock, and a locking read sees the latest
-//!   commit on both databases, so a creation that waited for a deletion reads
-//!   the raised floor.
+//!   high-water row (`{table}_hw` beside the lock table, column `floor`),
+//!   raises it to the highest fence among the rows it may delete, deletes
+//!   only rows whose fence is at most the floor, and seeds the new row at the
+//!   higher of the server clock in µs and floor + 1. A creation that deletes
+//!   nothing reads the floor under a shared lock. So every deletion excludes
+//!   every other creation and deletion of the namespace until it commits, and
+//!   a locking read sees the latest commit on both databases: a creation that
+//!   waited for a deletion reads the raised floor.
 
 use crate::db::BoxFuture;
 use crate::db_error::DbError;
@@ -47,8 +49,12 @@ pub struct StateSql {
     pub has_index: &'static str,
     /// Adds that index.
     pub add_index: &'static str,
-    /// Locks the high-water row and reads the floor. Binds: namespace.
+    /// Locks the high-water row and reads the floor, to raise it. Binds:
+    /// namespace.
     pub lock_floor: &'static str,
+    /// Reads the floor under a shared lock (creations without collection
+    /// share it, collections wait for them). Binds: namespace.
+    pub share_floor: &'static str,
     /// The highest fence among at most `limit` idle rows. Binds: namespace,
     /// `state_ttl` µs, limit.
     pub idle_max: &'static str,
@@ -77,6 +83,7 @@ impl StateDb for MySql {
         has_index: include_str!("sql/mysql/state_has_index.sql"),
         add_index: include_str!("sql/mysql/state_add_index.sql"),
         lock_floor: include_str!("sql/mysql/state_lock_floor.sql"),
+        share_floor: include_str!("sql/mysql/state_share_floor.sql"),
         idle_max: include_str!("sql/mysql/state_idle_max.sql"),
         raise: include_str!("sql/mysql/state_raise.sql"),
         sweep: include_str!("sql/mysql/state_sweep.sql"),
@@ -95,6 +102,7 @@ impl StateDb for Postgres {
         has_index: include_str!("sql/postgres/state_has_index.sql"),
         add_index: include_str!("sql/postgres/state_add_index.sql"),
         lock_floor: include_str!("sql/postgres/state_lock_floor.sql"),
+        share_floor: include_str!("sql/postgres/state_share_floor.sql"),
         idle_max: include_str!("sql/postgres/state_idle_max.sql"),
         raise: include_str!("sql/postgres/state_raise.sql"),
         sweep: include_str!("sql/postgres/state_sweep.sql"),
@@ -112,6 +120,7 @@ impl StateDb for Postgres {
 #[derive(Debug, Clone)]
 pub struct Collector {
     lock_floor: SqlStr,
+    share_floor: SqlStr,
     idle_max: SqlStr,
     raise: SqlStr,
     sweep: SqlStr,
@@ -127,6 +136,7 @@ impl Collector {
         let all = &DB::STATE;
         Collector {
             lock_floor: sql(all.lock_floor),
+            share_floor: sql(all.share_floor),
             idle_max: sql(all.idle_max),
             raise: sql(all.raise),
             sweep: sql(all.sweep),
@@ -152,10 +162,11 @@ impl Collector {
         Ok(())
     }
 
-    /// Creates a name's row inside the transaction open on `conn`: locks the
-    /// namespace's floor, collects up to [`SWEEP`] idle rows (raising the
-    /// floor above their fences first), then runs `insert(floor)`, which
-    /// seeds the row above the floor.
+    /// Creates a name's row inside the transaction open on `conn`: looks for
+    /// idle rows; if there are any, locks the namespace's floor and collects
+    /// up to [`SWEEP`] of them (raising the floor above their fences first),
+    /// otherwise reads the floor under a shared lock; then runs
+    /// `insert(floor)`, which seeds the row above the floor.
     pub async fn create_within<A: StateTable>(
         &self,
         table: &A,
@@ -169,23 +180,32 @@ impl Collector {
             values
         };
         let ttl = Value::Int(micros(self.state_ttl));
-        let mut floor = number(conn, statement(&self.lock_floor, with(&[])))
-            .await?
-            .ok_or_else(|| {
-                DbError::Protocol(
-                    "the namespace's high-water row is missing; connect again to create it".into(),
-                )
-            })?;
+        let missing = || {
+            DbError::Protocol(
+                "the namespace's high-water row is missing; connect again to create it".into(),
+            )
+        };
+        // Looked for without locks: most creations find nothing idle and
+        // only share the floor's lock with each other.
         let idle = statement(&self.idle_max, with(&[ttl.clone(), Value::Int(SWEEP)]));
-        if let Some(highest) = number(conn, idle).await? {
-            if highest > floor {
-                let raise = statement(&self.raise, with(&[Value::Int(highest)]));
-                Db::<A>::run(conn, raise).await?;
-                floor = highest;
+        let floor = match number(conn, idle).await? {
+            None => {
+                let read = statement(&self.share_floor, with(&[]));
+                number(conn, read).await?.ok_or_else(missing)?
             }
-            let values = [ttl, Value::Int(floor), Value::Int(SWEEP)];
-            Db::<A>::run(conn, statement(&self.sweep, with(&values))).await?;
-        }
+            Some(highest) => {
+                let read = statement(&self.lock_floor, with(&[]));
+                let mut floor = number(conn, read).await?.ok_or_else(missing)?;
+                if highest > floor {
+                    let raise = statement(&self.raise, with(&[Value::Int(highest)]));
+                    Db::<A>::run(conn, raise).await?;
+                    floor = highest;
+                }
+                let values = [ttl, Value::Int(floor), Value::Int(SWEEP)];
+                Db::<A>::run(conn, statement(&self.sweep, with(&values))).await?;
+                floor
+            }
+        };
         Db::<A>::run(conn, insert(floor)).await?;
         Ok(())
     }

@@ -6,7 +6,9 @@
 //!
 //! Layout (one table per primitive, `{table}_sem` and `{table}_rw`, same
 //! shape): the head row (`slot` = [`HEAD_SLOT`]) of a name holds the fencing
-//! counter in `fence` and, for a semaphore, the limit in `permits`; every
+//! counter in `fence`, for a semaphore the limit in `permits`, and in
+//! `expires_at` the latest expiry any grant gave a share of the name (from
+//! which `state` judges the name idle); every
 //! other row is one share (a permit, a read or write share, a waiter's place)
 //! with its `owner`, its token (a waiter's: its arrival ticket) in `fence` and
 //! its expiry on the server clock. A name is the adapter's key: MySQL's
@@ -14,7 +16,8 @@
 //!
 //! Invariants:
 //! - Every taking transaction first raises the head row's counter, which locks
-//!   the head: takers of one name are serialized, and each sees every share the
+//!   the head (a name without one gets it first, created above the
+//!   namespace's floor by `state`'s collecting transaction): takers of one name are serialized, and each sees every share the
 //!   ones before it committed. The token is the raised counter, so tokens rise
 //!   per name across all shares of every kind.
 //! - A share row is written only by a taker holding the head lock, renewed only

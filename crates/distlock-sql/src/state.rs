@@ -26,7 +26,6 @@
 use crate::db::BoxFuture;
 use crate::db_error::DbError;
 use crate::pool::{Conn, Pool, PoolDialect, Statement};
-use crate::shares::ShareDb;
 use crate::table::{Db, LockTable, Names, Primitive, TableDb, Value, micros, render, statement};
 use distlock_core::LockError;
 use sqlx::{MySql, Postgres, Row, SqlStr};
@@ -68,7 +67,7 @@ pub struct StateSql {
 }
 
 /// A database whose lock rows are collected.
-pub trait StateDb: ShareDb {
+pub trait StateDb: TableDb {
     /// Its statements.
     const STATE: StateSql;
 
@@ -154,8 +153,7 @@ impl Collector {
     ) -> Result<(), DbError> {
         let limit = table.pool().timeout();
         conn.may_hold();
-        // PostgreSQL's waits for a row lock are bounded as the shares' are.
-        Db::<A>::text(conn, <Db<A> as ShareDb>::SHARES.begin, limit).await?;
+        Db::<A>::text(conn, Db::<A>::BEGIN, limit).await?;
         self.create_within(table, conn, insert).await?;
         Db::<A>::text(conn, "COMMIT", limit).await?;
         conn.holds_nothing();

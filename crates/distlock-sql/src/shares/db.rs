@@ -10,16 +10,13 @@ use crate::pool::{Conn, PoolDialect, Statement};
 use crate::table::{TableDb, remaining};
 use sqlx::mysql::MySqlRow;
 use sqlx::postgres::PgRow;
-use sqlx::{MySql, Postgres, Row, SqlSafeStr};
-use std::time::Duration;
+use sqlx::{MySql, Postgres, Row};
 
 /// The statements of the share tables on one database. `{table}` is the
 /// share table, `{comment}` its mark, `{channel}` the lock table (PostgreSQL's
 /// NOTIFY channel) and `{kind}` the primitive (`semaphore`, `rwlock`).
 #[derive(Debug)]
 pub struct ShareSql {
-    /// Opens an attempt's transaction (and bounds its lock waits).
-    pub begin: &'static str,
     /// Creates the share table if it does not exist.
     pub create: &'static str,
     /// Raises the head's counter and stamps it with the share's expiry,
@@ -61,13 +58,6 @@ pub trait ShareDb: TableDb {
     /// The longest table name it takes.
     const IDENT_MAX: usize;
 
-    /// Runs `sql` as text (a transaction's start or end), waiting at most `limit`.
-    fn text<'c, D: PoolDialect<Database = Self>>(
-        conn: &'c mut Conn<D>,
-        sql: &'static str,
-        limit: Duration,
-    ) -> BoxFuture<'c, Result<(), DbError>>;
-
     /// Runs the head's bump, returning the raised counter (0: no head).
     fn bump<D: PoolDialect<Database = Self>>(
         conn: &mut Conn<D>,
@@ -90,14 +80,6 @@ pub trait ShareDb: TableDb {
 /// The steps both databases run alike (only the row types differ).
 macro_rules! common_steps {
     ($db:ty, $rows:ident) => {
-        fn text<'c, D: PoolDialect<Database = $db>>(
-            conn: &'c mut Conn<D>,
-            sql: &'static str,
-            limit: Duration,
-        ) -> BoxFuture<'c, Result<(), DbError>> {
-            Box::pin(async move { conn.execute_text(sql.into_sql_str(), limit).await.map(drop) })
-        }
-
         fn share_rows<D: PoolDialect<Database = $db>>(
             conn: &mut Conn<D>,
             query: Statement<$db>,
@@ -145,7 +127,6 @@ mod mysql {
     use super::*;
 
     pub const SHARES: ShareSql = ShareSql {
-        begin: "BEGIN",
         create: include_str!("../sql/mysql/shares_create_table.sql"),
         bump_head: include_str!("../sql/mysql/shares_bump_head.sql"),
         insert_head: include_str!("../sql/mysql/shares_insert_head.sql"),
@@ -212,9 +193,6 @@ mod postgres {
     use super::*;
 
     pub const SHARES: ShareSql = ShareSql {
-        // Lock waits end like InnoDB's on the MySQL pool: refused after 1 s,
-        // and the attempt is tried again.
-        begin: "BEGIN; SET LOCAL lock_timeout = '1s'",
         create: include_str!("../sql/postgres/shares_create_table.sql"),
         bump_head: include_str!("../sql/postgres/shares_bump_head.sql"),
         insert_head: include_str!("../sql/postgres/shares_insert_head.sql"),

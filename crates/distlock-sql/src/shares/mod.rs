@@ -53,9 +53,9 @@ use std::time::Duration;
 pub const HEAD_SLOT: u32 = u32::MAX;
 
 /// A lock table whose database runs the share tables' steps.
-pub trait ShareAdapter: LockTable<Dialect: PoolDialect<Database: StateDb>> {}
+pub trait ShareAdapter: LockTable<Dialect: PoolDialect<Database: ShareDb + StateDb>> {}
 
-impl<T: LockTable<Dialect: PoolDialect<Database: StateDb>>> ShareAdapter for T {}
+impl<T: LockTable<Dialect: PoolDialect<Database: ShareDb + StateDb>>> ShareAdapter for T {}
 
 /// The share table of one primitive: its adapter and statements.
 #[derive(Debug)]

@@ -218,7 +218,7 @@ impl<A: ShareAdapter> Shares<A> {
         }
         let limit = self.base.pool().timeout();
         conn.may_hold();
-        Db::<A>::text(conn, <Db<A> as ShareDb>::SHARES.begin, limit).await?;
+        Db::<A>::text(conn, Db::<A>::BEGIN, limit).await?;
         let permits = Value::MaybeInt(taker.permits().map(u64::from));
         let mut bump_values = vec![Value::Int(micros(req.ttl))];
         bump_values.extend_from_slice(bid.key);

@@ -17,6 +17,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{Mutex, OnceCell};
 
 /// What the harness needs to know of one SQL adapter and its server.
@@ -284,6 +285,14 @@ impl<B: SqlBackend> Harness for SqlHarness<B> {
 
     async fn client(&self) -> Result<DynLock, BoxError> {
         self.server.connect(None, self.strategy).await
+    }
+
+    async fn client_with_state_ttl(&self, state_ttl: Duration) -> Result<DynLock, BoxError> {
+        let url = self.server.url();
+        let joint = if url.contains('?') { '&' } else { '?' };
+        let url = format!("{url}{joint}state_ttl={}ms", state_ttl.as_millis());
+        let table = table::<B>(self.strategy);
+        B::connect(&url, None, table, self.strategy).await
     }
 
     async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {

@@ -26,6 +26,7 @@ use distlock_core::{Capabilities, LockError, LockKey};
 use distlock_sql::cas::{CasStatements, HELD_FLAG};
 use distlock_sql::pool::BoxFuture;
 pub(crate) use distlock_sql::settle::{Settle, retry_until};
+use distlock_sql::state;
 use distlock_sql::table::{LockTable, Names, Primitive, Value, run_settled};
 use sqlx::{MySql, Row};
 use std::sync::Arc;
@@ -64,6 +65,7 @@ impl Table {
         holders: Pool,
         endpoint: String,
         create: bool,
+        state_ttl: Duration,
     ) -> Result<Table, LockError> {
         let err = |e: DbError| e.into_lock_error(&crate::error::TEXTS, &endpoint);
         let mut conn = pool.get().await.map_err(err)?;
@@ -110,10 +112,15 @@ impl Table {
             }
         }
         drop(conn);
+        if strategy == Strategy::VersionCas {
+            state::prepare(&pool, name.as_str(), name.as_str(), vec![], create)
+                .await
+                .map_err(err)?;
+        }
         Ok(Table {
             strategy,
             sql: Statements::new(&name),
-            cas: CasStatements::new::<MySql>(name.as_str()),
+            cas: CasStatements::new::<MySql>(name.as_str(), state_ttl),
             name,
             pool,
             holders,
@@ -179,6 +186,11 @@ impl LockTable for Table {
 
     fn capabilities(&self) -> Capabilities {
         self.strategy.capabilities()
+    }
+
+    /// The table is the namespace.
+    fn namespace(&self) -> Vec<Value> {
+        Vec::new()
     }
 
     fn key(&self, key: &LockKey) -> Vec<Value> {

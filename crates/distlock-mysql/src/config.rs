@@ -69,7 +69,8 @@ impl MySqlConfig {
     ///
     /// Parameters: `strategy` (`version_cas`, `unique_insert`, `for_update`),
     /// `table`, `pool_size`, `held_connections`, `connect_timeout` and `timeout`
-    /// (durations such as `250ms` or `5s`), `create_table` (`true`/`false`), the
+    /// (durations such as `250ms` or `5s`), `create_table` (`true`/`false`),
+    /// `state_ttl` (`24h`, at least `2s`; see [`MySqlConfig::state_ttl`]), the
     /// acquire defaults `ttl`, `wait`, `renewal`, `max_hold` (see
     /// [`MySqlConfig::defaults`]), and the TLS and socket settings `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key`,
     /// `socket` (as in the mysql client, `ssl-ca` without `ssl-mode` means
@@ -115,8 +116,10 @@ impl MySqlConfig {
         let table = Arc::new(table);
         let create = base.settings.create_table;
         let name = table.name.as_str();
-        let semaphores = Shares::open(table.clone(), name, Primitive::Semaphore, create).await?;
-        let rwlocks = Shares::open(table.clone(), name, Primitive::RwLock, create).await?;
+        let state_ttl = base.settings.state_ttl;
+        let open = |primitive| Shares::open(table.clone(), name, primitive, create, state_ttl);
+        let semaphores = open(Primitive::Semaphore).await?;
+        let rwlocks = open(Primitive::RwLock).await?;
         lock::client(table, base.settings.defaults, semaphores, rwlocks)
     }
 
@@ -138,7 +141,16 @@ impl MySqlConfig {
         let holder_setup = &[HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT];
         let (pool, holders) = base.pools::<Thread>(&[ROW_LOCK_WAIT], holder_setup, true);
         let create = base.settings.create_table;
-        let table = Table::open(base.strategy, table, pool, holders, base.endpoint(), create);
+        let (endpoint, state_ttl) = (base.endpoint(), base.settings.state_ttl);
+        let table = Table::open(
+            base.strategy,
+            table,
+            pool,
+            holders,
+            endpoint,
+            create,
+            state_ttl,
+        );
         Ok((table.await?, base))
     }
 }

@@ -85,6 +85,16 @@ impl Inspect for Table {
         self.cas.residue(self, prefix, expired_too).await
     }
 
+    /// `version_cas`'s rows: the lock table's and its share tables'.
+    async fn state_records(&self, prefix: &str) -> Result<Option<usize>, LockError> {
+        if self.strategy != Strategy::VersionCas {
+            return Ok(None);
+        }
+        distlock_sql::state::records(self, self.name.as_str(), prefix)
+            .await
+            .map(Some)
+    }
+
     async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {
         let row = row_name(key);
         match self.strategy {

@@ -1,5 +1,5 @@
 //! MySQL and MariaDB adapter for distlock: locks in one InnoDB table, expiry on
-//! the database clock, and a fencing token from a counter that never resets.
+//! the database clock, and a fencing token from a counter that never goes back.
 //!
 //! ```no_run
 //! use distlock_core::{AcquireOptions, LockKey};

@@ -16,7 +16,9 @@
 
 use crate::error::BACKEND;
 use crate::keys::{TableName, hex_literal};
-use distlock_core::{Capabilities, FencingGuarantee, LockError, Primitives, TokenDurability, Wake};
+use distlock_core::{
+    Capabilities, FencingGuarantee, LockError, Primitives, Support, TokenDurability, Wake,
+};
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 use std::str::FromStr;
 use std::time::Duration;
@@ -76,7 +78,8 @@ impl Strategy {
             .ttl_granularity(Duration::from_micros(1))
             .primitives(Primitives::ALL);
         match self {
-            Strategy::VersionCas | Strategy::UniqueInsert => polling,
+            Strategy::VersionCas => polling.state_collection(Support::Offered),
+            Strategy::UniqueInsert => polling,
             // InnoDB's lock queue wakes the waiter; the server ends an idle holder's
             // session after `wait_timeout`, whole seconds: the lock's server expiry.
             Strategy::ForUpdate => polling

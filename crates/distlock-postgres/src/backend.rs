@@ -20,8 +20,10 @@ use crate::protocol::{Statements, Strategy, TABLE_COMMENT};
 use crate::session::Session;
 use crate::wake::{Waiter, Wakeups};
 use distlock_core::{Capabilities, LockError, LockKey};
+use distlock_sql::adapter::Settings;
 use distlock_sql::cas::CasStatements;
 use distlock_sql::pool::BoxFuture;
+use distlock_sql::state;
 use distlock_sql::table::{LockTable, Names, Primitive, Value};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Postgres, Row, SqlStr};
@@ -54,8 +56,9 @@ impl Table {
         pool: Pool,
         listen: Option<PgConnectOptions>,
         endpoint: String,
-        create: bool,
+        settings: &Settings,
     ) -> Result<Table, LockError> {
+        let (create, state_ttl) = (settings.create_table, settings.state_ttl);
         if strategy == Strategy::VersionCas {
             check_room_for_primitives(&name)?;
         }
@@ -101,6 +104,12 @@ impl Table {
             }
         }
         drop(conn);
+        if strategy == Strategy::VersionCas {
+            let namespace = vec![Value::Text(namespace.clone())];
+            state::prepare(&pool, name.as_str(), name.as_str(), namespace, create)
+                .await
+                .map_err(err)?;
+        }
         let sql = Statements::new(&name);
         let wakeups = match listen {
             Some(options) => Wakeups::listen(&options, &pool, &sql.channel, &endpoint).await?,
@@ -108,7 +117,7 @@ impl Table {
         };
         Ok(Table {
             strategy,
-            cas: CasStatements::new::<Postgres>(name.as_str()),
+            cas: CasStatements::new::<Postgres>(name.as_str(), state_ttl),
             name,
             namespace,
             sql,
@@ -162,6 +171,10 @@ impl LockTable for Table {
 
     fn capabilities(&self) -> Capabilities {
         self.strategy.capabilities()
+    }
+
+    fn namespace(&self) -> Vec<Value> {
+        vec![Value::Text(self.namespace.clone())]
     }
 
     fn key(&self, key: &LockKey) -> Vec<Value> {

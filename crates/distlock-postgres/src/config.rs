@@ -81,7 +81,8 @@ impl PostgresConfig {
     /// `listen_at` (`HOST:PORT`, see [`PostgresConfig::listen_at`]), `table`,
     /// `pool_size`, `held_connections`,
     /// `connect_timeout` and `timeout` (durations such as `250ms` or `5s`),
-    /// `create_table` (`true`/`false`), the acquire defaults `ttl`, `wait`,
+    /// `create_table` (`true`/`false`), `state_ttl` (`24h`, at least `2s`; see
+    /// [`PostgresConfig::state_ttl`]), the acquire defaults `ttl`, `wait`,
     /// `renewal`, `max_hold` (see [`PostgresConfig::defaults`]), and TLS:
     /// `sslmode` (`disable`, `prefer`, `require`, `verify-ca`, `verify-full`),
     /// `sslrootcert`, `sslcert`, `sslkey`, or `tls=true` for `verify-full`
@@ -181,7 +182,8 @@ impl PostgresConfig {
         pooler::check(self.pooler, self.base.strategy)?;
         let (table, holders, base) = self.open(true).await?;
         let create = base.settings.create_table;
-        lock::client(table, holders, base.settings.defaults, create).await
+        let state_ttl = base.settings.state_ttl;
+        lock::client(table, holders, base.settings.defaults, create, state_ttl).await
     }
 
     /// Connects a [`TxLock`], which takes locks inside transactions of the
@@ -221,9 +223,10 @@ impl PostgresConfig {
         if through_pooler {
             pool = pool.behind_transaction_pooler();
         }
-        let (endpoint, create) = (base.endpoint(), base.settings.create_table);
+        let endpoint = base.endpoint();
         let (strategy, namespace) = (base.strategy, self.namespace);
-        let table = Table::open(strategy, table, namespace, pool, listen, endpoint, create);
+        let settings = &base.settings;
+        let table = Table::open(strategy, table, namespace, pool, listen, endpoint, settings);
         Ok((table.await?, holders, base))
     }
 }

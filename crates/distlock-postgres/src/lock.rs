@@ -15,22 +15,25 @@ use distlock_sql::shares::rwlock::SqlRwLock;
 use distlock_sql::shares::semaphore::SqlSemaphore;
 use distlock_sql::shares::{Primitive, Shares};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A client of `table`'s strategy; `holders` are `advisory`'s connections,
 /// `defaults` its [`DistributedLock::default_options`](distlock_core::DistributedLock::default_options).
 /// A `version_cas` client opens its semaphore's and read-write lock's share
-/// tables (creating them when `create`).
+/// tables (creating them when `create`; their idle heads collected after
+/// `state_ttl`).
 pub(crate) async fn client(
     table: Table,
     holders: Pool,
     defaults: AcquireOptions,
     create: bool,
+    state_ttl: Duration,
 ) -> Result<DynLock, LockError> {
     let table = Arc::new(table);
     Ok(match table.strategy {
         Strategy::VersionCas => {
             let name = table.name.as_str();
-            let open = |primitive| Shares::open(table.clone(), name, primitive, create);
+            let open = |primitive| Shares::open(table.clone(), name, primitive, create, state_ttl);
             let (semaphores, rwlocks) = (
                 open(Primitive::Semaphore).await?,
                 open(Primitive::RwLock).await?,

@@ -90,7 +90,7 @@ impl Strategy {
             .ttl_granularity(Duration::from_micros(1))
             .primitives(Primitives::ALL);
         match self {
-            Strategy::VersionCas => cas,
+            Strategy::VersionCas => cas.state_collection(Support::Offered),
             // `idle_session_timeout` is in milliseconds.
             Strategy::Advisory => cas
                 .session_bound(true)

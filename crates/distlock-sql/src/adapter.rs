@@ -3,7 +3,7 @@
 //! validated name. Not a stable API.
 
 use crate::db::SqlDatabase;
-use distlock_core::toolkit::{LockUrl, Timeouts};
+use distlock_core::toolkit::{DEFAULT_STATE_TTL, LockUrl, Timeouts, check_state_ttl};
 use distlock_core::{AcquireOptions, LockError};
 use sqlx::mysql::MySqlConnectOptions;
 use sqlx::postgres::PgConnectOptions;
@@ -12,7 +12,8 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 /// The settings of an SQL lock client beside its server: the two pools, the
-/// two waits, table creation and the acquire defaults.
+/// two waits, table creation, the acquire defaults and how long idle rows are
+/// kept.
 #[derive(Clone, Debug)]
 pub struct Settings {
     /// Connections per client for single statements.
@@ -26,6 +27,9 @@ pub struct Settings {
     pub create_table: bool,
     /// The lock's default acquire options.
     pub defaults: AcquireOptions,
+    /// How long a name's rows outlive its last lease before an acquire may
+    /// collect them.
+    pub state_ttl: Duration,
 }
 
 impl Settings {
@@ -39,8 +43,8 @@ impl Settings {
         Timeouts::new(Duration::from_secs(5), Duration::from_secs(5));
 
     /// Takes `pool_size`, `held_connections`, `connect_timeout`, `timeout`,
-    /// `create_table` and the acquire defaults (`ttl`, `wait`, `renewal`,
-    /// `max_hold`) from `url`.
+    /// `create_table`, `state_ttl` and the acquire defaults (`ttl`, `wait`,
+    /// `renewal`, `max_hold`) from `url`.
     pub fn read(mut self, url: &mut LockUrl) -> Result<Self, LockError> {
         let count = "a whole number of connections";
         if let Some(size) = url.parse_param("pool_size", count)? {
@@ -54,10 +58,12 @@ impl Settings {
             self.create_table = create;
         }
         self.defaults = AcquireOptions::new().read(url)?;
+        self.state_ttl = url.duration("state_ttl")?.unwrap_or(self.state_ttl);
         Ok(self)
     }
 
-    /// Refuses an empty pool and a zero wait, naming `backend`.
+    /// Refuses an empty pool, a zero wait and a `state_ttl` below the
+    /// minimum, naming `backend`.
     pub fn validate(&self, backend: &'static str) -> Result<(), LockError> {
         if self.pool_size == 0 || self.held_connections == 0 {
             return Err(LockError::config(
@@ -65,6 +71,7 @@ impl Settings {
                 "pool_size and held_connections must be at least 1",
             ));
         }
+        check_state_ttl(backend, self.state_ttl)?;
         self.timeouts.validate(backend)
     }
 
@@ -80,6 +87,7 @@ impl Settings {
             .field("timeouts", &self.timeouts)
             .field("create_table", &self.create_table)
             .field("defaults", &self.defaults)
+            .field("state_ttl", &self.state_ttl)
     }
 }
 
@@ -91,6 +99,7 @@ impl Default for Settings {
             timeouts: Self::DEFAULT_TIMEOUTS,
             create_table: true,
             defaults: AcquireOptions::new(),
+            state_ttl: DEFAULT_STATE_TTL,
         }
     }
 }
@@ -292,6 +301,20 @@ macro_rules! settings_setters {
         /// limits at connect.
         pub fn defaults(mut self, defaults: distlock_core::AcquireOptions) -> Self {
             self.base.settings.defaults = defaults;
+            self
+        }
+
+        /// How long a name's rows outlive its last lease (default 24 h, at least
+        /// 2 s): once a name has been idle (not held) this long after its last
+        /// lease's expiry, an acquire that creates a new row may delete its
+        /// row, a bounded number per acquire, so a service that locks ever new
+        /// names does not leave a row per name forever. Tokens still only rise:
+        /// the deleting transaction raises the namespace's floor row to the
+        /// highest token it deletes, and a new row starts above that floor.
+        /// Each client applies its own `state_ttl` to what it collects; give
+        /// every client of a table the same one.
+        pub fn state_ttl(mut self, state_ttl: std::time::Duration) -> Self {
+            self.base.settings.state_ttl = state_ttl;
             self
         }
 

@@ -158,6 +158,8 @@ mod row;
 pub mod settle;
 #[doc(hidden)]
 pub mod shares;
+#[doc(hidden)]
+pub mod state;
 mod store;
 #[doc(hidden)]
 pub mod table;

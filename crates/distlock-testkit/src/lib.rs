@@ -15,6 +15,8 @@
 //!   file, and the checker that reads it.
 //! - [`fences`]: the fence conformance cases, `<store>::<case>`, for every
 //!   fenced store.
+//! - [`state_rows`]: collection of idle per-name rows, seen behind the
+//!   client's back, for the SQL adapters' own tests.
 //!
 //! A third-party adapter runs the same suite by implementing [`Harness`] and
 //! passing a [`runner::BackendSpec`] to [`runner::trials`] in a
@@ -32,6 +34,7 @@ pub mod memory;
 pub mod proxy;
 pub mod runner;
 pub mod servers;
+pub mod state_rows;
 
 pub use cases::{CaseError, CaseResult, Scope};
 pub use fault::{Fault, FaultControl};

@@ -7,6 +7,7 @@
 
 use distlock::etcd::EtcdConfig;
 use distlock::mysql::MySqlConfig;
+use distlock::postgres::PostgresConfig;
 use distlock::redis::{RedisConfig, RedlockConfig};
 use distlock::zookeeper::ZkConfig;
 use distlock::{LockError, Renewal, Wait};
@@ -143,9 +144,51 @@ fn mysql_parameters_apply() {
             ("connect_timeout", "2s"),
             ("timeout", "3s"),
             ("create_table", "false"),
+            ("state_ttl", "1h"),
         ],
         MySqlConfig::from_url,
     );
+    each_changes(
+        "mariadb://u:p@127.0.0.1:3306/db",
+        &[("state_ttl", "1h")],
+        MySqlConfig::from_url,
+    );
+}
+
+#[test]
+fn postgres_parameters_apply() {
+    for scheme in ["postgres", "postgresql"] {
+        each_changes(
+            &format!("{scheme}://u:p@127.0.0.1:5432/db"),
+            &[
+                ("strategy", "advisory"),
+                ("namespace", "other"),
+                ("table", "my_locks"),
+                ("pool_size", "3"),
+                ("held_connections", "7"),
+                ("connect_timeout", "2s"),
+                ("timeout", "3s"),
+                ("create_table", "false"),
+                ("state_ttl", "1h"),
+            ],
+            PostgresConfig::from_url,
+        );
+    }
+}
+
+/// `state_ttl` below 2 s is refused on the SQL schemes too, saying what to set.
+#[test]
+fn sql_state_ttl_has_a_minimum() {
+    let mysql = MySqlConfig::from_url("mysql://u:p@127.0.0.1/db?state_ttl=1s");
+    let postgres = PostgresConfig::from_url("postgres://u:p@127.0.0.1/db?state_ttl=1999ms");
+    for refused in [mysql.map(drop), postgres.map(drop)] {
+        match refused {
+            Err(LockError::Config { reason, .. }) => {
+                assert!(reason.contains("state_ttl=2s or more"), "{reason}")
+            }
+            other => panic!("a state_ttl under 2s was not refused: {other:?}"),
+        }
+    }
 }
 
 /// What `connect` returns offers the URL's acquire defaults through the dyn

@@ -7,7 +7,8 @@ use crate::db::BoxFuture;
 use crate::db_error::DbError;
 use crate::pool::{Conn, PoolDialect, Statement};
 use crate::shares::display_name;
-use crate::table::{TableDb, remaining};
+use crate::state::StateDb;
+use crate::table::remaining;
 use sqlx::{MySql, Postgres, Row};
 use std::time::Duration;
 
@@ -21,12 +22,12 @@ pub const HELD_FLAG: u64 = 1 << 63;
 pub struct CasSql {
     /// One CAS on a free or expired row. Binds: owner, ttl µs, key.
     pub acquire: &'static str,
-    /// Creates the persistent row of a name, once, fence seeded from the
-    /// server clock. Binds: key.
+    /// Creates the row of a name, its fence seeded from the server clock and
+    /// above the namespace's floor. Binds: key, floor.
     pub insert_row: &'static str,
     /// Compares owner and fence. Binds: ttl µs, key, owner, token.
     pub renew: &'static str,
-    /// Clears the owner and keeps the row, so the fence never resets (and
+    /// Clears the owner, stamps the release's instant and keeps the row (and
     /// notifies). Binds: key, owner, token.
     pub release: &'static str,
     /// Frees a row an abandoned acquire may have won: its reply never came,
@@ -64,7 +65,7 @@ pub struct HolderRow {
 }
 
 /// A database `version_cas` runs on.
-pub trait CasDb: TableDb {
+pub trait CasDb: StateDb {
     /// Its statements.
     const CAS: CasSql;
 

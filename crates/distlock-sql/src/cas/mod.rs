@@ -4,9 +4,11 @@
 //! Invariant: only the CAS `UPDATE` sets `owner`, and it raises `fence` in the
 //! same statement (which hands the token back in the same round trip: MySQL's
 //! `LAST_INSERT_ID(fence + 1)`, PostgreSQL's `RETURNING fence`), so every
-//! holder's token exceeds every earlier holder's. Release clears `owner` but
-//! keeps the row, so the fence never resets (on PostgreSQL it notifies the
-//! table's channel in the same statement). In steady state a cycle is two
+//! holder's token exceeds every earlier holder's. Release clears `owner` and
+//! stamps `expires_at` with its instant but keeps the row (on PostgreSQL it
+//! notifies the table's channel in the same statement); a row idle for
+//! `state_ttl` is deleted only by `state`'s collection, which keeps the fence
+//! rising across it. In steady state a cycle is two
 //! statements: the CAS and the release (the row insert runs only when the CAS
 //! found no row). Waiting is `poll`'s, each attempt with an owner value of
 //! its own.
@@ -18,6 +20,7 @@ pub use db::{CasDb, CasSql, HELD_FLAG, HolderRow, Reply, held_for};
 use crate::db_error::DbError;
 use crate::poll::{Attempt, Bid, Contender, OwnerChecked, Polling, floor_cycle};
 use crate::pool::{Conn, PoolDialect, Statement};
+use crate::state::Collector;
 use crate::table::{Db, LockTable, Names, TableDb, Value, micros, render, run_settled, statement};
 use async_trait::async_trait;
 use distlock_core::toolkit::Holder;
@@ -46,8 +49,9 @@ pub struct CasStatements {
 }
 
 impl CasStatements {
-    /// The statements of `lock_table` on `DB`.
-    pub fn new<DB: CasDb>(lock_table: &str) -> Self {
+    /// The statements of `lock_table` on `DB`, collecting rows idle for
+    /// `state_ttl`.
+    pub fn new<DB: CasDb>(lock_table: &str, state_ttl: Duration) -> Self {
         let names = [("table", lock_table), ("channel", lock_table)];
         let sql = |template| render(template, &names);
         let all = &DB::CAS;
@@ -61,6 +65,7 @@ impl CasStatements {
             cas: Cas {
                 acquire: sql(all.acquire),
                 insert_row: sql(all.insert_row),
+                collector: Collector::new::<DB>(lock_table, lock_table, state_ttl),
             },
             holder_row: sql(all.holder_row),
             owned_rows: sql(all.owned_rows),
@@ -146,19 +151,20 @@ async fn fetch_all<A: LockTable>(
     Db::<A>::fetch_all(&mut conn, read).await
 }
 
-/// `version_cas`'s attempts: the CAS, inserting the row first when it has
-/// none.
+/// `version_cas`'s attempts: the CAS, creating the row first when it has
+/// none (collecting idle rows in the same transaction).
 #[derive(Debug, Clone)]
 pub struct Cas {
     acquire: SqlStr,
     insert_row: SqlStr,
+    collector: Collector,
 }
 
 #[async_trait]
 impl<A: CasTable> Contender<A> for Cas {
     async fn attempt(
         &mut self,
-        _table: &A,
+        table: &A,
         bid: &Bid<'_>,
         conn: &mut Conn<A::Dialect>,
     ) -> Result<Attempt, DbError> {
@@ -170,9 +176,11 @@ impl<A: CasTable> Contender<A> for Cas {
                 Reply::Won(token) => return Ok(Attempt::Won { token, sent_at }),
                 Reply::Held(remaining) => return Ok(Attempt::Held { remaining }),
                 Reply::NoRow => {
-                    // No row yet: create it (fence seeded from the server clock) and CAS again.
-                    let insert = statement(&self.insert_row, bid.values(&[], &[]));
-                    Db::<A>::run(conn, insert).await?;
+                    // No row yet: create it (fence seeded above the floor and
+                    // the server clock) and CAS again.
+                    let insert =
+                        |floor| statement(&self.insert_row, bid.values(&[], &[Value::Int(floor)]));
+                    self.collector.create_row(table, conn, insert).await?;
                 }
             }
         }

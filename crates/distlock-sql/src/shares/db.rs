@@ -10,21 +10,22 @@ use crate::pool::{Conn, PoolDialect, Statement};
 use crate::table::{TableDb, remaining};
 use sqlx::mysql::MySqlRow;
 use sqlx::postgres::PgRow;
-use sqlx::{MySql, Postgres, Row, SqlSafeStr};
-use std::time::Duration;
+use sqlx::{MySql, Postgres, Row};
 
 /// The statements of the share tables on one database. `{table}` is the
 /// share table, `{comment}` its mark, `{channel}` the lock table (PostgreSQL's
 /// NOTIFY channel) and `{kind}` the primitive (`semaphore`, `rwlock`).
 #[derive(Debug)]
 pub struct ShareSql {
-    /// Opens an attempt's transaction (and bounds its lock waits).
-    pub begin: &'static str,
     /// Creates the share table if it does not exist.
     pub create: &'static str,
-    /// Raises (or creates) the head's counter, locking the head; gives the
-    /// token. Binds: key, limit.
+    /// Raises the head's counter and stamps it with the share's expiry,
+    /// locking the head; gives the token, or none when the name has no head.
+    /// Binds: ttl µs, key.
     pub bump_head: &'static str,
+    /// Creates the head, its counter above the floor and the server clock.
+    /// Binds: key, limit, floor.
+    pub insert_head: &'static str,
     /// Every row of a name, locked. Binds: key.
     pub rows: &'static str,
     /// Every row of a name, without locks. Binds: key.
@@ -57,14 +58,7 @@ pub trait ShareDb: TableDb {
     /// The longest table name it takes.
     const IDENT_MAX: usize;
 
-    /// Runs `sql` as text (a transaction's start or end), waiting at most `limit`.
-    fn text<'c, D: PoolDialect<Database = Self>>(
-        conn: &'c mut Conn<D>,
-        sql: &'static str,
-        limit: Duration,
-    ) -> BoxFuture<'c, Result<(), DbError>>;
-
-    /// Runs the head's bump, returning the raised counter.
+    /// Runs the head's bump, returning the raised counter (0: no head).
     fn bump<D: PoolDialect<Database = Self>>(
         conn: &mut Conn<D>,
         query: Statement<Self>,
@@ -86,14 +80,6 @@ pub trait ShareDb: TableDb {
 /// The steps both databases run alike (only the row types differ).
 macro_rules! common_steps {
     ($db:ty, $rows:ident) => {
-        fn text<'c, D: PoolDialect<Database = $db>>(
-            conn: &'c mut Conn<D>,
-            sql: &'static str,
-            limit: Duration,
-        ) -> BoxFuture<'c, Result<(), DbError>> {
-            Box::pin(async move { conn.execute_text(sql.into_sql_str(), limit).await.map(drop) })
-        }
-
         fn share_rows<D: PoolDialect<Database = $db>>(
             conn: &mut Conn<D>,
             query: Statement<$db>,
@@ -124,7 +110,8 @@ impl ShareDb for MySql {
     const SHARES: ShareSql = mysql::SHARES;
     const IDENT_MAX: usize = 64;
 
-    /// The counter arrives as the insert id (`LAST_INSERT_ID(expr)`).
+    /// The counter arrives as the insert id (`LAST_INSERT_ID(expr)`), 0 when
+    /// no head matched.
     fn bump<D: PoolDialect<Database = MySql>>(
         conn: &mut Conn<D>,
         query: Statement<MySql>,
@@ -140,9 +127,9 @@ mod mysql {
     use super::*;
 
     pub const SHARES: ShareSql = ShareSql {
-        begin: "BEGIN",
         create: include_str!("../sql/mysql/shares_create_table.sql"),
         bump_head: include_str!("../sql/mysql/shares_bump_head.sql"),
+        insert_head: include_str!("../sql/mysql/shares_insert_head.sql"),
         rows: include_str!("../sql/mysql/shares_rows.sql"),
         peek: include_str!("../sql/mysql/shares_peek.sql"),
         set_permits: include_str!("../sql/mysql/shares_set_permits.sql"),
@@ -183,13 +170,16 @@ impl ShareDb for Postgres {
     const SHARES: ShareSql = postgres::SHARES;
     const IDENT_MAX: usize = 63;
 
-    /// The counter arrives as the statement's one row (`RETURNING fence`).
+    /// The counter arrives as the statement's row (`RETURNING fence`), none
+    /// when no head matched.
     fn bump<D: PoolDialect<Database = Postgres>>(
         conn: &mut Conn<D>,
         query: Statement<Postgres>,
     ) -> BoxFuture<'_, Result<u64, DbError>> {
         Box::pin(async move {
-            let row = conn.fetch_one(query).await?;
+            let Some(row) = conn.fetch_all(query).await?.into_iter().next() else {
+                return Ok(0);
+            };
             let fence: i64 = row.try_get(0).map_err(DbError::Sql)?;
             Ok(u64::try_from(fence).unwrap_or(0))
         })
@@ -203,11 +193,9 @@ mod postgres {
     use super::*;
 
     pub const SHARES: ShareSql = ShareSql {
-        // Lock waits end like InnoDB's on the MySQL pool: refused after 1 s,
-        // and the attempt is tried again.
-        begin: "BEGIN; SET LOCAL lock_timeout = '1s'",
         create: include_str!("../sql/postgres/shares_create_table.sql"),
         bump_head: include_str!("../sql/postgres/shares_bump_head.sql"),
+        insert_head: include_str!("../sql/postgres/shares_insert_head.sql"),
         rows: include_str!("../sql/postgres/shares_rows.sql"),
         peek: include_str!("../sql/postgres/shares_peek.sql"),
         set_permits: include_str!("../sql/postgres/shares_set_permits.sql"),

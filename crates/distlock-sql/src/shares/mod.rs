@@ -6,7 +6,9 @@
 //!
 //! Layout (one table per primitive, `{table}_sem` and `{table}_rw`, same
 //! shape): the head row (`slot` = [`HEAD_SLOT`]) of a name holds the fencing
-//! counter in `fence` and, for a semaphore, the limit in `permits`; every
+//! counter in `fence`, for a semaphore the limit in `permits`, and in
+//! `expires_at` the latest expiry any grant gave a share of the name (from
+//! which `state` judges the name idle); every
 //! other row is one share (a permit, a read or write share, a waiter's place)
 //! with its `owner`, its token (a waiter's: its arrival ticket) in `fence` and
 //! its expiry on the server clock. A name is the adapter's key: MySQL's
@@ -14,7 +16,8 @@
 //!
 //! Invariants:
 //! - Every taking transaction first raises the head row's counter, which locks
-//!   the head: takers of one name are serialized, and each sees every share the
+//!   the head (a name without one gets it first, created above the
+//!   namespace's floor by `state`'s collecting transaction): takers of one name are serialized, and each sees every share the
 //!   ones before it committed. The token is the raised counter, so tokens rise
 //!   per name across all shares of every kind.
 //! - A share row is written only by a taker holding the head lock, renewed only
@@ -37,6 +40,7 @@ use crate::adapter::TableName;
 use crate::db::Steps;
 use crate::db_error::DbError;
 use crate::pool::PoolDialect;
+use crate::state::{self, Collector, StateDb};
 use crate::table::{Db, LockTable, TableDb, compare_owner, micros, render, run_settled, statement};
 use async_trait::async_trait;
 use distlock_core::adapter::{Holding, Ownership};
@@ -49,9 +53,9 @@ use std::time::Duration;
 pub const HEAD_SLOT: u32 = u32::MAX;
 
 /// A lock table whose database runs the share tables' steps.
-pub trait ShareAdapter: LockTable<Dialect: PoolDialect<Database: ShareDb>> {}
+pub trait ShareAdapter: LockTable<Dialect: PoolDialect<Database: ShareDb + StateDb>> {}
 
-impl<T: LockTable<Dialect: PoolDialect<Database: ShareDb>>> ShareAdapter for T {}
+impl<T: LockTable<Dialect: PoolDialect<Database: ShareDb + StateDb>>> ShareAdapter for T {}
 
 /// The share table of one primitive: its adapter and statements.
 #[derive(Debug)]
@@ -60,6 +64,8 @@ pub struct Shares<A: ShareAdapter> {
     pub base: Arc<A>,
     primitive: Primitive,
     bump_head: SqlStr,
+    insert_head: SqlStr,
+    collector: Collector,
     rows: SqlStr,
     peek: SqlStr,
     set_permits: SqlStr,
@@ -75,12 +81,14 @@ pub struct Shares<A: ShareAdapter> {
 
 impl<A: ShareAdapter> Shares<A> {
     /// The share table of `primitive` beside the lock table `lock_table`,
-    /// created first when `create`.
+    /// created first when `create`, its heads collected once idle for
+    /// `state_ttl`.
     pub async fn open(
         base: Arc<A>,
         lock_table: &str,
         primitive: Primitive,
         create: bool,
+        state_ttl: Duration,
     ) -> Result<Arc<Self>, LockError> {
         let suffix = primitive.suffix();
         let derived = format!("{lock_table}{suffix}");
@@ -113,9 +121,14 @@ impl<A: ShareAdapter> Shares<A> {
             };
             created.await.map_err(|e| base.pool().error(e))?;
         }
+        let namespace = base.namespace();
+        let prepared = state::prepare(base.pool(), name.as_str(), lock_table, namespace, create);
+        prepared.await.map_err(|e| base.pool().error(e))?;
         Ok(Arc::new(Shares {
             primitive,
             bump_head: sql(all.bump_head),
+            insert_head: sql(all.insert_head),
+            collector: Collector::new::<Db<A>>(name.as_str(), lock_table, state_ttl),
             rows: sql(all.rows),
             peek: sql(all.peek),
             set_permits: sql(all.set_permits),
@@ -171,7 +184,7 @@ pub struct ShareRow {
     pub permits: Option<u32>,
     /// A share's or place's owner.
     pub owner: Option<Vec<u8>>,
-    /// Unexpired by the server clock.
+    /// A share or place (never the head) unexpired by the server clock.
     pub live: bool,
     /// Time left by the server clock.
     pub remaining: Duration,

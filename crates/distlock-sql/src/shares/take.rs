@@ -218,9 +218,20 @@ impl<A: ShareAdapter> Shares<A> {
         }
         let limit = self.base.pool().timeout();
         conn.may_hold();
-        Db::<A>::text(conn, <Db<A> as ShareDb>::SHARES.begin, limit).await?;
+        Db::<A>::text(conn, Db::<A>::BEGIN, limit).await?;
         let permits = Value::MaybeInt(taker.permits().map(u64::from));
-        let token = Db::<A>::bump(conn, query(&self.bump_head, bid.with([permits]))).await?;
+        let mut bump_values = vec![Value::Int(micros(req.ttl))];
+        bump_values.extend_from_slice(bid.key);
+        let bump = || query(&self.bump_head, bump_values.clone());
+        let mut token = Db::<A>::bump(conn, bump()).await?;
+        if token == 0 {
+            // The name's first share since its head was collected (or ever):
+            // create the head above the namespace's floor, then raise it.
+            let insert = |floor| query(&self.insert_head, bid.with([permits, Value::Int(floor)]));
+            let base = self.base.as_ref();
+            self.collector.create_within(base, conn, insert).await?;
+            token = Db::<A>::bump(conn, bump()).await?;
+        }
         if token == 0 || token >= TOKEN_LIMIT {
             return Err(DbError::Protocol(format!(
                 "the share counter returned {token}"

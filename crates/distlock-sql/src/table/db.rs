@@ -5,7 +5,8 @@
 use crate::db::{BoxFuture, SqlDatabase};
 use crate::db_error::DbError;
 use crate::pool::{Conn, Pool, PoolDialect, Statement};
-use sqlx::{MySql, Postgres};
+use sqlx::{MySql, Postgres, SqlSafeStr};
+use std::time::Duration;
 
 /// One bound value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +26,16 @@ pub enum Value {
 /// A database the tables run on. Its methods run one statement on a
 /// connection of an adapter's pool.
 pub trait TableDb: SqlDatabase {
+    /// Opens a transaction of several statements (and bounds its lock waits).
+    const BEGIN: &'static str;
+
+    /// Runs `sql` as text (a transaction's start or end), waiting at most `limit`.
+    fn text<'c, D: PoolDialect<Database = Self>>(
+        conn: &'c mut Conn<D>,
+        sql: &'static str,
+        limit: Duration,
+    ) -> BoxFuture<'c, Result<(), DbError>>;
+
     /// `query` with `value` bound next.
     fn bind(query: Statement<Self>, value: Value) -> Statement<Self>;
 
@@ -49,6 +60,14 @@ pub trait TableDb: SqlDatabase {
 /// The steps both databases run alike (only the types differ).
 macro_rules! common_steps {
     ($db:ty) => {
+        fn text<'c, D: PoolDialect<Database = $db>>(
+            conn: &'c mut Conn<D>,
+            sql: &'static str,
+            limit: Duration,
+        ) -> BoxFuture<'c, Result<(), DbError>> {
+            Box::pin(async move { conn.execute_text(sql.into_sql_str(), limit).await.map(drop) })
+        }
+
         fn connection<D: PoolDialect<Database = $db>>(
             pool: &Pool<D>,
         ) -> BoxFuture<'_, Result<Conn<D>, DbError>> {
@@ -72,6 +91,8 @@ macro_rules! common_steps {
 }
 
 impl TableDb for MySql {
+    const BEGIN: &'static str = "BEGIN";
+
     fn bind(query: Statement<MySql>, value: Value) -> Statement<MySql> {
         match value {
             Value::Bytes(bytes) => query.bind(bytes),
@@ -86,6 +107,10 @@ impl TableDb for MySql {
 }
 
 impl TableDb for Postgres {
+    // Lock waits end like InnoDB's on the MySQL pool: refused after 1 s, and
+    // the attempt is tried again.
+    const BEGIN: &'static str = "BEGIN; SET LOCAL lock_timeout = '1s'";
+
     fn bind(query: Statement<Postgres>, value: Value) -> Statement<Postgres> {
         let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         match value {

@@ -73,6 +73,9 @@ pub trait LockTable: fmt::Debug + Send + Sync + 'static {
     fn pool(&self) -> &Pool<Self::Dialect>;
     /// What the adapter's clients guarantee.
     fn capabilities(&self) -> Capabilities;
+    /// The values that name the namespace (none where the table is the
+    /// namespace), in the statements' order.
+    fn namespace(&self) -> Vec<Value>;
     /// The values that name `key`'s rows, in the statements' order.
     fn key(&self, key: &LockKey) -> Vec<Value>;
     /// The values that select `names` in the statements that list rows.

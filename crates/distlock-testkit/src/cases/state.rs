@@ -3,6 +3,11 @@
 //! have been idle for `state_ttl`, and a name used again after that gets
 //! tokens above every earlier one.
 //!
+//! Collection runs either on the server (expiry) or inside the acquires of
+//! new names (the SQL backends' bounded sweep), so while the cases wait for
+//! it they keep using new names outside the case's prefix, as a live service
+//! would; a server that expires state on its own is unaffected by them.
+//!
 //! [`Capabilities::state_collection`]: distlock_core::Capabilities
 
 use super::{CaseError, CaseResult, Scope, ensure};
@@ -48,7 +53,7 @@ pub async fn state_is_collected(h: &dyn Harness) -> CaseResult {
         "{counted} state records while a name is held: the count misses them"
     );
     let due = opts.get_ttl() + STATE_TTL + SLACK;
-    await_collected(&s, due).await
+    await_collected(&s, &client, due).await
 }
 
 /// A name whose state was collected gets, at its next grant, a token above
@@ -61,7 +66,7 @@ pub async fn token_rises_after_state_collected(h: &dyn Harness) -> CaseResult {
     for _ in 0..3 {
         before.push(use_once(&client, &caps, &key, &opts).await?);
     }
-    await_collected(&s, opts.get_ttl() + STATE_TTL + SLACK).await?;
+    await_collected(&s, &client, opts.get_ttl() + STATE_TTL + SLACK).await?;
     let after = use_once(&client, &caps, &key, &opts).await?;
     for (primitive, token) in after.iter().enumerate() {
         let earlier: Vec<FencingToken> = before.iter().map(|round| round[primitive]).collect();
@@ -118,10 +123,15 @@ async fn state_records(s: &Scope<'_>) -> Result<usize, CaseError> {
 }
 
 /// Polls until no per-name record is left under the prefix (what a backend
-/// keeps per namespace does not count), failing after `within`.
-async fn await_collected(s: &Scope<'_>, within: Duration) -> CaseResult {
+/// keeps per namespace does not count), failing after `within`. Before each
+/// look, `client` uses one new name, outside the prefix, as every primitive.
+async fn await_collected(s: &Scope<'_>, client: &DynLock, within: Duration) -> CaseResult {
     let deadline = Instant::now() + within;
-    loop {
+    let (caps, opts) = (s.h.capabilities(), s.short());
+    let elsewhere = format!("{}-later/", s.prefix().trim_end_matches('/'));
+    for round in 0_u64.. {
+        let name = LockKey::new(format!("{elsewhere}{round}"))?;
+        use_once(client, &caps, &name, &opts).await?;
         let left = state_records(s).await?;
         if left == 0 {
             return Ok(());
@@ -133,4 +143,5 @@ async fn await_collected(s: &Scope<'_>, within: Duration) -> CaseResult {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    Err(CaseError::msg("more than u64::MAX rounds"))
 }

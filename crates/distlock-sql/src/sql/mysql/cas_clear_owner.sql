@@ -1,1 +1,1 @@
-UPDATE `{table}` SET owner = NULL, expires_at = NULL WHERE name = ? AND owner IS NOT NULL
+UPDATE `{table}` SET owner = NULL, expires_at = NOW(6) WHERE name = ? AND owner IS NOT NULL

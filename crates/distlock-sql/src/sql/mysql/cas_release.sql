@@ -1,3 +1,3 @@
 UPDATE `{table}`
-   SET owner = NULL, expires_at = NULL
+   SET owner = NULL, expires_at = NOW(6)
  WHERE name = ? AND owner = ? AND fence = ?

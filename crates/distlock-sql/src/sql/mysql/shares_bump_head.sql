@@ -1,3 +1,4 @@
-INSERT INTO `{table}` (name, slot, permits, fence)
-VALUES (?, 4294967295, ?, LAST_INSERT_ID(CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED)))
-    ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)
+UPDATE `{table}`
+   SET fence = LAST_INSERT_ID(fence + 1),
+       expires_at = GREATEST(IFNULL(expires_at, NOW(6)), NOW(6) + INTERVAL ? MICROSECOND)
+ WHERE name = ? AND slot = 4294967295

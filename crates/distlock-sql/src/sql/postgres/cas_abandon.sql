@@ -1,5 +1,5 @@
 WITH freed AS (
-    UPDATE "{table}" SET owner = NULL, expires_at = NULL
+    UPDATE "{table}" SET owner = NULL, expires_at = now()
      WHERE namespace = $1 AND name = $2 AND owner = $3
  RETURNING name
 )

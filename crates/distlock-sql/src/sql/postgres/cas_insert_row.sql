@@ -1,3 +1,3 @@
-INSERT INTO "{table}" (namespace, name, fence)
-VALUES ($1, $2, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT)
+INSERT INTO "{table}" (namespace, name, fence, expires_at)
+VALUES ($1, $2, GREATEST((EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT, $3 + 1), now())
     ON CONFLICT DO NOTHING

@@ -1,4 +1,6 @@
-INSERT INTO "{table}" AS t (namespace, name, slot, permits, fence)
-VALUES ($1, $2, 4294967295, $3, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT)
-    ON CONFLICT (namespace, name, slot) DO UPDATE SET fence = t.fence + 1
+UPDATE "{table}"
+   SET fence = fence + 1,
+       expires_at = GREATEST(COALESCE(expires_at, statement_timestamp()),
+                             statement_timestamp() + interval '1 microsecond' * $1::float8)
+ WHERE namespace = $2 AND name = $3 AND slot = 4294967295
 RETURNING fence

@@ -1,4 +1,4 @@
-SELECT slot, permits, owner, COALESCE(expires_at > statement_timestamp(), false),
+SELECT slot, permits, owner, COALESCE(slot < 4294967295 AND expires_at > statement_timestamp(), false),
        GREATEST(COALESCE((EXTRACT(EPOCH FROM expires_at - statement_timestamp()) * 1000000)::BIGINT, 0), 0),
        fence
   FROM "{table}"

@@ -1,0 +1,98 @@
+//! Bounded state of `version_cas`: rows of names idle for `state_ttl` are
+//! deleted by later acquires, a bounded number each, and a name used again
+//! afterwards gets tokens above all its earlier ones, even when the server
+//! clock is now below them.
+// Test code: a failed expectation should panic with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use async_trait::async_trait;
+use distlock_core::{AcquireOptions, BoxError, DynLock, LockKey};
+use distlock_mysql::{MySqlConfig, Strategy};
+use distlock_testkit::servers::MariaDbServer;
+use distlock_testkit::state_rows::{RowDatabase, collected_names_rise_above_a_clock_behind};
+use std::time::Duration;
+use support::{root_value, server};
+
+const STATE_TTL: Duration = Duration::from_secs(2);
+
+async fn client(server: &MariaDbServer) -> DynLock {
+    MySqlConfig::from_url(&server.url())
+        .unwrap()
+        .strategy(Strategy::VersionCas)
+        .state_ttl(STATE_TTL)
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// The server, as the scenario reads and changes it.
+struct Rows<'a>(&'a MariaDbServer);
+
+#[async_trait]
+impl RowDatabase for Rows<'_> {
+    async fn rows(&self, prefix: &str) -> Result<u64, BoxError> {
+        let sql =
+            format!("SELECT COUNT(*) FROM distlock.distlock_locks WHERE name LIKE '{prefix}%';");
+        Ok(root_value(self.0, &sql).await.parse()?)
+    }
+
+    async fn push_ahead(&self, name: &str, by: u64) -> Result<(), BoxError> {
+        let sql = format!(
+            "UPDATE distlock.distlock_locks SET fence = fence + {by} WHERE name = '{name}';"
+        );
+        self.0.exec_root(&sql).await?;
+        Ok(())
+    }
+
+    async fn floor(&self) -> Result<u64, BoxError> {
+        let sql = "SELECT floor FROM distlock.distlock_locks_hw;";
+        Ok(root_value(self.0, sql).await.parse()?)
+    }
+}
+
+/// Idle rows are collected by new names' acquires, and tokens rise above a
+/// collected name's earlier ones although those are far ahead of the server
+/// clock (as if it had stepped back since).
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_rows_are_collected_and_tokens_still_rise() {
+    let server = server().await;
+    let lock = client(&server).await;
+    collected_names_rise_above_a_clock_behind(&lock, &Rows(&server), STATE_TTL)
+        .await
+        .unwrap();
+}
+
+/// Rows an earlier release left (no expiry stamp) are collected too, and the
+/// schema change applies to a table that release created.
+#[tokio::test(flavor = "multi_thread")]
+async fn rows_of_the_previous_release_are_collected() {
+    let server = server().await;
+    server
+        .exec_root(
+            "CREATE TABLE distlock.distlock_locks (name VARBINARY(255) NOT NULL, \
+             owner VARBINARY(64) NULL DEFAULT NULL, fence BIGINT UNSIGNED NOT NULL DEFAULT 0, \
+             expires_at TIMESTAMP(6) NULL DEFAULT NULL, PRIMARY KEY (name)) ENGINE=InnoDB \
+             COMMENT='distlock:version_cas'; \
+             INSERT INTO distlock.distlock_locks (name, fence) VALUES ('old/1', 5), ('old/2', 7);",
+        )
+        .await
+        .unwrap();
+    let lock = client(&server).await;
+    let index = "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = 'distlock' \
+                 AND TABLE_NAME = 'distlock_locks' AND INDEX_NAME = 'distlock_idle';";
+    assert_eq!(root_value(&server, index).await, "1");
+    let key = LockKey::new("new").unwrap();
+    lock.acquire(&key, &AcquireOptions::new())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(Rows(&server).rows("old/").await.unwrap(), 0);
+    let floor = root_value(&server, "SELECT floor FROM distlock.distlock_locks_hw;").await;
+    assert_eq!(floor, "7");
+    // A second client connects to the upgraded table without a change.
+    client(&server).await;
+}

@@ -1,0 +1,1 @@
+ALTER TABLE `{table}` ADD INDEX distlock_idle (expires_at)

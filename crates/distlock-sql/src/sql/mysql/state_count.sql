@@ -1,0 +1,1 @@
+SELECT CAST(COUNT(*) AS UNSIGNED) FROM `{table}` WHERE name >= ? AND name < ?

@@ -1,0 +1,1 @@
+UPDATE `{hw}` SET floor = GREATEST(floor, ?) WHERE id = 0

@@ -1,0 +1,1 @@
+INSERT IGNORE INTO `{hw}` (id, floor) VALUES (0, 0)

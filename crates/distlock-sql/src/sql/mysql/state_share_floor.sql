@@ -1,0 +1,1 @@
+SELECT floor FROM `{hw}` WHERE id = 0 LOCK IN SHARE MODE

@@ -1,0 +1,1 @@
+CREATE INDEX IF NOT EXISTS "{table}_ix" ON "{table}" (namespace, expires_at)

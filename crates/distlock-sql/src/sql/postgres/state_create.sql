@@ -1,0 +1,4 @@
+CREATE TABLE IF NOT EXISTS "{hw}" (
+    namespace TEXT   NOT NULL PRIMARY KEY,
+    floor     BIGINT NOT NULL
+)

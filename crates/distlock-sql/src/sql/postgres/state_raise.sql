@@ -1,0 +1,1 @@
+UPDATE "{hw}" SET floor = GREATEST(floor, $2) WHERE namespace = $1

@@ -1,0 +1,1 @@
+INSERT INTO "{hw}" (namespace, floor) VALUES ($1, 0) ON CONFLICT DO NOTHING

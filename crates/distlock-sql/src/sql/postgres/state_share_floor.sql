@@ -1,0 +1,1 @@
+SELECT floor FROM "{hw}" WHERE namespace = $1 FOR SHARE

@@ -36,6 +36,9 @@ mod fence;
 #[path = "../../crates/distlock-cli/src/held.rs"]
 mod held;
 #[allow(dead_code, unused_imports)]
+#[path = "../../crates/distlock-cli/src/observe.rs"]
+mod observe;
+#[allow(dead_code, unused_imports)]
 #[path = "../../crates/distlock-cli/src/plot.rs"]
 mod plot;
 #[allow(dead_code, unused_imports)]

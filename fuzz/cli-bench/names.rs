@@ -1,0 +1,1 @@
+../../crates/distlock-cli/src/bench/names.rs

@@ -104,8 +104,8 @@ test-tls:
 bench:
     cargo bench --workspace --all-features
 
-# distlock next to etcd's Lock API, rslock and zookeeper-client's lock recipe on the same launched servers,
-# one markdown table (`--cell 3s`, `--only etcd,zookeeper`); `just bench-peers --write docs/performance.md` regenerates the page's table.
+# distlock next to etcd's Lock API, rslock, zookeeper-client's lock recipe and hand-written PostgreSQL on the same launched servers,
+# one markdown table (`--cell 3s`, `--runs 5` interleaved runs shown as medians, `--only etcd,postgres`); `just bench-peers --write docs/performance.md` regenerates the page's table.
 bench-peers *ARGS:
     cargo run -q --release -p distlock-peers -- {{ARGS}}
 

@@ -1,8 +1,9 @@
 //! Rules of ARCHITECTURE.md that a test can hold: no module imports itself
 //! back (per crate, among the top-level modules and among the children of
 //! every module directory), no source file over 400 lines, every path the page
-//! names exists, every adapter crate has the files of the adapter contract, and
-//! no dependency needs protoc at build time.
+//! names exists, every adapter crate has the files of the adapter contract, no
+//! dependency needs protoc at build time, and the fuzz crate compiles every
+//! module of the CLI.
 
 // Reads only this repository's files: one that cannot be read is itself a
 // failure to report, so the helpers outside `#[test]` fns may expect.
@@ -291,5 +292,48 @@ fn no_dependency_needs_protoc() {
         found.is_empty(),
         "Cargo.lock has {found:?}, whose build scripts need protoc: a fresh machine with only \
          Rust could not build distlock (generate nothing at build time; write the messages by hand)"
+    );
+}
+
+/// The fuzz crate compiles the CLI's modules through `#[path]` (the CLI is a
+/// binary crate): every module of the CLI's `src/` is declared there, and
+/// every file of `src/bench/` has its link in `fuzz/cli-bench/`, or the fuzz
+/// build, which only CI's fuzz phase runs, breaks on the next new module.
+#[test]
+fn the_fuzz_crate_compiles_every_cli_module() {
+    let root = workspace();
+    let lib = std::fs::read_to_string(root.join("fuzz/src/lib.rs")).expect("fuzz/src/lib.rs");
+    let names = |dir: &Path| -> Vec<String> {
+        let mut out: Vec<String> = std::fs::read_dir(dir)
+            .expect("a readable directory")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".rs") && name != "main.rs")
+            .collect();
+        out.sort();
+        out
+    };
+    let cli = root.join("crates/distlock-cli/src");
+    let undeclared: Vec<String> = names(&cli)
+        .into_iter()
+        .filter(|file| {
+            let direct = format!("distlock-cli/src/{file}\"]");
+            let linked = format!("cli-bench/{file}\"]");
+            !lib.contains(&direct) && !lib.contains(&linked)
+        })
+        .collect();
+    assert!(
+        undeclared.is_empty(),
+        "fuzz/src/lib.rs does not compile the CLI's {undeclared:?}: add a `#[path]` module for each"
+    );
+    let linked = names(&root.join("fuzz/cli-bench"));
+    let unlinked: Vec<String> = names(&cli.join("bench"))
+        .into_iter()
+        .filter(|file| !linked.contains(file))
+        .collect();
+    assert!(
+        unlinked.is_empty(),
+        "fuzz/cli-bench/ lacks links to the CLI's src/bench/{unlinked:?}: `ln -s \
+         ../../crates/distlock-cli/src/bench/<file> fuzz/cli-bench/`"
     );
 }

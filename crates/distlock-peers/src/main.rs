@@ -1,12 +1,15 @@
 //! `distlock-peers` (`just bench-peers`): distlock next to the lock crates
 //! users would otherwise pick, on the same servers in one run, as one table:
 //! etcd's server-side Lock API (its gRPC `Lock`/`Unlock`), rslock (Redlock, and on one
-//! node), zookeeper-client's lock recipe, and distlock on every backend.
+//! node), zookeeper-client's lock recipe, hand-written statements on PostgreSQL,
+//! and distlock on every backend.
 //!
 //! Each implementation runs an uncontended cycle (every client acquires and
 //! releases a key of its own, as fast as it goes) and a hand-off (all clients
 //! on one key; latency from a holder's release call to another client holding),
-//! at a few client counts, for `--cell` each. The servers are the testkit's
+//! at a few client counts, for `--cell` each, `--runs` times with the
+//! implementations taking turns (the table shows medians, and the process's
+//! own CPU time per operation). The servers are the testkit's
 //! native launchers on loopback; the request counts come from the servers'
 //! own counters, read through distlock's `Inspect::server_requests`.
 //!
@@ -15,15 +18,20 @@
 
 mod measure;
 mod peers;
+mod postgres;
 mod servers;
 mod table;
 
 use clap::Parser;
 use distlock::DynLock;
+use peers::Kind;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use table::Row;
+use table::{Measured, Row};
+
+/// Runs of every cell by default; the table shows their medians.
+const DEFAULT_RUNS: usize = 5;
 
 #[derive(Debug, Parser)]
 #[command(about = "distlock next to etcd's Lock API, rslock and zookeeper-client's lock recipe")]
@@ -31,10 +39,14 @@ struct Args {
     /// How long each cell of the table runs.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     cell: Duration,
+    /// Runs of each cell, the implementations of a backend taking turns; the
+    /// table shows the medians.
+    #[arg(long, default_value_t = DEFAULT_RUNS)]
+    runs: usize,
     /// Client counts; a hand-off needs at least 2, so 1 becomes 2 there.
     #[arg(long, value_delimiter = ',', default_value = "1,8")]
     clients: Vec<usize>,
-    /// Backends to run, of redis, redlock, etcd, zookeeper, mysql.
+    /// Backends to run, of redis, redlock, etcd, zookeeper, mysql, postgres.
     #[arg(long, value_delimiter = ',', default_values_t = servers::BACKENDS.map(String::from))]
     only: Vec<String>,
     /// Replace the generated section of this page with the table.
@@ -79,7 +91,7 @@ async fn run(args: Args) -> Result<(), String> {
     let mut targets = Vec::new();
     for backend in &args.only {
         eprintln!("starting {backend}");
-        targets.push(servers::launch(backend).await?);
+        targets.extend(servers::launch(backend).await?);
     }
     if args.serve {
         for target in &targets {
@@ -89,57 +101,60 @@ async fn run(args: Args) -> Result<(), String> {
         return Ok(());
     }
     let run_id = format!("{:08x}", rand::random::<u32>());
+    let runs = args.runs.max(1);
     let mut rows = Vec::new();
+    let mut cells = 0;
     for target in &targets {
         let observer = distlock::connect(&target.url)
             .await
             .map_err(|e| e.to_string())?;
-        for (kind, connect_to) in &target.runs {
-            for (operation, handoff) in [("cycle", false), ("hand-off", true)] {
-                for &clients in &args.clients {
-                    let clients = if handoff {
-                        clients.max(2)
-                    } else {
-                        clients.max(1)
-                    };
-                    eprintln!(
-                        "{}: {} {operation}, {clients} clients",
-                        target.label,
-                        kind.label()
-                    );
-                    let names: Vec<String> = (0..clients)
-                        .map(|i| format!("peers-{run_id}-{operation}-{clients}-{}-{i}", rows.len()))
-                        .collect();
-                    let mut peers = Vec::new();
-                    for _ in 0..clients {
-                        peers.push(kind.connect(connect_to).await?);
+        for (operation, handoff) in [("cycle", false), ("hand-off", true)] {
+            for &clients in &args.clients {
+                let clients = if handoff {
+                    clients.max(2)
+                } else {
+                    clients.max(1)
+                };
+                // Each implementation's cells, interleaved: run after run, the
+                // implementations take turns, the first of one run last in the
+                // next, so that every one of them sees the same noise.
+                let mut measured: Vec<Vec<Measured>> = vec![Vec::new(); target.runs.len()];
+                for round in 0..runs {
+                    let mut order: Vec<usize> = (0..target.runs.len()).collect();
+                    if round % 2 == 1 {
+                        order.reverse();
                     }
-                    measure::warm_up(&mut peers, &names).await?;
-                    let shared = handoff.then(|| format!("{}-shared", names[0]));
-                    let before = requests(&observer).await;
-                    let mut cell = measure::run(peers, &names, shared.as_deref(), args.cell).await;
-                    let after = requests(&observer).await;
-                    if let Some(e) = &cell.first_error {
-                        eprintln!("  {} errors, first: {e}", cell.errors);
+                    for i in order {
+                        let (kind, connect_to) = &target.runs[i];
+                        eprintln!(
+                            "{}: {} {operation}, {clients} clients, run {}/{runs}",
+                            target.label,
+                            kind.label(),
+                            round + 1
+                        );
+                        let names: Vec<String> = (0..clients)
+                            .map(|c| format!("peers-{run_id}-{cells}-{c}"))
+                            .collect();
+                        cells += 1;
+                        let cell = Setup {
+                            observer: &observer,
+                            kind: *kind,
+                            connect_to,
+                            names: &names,
+                            handoff,
+                            length: args.cell,
+                        };
+                        measured[i].push(cell.measure().await?);
                     }
-                    let per_read = read_cost(&observer).await;
-                    let requests = match (before, after, per_read) {
-                        (Some(b), Some(a), Some(r)) if cell.turns > 0 => {
-                            Some(a.saturating_sub(b).saturating_sub(r) as f64 / cell.turns as f64)
-                        }
-                        _ => None,
-                    };
-                    rows.push(Row {
-                        backend: target.label.clone(),
-                        implementation: kind.label(),
+                }
+                for ((kind, _), cells) in target.runs.iter().zip(measured) {
+                    rows.push(Row::median(
+                        target.label.clone(),
+                        kind.label(),
                         operation,
                         clients,
-                        p50: cell.quantile(0.50),
-                        p99: cell.quantile(0.99),
-                        rate: cell.rate,
-                        requests,
-                        errors: cell.errors,
-                    });
+                        &cells,
+                    ));
                 }
             }
         }
@@ -151,16 +166,64 @@ async fn run(args: Args) -> Result<(), String> {
     if args.cell != Duration::from_secs(3) {
         command.push_str(&format!(" --cell {}", show(args.cell)));
     }
+    if runs != DEFAULT_RUNS {
+        command.push_str(&format!(" --runs {runs}"));
+    }
     if let Some(page) = &args.write {
         command.push_str(&format!(" --write {}", page.display()));
     }
-    let notes = table::notes(&versions, &command, args.cell);
+    let notes = table::notes(&versions, &command, args.cell, runs);
     println!("{table}\n{notes}");
     if let Some(page) = &args.write {
         table::write_section(page, &format!("{table}\n{notes}"))?;
         eprintln!("wrote the table into {}", page.display());
     }
     Ok(())
+}
+
+/// One cell to measure: clients of one implementation on one operation.
+struct Setup<'a> {
+    observer: &'a DynLock,
+    kind: Kind,
+    connect_to: &'a str,
+    /// A key per client (a hand-off shares one derived from the first).
+    names: &'a [String],
+    handoff: bool,
+    length: Duration,
+}
+
+impl Setup<'_> {
+    /// Connects the clients, warms them up, and runs the cell.
+    async fn measure(&self) -> Result<Measured, String> {
+        let mut peers = Vec::new();
+        for _ in self.names {
+            peers.push(self.kind.connect(self.connect_to).await?);
+        }
+        measure::warm_up(&mut peers, self.names).await?;
+        let shared = self.handoff.then(|| format!("{}-shared", self.names[0]));
+        let before = requests(self.observer).await;
+        let mut cell = measure::run(peers, self.names, shared.as_deref(), self.length).await;
+        let after = requests(self.observer).await;
+        if let Some(e) = &cell.first_error {
+            eprintln!("  {} errors, first: {e}", cell.errors);
+        }
+        let per_read = read_cost(self.observer).await;
+        let turns = cell.turns.max(1);
+        let requests = match (before, after, per_read) {
+            (Some(b), Some(a), Some(r)) if cell.turns > 0 => {
+                Some(a.saturating_sub(b).saturating_sub(r) as f64 / turns as f64)
+            }
+            _ => None,
+        };
+        Ok(Measured {
+            p50: cell.quantile(0.50),
+            p99: cell.quantile(0.99),
+            rate: cell.rate,
+            requests,
+            cpu: (cell.turns > 0).then(|| cell.cpu / u32::try_from(turns).unwrap_or(u32::MAX)),
+            errors: cell.errors,
+        })
+    }
 }
 
 /// The server's request counter, through distlock's inspection of it.

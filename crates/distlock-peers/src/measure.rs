@@ -24,6 +24,8 @@ pub struct Cell {
     pub first_error: Option<String>,
     /// Turns taken (cycles, or acquisitions in a hand-off cell).
     pub turns: usize,
+    /// CPU time (user + system) this whole process used over the cell.
+    pub cpu: Duration,
 }
 
 impl Cell {
@@ -72,6 +74,7 @@ pub async fn run(
 ) -> Cell {
     let results: Shared = Arc::default();
     let ready = peers;
+    let cpu_before = cpu_time();
     let started = Instant::now();
     let end = started + length;
     let mut tasks = Vec::new();
@@ -119,8 +122,23 @@ pub async fn run(
         }
     }
     let elapsed = started.elapsed().as_secs_f64().max(1e-9);
+    let cpu = cpu_time().saturating_sub(cpu_before);
     let mut results = lock(&results);
     let mut cell = std::mem::take(&mut results.cell);
     cell.rate = cell.samples.len() as f64 / elapsed;
+    cell.cpu = cpu;
     cell
+}
+
+/// The CPU time (user + system) of this process so far, every thread summed;
+/// zero when the kernel does not say.
+fn cpu_time() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let micros = |tv: nix::sys::time::TimeVal| {
+        Duration::from_secs(u64::try_from(tv.tv_sec()).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(tv.tv_usec()).unwrap_or(0))
+    };
+    getrusage(UsageWho::RUSAGE_SELF).map_or(Duration::ZERO, |usage| {
+        micros(usage.user_time()) + micros(usage.system_time())
+    })
 }

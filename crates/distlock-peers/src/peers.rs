@@ -1,9 +1,11 @@
 //! The lock implementations side by side, each behind one trait: distlock
 //! (through `distlock::connect`, as users call it), etcd's server-side Lock
 //! API (its `Lock`/`Unlock` RPCs, through distlock-etcd's small gRPC client),
-//! rslock's Redlock and zookeeper-client's lock recipe,
-//! each used the way its documentation shows, with its default settings.
+//! rslock's Redlock, zookeeper-client's lock recipe and, on PostgreSQL, the
+//! statements a user would write by hand (`postgres.rs`), each used the way its
+//! documentation shows, with its default settings.
 
+use crate::postgres::{Advisory, LeaseTable};
 use async_trait::async_trait;
 use distlock::{AcquireOptions, DynLock, LockKey, Wait};
 use std::time::Duration;
@@ -31,6 +33,10 @@ pub enum Kind {
     Rslock,
     /// zookeeper-client's `Client::lock` with Curator's node names.
     ZkRecipe,
+    /// A hand-written lease table on PostgreSQL (sqlx).
+    PgLeaseTable,
+    /// A hand-written session advisory lock on PostgreSQL (sqlx).
+    PgAdvisory,
 }
 
 impl Kind {
@@ -41,11 +47,14 @@ impl Kind {
             Kind::EtcdLockApi => "etcd Lock API (gRPC)",
             Kind::Rslock => "rslock",
             Kind::ZkRecipe => "zookeeper-client lock recipe",
+            Kind::PgLeaseTable => "hand-written lease table (sqlx)",
+            Kind::PgAdvisory => "hand-written pg_advisory_lock (sqlx)",
         }
     }
 
     /// A new client of the servers `target` names: a distlock URL, `host:port`
-    /// for etcd and ZooKeeper, `redis://` URLs separated by commas for rslock.
+    /// for etcd and ZooKeeper, `redis://` URLs separated by commas for rslock,
+    /// a `postgres://` URL for the hand-written PostgreSQL locks.
     pub async fn connect(self, target: &str) -> Result<Box<dyn Peer>, String> {
         Ok(match self {
             Kind::Distlock => Box::new(Distlock {
@@ -79,6 +88,8 @@ impl Kind {
                     .map_err(|e| format!("zookeeper connect: {e}"))?;
                 Box::new(ZkRecipe { client })
             }
+            Kind::PgLeaseTable => Box::new(LeaseTable::connect(target).await?),
+            Kind::PgAdvisory => Box::new(Advisory::connect(target).await?),
         })
     }
 }
@@ -158,5 +169,23 @@ impl Peer for ZkRecipe {
         // background (not awaited; the session's next request queues behind it).
         drop(lock);
         Ok(())
+    }
+}
+
+#[async_trait]
+impl Peer for LeaseTable {
+    async fn turn(&mut self, name: &str, held: &mut (dyn FnMut() + Send)) -> Result<(), String> {
+        self.take(name, TTL).await?;
+        held();
+        self.free(name).await
+    }
+}
+
+#[async_trait]
+impl Peer for Advisory {
+    async fn turn(&mut self, name: &str, held: &mut (dyn FnMut() + Send)) -> Result<(), String> {
+        self.lock(name).await?;
+        held();
+        self.unlock(name).await
     }
 }

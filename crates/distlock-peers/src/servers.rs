@@ -3,10 +3,13 @@
 //! table says about each: the implementations to run on it and its version.
 
 use crate::peers::Kind;
-use distlock_testkit::servers::{EtcdServer, MariaDbServer, RedisServer, ZooKeeperServer};
+use distlock_testkit::servers::{
+    EtcdServer, MariaDbServer, PostgresServer, RedisServer, ZooKeeperServer,
+};
+use std::sync::Arc;
 
 /// The backends, in table order.
-pub const BACKENDS: [&str; 5] = ["redis", "redlock", "etcd", "zookeeper", "mysql"];
+pub const BACKENDS: [&str; 6] = ["redis", "redlock", "etcd", "zookeeper", "mysql", "postgres"];
 
 /// One backend's servers, kept running until it is dropped.
 pub struct Target {
@@ -27,6 +30,7 @@ enum Servers {
     Etcd(EtcdServer),
     ZooKeeper(ZooKeeperServer),
     MariaDb(MariaDbServer),
+    Postgres(Arc<PostgresServer>),
 }
 
 fn failed(what: &str) -> impl FnOnce(distlock_testkit::servers::ServerError) -> String {
@@ -34,9 +38,13 @@ fn failed(what: &str) -> impl FnOnce(distlock_testkit::servers::ServerError) -> 
     move |e| format!("cannot start {what} (sudo scripts/install-backends): {e}")
 }
 
-/// Launches the servers of `backend` (one of [`BACKENDS`]).
-pub async fn launch(backend: &str) -> Result<Target, String> {
-    Ok(match backend {
+/// Launches the servers of `backend` (one of [`BACKENDS`]): one target, or on
+/// PostgreSQL one per strategy on the same server.
+pub async fn launch(backend: &str) -> Result<Vec<Target>, String> {
+    if backend == "postgres" {
+        return postgres().await;
+    }
+    Ok(vec![match backend {
         "redis" => {
             let server = RedisServer::start().await.map_err(failed("redis-server"))?;
             let url = server.url();
@@ -138,7 +146,37 @@ pub async fn launch(backend: &str) -> Result<Target, String> {
             }
         }
         other => return Err(format!("unknown backend {other:?}; pick from {BACKENDS:?}")),
-    })
+    }])
+}
+
+/// One PostgreSQL server, as two targets: `version_cas` next to a hand-written
+/// lease table, `advisory` next to a hand-written `pg_advisory_lock`.
+async fn postgres() -> Result<Vec<Target>, String> {
+    let server = Arc::new(
+        PostgresServer::start()
+            .await
+            .map_err(failed("PostgreSQL"))?,
+    );
+    let plain = server.url();
+    let version = crate::postgres::prepare(&plain).await?;
+    let version = format!(
+        "PostgreSQL {}",
+        version.split_whitespace().next().unwrap_or("unknown")
+    );
+    let target = |strategy: &str, peer: Kind| {
+        let url = format!("{plain}?strategy={strategy}");
+        Target {
+            label: format!("PostgreSQL, {strategy}"),
+            version: version.clone(),
+            runs: vec![(Kind::Distlock, url.clone()), (peer, plain.clone())],
+            url,
+            _servers: Servers::Postgres(server.clone()),
+        }
+    };
+    Ok(vec![
+        target("version_cas", Kind::PgLeaseTable),
+        target("advisory", Kind::PgAdvisory),
+    ])
 }
 
 /// `Redis <version>` from `INFO server`.

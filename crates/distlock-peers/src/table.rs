@@ -15,19 +15,69 @@ const LOCK_FILE: &str = include_str!("../../../Cargo.lock");
 /// The crates whose versions the notes name.
 const CRATES: [&str; 4] = ["rslock", "zookeeper-client", "redis", "sqlx"];
 
-/// One row: an implementation on a backend, one operation at one client count.
+/// What one run of one cell measured.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    pub p50: Option<Duration>,
+    pub p99: Option<Duration>,
+    pub rate: f64,
+    /// Requests the server counted per operation.
+    pub requests: Option<f64>,
+    /// The benchmarking process's CPU time (user + system) per operation.
+    pub cpu: Option<Duration>,
+    pub errors: usize,
+}
+
+/// One row: an implementation on a backend, one operation at one client
+/// count, the median of its runs.
 #[derive(Debug)]
 pub struct Row {
     pub backend: String,
     pub implementation: &'static str,
     pub operation: &'static str,
     pub clients: usize,
-    pub p50: Option<Duration>,
-    pub p99: Option<Duration>,
-    pub rate: f64,
-    /// Requests the server counted per operation.
-    pub requests: Option<f64>,
+    pub median: Measured,
+    /// The lowest and highest ops/s of the runs.
+    pub rates: (f64, f64),
     pub errors: usize,
+}
+
+/// The median of some values (the lower middle one of an even count), or
+/// `None` when there are none.
+fn median<T: PartialOrd + Copy>(mut values: Vec<T>) -> Option<T> {
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    values.get(values.len().saturating_sub(1) / 2).copied()
+}
+
+impl Row {
+    /// The row of `runs`: each figure the median of the runs' figures.
+    pub fn median(
+        backend: String,
+        implementation: &'static str,
+        operation: &'static str,
+        clients: usize,
+        runs: &[Measured],
+    ) -> Row {
+        let rates: Vec<f64> = runs.iter().map(|m| m.rate).collect();
+        let low = rates.iter().copied().fold(f64::INFINITY, f64::min);
+        let high = rates.iter().copied().fold(0.0, f64::max);
+        Row {
+            backend,
+            implementation,
+            operation,
+            clients,
+            median: Measured {
+                p50: median(runs.iter().filter_map(|m| m.p50).collect()),
+                p99: median(runs.iter().filter_map(|m| m.p99).collect()),
+                rate: median(rates).unwrap_or(0.0),
+                requests: median(runs.iter().filter_map(|m| m.requests).collect()),
+                cpu: median(runs.iter().filter_map(|m| m.cpu).collect()),
+                errors: 0,
+            },
+            rates: (if low.is_finite() { low } else { 0.0 }, high),
+            errors: runs.iter().map(|m| m.errors).sum(),
+        }
+    }
 }
 
 fn ms(d: Option<Duration>) -> String {
@@ -40,34 +90,39 @@ fn ms(d: Option<Duration>) -> String {
 /// The table, markdown.
 pub fn markdown(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| backend | implementation | operation | clients | p50 | p99 | ops/s | server requests/op |\n\
-         |---|---|---|---:|---:|---:|---:|---:|\n",
+        "| backend | implementation | operation | clients | p50 | p99 | ops/s | ops/s of the runs | \
+         client CPU µs/op | server requests/op |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for row in rows {
-        let requests = row
-            .requests
-            .map_or_else(|| "-".into(), |r| format!("{r:.1}"));
+        let m = &row.median;
+        let requests = m.requests.map_or_else(|| "-".into(), |r| format!("{r:.1}"));
+        let cpu = m
+            .cpu
+            .map_or_else(|| "-".into(), |c| format!("{:.0}", c.as_secs_f64() * 1e6));
         let errors = match row.errors {
             0 => String::new(),
             n => format!(" ({n} errors)"),
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {:.0}{errors} | {requests} |",
+            "| {} | {} | {} | {} | {} | {} | {:.0}{errors} | {:.0}–{:.0} | {cpu} | {requests} |",
             row.backend,
             row.implementation,
             row.operation,
             row.clients,
-            ms(row.p50),
-            ms(row.p99),
-            row.rate,
+            ms(m.p50),
+            ms(m.p99),
+            m.rate,
+            row.rates.0,
+            row.rates.1,
         );
     }
     out
 }
 
 /// The notes under the table: what ran where, and how to run it again.
-pub fn notes(servers: &[String], command: &str, cell: Duration) -> String {
+pub fn notes(servers: &[String], command: &str, cell: Duration, runs: usize) -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|info| {
@@ -88,7 +143,8 @@ pub fn notes(servers: &[String], command: &str, cell: Duration) -> String {
         .map(|name| format!("{name} {}", locked_version(name).unwrap_or("?")))
         .collect();
     format!(
-        "Measured {date} by `{command}`, {} per cell, on {cores} cores ({cpu}), every server \
+        "Measured {date} by `{command}`, {} per cell, each figure the median of {runs} runs \
+         with the implementations taking turns, on {cores} cores ({cpu}), every server \
          on loopback on the same machine, launched by the testkit. distlock {}; {}; {}.\n",
         crate::show(cell),
         env!("CARGO_PKG_VERSION"),
@@ -149,6 +205,27 @@ mod tests {
         );
         assert!(write_section(&dir.join("missing.md"), "x").is_err());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_row_shows_the_median_of_its_runs_and_their_range() {
+        let run = |rate: f64, p99_ms: u64| Measured {
+            p50: Some(Duration::from_millis(1)),
+            p99: Some(Duration::from_millis(p99_ms)),
+            rate,
+            requests: Some(2.0),
+            cpu: Some(Duration::from_micros(40)),
+            errors: 1,
+        };
+        let runs = [run(300.0, 9), run(100.0, 5), run(200.0, 7)];
+        let row = Row::median("b".into(), "i", "cycle", 1, &runs);
+        assert_eq!(row.median.rate, 200.0);
+        assert_eq!(row.median.p99, Some(Duration::from_millis(7)));
+        assert_eq!(row.rates, (100.0, 300.0));
+        assert_eq!(row.errors, 3);
+        assert!(markdown(&[row]).contains("| 200 (3 errors) | 100–300 | 40 | 2.0 |"));
+        assert_eq!(median(Vec::<f64>::new()), None);
+        assert_eq!(median(vec![4, 1, 3, 2]), Some(2));
     }
 
     #[test]

@@ -1,0 +1,132 @@
+//! The PostgreSQL peers: the statements a user would write by hand with sqlx,
+//! one connection per client, no library between them and the server.
+//!
+//! - a lease table: one upsert that takes a free or expired row and raises its
+//!   token, polled every [`POLL`] while the row is held, and an owner-checked
+//!   update that frees it (the counter stays, so tokens keep rising);
+//! - a session advisory lock: `pg_advisory_lock` (which waits in the server)
+//!   and `pg_advisory_unlock` on the same connection.
+
+use sqlx::{Connection, PgConnection};
+use std::time::Duration;
+
+/// How often the hand-written lease table asks again while the row is held.
+pub const POLL: Duration = Duration::from_millis(10);
+
+/// The lease table, created once before any client connects.
+pub const LEASE_TABLE: &str = "CREATE TABLE IF NOT EXISTS peer_leases (\
+     name text PRIMARY KEY, owner text NOT NULL, token bigint NOT NULL, \
+     expires_at timestamptz NOT NULL)";
+
+const TAKE: &str = "INSERT INTO peer_leases AS l (name, owner, token, expires_at) \
+     VALUES ($1, $2, 1, clock_timestamp() + make_interval(secs => $3)) \
+     ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, token = l.token + 1, \
+     expires_at = EXCLUDED.expires_at WHERE l.expires_at < clock_timestamp() \
+     RETURNING token";
+
+const FREE: &str = "UPDATE peer_leases SET expires_at = '-infinity' WHERE name = $1 AND owner = $2";
+
+const LOCK: &str = "SELECT pg_advisory_lock(hashtextextended($1, 0))";
+
+const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended($1, 0))";
+
+/// A client of the hand-written lease table.
+pub struct LeaseTable {
+    conn: PgConnection,
+    owner: String,
+}
+
+/// A client of the hand-written advisory lock.
+pub struct Advisory {
+    conn: PgConnection,
+}
+
+async fn connect(url: &str) -> Result<PgConnection, String> {
+    PgConnection::connect(url)
+        .await
+        .map_err(|e| format!("postgres connect: {e}"))
+}
+
+impl LeaseTable {
+    pub async fn connect(url: &str) -> Result<Self, String> {
+        Ok(LeaseTable {
+            conn: connect(url).await?,
+            owner: format!("{:016x}", rand::random::<u64>()),
+        })
+    }
+}
+
+impl Advisory {
+    pub async fn connect(url: &str) -> Result<Self, String> {
+        Ok(Advisory {
+            conn: connect(url).await?,
+        })
+    }
+}
+
+/// Creates the lease table on the server at `url` and returns the server's
+/// version.
+pub async fn prepare(url: &str) -> Result<String, String> {
+    let mut conn = connect(url).await?;
+    sqlx::query(LEASE_TABLE)
+        .execute(&mut conn)
+        .await
+        .map_err(|e| format!("postgres: {e}"))?;
+    sqlx::query_scalar("SELECT current_setting('server_version')")
+        .fetch_one(&mut conn)
+        .await
+        .map_err(|e| format!("postgres: {e}"))
+}
+
+impl LeaseTable {
+    /// Takes the row `name` for `ttl`, asking again every [`POLL`] while it is
+    /// held.
+    pub async fn take(&mut self, name: &str, ttl: Duration) -> Result<(), String> {
+        loop {
+            let token: Option<i64> = sqlx::query_scalar(TAKE)
+                .bind(name)
+                .bind(&self.owner)
+                .bind(ttl.as_secs_f64())
+                .fetch_optional(&mut self.conn)
+                .await
+                .map_err(|e| format!("lease take: {e}"))?;
+            if token.is_some() {
+                return Ok(());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Frees the row `name` if this client holds it.
+    pub async fn free(&mut self, name: &str) -> Result<(), String> {
+        sqlx::query(FREE)
+            .bind(name)
+            .bind(&self.owner)
+            .execute(&mut self.conn)
+            .await
+            .map(drop)
+            .map_err(|e| format!("lease free: {e}"))
+    }
+}
+
+impl Advisory {
+    /// Waits in the server for the advisory lock of `name`.
+    pub async fn lock(&mut self, name: &str) -> Result<(), String> {
+        sqlx::query(LOCK)
+            .bind(name)
+            .execute(&mut self.conn)
+            .await
+            .map(drop)
+            .map_err(|e| format!("pg_advisory_lock: {e}"))
+    }
+
+    /// Releases it.
+    pub async fn unlock(&mut self, name: &str) -> Result<(), String> {
+        sqlx::query(UNLOCK)
+            .bind(name)
+            .execute(&mut self.conn)
+            .await
+            .map(drop)
+            .map_err(|e| format!("pg_advisory_unlock: {e}"))
+    }
+}

@@ -14,6 +14,8 @@ pub mod fences;
 pub mod memory;
 #[cfg(feature = "mysql")]
 pub mod mysql;
+#[cfg(feature = "nats")]
+pub mod nats;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(any(feature = "redis", feature = "redlock"))]
@@ -155,6 +157,14 @@ pub fn backends() -> Vec<TestBackend> {
             chaos: chaos::trials::etcd,
             launch: Some(|| Box::pin(etcd::launch_url())),
             fence_locks: &[("etcd", "")],
+        },
+        #[cfg(feature = "nats")]
+        TestBackend {
+            name: "nats",
+            suites: || vec![nats::spec()],
+            chaos: nats::chaos,
+            launch: Some(|| Box::pin(nats::launch_url())),
+            fence_locks: &[("nats", "")],
         },
         #[cfg(feature = "postgres")]
         TestBackend {

@@ -222,6 +222,8 @@ mod documentation {
     struct MySql;
     #[doc = include_str!("../../docs/backends/postgres.md")]
     struct Postgres;
+    #[doc = include_str!("../../docs/backends/nats.md")]
+    struct Nats;
     #[doc = include_str!("../../docs/semaphores.md")]
     struct Semaphores;
     #[doc = include_str!("../../docs/election.md")]

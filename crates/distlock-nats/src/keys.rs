@@ -21,7 +21,7 @@ fn kept(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'/')
 }
 
-/// `name` in the KV alphabet, reversibly (see [`unescape`]). A prefix of a name
+/// `name` in the KV alphabet, reversibly (`=XX` for every byte not kept). A prefix of a name
 /// escapes to a prefix of its escape, so a residue scan by prefix works on keys.
 pub fn escape(name: &str) -> String {
     let mut out = String::with_capacity(name.len());

@@ -79,6 +79,11 @@ test-etcd:
     cargo test -p distlock-tests --features etcd --test conformance -- etcd::
     cargo test -p distlock-etcd --all-features
 
+# NATS JetStream KV: conformance cases plus the adapter's own tests.
+test-nats:
+    cargo test -p distlock-tests --features nats --test conformance -- nats::
+    cargo test -p distlock-nats
+
 # Other ecosystems' real clients against ours: Apache Curator's recipes (`curator::`, a Java holder compiled
 # at test time) on ZooKeeper and `etcdctl lock` (`etcdctl::`) on etcd, both directions and under contention.
 test-interop *FILTER:
@@ -147,6 +152,7 @@ test-compose-servers:
     DISTLOCK_TEST_ZOOKEEPER_URL=zk://127.0.0.1:12181 \
     DISTLOCK_TEST_MYSQL_URL=mysql://root:distlock-test@127.0.0.1:13306/distlock \
     DISTLOCK_TEST_POSTGRES_URL=postgres://postgres:distlock-test@127.0.0.1:15432/distlock \
+    DISTLOCK_TEST_NATS_URL=nats://127.0.0.1:14222 \
     cargo test --workspace --all-features
     DISTLOCK_TEST_MYSQL_URL=mysql://root:distlock-test@127.0.0.1:13307/distlock \
     cargo test -p distlock-tests --all-features --test conformance -- mysql

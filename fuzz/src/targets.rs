@@ -219,6 +219,12 @@ pub fn etcd_url(data: &[u8]) {
     });
 }
 
+/// `NatsConfig::from_url` (files named by `nkey=`, `creds=`, `ca=`, `cert=` and
+/// `key=` are read at connect, not while parsing).
+pub fn nats_url(data: &[u8]) {
+    scheme(data, |t| result_texts(&distlock_nats::NatsConfig::from_url(t)));
+}
+
 /// `ZkConfig::from_url`.
 pub fn zk_url(data: &[u8]) {
     scheme(data, |t| {

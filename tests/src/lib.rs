@@ -14,6 +14,8 @@ pub mod fences;
 pub mod memory;
 #[cfg(feature = "mysql")]
 pub mod mysql;
+#[cfg(feature = "nats")]
+pub mod nats;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(any(feature = "redis", feature = "redlock"))]
@@ -156,6 +158,14 @@ pub fn backends() -> Vec<TestBackend> {
             launch: Some(|| Box::pin(etcd::launch_url())),
             fence_locks: &[("etcd", "")],
         },
+        #[cfg(feature = "nats")]
+        TestBackend {
+            name: "nats",
+            suites: || vec![nats::spec()],
+            chaos: nats::chaos,
+            launch: Some(|| Box::pin(nats::launch_url())),
+            fence_locks: &[("nats", "")],
+        },
         #[cfg(feature = "postgres")]
         TestBackend {
             name: "postgres",
@@ -212,6 +222,8 @@ mod documentation {
     struct MySql;
     #[doc = include_str!("../../docs/backends/postgres.md")]
     struct Postgres;
+    #[doc = include_str!("../../docs/backends/nats.md")]
+    struct Nats;
     #[doc = include_str!("../../docs/semaphores.md")]
     struct Semaphores;
     #[doc = include_str!("../../docs/election.md")]

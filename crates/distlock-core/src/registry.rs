@@ -140,4 +140,6 @@ pub mod schemes {
     pub const MYSQL: &[&str] = &["mysql", "mariadb"];
     /// PostgreSQL.
     pub const POSTGRES: &[&str] = &["postgres", "postgresql"];
+    /// NATS JetStream KV.
+    pub const NATS: &[&str] = &["nats", "tls", "nats+tls"];
 }

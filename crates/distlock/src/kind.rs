@@ -52,7 +52,7 @@ macro_rules! known {
 
 /// Every backend, enabled in this build or not. Adding a backend is one line
 /// here (and its feature in Cargo.toml).
-static KNOWN: [Known; 7] = [
+static KNOWN: [Known; 8] = [
     Known {
         feature: None,
         name: "memory",
@@ -80,6 +80,7 @@ static KNOWN: [Known; 7] = [
         schemes::POSTGRES,
         distlock_postgres::POSTGRES
     ),
+    known!("nats", "nats", schemes::NATS, distlock_nats::NATS),
 ];
 
 impl BackendKind {

@@ -35,6 +35,7 @@
 //! | `zookeeper` | `zk://h1,h2/chroot` | `distlock::zookeeper` (`ZkConfig`) |
 //! | `mysql` | `mysql://user:pass@host/db?strategy=version_cas` | `distlock::mysql` (`MySqlConfig`) |
 //! | `postgres` | `postgres://user:pass@host/db?strategy=advisory` | `distlock::postgres` (`PostgresConfig`) |
+//! | `nats` | `nats://h1,h2/bucket`, `tls://` (TLS always built in) | `distlock::nats` (`NatsConfig`) |
 //! | `tls` | TLS for the backends enabled: `etcds://`, ZooKeeper's `tls=true`, MySQL's `ssl-mode`/`ssl-ca`, PostgreSQL's `sslmode`/`sslrootcert` (`rediss://` needs only `redis`) | |
 //! | `metrics` | acquire, hold, lease and waiter metrics through the `metrics` crate, labelled by backend (see [Metrics](#metrics)) | |
 //! | `full` | all of the above | |
@@ -146,6 +147,10 @@ pub use distlock_mysql as mysql;
 /// The PostgreSQL adapter (feature `postgres`).
 #[cfg(feature = "postgres")]
 pub use distlock_postgres as postgres;
+
+/// The NATS JetStream KV adapter (feature `nats`).
+#[cfg(feature = "nats")]
+pub use distlock_nats as nats;
 
 /// `SqlFence`, fencing tokens checked inside your own sqlx transaction, and
 /// `SqlStore`, a fenced value table (feature `mysql` or `postgres`).

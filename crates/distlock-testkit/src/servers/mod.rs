@@ -13,6 +13,7 @@ pub mod docker;
 pub mod etcd;
 pub mod links;
 pub mod mariadb;
+pub mod nats;
 pub mod placement;
 pub mod postgres;
 pub mod process;
@@ -29,6 +30,7 @@ pub use clock::MovableClock;
 pub use etcd::{EtcdCluster, EtcdServer, MemberStatus};
 pub use links::PeerLinks;
 pub use mariadb::MariaDbServer;
+pub use nats::NatsServer;
 pub use placement::{LauncherKind, Placement, launcher, place, set_default_launcher};
 pub use postgres::PostgresServer;
 pub use postgres::pgbouncer::PgBouncerServer;
@@ -94,7 +96,8 @@ launched!(
     EtcdServer,
     ZooKeeperServer,
     MariaDbServer,
-    PostgresServer
+    PostgresServer,
+    NatsServer
 );
 
 /// The command that installs every backend the suite launches.

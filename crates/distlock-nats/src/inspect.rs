@@ -1,0 +1,146 @@
+//! What an operator (and `distlock check`, `status`, `unlock --force`) sees of
+//! the bucket, over the same key layout as the protocol.
+
+use crate::backend::NatsBackend;
+use crate::error::Written;
+use crate::keys::{lock_key, lock_name, lock_prefix};
+use crate::protocol::{self, Slot};
+use async_nats::jetstream::stream::StorageType;
+use async_trait::async_trait;
+use distlock_core::toolkit::{Holder, Inspect};
+use distlock_core::{LockError, LockKey};
+use futures_util::TryStreamExt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+impl NatsBackend {
+    /// The keys under `prefix` the stream holds a record for (a lock or a
+    /// release marker not collected yet), counted by the stream itself.
+    async fn keys_under(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let stream_prefix = &self.kv.prefix;
+        let subjects: Vec<(String, usize)> = self
+            .kv
+            .stream
+            .info_with_subjects(format!("{stream_prefix}lock.>"))
+            .await
+            .map_err(|e| self.servers.unavailable("listing the bucket's keys", &e))?
+            .try_collect()
+            .await
+            .map_err(|e| self.servers.unavailable("listing the bucket's keys", &e))?;
+        let wanted = lock_prefix(prefix);
+        let mut keys: Vec<String> = subjects
+            .into_iter()
+            .filter_map(|(subject, _)| {
+                subject
+                    .strip_prefix(stream_prefix.as_str())
+                    .map(str::to_owned)
+            })
+            .filter(|key| key.starts_with(&wanted))
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+}
+
+#[async_trait]
+impl Inspect for NatsBackend {
+    async fn holder(&self, key: &LockKey) -> Result<Option<Holder>, LockError> {
+        let Slot::Held {
+            revision,
+            record,
+            written_ns,
+        } = protocol::read(&self.kv, &self.servers, &lock_key(key)).await?
+        else {
+            return Ok(None);
+        };
+        // Expiry as an observer sees it: the record's server time against this
+        // machine's wall clock. Only reports use it; a grant never does.
+        let now_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| {
+                i128::try_from(since.as_nanos()).unwrap_or(i128::MAX)
+            });
+        let age = u64::try_from(now_ns.saturating_sub(written_ns)).unwrap_or(0);
+        let Some(expires_in) = record.ttl.checked_sub(Duration::from_nanos(age)) else {
+            return Ok(None);
+        };
+        let epoch = protocol::epoch(&self.kv.stream, &self.servers).await?;
+        let token = protocol::token(epoch, protocol::granted_at(revision, &record))?;
+        Ok(Some(Holder::new(record.owner, token, Some(expires_in))))
+    }
+
+    async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let mut held = Vec::new();
+        for key in self.keys_under(prefix).await? {
+            if let Slot::Held {
+                revision, record, ..
+            } = protocol::read(&self.kv, &self.servers, &key).await?
+            {
+                let name = lock_name(&key).unwrap_or_else(|| key.clone());
+                held.push(format!(
+                    "{name}: owner {}, revision {revision}",
+                    record.owner
+                ));
+            }
+        }
+        Ok(held)
+    }
+
+    async fn state_records(&self, prefix: &str) -> Result<Option<usize>, LockError> {
+        Ok(Some(self.keys_under(prefix).await?.len()))
+    }
+
+    async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {
+        let key = lock_key(key);
+        loop {
+            let Slot::Held { revision, .. } = protocol::read(&self.kv, &self.servers, &key).await?
+            else {
+                return Ok(false);
+            };
+            match self.remove(&key, revision).await {
+                Written::At(()) => return Ok(true),
+                // Renewed or taken over meanwhile: delete whoever holds it now.
+                Written::Conflict => {}
+                Written::Unknown(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn pitfalls(&self) -> Result<Vec<String>, LockError> {
+        let info = self.kv.stream.get_info().await.map_err(|e| {
+            self.servers
+                .unavailable("reading the bucket's configuration", &e)
+        })?;
+        let mut pitfalls = Vec::new();
+        if info.config.storage == StorageType::Memory {
+            pitfalls.push(format!(
+                "bucket `{}` is on memory storage: a server restart forgets every held lock \
+                 (tokens still rise, from the recreated bucket's creation time); use file storage",
+                self.kv.name
+            ));
+        }
+        if !info.config.max_age.is_zero() {
+            pitfalls.push(format!(
+                "bucket `{}` removes records {:?} after their last write: a lease with a longer \
+                 ttl and manual renewal can vanish while held; create the bucket without max_age",
+                self.kv.name, info.config.max_age
+            ));
+        }
+        if info.config.max_messages_per_subject != 1 {
+            pitfalls.push(format!(
+                "bucket `{}` keeps {} records per key; distlock needs one (history 1)",
+                self.kv.name, info.config.max_messages_per_subject
+            ));
+        }
+        Ok(pitfalls)
+    }
+
+    fn ping_name(&self) -> Option<&'static str> {
+        Some("STREAM.INFO")
+    }
+
+    async fn ping(&self) -> Result<(), LockError> {
+        protocol::epoch(&self.kv.stream, &self.servers)
+            .await
+            .map(|_| ())
+    }
+}

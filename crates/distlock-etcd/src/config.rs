@@ -122,7 +122,7 @@ impl EtcdConfig {
     /// your clones of the channel closes nothing while the lock lives.
     ///
     /// ```no_run
-    /// use distlock_core::{AcquireOptions, LockKey};
+    /// use distlock_core::{AcquireOptions, DistributedLock, LockKey};
     /// use distlock_etcd::EtcdConfig;
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// // The app's own channel to etcd.

@@ -44,6 +44,14 @@ async fn session_zone(pool: &MySqlPool) -> String {
         .unwrap()
 }
 
+/// The server thread of the pool's one connection.
+async fn thread_of(pool: &MySqlPool) -> u64 {
+    sqlx::query_scalar("SELECT CONNECTION_ID()")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn pools_in_other_time_zones_agree_on_expiry_exclude_and_raise_tokens() {
     let server = server().await;
@@ -78,41 +86,25 @@ async fn pools_in_other_time_zones_agree_on_expiry_exclude_and_raise_tokens() {
 async fn a_for_update_lock_from_the_apps_pool_is_never_on_the_pools_connection() {
     let server = server().await;
     let pool = app_pool(&server, "+05:00").await;
-    let app_thread: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let app_thread = thread_of(&pool).await;
     let first = lock(&pool, Strategy::ForUpdate, "own_pool_rows").await;
     let second = lock(&pool, Strategy::ForUpdate, "own_pool_rows").await;
     let key = LockKey::new("jobs/own-rows").unwrap();
     let opts = AcquireOptions::new().ttl(Duration::from_secs(10));
     let held = first.acquire(&key, &opts).await.unwrap();
-    let elsewhere = format!(
-        "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id <> {app_thread};"
+    // Open transactions on the pool's connection / on others: the lock's.
+    let transactions = format!(
+        "SELECT CONCAT(SUM(trx_mysql_thread_id = {app_thread}), '/', \
+         SUM(trx_mysql_thread_id <> {app_thread})) FROM information_schema.INNODB_TRX;"
     );
-    assert_eq!(
-        root_value(&server, &elsewhere).await,
-        "1",
-        "the holder's transaction"
-    );
-    let on_app = format!(
-        "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = {app_thread};"
-    );
-    assert_eq!(
-        root_value(&server, &on_app).await,
-        "0",
-        "the lock is on the pool's connection"
-    );
+    assert_eq!(root_value(&server, &transactions).await, "0/1");
     assert!(second.try_acquire(&key, &opts).await.unwrap().is_none());
     let token = held.token();
     held.release().await.unwrap();
     let next = second.acquire(&key, &opts).await.unwrap();
     assert!(next.token() > token, "{} after {token}", next.token());
     next.release().await.unwrap();
-    let still: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let still = thread_of(&pool).await;
     assert_eq!(still, app_thread, "the pool's connection was replaced");
     assert_eq!(session_zone(&pool).await, "+05:00");
 }

@@ -88,6 +88,13 @@ async fn an_advisory_lock_from_the_apps_pool_is_never_on_the_pools_connections()
     excludes_and_raises(&first, &second, "jobs/own-advisory-2").await;
 }
 
+async fn pgbouncer() -> PgBouncerServer {
+    match PgBouncerServer::start().await {
+        Ok(server) => server,
+        Err(e) => panic!("cannot start PgBouncer for the test: {e}"),
+    }
+}
+
 /// The application's pool through PgBouncer (it does not prepare statements
 /// there: the proxy has no support for them).
 async fn pooled_app_pool(server: &PgBouncerServer) -> PgPool {
@@ -103,10 +110,7 @@ async fn pooled_app_pool(server: &PgBouncerServer) -> PgPool {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pool_behind_pgbouncer_works_with_pooler_transaction_and_is_refused_without() {
-    let bouncer = match PgBouncerServer::start().await {
-        Ok(server) => server,
-        Err(e) => panic!("cannot start PgBouncer for the test: {e}"),
-    };
+    let bouncer = pgbouncer().await;
     let pool = pooled_app_pool(&bouncer).await;
     let refused = PostgresConfig::from_pool(&pool)
         .table("own_pooled")
@@ -128,10 +132,7 @@ async fn a_pool_behind_pgbouncer_works_with_pooler_transaction_and_is_refused_wi
 
 #[tokio::test(flavor = "multi_thread")]
 async fn advisory_from_a_pool_behind_pgbouncer_is_refused_with_the_strategy_to_use() {
-    let bouncer = match PgBouncerServer::start().await {
-        Ok(server) => server,
-        Err(e) => panic!("cannot start PgBouncer for the test: {e}"),
-    };
+    let bouncer = pgbouncer().await;
     let pool = pooled_app_pool(&bouncer).await;
     let refused = PostgresConfig::from_pool(&pool)
         .pooler(Pooler::Transaction)

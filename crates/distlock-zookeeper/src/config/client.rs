@@ -57,7 +57,7 @@ impl ZkConfig {
     /// authenticated).
     ///
     /// ```no_run
-    /// use distlock_core::{AcquireOptions, LockKey};
+    /// use distlock_core::{AcquireOptions, DistributedLock, LockKey};
     /// use distlock_zookeeper::ZkConfig;
     /// use std::time::Duration;
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {

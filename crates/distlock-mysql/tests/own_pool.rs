@@ -15,7 +15,7 @@ use sqlx::MySqlPool;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
-use support::{root_value, server};
+use support::{eventually, root_value, server};
 
 /// The application's pool, its connections in time zone `zone`.
 async fn app_pool(server: &MariaDbServer, zone: &str) -> MySqlPool {
@@ -97,7 +97,23 @@ async fn a_for_update_lock_from_the_apps_pool_is_never_on_the_pools_connection()
         "SELECT CONCAT(SUM(trx_mysql_thread_id = {app_thread}), '/', \
          SUM(trx_mysql_thread_id <> {app_thread})) FROM information_schema.INNODB_TRX;"
     );
-    assert_eq!(root_value(&server, &transactions).await, "0/1");
+    // InnoDB refreshes INNODB_TRX at most every 100 ms, and the acquire may
+    // have read it just before its transaction began: wait for a snapshot
+    // that shows the holder's transaction, then check where it is.
+    let mut seen = String::new();
+    eventually(
+        Duration::from_secs(5),
+        "the holder's transaction",
+        async || {
+            seen = root_value(&server, &transactions).await;
+            seen.ends_with("/1")
+        },
+    )
+    .await;
+    assert_eq!(
+        seen, "0/1",
+        "the lock's transaction on the pool's connection"
+    );
     assert!(second.try_acquire(&key, &opts).await.unwrap().is_none());
     let token = held.token();
     held.release().await.unwrap();

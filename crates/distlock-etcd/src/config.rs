@@ -47,6 +47,8 @@ pub struct EtcdConfig {
     state_ttl: Duration,
     #[cfg(feature = "tls")]
     tls: Option<crate::tls::EtcdTls>,
+    /// The application's own channel, used instead of the endpoints.
+    channel: Option<tonic::transport::Channel>,
 }
 
 impl std::fmt::Debug for EtcdConfig {
@@ -58,7 +60,11 @@ impl std::fmt::Debug for EtcdConfig {
             .field("password", &self.user.as_ref().map(|_| "<redacted>"))
             .field("timeouts", &self.timeouts)
             .field("defaults", &self.defaults)
-            .field("state_ttl", &self.state_ttl);
+            .field("state_ttl", &self.state_ttl)
+            .field(
+                "channel",
+                &self.channel.as_ref().map(|_| "<the application's>"),
+            );
         #[cfg(feature = "tls")]
         s.field("tls", &self.tls);
         s.finish()
@@ -92,6 +98,44 @@ impl EtcdConfig {
             state_ttl: DEFAULT_STATE_TTL,
             #[cfg(feature = "tls")]
             tls: None,
+            channel: None,
+        }
+    }
+
+    /// Every request on your application's own tonic `Channel` to etcd (its
+    /// endpoints, balancing, TLS, connect timeout and HTTP/2 settings), with
+    /// this config's other settings: namespace, login ([`EtcdConfig::auth`]),
+    /// timeouts (per request), acquire defaults, `state_ttl`.
+    ///
+    /// A channel, not an etcd client: this adapter speaks etcd's gRPC API
+    /// itself (no etcd-client crate, whose build needs `protoc`), and a
+    /// channel is what any tonic application already has to etcd or can
+    /// build in one line; endpoints are what [`EtcdConfig::new`] takes.
+    /// distlock opens no connection of its own: it multiplexes over the
+    /// channel's HTTP/2 connections one lease per ttl in use with its
+    /// keep-alive stream, one watch stream shared by every waiter and held
+    /// lease, and unary KV and lease requests, each sending `hasleader` (a
+    /// member cut off from its leader refuses) and, when a user is set, the
+    /// login token. The channel's own settings stay as you built them: give
+    /// its endpoints `http2_keep_alive_interval` (distlock's own use 10 s)
+    /// so that a dead connection is found before a lease runs out. Dropping
+    /// your clones of the channel closes nothing while the lock lives.
+    ///
+    /// ```no_run
+    /// use distlock_core::{AcquireOptions, DistributedLock, LockKey};
+    /// use distlock_etcd::EtcdConfig;
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// // The app's own channel to etcd.
+    /// let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:2379").connect_lazy();
+    /// let lock = EtcdConfig::from_channel(channel).namespace("shop/").connect().await?;
+    /// let lease = lock.acquire(&LockKey::new("sku-42")?, &AcquireOptions::new()).await?;
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn from_channel(channel: tonic::transport::Channel) -> Self {
+        EtcdConfig {
+            channel: Some(channel),
+            ..Self::new(Vec::<String>::new())
         }
     }
 
@@ -218,7 +262,7 @@ impl EtcdConfig {
 
     /// Checks the settings and returns the endpoints as `host:port`.
     fn validate(&self) -> Result<Vec<String>, LockError> {
-        if self.endpoints.is_empty() {
+        if self.endpoints.is_empty() && self.channel.is_none() {
             return Err(config_error("no endpoints; give at least one host:port"));
         }
         let mut addresses = Vec::with_capacity(self.endpoints.len());
@@ -235,6 +279,12 @@ impl EtcdConfig {
         }
         #[cfg(feature = "tls")]
         if let Some(tls) = &self.tls {
+            if self.channel.is_some() {
+                return Err(config_error(
+                    "TLS is set on a config built from a channel, which has its own: build the \
+                     channel's endpoints with tls_config and drop EtcdConfig::tls",
+                ));
+            }
             tls.validate()?;
         }
         self.timeouts.validate(BACKEND)?;
@@ -263,7 +313,10 @@ impl EtcdConfig {
             .map(|address| format!("{scheme}://{address}"))
             .collect();
         let rpc = Rpc {
-            endpoints: Endpoints::new(&addresses),
+            endpoints: match self.channel {
+                Some(_) => Endpoints::new(&["the application's channel".to_owned()]),
+                None => Endpoints::new(&addresses),
+            },
             timeout: self.timeouts.reply,
         };
         let mut options = ConnectOptions::new()
@@ -280,8 +333,13 @@ impl EtcdConfig {
             options = options.with_tls(tls.client_options());
         }
         let budget = self.timeouts.connect + self.timeouts.reply;
-        let client = match tokio::time::timeout(budget, Client::connect(&urls, Some(options))).await
-        {
+        let connect = async {
+            match self.channel.clone() {
+                Some(channel) => Client::from_channel(channel, options).await,
+                None => Client::connect(&urls, Some(options)).await,
+            }
+        };
+        let client = match tokio::time::timeout(budget, connect).await {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => {
                 return Err(rpc
@@ -311,82 +369,4 @@ impl EtcdConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reason(url: &str) -> String {
-        match EtcdConfig::from_url(url) {
-            Err(LockError::Config { reason, .. }) => reason,
-            other => panic!("{url}: expected a config error, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn parses_hosts_user_namespace_and_parameters() {
-        let config = EtcdConfig::from_url(
-            "etcd://u%40x:p%3Aw@h1:2379,h2,[::1]:2380/team%2Fa/locks?timeout=2s&connect_timeout=250ms",
-        )
-        .unwrap();
-        assert_eq!(config.endpoints, ["h1:2379", "h2", "[::1]:2380"]);
-        assert_eq!(config.user, Some(("u@x".into(), "p:w".into())));
-        assert_eq!(config.namespace, "team/a/locks/");
-        assert_eq!(config.timeouts.reply, Duration::from_secs(2));
-        assert_eq!(config.timeouts.connect, Duration::from_millis(250));
-        assert_eq!(
-            config.validate().unwrap(),
-            ["h1:2379", "h2:2379", "[::1]:2380"]
-        );
-    }
-
-    #[test]
-    fn the_path_is_the_namespace() {
-        let namespace = |url: &str| EtcdConfig::from_url(url).unwrap().namespace;
-        assert_eq!(namespace("etcd://h"), DEFAULT_NAMESPACE);
-        assert_eq!(namespace("etcd://h/"), "");
-        assert_eq!(namespace("etcd://h/ns/"), "ns/");
-        assert_eq!(namespace("etcd://h/ns"), "ns/");
-        assert_eq!(namespace("etcd://h?namespace=ns"), "ns/");
-        assert_eq!(namespace("etcd://h?namespace="), "");
-        assert!(reason("etcd://h/ns?namespace=ns").contains("given twice"));
-    }
-
-    #[test]
-    fn bad_urls_say_why_and_hide_the_password() {
-        assert!(reason("redis://h").contains("scheme `redis`"));
-        assert!(reason("h:2379").contains("no scheme"));
-        assert!(reason("etcd://").contains("no hosts"));
-        assert!(reason("etcd://h1,,h2").contains("empty"));
-        assert!(reason("etcd://h:0").contains("port"));
-        assert!(reason("etcd://u@h").contains("password"));
-        assert!(reason("etcd://:pw@h").contains("user name is empty"));
-        assert!(reason("etcd://h?domain=x").contains("needs an etcds:// URL"));
-        let r = reason("etcd://u:hunter2@h/ns?stray=1");
-        assert!(r.contains("unknown URL parameter `stray`"), "{r}");
-        assert!(!r.contains("hunter2") && r.contains("u:***@"), "{r}");
-        assert!(!reason("etcd://u:hunter2@h:bad/ns").contains("hunter2"));
-    }
-
-    #[test]
-    fn old_spellings_name_the_new_one() {
-        assert!(reason("etcd://h?request_timeout=2s").contains("now called `timeout`"));
-        assert!(reason("etcd://h?timeout=2000").contains("2000ms"));
-        assert!(reason("etcd://h?connect_timeout=0s").contains("more than zero"));
-        let short = EtcdConfig::from_url("etcd://h?state_ttl=1999ms").unwrap();
-        assert!(
-            short
-                .validate()
-                .unwrap_err()
-                .to_string()
-                .contains("state_ttl=2s")
-        );
-    }
-
-    #[test]
-    fn endpoints_given_in_code_are_checked_too() {
-        let bad = |endpoint: &str| EtcdConfig::new([endpoint]).validate().unwrap_err();
-        assert!(bad("h:99999").to_string().contains("port"));
-        let error = bad("user:hunter2@h").to_string();
-        assert!(error.contains("EtcdConfig::auth") && !error.contains("hunter2"));
-        assert_eq!(EtcdConfig::new(["::1"]).validate().unwrap(), ["[::1]:2379"]);
-    }
-}
+mod tests;

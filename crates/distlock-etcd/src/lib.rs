@@ -111,3 +111,6 @@ pub use rwlock::{EtcdRwLock, EtcdRwLockBackend};
 pub use semaphore::{EtcdSemaphore, EtcdSemaphoreBackend};
 #[cfg(feature = "tls")]
 pub use tls::EtcdTls;
+/// The `tonic` this adapter is built with: build the channel you give
+/// [`EtcdConfig::from_channel`] with it, so the types match.
+pub use tonic;

@@ -64,6 +64,39 @@ impl MySqlConfig {
         }
     }
 
+    /// The server, login, database and TLS of your application's
+    /// `sqlx::MySqlPool` (its connect options); every other setting is this
+    /// config's default, changed with the setters.
+    ///
+    /// distlock runs no statement on your pool's connections. It opens its
+    /// own from those options, exactly: up to [`pool_size`](Self::pool_size)
+    /// connections for single statements and, with `for_update`, one per lock
+    /// held or waited for (up to [`held_connections`](Self::held_connections)),
+    /// each closed, never pooled, while its transaction may hold a row lock.
+    /// Why not yours: a `for_update` lock lives in an open transaction that
+    /// must never go back to a pool others take from; a statement cut off by
+    /// a dropped acquire gets its connection closed (or its server thread
+    /// killed), never reused; and distlock's session settings (a UTC time
+    /// zone, a 1 s row-lock wait) would otherwise change your connections.
+    /// Your pool's own session settings (its time zone, `after_connect`
+    /// hooks) do not reach distlock's connections: each of them sets the
+    /// UTC time zone itself. Closing your pool leaves distlock's
+    /// connections open; dropping the lock closes them.
+    ///
+    /// ```no_run
+    /// use distlock_core::{AcquireOptions, LockKey};
+    /// use distlock_mysql::MySqlConfig;
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let pool = sqlx::MySqlPool::connect("mysql://app:secret@127.0.0.1:3306/app").await?;
+    /// let lock = MySqlConfig::from_pool(&pool).table("app_locks").connect().await?;
+    /// let lease = lock.acquire(&LockKey::new("nightly-report")?, &AcquireOptions::new()).await?;
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn from_pool(pool: &sqlx::MySqlPool) -> Self {
+        Self::from_options(distlock_sql::config::pool_options(pool))
+    }
+
     /// Parses `mysql://user:pass@host:port/db?table=locks&strategy=for_update`
     /// (`mariadb://` too). The database (the path) is required.
     ///

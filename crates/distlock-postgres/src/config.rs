@@ -73,6 +73,40 @@ impl PostgresConfig {
         }
     }
 
+    /// The server, login, database and TLS of your application's
+    /// `sqlx::PgPool` (its connect options); every other setting is this
+    /// config's default, changed with the setters (behind PgBouncer in
+    /// transaction mode, add [`pooler(Pooler::Transaction)`](Self::pooler)).
+    ///
+    /// distlock runs no statement on your pool's connections. It opens its
+    /// own from those options, exactly: up to [`pool_size`](Self::pool_size)
+    /// connections for single statements; with `advisory`, one per lock held
+    /// or waited for (up to [`held_connections`](Self::held_connections)),
+    /// closed, never pooled, while it may hold the session lock; and one
+    /// `LISTEN` connection beside them that wakes waiters (to the server of
+    /// [`listen_at`](Self::listen_at) when set). Why not yours: an advisory
+    /// lock belongs to its session and must never go back to a pool others
+    /// take from; a statement cut off by a dropped acquire gets its session
+    /// ended, which would end one of your connections; and a `LISTEN` must
+    /// stay on one session. Your pool's `after_connect` hooks do not run on
+    /// distlock's connections, and they carry the application name
+    /// `distlock`. Closing your pool leaves distlock's connections open;
+    /// dropping the lock closes them.
+    ///
+    /// ```no_run
+    /// use distlock_core::{AcquireOptions, LockKey};
+    /// use distlock_postgres::PostgresConfig;
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let pool = sqlx::PgPool::connect("postgres://app:secret@127.0.0.1:5432/app").await?;
+    /// let lock = PostgresConfig::from_pool(&pool).namespace("billing").connect().await?;
+    /// let lease = lock.acquire(&LockKey::new("nightly-report")?, &AcquireOptions::new()).await?;
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn from_pool(pool: &sqlx::PgPool) -> Self {
+        Self::from_options(distlock_sql::config::pool_options(pool))
+    }
+
     /// Parses `postgres://user:pass@host:5432/db?strategy=advisory`
     /// (`postgresql://` too). The database (the path) is required.
     ///

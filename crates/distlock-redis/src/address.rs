@@ -31,6 +31,9 @@ pub(crate) struct ServerAddress {
     /// A Redis Cluster found through these seeds (`redis+cluster://`): `host`
     /// and `port` are then the first seed's.
     pub cluster: Option<ClusterSeeds>,
+    /// The TLS address of an application's own client, kept whole because its
+    /// certificates cannot be read back out of it.
+    pub client_tls: Option<ConnectionAddr>,
 }
 
 impl std::fmt::Debug for ServerAddress {
@@ -74,7 +77,41 @@ impl ServerAddress {
             resp3: false,
             sentinels: None,
             cluster: None,
+            client_tls: None,
         }
+    }
+
+    /// The server and login of an application's `redis::Client`: host, port,
+    /// TLS (with its certificates), user, password, database and protocol.
+    /// Its other settings (TCP options, library name) stay with that client.
+    pub fn of_client(info: &redis::ConnectionInfo) -> Result<Self, String> {
+        let (host, port, tls, insecure) = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => (host, *port, false, false),
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                ..
+            } => (host, *port, true, *insecure),
+            _ => {
+                return Err(
+                    "the client connects through a Unix socket, which distlock-redis \
+                            does not use; give it a TCP client (redis://host:port)"
+                        .into(),
+                );
+            }
+        };
+        let login = info.redis_settings();
+        Ok(ServerAddress {
+            tls,
+            insecure,
+            username: login.username().map(str::to_owned),
+            password: login.password().map(str::to_owned),
+            db: login.db(),
+            resp3: login.protocol() != ProtocolVersion::RESP2,
+            client_tls: tls.then(|| info.addr().clone()),
+            ..Self::new(host, port)
+        })
     }
 
     /// `redis://host:port/db` (or `rediss://`; `redis+sentinel://s1,s2/name?db=`
@@ -149,6 +186,13 @@ impl ServerAddress {
             // installed its own keeps it.
             #[cfg(feature = "tls")]
             let _ = rustls::crypto::ring::default_provider().install_default();
+            if let Some(given) = &self.client_tls {
+                return given
+                    .clone()
+                    .into_connection_info()
+                    .map(|info| info.set_redis_settings(self.login(protocol, quiet)))
+                    .map_err(|e| LockError::config(backend, format!("{}: {e}", self.endpoint())));
+            }
             ConnectionAddr::TcpTls {
                 host: self.host.clone(),
                 port: self.port,
@@ -158,6 +202,12 @@ impl ServerAddress {
         } else {
             ConnectionAddr::Tcp(self.host.clone(), self.port)
         };
+        addr.into_connection_info()
+            .map(|info| info.set_redis_settings(self.login(protocol, quiet)))
+            .map_err(|e| LockError::config(backend, format!("{}: {e}", self.endpoint())))
+    }
+
+    fn login(&self, protocol: ProtocolVersion, quiet: bool) -> RedisConnectionInfo {
         let mut login = RedisConnectionInfo::default()
             .set_db(self.db)
             .set_protocol(protocol);
@@ -170,9 +220,7 @@ impl ServerAddress {
         if let Some(password) = &self.password {
             login = login.set_password(password);
         }
-        addr.into_connection_info()
-            .map(|info| info.set_redis_settings(login))
-            .map_err(|e| LockError::config(backend, format!("{}: {e}", self.endpoint())))
+        login
     }
 }
 

@@ -115,6 +115,47 @@ impl RedisConfig {
         Ok(config)
     }
 
+    /// The server your application's `redis::Client` reaches, with its login,
+    /// database, protocol and TLS (certificates included); everything else is
+    /// this config's default, set with the other setters.
+    ///
+    /// distlock does not share the client's connections: from its connection
+    /// info it opens its own, exactly these: one multiplexed command
+    /// connection per [`RedisLock`] (replaced, never reused, after a reply
+    /// times out, so a late reply cannot answer the next request), and, once
+    /// a waiter or a held lease needs it, one RESP2 pub/sub connection
+    /// that subscribes to the wake-up channels of the names waited for. Your
+    /// client and its connections are left as they are.
+    ///
+    /// A `redis::cluster::ClusterClient` or a `redis::sentinel::SentinelClient`
+    /// cannot be taken: neither tells what it connects to (its seeds,
+    /// Sentinels, login), so there is nothing to open distlock's connections
+    /// from. Give their URL to [`RedisConfig::from_url`]
+    /// (`redis+cluster://…`, `redis+sentinel://…`). A client on a Unix socket
+    /// is refused too: this adapter speaks TCP only.
+    ///
+    /// ```no_run
+    /// use distlock_core::{AcquireOptions, DistributedLock, LockKey};
+    /// use distlock_redis::RedisConfig;
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/1")?; // the app's own
+    /// let lock = RedisConfig::from_client(&client)?
+    ///     .namespace("shop:")
+    ///     .connect()
+    ///     .await?;
+    /// let lease = lock.acquire(&LockKey::new("sku-42")?, &AcquireOptions::new()).await?;
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn from_client(client: &redis::Client) -> Result<Self, LockError> {
+        let server = ServerAddress::of_client(client.get_connection_info())
+            .map_err(|reason| LockError::config(BACKEND, reason))?;
+        Ok(RedisConfig {
+            server,
+            ..Self::default()
+        })
+    }
+
     /// Connects with this user and password (`None` for the default user).
     pub fn credentials(mut self, username: Option<&str>, password: &str) -> Self {
         self.server.username = username.map(str::to_owned);

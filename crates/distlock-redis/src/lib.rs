@@ -125,6 +125,9 @@ pub use backend::{RedisBackend, RedisHandle, RedisLock};
 pub use config::RedisConfig;
 pub use fence::{FenceScript, RedisFence};
 pub use keys::{DEFAULT_NAMESPACE, LockKeys};
+/// The `redis` crate this adapter is built with: build the client you give
+/// [`RedisConfig::from_client`] with it, so the types match.
+pub use redis;
 pub use redlock::backend::{Redlock, RedlockBackend, RedlockHandle};
 pub use redlock::config::RedlockConfig;
 pub use registration::{REDIS, REDLOCK};

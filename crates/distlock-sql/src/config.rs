@@ -191,6 +191,13 @@ where
     }
 }
 
+/// The connect options of an application's own pool, which `from_pool` opens
+/// the adapter's connections with (why its connections are not borrowed is
+/// in each adapter's `from_pool`).
+pub fn pool_options<DB: Database>(pool: &sqlx::Pool<DB>) -> Options<DB> {
+    (*pool.connect_options()).clone()
+}
+
 /// The error for a TLS setting this build cannot honour: `setting` (the URL
 /// parameter) needs the `tls` feature, of the facade or of `adapter` (the
 /// crate's name).

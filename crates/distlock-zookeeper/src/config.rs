@@ -1,9 +1,8 @@
 //! Configuration, from a struct, its builder methods, or
 //! `zk://[user:password@]h1:2181,h2:2181[/chroot][?params]`.
 
-use crate::backend::{Settings, ZkBackend, ZkLock};
+use crate::backend::{ZkBackend, ZkLock};
 use crate::keys;
-use crate::session::SessionSettings;
 use crate::tls::ZkTls;
 use crate::{ZkElection, ZkRwLockBackend, ZkSemaphoreBackend};
 use distlock_core::adapter::BackendLock;
@@ -12,6 +11,8 @@ use distlock_core::{AcquireOptions, LockError};
 use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_client::{Acl, AuthId, Permission};
+
+pub use client::AppClient;
 
 const BACKEND: &str = "zookeeper";
 /// ZooKeeper's client port, for servers listed without one.
@@ -140,6 +141,10 @@ pub struct ZkConfig {
     /// otherwise unused: a name's directories are container nodes that the
     /// server reaps once empty, every `znode.container.checkIntervalMs`.
     pub state_ttl: Duration,
+    /// The application's own client, whose one session every lock shares
+    /// ([`ZkConfig::from_client`]); `endpoints`, `chroot`, `auth` and `tls`
+    /// are then unused.
+    pub client: Option<AppClient>,
 }
 
 impl Default for ZkConfig {
@@ -155,6 +160,7 @@ impl Default for ZkConfig {
             defaults: AcquireOptions::new(),
             tls: None,
             state_ttl: DEFAULT_STATE_TTL,
+            client: None,
         }
     }
 }
@@ -274,7 +280,7 @@ impl ZkConfig {
 
     /// Checks the configuration without contacting a server.
     pub fn validate(&self) -> Result<(), LockError> {
-        if self.endpoints.is_empty() {
+        if self.endpoints.is_empty() && self.client.is_none() {
             return Err(bad(
                 "no ZooKeeper servers given; list at least one host[:port]",
             ));
@@ -333,45 +339,6 @@ impl ZkConfig {
         })
     }
 
-    /// The connect string the ZooKeeper client takes: `h1:2181,h2:2181/chroot`.
-    fn connect_string(&self) -> String {
-        format!(
-            "{}{}",
-            self.endpoints.join(","),
-            self.chroot.as_deref().unwrap_or("")
-        )
-    }
-
-    /// What the backend is built from.
-    fn settings(self) -> Settings {
-        let connect_string = self.connect_string();
-        let servers: Vec<String> = self
-            .endpoints
-            .iter()
-            .filter_map(|endpoint| Host::parse(endpoint).ok())
-            .map(|host| host.address(DEFAULT_PORT))
-            .collect();
-        Settings {
-            acls: self.acl_policy().acls(),
-            endpoint: format!("zk://{connect_string}"),
-            // Four-letter words go over plain TCP, which a secure port refuses.
-            first_server: servers.first().cloned().filter(|_| self.tls.is_none()),
-            sessions: SessionSettings {
-                connect_string,
-                digest: self
-                    .auth
-                    .map(|auth| format!("{}:{}", auth.user, auth.password)),
-                pinned: self.session_timeout,
-                connect_timeout: self.timeouts.connect,
-                servers,
-                tls: self.tls,
-            },
-            namespace: self.namespace,
-            timeout: self.timeouts.reply,
-            chroot: self.chroot,
-        }
-    }
-
     /// Connects: opens a first session, checks the chroot, and learns the server's
     /// session timeout range.
     ///
@@ -394,5 +361,6 @@ impl ZkConfig {
     }
 }
 
+mod client;
 #[cfg(test)]
 mod tests;

@@ -93,9 +93,12 @@ mod session;
 mod tls;
 
 pub use backend::{ZkBackend, ZkHandle, ZkLock};
-pub use config::{AclPolicy, DigestAuth, ZkConfig};
+pub use config::{AclPolicy, AppClient, DigestAuth, ZkConfig};
 pub use election::ZkElection;
 pub use registration::ZOOKEEPER;
 pub use rwlock::{ZkRwLock, ZkRwLockBackend};
 pub use semaphore::{ZkSemaphore, ZkSemaphoreBackend};
 pub use tls::ZkTls;
+/// The `zookeeper-client` this adapter is built with: connect the client you
+/// give [`ZkConfig::from_client`] with it, so the types match.
+pub use zookeeper_client;

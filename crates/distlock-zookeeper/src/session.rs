@@ -36,6 +36,9 @@ pub(crate) struct SessionSettings {
     pub servers: Vec<String>,
     /// TLS to every server, when set.
     pub tls: Option<ZkTls>,
+    /// The application's own client: its session is the only one, never
+    /// reopened (`pinned` is its timeout).
+    pub given: Option<zk::Client>,
 }
 
 /// One ZooKeeper session and its negotiated timeout.
@@ -182,7 +185,13 @@ impl Sessions {
         self.check_known_range(ttl)?;
         let requested = self.timeout_for(ttl);
         if let Some(session) = self.pooled(requested) {
-            return check_serves(&session, ttl, self.settings.pinned.is_some()).map(|()| session);
+            return check_serves(
+                &session,
+                ttl,
+                self.settings.pinned.is_some(),
+                self.settings.given.is_some(),
+            )
+            .map(|()| session);
         }
         // Opened without holding the pool, so that a slow connect does not stall
         // acquires of other ttls.
@@ -192,7 +201,12 @@ impl Sessions {
                 .map_err(|e| e.into_lock_error(endpoint))?,
         );
         self.learn(requested, &opened);
-        check_serves(&opened, ttl, self.settings.pinned.is_some())?;
+        check_serves(
+            &opened,
+            ttl,
+            self.settings.pinned.is_some(),
+            self.settings.given.is_some(),
+        )?;
         // Two first acquires of one ttl may both have opened a session: keep the
         // first in the pool, and the other closes when dropped.
         Ok(self
@@ -263,7 +277,21 @@ impl Sessions {
 /// ttl (else the server could expire it while the client still believes it holds
 /// the lock) and, when it follows the ttl, no more (else a crashed holder keeps
 /// the lock longer than its ttl).
-fn check_serves(session: &Session, ttl: Duration, pinned: bool) -> Result<(), LockError> {
+fn check_serves(
+    session: &Session,
+    ttl: Duration,
+    pinned: bool,
+    given: bool,
+) -> Result<(), LockError> {
+    if session.timeout < ttl && given {
+        return Err(LockError::invalid_options(format!(
+            "ttl {ttl:?} is above the session timeout of the ZooKeeper client given to \
+             ZkConfig::from_client ({:?}); a lock lives as long as its session, so use a ttl \
+             of at most {:?}, or build that client with a longer session timeout \
+             (Connector::with_session_timeout)",
+            session.timeout, session.timeout
+        )));
+    }
     if session.timeout < ttl {
         return Err(above_max(ttl, session.timeout));
     }

@@ -81,15 +81,20 @@ impl Conn {
         if list.is_empty() {
             return Err(Error::InvalidArgs("no endpoints".into()));
         }
-        Ok(Conn {
-            channel: Channel::balance_list(list.into_iter()),
+        Ok(Self::over(Channel::balance_list(list.into_iter()), options))
+    }
+
+    /// Requests over `channel`, with the options' leader requirement and login.
+    pub(crate) fn over(channel: Channel, options: ConnectOptions) -> Self {
+        Conn {
+            channel,
             require_leader: options.require_leader,
             auth: Arc::new(Auth {
                 user: options.user,
                 token: RwLock::new(None),
                 refreshing: tokio::sync::Mutex::new(()),
             }),
-        })
+        }
     }
 
     fn request<T>(&self, message: T, path: &str) -> tonic::Request<T> {

@@ -145,6 +145,17 @@ impl Client {
         Ok(Client { conn })
     }
 
+    /// A client over an application's own `channel`, with the options' leader
+    /// requirement and login (its other options are the channel's business).
+    pub async fn from_channel(
+        channel: tonic::transport::Channel,
+        options: ConnectOptions,
+    ) -> Result<Self> {
+        let conn = Conn::over(channel, options);
+        conn.refresh_token(None).await?;
+        Ok(Client { conn })
+    }
+
     /// Reads and writes keys.
     pub fn kv_client(&self) -> KvClient {
         KvClient::new(self.conn.clone())

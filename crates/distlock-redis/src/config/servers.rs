@@ -126,6 +126,7 @@ pub(crate) fn read_servers(
             resp3,
             sentinels: sentinels.clone(),
             cluster: cluster.clone(),
+            client_tls: None,
         })
         .take(if plain { usize::MAX } else { 1 })
         .collect();

@@ -74,6 +74,9 @@ impl Sessions {
         session_timeout: Duration,
         deadline: Instant,
     ) -> Result<Session, ZkError> {
+        if let Some(client) = &self.settings.given {
+            return given_session(client);
+        }
         let mut backoff = Backoff::new(RETRY_FIRST, RETRY_CAP);
         let mut last = None;
         loop {
@@ -108,6 +111,22 @@ impl Sessions {
             within: self.settings.connect_timeout,
             last: last.map_or_else(String::new, |error| format!("; last attempt: {error}")),
         })
+    }
+}
+
+/// The session of an application's own client, while it lasts: distlock
+/// cannot open another from it.
+fn given_session(client: &zk::Client) -> Result<Session, ZkError> {
+    let session = Session {
+        client: client.clone(),
+        timeout: client.session_timeout(),
+    };
+    match session.state().is_terminated() {
+        true => Err(session.ended_error(
+            "on the client given to ZkConfig::from_client, which distlock cannot reopen: \
+             build the lock again from a new client",
+        )),
+        false => Ok(session),
     }
 }
 

@@ -56,6 +56,7 @@ pub(crate) fn begin(
         won.holding,
         metrics.clone(),
         reentry,
+        opts.get_min_hold(),
     ));
     if let (Some(registry), Some(owner)) = (reentrant, opts.get_owner()) {
         registry.insert(key, owner, &shared);

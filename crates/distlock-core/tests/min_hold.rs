@@ -1,6 +1,7 @@
 //! The minimum hold through the lease lifecycle, on the in-memory backend: a
 //! release, a drop and renewals before it ends all leave the lock held until
 //! `acquired + min_hold`. The conformance suite checks the same on servers.
+#![allow(clippy::unwrap_used)] // test code: failing loudly is the point
 
 use distlock_core::memory::MemoryStore;
 use distlock_core::{AcquireOptions, DistributedLock, LockKey, Renewal, Wait};
@@ -8,7 +9,6 @@ use std::time::{Duration, Instant};
 
 const MIN_HOLD: Duration = Duration::from_millis(700);
 
-#[allow(clippy::unwrap_used, reason = "a constant valid key")]
 fn key() -> LockKey {
     LockKey::new("min-hold").unwrap()
 }

@@ -58,7 +58,6 @@ impl Shared {
         ops: Arc<dyn Holding>,
         metrics: Arc<Metrics>,
         reentry: Option<Reentry<Shared>>,
-        min_hold: Option<Duration>,
     ) -> Self {
         Shared {
             key,
@@ -71,9 +70,16 @@ impl Shared {
             reentry,
             status: watch::Sender::new(Status::Held),
             deadline: Mutex::new(sent_at + ttl - clock_drift(ttl)),
-            hold_until: min_hold.and_then(|d| sent_at.checked_add(d)),
+            hold_until: None,
             hold_forgone: AtomicBool::new(false),
         }
+    }
+
+    /// Keeps the lock on the server until `min_hold` after `sent_at`, when
+    /// the grant was asked for.
+    pub fn with_min_hold(mut self, sent_at: Instant, min_hold: Option<Duration>) -> Self {
+        self.hold_until = min_hold.and_then(|d| sent_at.checked_add(d));
+        self
     }
 
     /// The ttl a renewal sent at `sent_at` asks for: the lease's own, or the

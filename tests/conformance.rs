@@ -13,6 +13,8 @@ fn main() -> ExitCode {
             report(info);
         }
     }));
+    // The `min_hold_outlasts_a_killed_holder` case kills this holder.
+    distlock_testkit::holder::use_lock_holder(env!("CARGO_BIN_EXE_chaos-holder"));
     let mut args = libtest_mimic::Arguments::from_args();
     // Most cases wait on ttls rather than the CPU: run many at once.
     args.test_threads.get_or_insert(16);

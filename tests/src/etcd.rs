@@ -26,6 +26,7 @@ const HOOKS: Hooks = Hooks {
     faulty_client: true,
     restart: true,
     residue: true,
+    holder_process: true,
 };
 
 /// The etcd backend's spec. The minimum ttl is the launched etcd's (2 s: its

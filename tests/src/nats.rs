@@ -27,6 +27,7 @@ const HOOKS: Hooks = Hooks {
     faulty_client: true,
     restart: true,
     residue: true,
+    holder_process: true,
 };
 
 /// The NATS backend's spec.

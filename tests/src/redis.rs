@@ -27,6 +27,7 @@ pub const HOOKS: Hooks = Hooks {
     faulty_client: true,
     restart: true,
     residue: true,
+    holder_process: true,
 };
 
 /// The Redis backend's spec.

@@ -181,6 +181,7 @@ fn hooks(external: bool) -> Hooks {
         faulty_client: !external,
         restart: !external,
         residue: true,
+        holder_process: true,
     }
 }
 

@@ -33,6 +33,7 @@ const HOOKS: Hooks = Hooks {
     faulty_client: true,
     restart: true,
     residue: true,
+    holder_process: true,
 };
 
 /// What the adapter reports against the launched server, known before it starts

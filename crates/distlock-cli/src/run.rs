@@ -81,6 +81,11 @@ pub struct HoldArgs {
     /// Hold the lock at most this long: then the command is stopped as on loss (exit 69).
     #[arg(long, value_parser = parse_positive_duration)]
     max_hold: Option<Duration>,
+    /// Keep the lock at least this long from its grant, however soon the
+    /// command exits (or distlock dies): with --no-wait, the job runs at most
+    /// once per period across a fleet (default: the URL's `min_hold`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
+    at_least: Option<Duration>,
     /// The command and its arguments, after `--`.
     #[arg(
         required = true,
@@ -185,6 +190,9 @@ fn options(args: &HoldArgs, defaults: AcquireOptions) -> AcquireOptions {
     }
     if let Some(max_hold) = args.max_hold {
         opts = opts.max_hold(max_hold);
+    }
+    if let Some(at_least) = args.at_least {
+        opts = opts.min_hold(at_least);
     }
     opts
 }

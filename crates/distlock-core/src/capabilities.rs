@@ -76,6 +76,11 @@ pub struct Capabilities {
     /// the `state_is_collected` and `token_rises_after_state_collected` cases
     /// where it is offered.
     pub state_collection: Support,
+    /// Whether the server can keep a lock past its holder's release and
+    /// process, as a minimum hold ([`crate::AcquireOptions::min_hold`]) needs:
+    /// an expiry an owner-checked renewal can set to any time left. Where it
+    /// is not offered, the option is refused with this reason.
+    pub min_hold: Support,
 }
 
 /// Whether a backend offers a primitive.
@@ -157,6 +162,9 @@ impl Primitives {
 /// claims each one it offers.
 const NOT_CLAIMED: &str = "this backend does not offer it";
 
+/// Why [`Capabilities::new`] claims no minimum hold.
+const NO_MIN_HOLD: &str = "this backend cannot keep a lock past its holder";
+
 /// Why [`Capabilities::new`] claims no collection of idle state.
 const KEEPS_STATE: &str = "this backend keeps a name's state until an operator deletes it";
 
@@ -170,7 +178,8 @@ impl Capabilities {
     /// The weakest claims, for an adapter to raise with the setters: fencing
     /// only under timing assumptions, tokens that do not survive a restart,
     /// polled wake-ups, no FIFO, not session-bound, ttls in whole milliseconds
-    /// from 1 ms, no primitive beyond the lock, no collection of idle state. A guarantee the suite tests is
+    /// from 1 ms, no primitive beyond the lock, no collection of idle state,
+    /// no minimum hold. A guarantee the suite tests is
     /// never claimed by default.
     pub const fn new() -> Self {
         Capabilities {
@@ -183,6 +192,7 @@ impl Capabilities {
             ttl_granularity: Duration::from_millis(1),
             primitives: Primitives::lock_only(NOT_CLAIMED),
             state_collection: Support::NotOffered(KEEPS_STATE),
+            min_hold: Support::NotOffered(NO_MIN_HOLD),
         }
     }
 
@@ -231,6 +241,12 @@ impl Capabilities {
     /// Which primitives beyond the lock this backend offers.
     pub const fn primitives(mut self, primitives: Primitives) -> Self {
         self.primitives = primitives;
+        self
+    }
+
+    /// Whether a lock can be kept past its holder (`min_hold`).
+    pub const fn min_hold(mut self, support: Support) -> Self {
+        self.min_hold = support;
         self
     }
 

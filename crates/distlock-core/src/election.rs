@@ -179,7 +179,7 @@ impl<E: ElectionBackend> LeaderElection for BackendElection<E> {
         let req = CampaignRequest {
             acquire: AcquireRequest {
                 key: name,
-                ttl: opts.get_ttl(),
+                ttl: opts.grant_ttl(),
                 wait: WaitUntil::from_wait(opts.get_wait(), started),
                 started,
             },

@@ -151,7 +151,7 @@ impl Lease {
         let shared = &self.shared;
         shared.check_held()?;
         let sent_at = Instant::now();
-        match shared.ops.renew(shared.ttl).await? {
+        match shared.ops.renew(shared.renew_ttl(sent_at)).await? {
             Ownership::Held => {
                 shared.check_held()?;
                 shared.extend(sent_at);
@@ -170,7 +170,10 @@ impl Lease {
     /// touched). A lease that was already lost gives `LockError::Lost`.
     ///
     /// With reentrant holders, only the last release frees the lock. The release
-    /// runs to completion even if this future is dropped.
+    /// runs to completion even if this future is dropped. Before the
+    /// acquisition's `min_hold` ends, releasing leaves the lock held on the
+    /// server until then (its expiry set to the time left), and the server
+    /// frees it by itself.
     ///
     /// `release` consumes the lease, so one acquisition cannot be released twice:
     ///
@@ -203,8 +206,17 @@ impl Lease {
         result
     }
 
+    /// Makes the release of this acquisition delete the lock even within its
+    /// minimum hold: for leases taken as part of a set that could not be
+    /// taken whole, which were never the caller's.
+    pub(crate) fn forgo_min_hold(&self) {
+        self.shared
+            .hold_forgone
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
     /// Stops renewal and forgets the lease *without* releasing: the server frees
-    /// the lock when its ttl runs out. Use it to keep others out for the rest of
+    /// the lock when its ttl runs out (or its `min_hold` ends, if later). Use it to keep others out for the rest of
     /// the ttl (run at most once per interval), or to simulate a crashed holder.
     pub fn abandon(mut self) {
         self.finished = true;

@@ -240,7 +240,7 @@ impl<B: Backend> BackendLock<B> {
     ) -> Result<Lease, LockError> {
         let request = AcquireRequest {
             key,
-            ttl: opts.get_ttl(),
+            ttl: opts.grant_ttl(),
             wait: WaitUntil::from_wait(opts.get_wait(), started),
             started,
         };

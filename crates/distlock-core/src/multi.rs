@@ -188,6 +188,8 @@ pub(crate) async fn acquire_all<L: DistributedLock + ?Sized>(
             Err(error) => {
                 // Awaited, not left to drop: the caller may retry, or check
                 // that the other keys are free, as soon as it has the error.
+                // They were never the caller's: no minimum hold keeps them.
+                taken.iter().for_each(Lease::forgo_min_hold);
                 if let Err(e) = release_all(taken, lock.name()).await {
                     tracing::debug!(key = %key, error = %e, "releasing the keys taken before a failure failed; their ttl frees them");
                 }

@@ -5,6 +5,8 @@ use crate::{Capabilities, LockError};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
+mod min_hold;
+
 /// How long `acquire` waits for a held lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
@@ -60,7 +62,7 @@ impl Owner {
 ///
 /// An option left unset takes the client's default: the one its URL or config
 /// gave (`?ttl=5s`), else the built-in one (ttl 30 s, wait forever, automatic
-/// renewal, no owner, no max hold). A setter always wins over both.
+/// renewal, no owner, no max or min hold). A setter always wins over both.
 ///
 /// ```
 /// use distlock_core::{AcquireOptions, Wait};
@@ -77,6 +79,7 @@ pub struct AcquireOptions {
     renewal: Option<Renewal>,
     owner: Option<Owner>,
     max_hold: Option<Duration>,
+    min_hold: Option<Duration>,
 }
 
 impl AcquireOptions {
@@ -159,13 +162,14 @@ impl AcquireOptions {
             renewal: self.renewal.or(defaults.renewal),
             owner: self.owner.clone().or_else(|| defaults.owner.clone()),
             max_hold: self.max_hold.or(defaults.max_hold),
+            min_hold: self.min_hold.or(defaults.min_hold),
         }
     }
 
     /// Takes the acquire defaults a lock URL may give, keeping these values where
     /// it has none: `ttl` (a duration), `wait` (`no`, `forever` or a duration),
-    /// `renewal` (`auto`, `manual` or a duration between renewals) and
-    /// `max_hold` (a duration). Every scheme accepts them; the lock returned by
+    /// `renewal` (`auto`, `manual` or a duration between renewals),
+    /// `max_hold` and `min_hold` (durations). Every scheme accepts them; the lock returned by
     /// `connect(url)` offers them as [`crate::DistributedLock::default_options`].
     ///
     /// ```
@@ -184,6 +188,9 @@ impl AcquireOptions {
         }
         if let Some(max_hold) = url.duration("max_hold")? {
             self.max_hold = Some(max_hold);
+        }
+        if let Some(min_hold) = url.duration("min_hold")? {
+            self.min_hold = Some(min_hold);
         }
         if let Some(value) = url.string("wait") {
             self.wait = Some(match value.as_str() {
@@ -258,7 +265,7 @@ impl AcquireOptions {
         if self.max_hold.is_some_and(|d| d.is_zero()) {
             return bad("max_hold is zero; leave it unset for no limit".into());
         }
-        Ok(())
+        self.validate_min_hold(caps)
     }
 }
 

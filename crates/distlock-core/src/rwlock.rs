@@ -294,7 +294,7 @@ impl<R: RwLockBackend> BackendRwLock<R> {
         let started = Instant::now();
         let req = AcquireRequest {
             key,
-            ttl: opts.get_ttl(),
+            ttl: opts.grant_ttl(),
             wait: WaitUntil::from_wait(opts.get_wait(), started),
             started,
         };

@@ -228,7 +228,7 @@ impl<S: SemaphoreBackend> DistributedSemaphore for BackendSemaphore<S> {
         let req = PermitRequest {
             acquire: AcquireRequest {
                 key,
-                ttl: opts.get_ttl(),
+                ttl: opts.grant_ttl(),
                 wait: WaitUntil::from_wait(opts.get_wait(), started),
                 started,
             },

@@ -48,15 +48,18 @@ pub(crate) fn begin(
             registry: registry.clone(),
             owner: owner.clone(),
         });
-    let shared = Arc::new(Shared::new(
-        key.clone(),
-        won.token,
-        ttl,
-        won.sent_at,
-        won.holding,
-        metrics.clone(),
-        reentry,
-    ));
+    let shared = Arc::new(
+        Shared::new(
+            key.clone(),
+            won.token,
+            ttl,
+            won.sent_at,
+            won.holding,
+            metrics.clone(),
+            reentry,
+        )
+        .with_min_hold(won.sent_at, opts.get_min_hold()),
+    );
     if let (Some(registry), Some(owner)) = (reentrant, opts.get_owner()) {
         registry.insert(key, owner, &shared);
     }

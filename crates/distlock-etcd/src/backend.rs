@@ -24,6 +24,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// Why a minimum hold is refused: a key lives on the client's shared lease,
+/// whose ttl is fixed when it is granted, so no renewal can set one key's
+/// expiry to the time its minimum hold has left.
+const NO_MIN_HOLD: &str = "an etcd lock's key lives on its client's lease, whose ttl is fixed at grant; use a Redis, Redlock, or SQL version_cas lock for a minimum hold";
+
 mod contend;
 
 pub(crate) use contend::Queue;
@@ -165,6 +170,7 @@ impl EtcdBackend {
         // Every key of a name is on a lease: an idle name leaves nothing.
         Capabilities::consensus_queue(min_ttl, Duration::from_secs(1))
             .state_collection(Support::Offered)
+            .min_hold(Support::NotOffered(NO_MIN_HOLD))
     }
 }
 

@@ -162,7 +162,7 @@ impl EtcdConfig {
     }
 
     /// The lock's [`distlock_core::DistributedLock::default_options`] (the URL's
-    /// `ttl`, `wait`, `renewal`, `max_hold`); checked against etcd's limits at
+    /// `ttl`, `wait`, `renewal`, `max_hold`, `min_hold`); checked against etcd's limits at
     /// connect.
     pub fn defaults(mut self, defaults: AcquireOptions) -> Self {
         self.defaults = defaults;
@@ -199,7 +199,7 @@ impl EtcdConfig {
     ///   parameter every scheme takes, means the same as the path `/locks`.
     /// - Parameters: `connect_timeout` and `timeout` (`500ms`, `5s`, `1m`;
     ///   `request_timeout` is now `timeout`), and the acquire defaults `ttl`,
-    ///   `wait`, `renewal`, `max_hold` (see [`EtcdConfig::defaults`]), and
+    ///   `wait`, `renewal`, `max_hold`, `min_hold` (see [`EtcdConfig::defaults`]), and
     ///   `state_ttl` (`24h`, at least `2s`; see [`EtcdConfig::state_ttl`]).
     /// - `etcds://` connects over TLS (feature `tls`), with parameters `ca`, `cert`,
     ///   `key` (PEM file paths) and `domain` (the name to verify).

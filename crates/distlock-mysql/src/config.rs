@@ -104,7 +104,7 @@ impl MySqlConfig {
     /// `table`, `pool_size`, `held_connections`, `connect_timeout` and `timeout`
     /// (durations such as `250ms` or `5s`), `create_table` (`true`/`false`),
     /// `state_ttl` (`24h`, at least `2s`; see [`MySqlConfig::state_ttl`]), the
-    /// acquire defaults `ttl`, `wait`, `renewal`, `max_hold` (see
+    /// acquire defaults `ttl`, `wait`, `renewal`, `max_hold`, `min_hold` (see
     /// [`MySqlConfig::defaults`]), and the TLS and socket settings `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key`,
     /// `socket` (as in the mysql client, `ssl-ca` without `ssl-mode` means
     /// `verify_ca`; TLS needs the `tls` feature). Any other parameter is an error that lists these. Errors never

@@ -76,7 +76,8 @@ impl Strategy {
             .token_durability(TokenDurability::Persisted)
             .min_ttl(MIN_POLLING_TTL)
             .ttl_granularity(Duration::from_micros(1))
-            .primitives(Primitives::ALL);
+            .primitives(Primitives::ALL)
+            .min_hold(Support::Offered);
         match self {
             Strategy::VersionCas => polling.state_collection(Support::Offered),
             Strategy::UniqueInsert => polling,
@@ -85,6 +86,9 @@ impl Strategy {
             Strategy::ForUpdate => polling
                 .wake(Wake::Push)
                 .session_bound(true)
+                .min_hold(Support::NotOffered(
+                    "strategy=for_update holds a row lock that ends with its holder's connection; use strategy=version_cas for a minimum hold",
+                ))
                 .min_ttl(Duration::from_secs(1))
                 .ttl_granularity(Duration::from_secs(1)),
         }

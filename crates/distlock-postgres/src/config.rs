@@ -117,7 +117,7 @@ impl PostgresConfig {
     /// `connect_timeout` and `timeout` (durations such as `250ms` or `5s`),
     /// `create_table` (`true`/`false`), `state_ttl` (`24h`, at least `2s`; see
     /// [`PostgresConfig::state_ttl`]), the acquire defaults `ttl`, `wait`,
-    /// `renewal`, `max_hold` (see [`PostgresConfig::defaults`]), and TLS:
+    /// `renewal`, `max_hold`, `min_hold` (see [`PostgresConfig::defaults`]), and TLS:
     /// `sslmode` (`disable`, `prefer`, `require`, `verify-ca`, `verify-full`),
     /// `sslrootcert`, `sslcert`, `sslkey`, or `tls=true` for `verify-full`
     /// (TLS needs the `tls` feature). Any other parameter is an error that

@@ -88,12 +88,16 @@ impl Strategy {
             .token_durability(TokenDurability::Persisted)
             .min_ttl(MIN_CAS_TTL)
             .ttl_granularity(Duration::from_micros(1))
-            .primitives(Primitives::ALL);
+            .primitives(Primitives::ALL)
+            .min_hold(Support::Offered);
         match self {
             Strategy::VersionCas => cas.state_collection(Support::Offered),
             // `idle_session_timeout` is in milliseconds.
             Strategy::Advisory => cas
                 .session_bound(true)
+                .min_hold(Support::NotOffered(
+                    "strategy=advisory holds a session lock that ends with its holder's connection; use strategy=version_cas for a minimum hold",
+                ))
                 .min_ttl(MIN_ADVISORY_TTL)
                 .ttl_granularity(Duration::from_millis(1))
                 .primitives(

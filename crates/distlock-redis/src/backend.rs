@@ -79,14 +79,16 @@ impl RedisBackend {
     /// Strict tokens on one server (re-seeded above the namespace's
     /// high-water after the name's state was collected, and from the server
     /// clock after a restart that lost them), push wake-up, no FIFO, ttls in
-    /// whole milliseconds from 10 ms, idle names' state collected.
+    /// whole milliseconds from 10 ms, idle names' state collected, a minimum hold
+    /// kept by the key's expiry.
     pub const CAPABILITIES: Capabilities = Capabilities::new()
         .fencing(FencingGuarantee::Strict)
         .wake(Wake::Push)
         .token_durability(TokenDurability::ServerClock)
         .min_ttl(Duration::from_millis(10))
         .primitives(Primitives::ALL)
-        .state_collection(Support::Offered);
+        .state_collection(Support::Offered)
+        .min_hold(Support::Offered);
 
     /// [`RedisBackend::CAPABILITIES`] with waiters served in arrival order:
     /// the fair lock (`fair=true`).

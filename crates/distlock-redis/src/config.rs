@@ -21,7 +21,7 @@ use std::time::Duration;
 /// URL form:
 /// `redis://[user[:password]@]host[:port][/db][?param=value&...]`, or
 /// `rediss://` for TLS. Parameters: `namespace` (default `distlock:`), the
-/// acquire defaults `ttl`, `wait`, `renewal`, `max_hold` (see
+/// acquire defaults `ttl`, `wait`, `renewal`, `max_hold`, `min_hold` (see
 /// [`RedisConfig::defaults`]), `connect_timeout` (`5s`), `timeout` (per reply, `5s`),
 /// `restart_guard` (off; see [`RedisConfig::restart_guard`]), `state_ttl`
 /// (`24h`, at least `2s`; see [`RedisConfig::state_ttl`]), `wait_replicas` and `wait_timeout` (see [`RedisConfig::wait_for_replicas`]),
@@ -215,7 +215,7 @@ impl RedisConfig {
     }
 
     /// The lock's [`distlock_core::DistributedLock::default_options`] (the URL's
-    /// `ttl`, `wait`, `renewal`, `max_hold`).
+    /// `ttl`, `wait`, `renewal`, `max_hold`, `min_hold`).
     pub fn defaults(mut self, defaults: AcquireOptions) -> Self {
         self.common.defaults = defaults;
         self

@@ -44,7 +44,7 @@ impl Settings {
 
     /// Takes `pool_size`, `held_connections`, `connect_timeout`, `timeout`,
     /// `create_table`, `state_ttl` and the acquire defaults (`ttl`, `wait`,
-    /// `renewal`, `max_hold`) from `url`.
+    /// `renewal`, `max_hold`, `min_hold`) from `url`.
     pub fn read(mut self, url: &mut LockUrl) -> Result<Self, LockError> {
         let count = "a whole number of connections";
         if let Some(size) = url.parse_param("pool_size", count)? {
@@ -297,7 +297,7 @@ macro_rules! settings_setters {
         }
 
         /// The lock's [`distlock_core::DistributedLock::default_options`] (the URL's
-        /// `ttl`, `wait`, `renewal`, `max_hold`), checked against the strategy's
+        /// `ttl`, `wait`, `renewal`, `max_hold`, `min_hold`), checked against the strategy's
         /// limits at connect.
         pub fn defaults(mut self, defaults: distlock_core::AcquireOptions) -> Self {
             self.base.settings.defaults = defaults;

@@ -21,6 +21,9 @@ pub struct Hooks {
     pub restart: bool,
     /// The [`Harness::inspector`]'s `residue` works.
     pub residue: bool,
+    /// [`Harness::lock_url`] reaches the same locks from another process, so a
+    /// case can kill a holder there ([`crate::holder::use_lock_holder`]).
+    pub holder_process: bool,
 }
 
 /// A client whose traffic can be faulted.

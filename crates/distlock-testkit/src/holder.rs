@@ -10,10 +10,29 @@ use crate::servers::process::log_tail;
 use nix::sys::signal::Signal;
 use std::io::BufRead;
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 use tempfile::TempDir;
 use tokio::sync::mpsc;
+
+/// The lock-holder binary the cases that kill a holder start.
+static LOCK_HOLDER: OnceLock<&'static str> = OnceLock::new();
+
+/// Names the lock-holder binary for the cases that kill a holder, once, before
+/// the suite runs (a test binary's own path is known only to its target, as
+/// `env!("CARGO_BIN_EXE_…")`). It follows the chaos holder's protocol (see
+/// `chaos/holder.rs`): `HOLDER LOCK_URL KEY TTL_MS GO_FILE`, printing
+/// `HOLDING <token> <remaining_ms>` once it holds the lock, then holding it
+/// until GO_FILE exists.
+pub fn use_lock_holder(binary: &'static str) {
+    // A second call names the same binary; the first one stands.
+    let _ = LOCK_HOLDER.set(binary);
+}
+
+/// The binary [`use_lock_holder`] named, if any.
+pub(crate) fn lock_holder() -> Option<&'static str> {
+    LOCK_HOLDER.get().copied()
+}
 
 /// A lock-holding child process; killed and reaped when dropped.
 pub struct HolderProcess {

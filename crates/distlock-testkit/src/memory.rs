@@ -29,12 +29,14 @@ impl MemoryHarness {
         Self::default()
     }
 
-    /// The hooks this harness offers: all of them.
+    /// The hooks this harness offers: all but a holder process (its locks
+    /// live in this process).
     pub const HOOKS: Hooks = Hooks {
         delete_lock: true,
         faulty_client: true,
         restart: true,
         residue: true,
+        holder_process: false,
     };
 
     /// The memory backend's capabilities.

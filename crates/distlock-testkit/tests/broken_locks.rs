@@ -117,6 +117,7 @@ impl Harness for BrokenHarness {
         Hooks {
             delete_lock: true,
             residue: true,
+            holder_process: false,
             ..Hooks::default()
         }
     }

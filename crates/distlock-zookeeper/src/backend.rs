@@ -25,6 +25,11 @@ use zookeeper_client::{self as zk, Acl};
 /// known yet; acquires below the real minimum still fail with a clear error.
 const UNKNOWN_MIN_TTL: Duration = Duration::from_millis(1);
 
+/// Why a minimum hold is refused: TTL nodes would keep a node past its
+/// session, but only on servers started with `zookeeper.extendedTypesEnabled`,
+/// a setting most deployments lack and this adapter does not ask for.
+const NO_MIN_HOLD: &str = "a ZooKeeper lock is an ephemeral node, deleted when its holder's session ends; use a Redis, Redlock, or SQL version_cas lock for a minimum hold";
+
 /// How long the `conf` four-letter word may take at connect.
 const CONF_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -121,6 +126,7 @@ impl ZkBackend {
         // Every directory is a container node the server reaps once empty.
         Capabilities::consensus_queue(min_ttl, Duration::from_millis(1))
             .state_collection(Support::Offered)
+            .min_hold(Support::NotOffered(NO_MIN_HOLD))
     }
 
     /// Queues a node of `kind` holding `data` in `dir` on the session for the

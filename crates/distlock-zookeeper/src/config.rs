@@ -131,7 +131,7 @@ pub struct ZkConfig {
     /// failed. Both 10 s by default.
     pub timeouts: Timeouts,
     /// The lock's [`distlock_core::DistributedLock::default_options`] (the URL's
-    /// `ttl`, `wait`, `renewal`, `max_hold`), checked against the server's
+    /// `ttl`, `wait`, `renewal`, `max_hold`, `min_hold`), checked against the server's
     /// session limits at connect.
     pub defaults: AcquireOptions,
     /// TLS to the servers' `secureClientPort` (the URL's `tls=true&ca=…`); needs
@@ -235,7 +235,7 @@ impl ZkConfig {
     ///
     /// Parameters: `namespace=NAME`, `session_timeout=10s`, `connect_timeout=5s`,
     /// `timeout=5s`, `acl=open|creator|creator_only`, and the acquire defaults
-    /// `ttl`, `wait`, `renewal`, `max_hold`, and `state_ttl`. User and password are
+    /// `ttl`, `wait`, `renewal`, `max_hold`, `min_hold`, and `state_ttl`. User and password are
     /// digest credentials. Unknown parameters are refused; `request_timeout` is
     /// now `timeout`.
     pub fn from_url(text: &str) -> Result<Self, LockError> {

@@ -28,7 +28,7 @@ fn memory_name(url: &str) -> Result<String, LockError> {
 }
 
 /// A `memory://NAME` lock URL: the store name, and the acquire defaults its
-/// query may give (`ttl`, `wait`, `renewal`, `max_hold`, as on every scheme).
+/// query may give (`ttl`, `wait`, `renewal`, `max_hold`, `min_hold`, as on every scheme).
 fn memory_lock_url(url: &str) -> Result<(String, AcquireOptions), LockError> {
     let (name, mut url) = memory_url(url)?;
     let defaults = AcquireOptions::new().read(&mut url)?;
@@ -60,7 +60,7 @@ fn memory_url_error() -> LockError {
         "memory",
         "a memory URL is memory:// or memory://NAME, where NAME (letters, digits, `-`, `_`, `.`) \
          picks the in-process store; it takes no user, port or path, and a lock URL only the \
-         acquire defaults ttl, wait, renewal and max_hold as its query",
+         acquire defaults ttl, wait, renewal, max_hold and min_hold as its query",
     )
 }
 

@@ -15,11 +15,12 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 /// The acquire defaults every scheme takes.
-const ACQUIRE_DEFAULTS: [(&str, &str); 4] = [
+const ACQUIRE_DEFAULTS: [(&str, &str); 5] = [
     ("ttl", "7s"),
     ("wait", "250ms"),
     ("renewal", "manual"),
     ("max_hold", "1m"),
+    ("min_hold", "2m"),
 ];
 
 /// Each parameter, added alone to `base`, parses and gives a config whose

@@ -30,6 +30,7 @@ const HOOKS: Hooks = Hooks {
     faulty_client: true,
     restart: false,
     residue: false,
+    holder_process: false,
 };
 
 /// A kind of cluster, as its harness uses it.

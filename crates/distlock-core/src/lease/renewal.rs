@@ -60,7 +60,7 @@ pub(crate) async fn watchdog(
                     reason = &mut loss => Some(Err(reason)),
                     // Give up on this attempt at the deadline; the loop then sees it.
                     _ = sleep_until(deadline.into()) => None,
-                    outcome = shared.ops.renew(shared.ttl) => Some(Ok(outcome)),
+                    outcome = shared.ops.renew(shared.renew_ttl(sent_at)) => Some(Ok(outcome)),
                 };
                 let outcome = match outcome {
                     Some(Err(reason)) => {

@@ -10,6 +10,7 @@ use crate::counters::Metrics;
 use crate::metrics::Hold;
 use crate::reentry::Reentry;
 use crate::{FencingToken, LockError, LockKey, LossReason};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -35,6 +36,12 @@ pub(crate) struct Shared {
     hold: Hold,
     pub(crate) status: watch::Sender<Status>,
     deadline: Mutex<Instant>,
+    /// The end of the minimum hold, measured from before the grant was asked
+    /// for: the server keeps the lock until then whatever this lease does.
+    hold_until: Option<Instant>,
+    /// Set when the acquisition is given back unused (a set that could not be
+    /// taken whole): its release then deletes, minimum hold or not.
+    pub(crate) hold_forgone: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -63,7 +70,46 @@ impl Shared {
             reentry,
             status: watch::Sender::new(Status::Held),
             deadline: Mutex::new(sent_at + ttl - clock_drift(ttl)),
+            hold_until: None,
+            hold_forgone: AtomicBool::new(false),
         }
+    }
+
+    /// Keeps the lock on the server until `min_hold` after `sent_at`, when
+    /// the grant was asked for.
+    pub fn with_min_hold(mut self, sent_at: Instant, min_hold: Option<Duration>) -> Self {
+        self.hold_until = min_hold.and_then(|d| sent_at.checked_add(d));
+        self
+    }
+
+    /// The ttl a renewal sent at `sent_at` asks for: the lease's own, or the
+    /// time to the end of the minimum hold where that is longer, so a renewal
+    /// never brings the server's expiry before it (a holder killed after it
+    /// still blocks others until then).
+    pub(crate) fn renew_ttl(&self, sent_at: Instant) -> Duration {
+        self.ttl.max(self.hold_left(sent_at))
+    }
+
+    /// What is left of the minimum hold at `now`, in whole milliseconds
+    /// rounded up (the unit every backend that keeps one takes).
+    fn hold_left(&self, now: Instant) -> Duration {
+        let left = self
+            .hold_until
+            .map_or(Duration::ZERO, |end| end.saturating_duration_since(now));
+        let ms = left.as_nanos().div_ceil(1_000_000);
+        Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+    }
+
+    /// Gives the lock back on the server: deleted, or before the minimum hold
+    /// ends, its expiry set to the time left by an owner-checked renewal, so
+    /// the server frees it then without this process.
+    async fn give_back(&self) -> Result<Ownership, LockError> {
+        let left = self.hold_left(Instant::now());
+        if left.is_zero() || self.hold_forgone.load(Ordering::Acquire) {
+            return self.ops.release().await;
+        }
+        tracing::debug!(backend = self.backend, key = %self.key, ?left, "released within its min_hold; the server keeps it until then");
+        self.ops.renew(left).await
     }
 
     pub(crate) fn deadline(&self) -> Instant {
@@ -151,8 +197,7 @@ impl Shared {
 
     /// Releases on the backend after the status went Held → Releasing.
     pub(super) async fn finish_release(&self) -> Result<(), LockError> {
-        let outcome = self.ops.release().await;
-        match outcome {
+        match self.give_back().await {
             Ok(Ownership::Held) => {
                 self.status.send_replace(Status::Released);
                 self.metrics.released();
@@ -191,7 +236,7 @@ impl Shared {
                 tracing::debug!(backend = self.backend, key = %self.key, "release after loss got no answer; the ttl frees the lock");
                 return;
             }
-            match tokio::time::timeout(self.ttl.min(left), self.ops.release()).await {
+            match tokio::time::timeout(self.ttl.min(left), self.give_back()).await {
                 Ok(Ok(_)) => return,
                 Ok(Err(error)) if !error.is_transient() => {
                     tracing::debug!(backend = self.backend, key = %self.key, %error, "release after loss refused");

@@ -10,8 +10,8 @@ use crate::backend::{
 };
 use crate::toolkit::{Holder, Inspect};
 use crate::{
-    Capabilities, FencingGuarantee, FencingToken, LockError, LockKey, Primitives, TokenDurability,
-    Wake,
+    Capabilities, FencingGuarantee, FencingToken, LockError, LockKey, Primitives, Support,
+    TokenDurability, Wake,
 };
 use async_trait::async_trait;
 use std::collections::VecDeque;
@@ -241,6 +241,7 @@ impl Backend for MemoryBackend {
             .token_durability(TokenDurability::ServerClock)
             .ttl_granularity(Duration::from_nanos(1))
             .primitives(Primitives::ALL)
+            .min_hold(Support::Offered)
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<MemoryHandle>, LockError> {

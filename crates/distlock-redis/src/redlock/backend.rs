@@ -94,7 +94,8 @@ impl RedlockBackend {
                     "no quorum read-write lock on Redlock: per-node reader sets cannot be voted on safely",
                 )),
         )
-        .state_collection(Support::Offered);
+        .state_collection(Support::Offered)
+        .min_hold(Support::Offered);
 
     /// Makes a client per node and loads the scripts on all of them at once; a
     /// majority must answer.

@@ -118,7 +118,7 @@ impl RedlockConfig {
     }
 
     /// The lock's [`distlock_core::DistributedLock::default_options`] (the URL's
-    /// `ttl`, `wait`, `renewal`, `max_hold`).
+    /// `ttl`, `wait`, `renewal`, `max_hold`, `min_hold`).
     pub fn defaults(mut self, defaults: distlock_core::AcquireOptions) -> Self {
         self.common.defaults = defaults;
         self

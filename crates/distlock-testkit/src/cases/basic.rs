@@ -140,6 +140,7 @@ pub async fn invalid_input_rejected(h: &dyn Harness) -> CaseResult {
             s.long().ttl(ttl).renewal(Renewal::Every(ttl)),
         ),
         ("zero max_hold", s.long().max_hold(Duration::ZERO)),
+        ("zero min_hold", s.long().min_hold(Duration::ZERO)),
     ];
     if caps.min_ttl > Duration::from_nanos(1) {
         bad_options.push(("ttl below minimum", s.long().ttl(caps.min_ttl / 2)));

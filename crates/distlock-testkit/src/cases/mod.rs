@@ -70,6 +70,15 @@
 //! | [`rwlock_cancelled_wait_leaves_no_residue`] | dropped, aborted and timed-out reads and writes leave nothing and delay nobody |
 //! | [`rwlock_lost_on_external_deletion`] | an operator deletes the shares: `lost()` fires for readers and writers, stale releases give `Lost` |
 //!
+//! The minimum hold ([`AcquireOptions::min_hold`](distlock_core::AcquireOptions::min_hold)),
+//! where [`Capabilities::min_hold`] offers it, and its refusal where it does not:
+//!
+//! | case | property |
+//! |---|---|
+//! | [`min_hold_outlasts_an_early_release`] | released at once, the lock (and a semaphore's permit) stays held until `min_hold`, then frees long before the ttl, with a higher token |
+//! | [`min_hold_outlasts_a_killed_holder`] | a holder process killed (SIGKILL) a ttl after acquiring blocks others until `min_hold`, far past its ttl, then the lock frees by itself |
+//! | [`min_hold_refused_with_the_reason`] | a backend that cannot keep a lock past its holder refuses `min_hold` with its reason and takes nothing |
+//!
 //! Bounded state, where [`Capabilities::state_collection`] offers it (the
 //! harness gives clients with a short `state_ttl`,
 //! [`Harness::client_with_state_ttl`], and the inspector counts the records,
@@ -91,6 +100,7 @@ mod election;
 mod exclusion;
 mod expiry;
 mod loss;
+mod min_hold;
 mod multi;
 mod observe;
 mod rwlock;
@@ -106,6 +116,7 @@ pub use election::*;
 pub use exclusion::*;
 pub use expiry::*;
 pub use loss::*;
+pub use min_hold::*;
 pub use multi::*;
 pub use observe::*;
 pub use rwlock::*;
@@ -186,6 +197,10 @@ fn election(c: &Capabilities, _: &Hooks) -> Option<&'static str> {
 
 fn rwlock(c: &Capabilities, _: &Hooks) -> Option<&'static str> {
     c.primitives.rwlock.why_not()
+}
+
+fn min_hold(c: &Capabilities, _: &Hooks) -> Option<&'static str> {
+    c.min_hold.why_not()
 }
 
 /// The gate of the bounded-state cases: a backend claims collection of idle
@@ -289,6 +304,13 @@ pub fn all() -> Vec<Case> {
         case!(rwlock_crashed_shares_free_after_ttl, rwlock),
         case!(rwlock_cancelled_wait_leaves_no_residue, rwlock),
         case!(rwlock_lost_on_external_deletion, rwlock),
+        case!(min_hold_outlasts_an_early_release, min_hold),
+        case!(min_hold_outlasts_a_killed_holder, |c, h| min_hold(c, h)
+            .or((!h.holder_process).then_some("needs holder_process"))),
+        case!(min_hold_refused_with_the_reason, |c, _| c
+            .min_hold
+            .is_offered()
+            .then_some("the backend keeps a min_hold")),
         case!(state_is_collected, state_collection),
         case!(token_rises_after_state_collected, state_collection),
     ]

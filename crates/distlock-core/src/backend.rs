@@ -3,7 +3,7 @@
 //! reentrancy, tracing and metrics (see [`crate::adapter::BackendLock`]).
 
 use crate::inspect::Inspect;
-use crate::{Capabilities, FencingToken, LockError, LockKey, LossReason, Wait};
+use crate::{Capabilities, FencingToken, HolderMeta, LockError, LockKey, LossReason, Wait};
 use async_trait::async_trait;
 use std::future::Future;
 use std::pin::Pin;
@@ -62,14 +62,23 @@ pub struct AcquireRequest<'a> {
     pub wait: WaitUntil,
     /// When the caller started waiting.
     pub started: Instant,
+    /// Who is acquiring, to store beside the lock where the layout has room.
+    pub meta: &'a HolderMeta,
 }
 
 impl AcquireRequest<'_> {
+    /// A fresh random owner value carrying the holder's metadata, for layouts
+    /// that store one string per holder ([`HolderMeta::tag_owner`]).
+    pub fn tagged_owner(&self) -> String {
+        self.meta.tag_owner(&crate::toolkit::random_owner())
+    }
+
     /// The error for a held lock under `WaitUntil::No`, or for a wait that ended.
     pub fn not_acquired(&self) -> LockError {
         match self.wait {
             WaitUntil::No => LockError::Busy {
                 key: self.key.clone(),
+                holder: None,
             },
             _ => LockError::Timeout {
                 key: self.key.clone(),

@@ -1,7 +1,7 @@
 //! Acquire options and their validation.
 
 use crate::toolkit::{LockUrl, parse_duration};
-use crate::{Capabilities, LockError};
+use crate::{Capabilities, HolderMeta, LockError};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -77,6 +77,7 @@ pub struct AcquireOptions {
     renewal: Option<Renewal>,
     owner: Option<Owner>,
     max_hold: Option<Duration>,
+    label: Option<String>,
 }
 
 impl AcquireOptions {
@@ -116,6 +117,19 @@ impl AcquireOptions {
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
         self
+    }
+
+    /// A label stored with the holder's host and pid ([`crate::HolderMeta`]),
+    /// shown by `Inspect::holder`, `distlock status` and the `Busy` error: at
+    /// most 64 bytes of printable text, checked at acquire.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// The holder label, if any.
+    pub fn get_label(&self) -> Option<&str> {
+        self.label.as_deref()
     }
 
     /// The ttl (the built-in 30 s when unset).
@@ -159,13 +173,14 @@ impl AcquireOptions {
             renewal: self.renewal.or(defaults.renewal),
             owner: self.owner.clone().or_else(|| defaults.owner.clone()),
             max_hold: self.max_hold.or(defaults.max_hold),
+            label: self.label.clone().or_else(|| defaults.label.clone()),
         }
     }
 
     /// Takes the acquire defaults a lock URL may give, keeping these values where
     /// it has none: `ttl` (a duration), `wait` (`no`, `forever` or a duration),
-    /// `renewal` (`auto`, `manual` or a duration between renewals) and
-    /// `max_hold` (a duration). Every scheme accepts them; the lock returned by
+    /// `renewal` (`auto`, `manual` or a duration between renewals),
+    /// `max_hold` (a duration) and `label` (the holder label). Every scheme accepts them; the lock returned by
     /// `connect(url)` offers them as [`crate::DistributedLock::default_options`].
     ///
     /// ```
@@ -184,6 +199,12 @@ impl AcquireOptions {
         }
         if let Some(max_hold) = url.duration("max_hold")? {
             self.max_hold = Some(max_hold);
+        }
+        if let Some(label) = url.string("label") {
+            if let Some(why) = crate::meta::label_problem(&label) {
+                return Err(url.param_error("label", &label, &why));
+            }
+            self.label = Some(label);
         }
         if let Some(value) = url.string("wait") {
             self.wait = Some(match value.as_str() {
@@ -258,7 +279,9 @@ impl AcquireOptions {
         if self.max_hold.is_some_and(|d| d.is_zero()) {
             return bad("max_hold is zero; leave it unset for no limit".into());
         }
-        Ok(())
+        self.label
+            .as_deref()
+            .map_or(Ok(()), HolderMeta::check_label)
     }
 }
 

@@ -63,7 +63,8 @@ impl Inspect for Table {
         };
         Ok(Some(match self.strategy {
             Strategy::VersionCas => holder,
-            _ => Holder::new(holder.owner, counter().await?, holder.expires_in),
+            _ => Holder::new(holder.owner, counter().await?, holder.expires_in)
+                .with_meta(holder.meta),
         }))
     }
 

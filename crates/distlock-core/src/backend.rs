@@ -67,12 +67,6 @@ pub struct AcquireRequest<'a> {
 }
 
 impl AcquireRequest<'_> {
-    /// A fresh random owner value carrying the holder's metadata, for layouts
-    /// that store one string per holder ([`HolderMeta::tag_owner`]).
-    pub fn tagged_owner(&self) -> String {
-        self.meta.tag_owner(&crate::toolkit::random_owner())
-    }
-
     /// The error for a held lock under `WaitUntil::No`, or for a wait that ended.
     pub fn not_acquired(&self) -> LockError {
         match self.wait {

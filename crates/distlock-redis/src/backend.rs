@@ -29,8 +29,8 @@ use async_trait::async_trait;
 use distlock_core::adapter::{
     AcquireRequest, Acquired, Backend, BackendLock, LossSignal, Ownership, WaitUntil,
 };
-use distlock_core::toolkit::Inspect;
 use distlock_core::toolkit::Timeouts;
+use distlock_core::toolkit::{Inspect, random_owner};
 use distlock_core::{
     Capabilities, FencingGuarantee, FencingToken, LockError, Primitives, Support, TokenDurability,
     Wake,
@@ -135,7 +135,7 @@ impl RedisBackend {
 
     /// One try: won (with replicas acknowledged, if configured) or held elsewhere.
     async fn attempt(&self, req: &AcquireRequest<'_>, keys: &LockKeys) -> Result<Step, LockError> {
-        let owner = req.tagged_owner();
+        let owner = req.meta.tag_owner(&random_owner());
         let undo = release_on_drop(
             std::slice::from_ref(&self.server),
             keys,

@@ -25,7 +25,7 @@ use crate::protocol::fair::turn_channel;
 use crate::protocol::{Attempt as Granted, ServerClient};
 use crate::shares::{Attempt, place_lifetime, queued_wait, take_turns};
 use distlock_core::adapter::{AcquireRequest, Acquired, WaitUntil};
-use distlock_core::toolkit::{CancelGuard, UndoFuture};
+use distlock_core::toolkit::{CancelGuard, UndoFuture, random_owner};
 use distlock_core::{FencingToken, LockError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -84,7 +84,7 @@ impl RedisBackend {
         req: AcquireRequest<'_>,
     ) -> Result<Acquired<RedisHandle>, LockError> {
         let keys = LockKeys::new(self.namespace(), req.key);
-        let owner = req.tagged_owner();
+        let owner = req.meta.tag_owner(&random_owner());
         let leave = leave_on_drop(&self.server, &keys, &owner, self.timeout);
         let turn = turn_channel(&keys, &owner);
         let channels = (keys.channel.as_str(), Some(turn.as_str()));

@@ -26,7 +26,7 @@ use distlock_core::adapter::{
     AcquireRequest, Acquired, Backend, BackendLock, LossSignal, Ownership, WaitUntil, clock_drift,
 };
 use distlock_core::toolkit::Timeouts;
-use distlock_core::toolkit::{Backoff, Inspect};
+use distlock_core::toolkit::{Backoff, Inspect, random_owner};
 use distlock_core::{
     Capabilities, FencingGuarantee, FencingToken, LockError, Primitives, Support, TokenDurability,
     Wake,
@@ -171,7 +171,7 @@ impl RedlockBackend {
         req: &AcquireRequest<'_>,
         keys: &LockKeys,
     ) -> Result<Outcome, LockError> {
-        let owner = req.tagged_owner();
+        let owner = req.meta.tag_owner(&random_owner());
         let undo = release_on_drop(&self.nodes, keys, &owner, self.timeout);
         let race_deadline =
             req.wait != WaitUntil::No && req.wait.instant().is_none_or(|at| at > Instant::now());

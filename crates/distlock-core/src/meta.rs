@@ -203,6 +203,19 @@ mod tests {
     }
 
     #[test]
+    fn a_url_label_is_a_default_and_is_checked() {
+        use crate::AcquireOptions;
+        use crate::toolkit::LockUrl;
+        let read = |url: &str| AcquireOptions::new().read(&mut LockUrl::parse("redis", url)?);
+        let opts = read("redis://h/0?label=billing").unwrap();
+        assert_eq!(opts.get_label(), Some("billing"));
+        let mine = AcquireOptions::new().label("mine").or_defaults(&opts);
+        assert_eq!(mine.get_label(), Some("mine"));
+        let err = read("redis://h/0?label=").unwrap_err().to_string();
+        assert!(err.contains("label") && err.contains("empty"), "{err}");
+    }
+
+    #[test]
     fn this_process_is_read_once_and_round_trips() {
         let me = HolderMeta::this_process();
         assert_eq!(me.pid(), std::process::id());

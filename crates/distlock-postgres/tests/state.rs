@@ -103,11 +103,11 @@ async fn a_hand_made_table_without_holder_names_the_statement_to_run() {
     let server = server().await;
     server
         .exec_admin(
-            "CREATE TABLE distlock_locks (namespace TEXT NOT NULL, name TEXT NOT NULL, \
+            "CREATE TABLE distlock_advisory (namespace TEXT NOT NULL, name TEXT NOT NULL, \
              owner TEXT NULL, fence BIGINT NOT NULL, expires_at TIMESTAMPTZ NULL, \
              lock_key BIGINT NULL UNIQUE, PRIMARY KEY (namespace, name)); \
-             COMMENT ON TABLE distlock_locks IS 'distlock:advisory'; \
-             ALTER TABLE distlock_locks OWNER TO distlock;",
+             COMMENT ON TABLE distlock_advisory IS 'distlock:advisory'; \
+             ALTER TABLE distlock_advisory OWNER TO distlock;",
         )
         .await
         .unwrap();
@@ -121,7 +121,7 @@ async fn a_hand_made_table_without_holder_names_the_statement_to_run() {
         Err(LockError::Config { reason, .. }) => reason,
         other => panic!("a table without `holder` gave {other:?}"),
     };
-    let statement = "ALTER TABLE \"distlock_locks\" ADD COLUMN IF NOT EXISTS holder TEXT NULL";
+    let statement = "ALTER TABLE \"distlock_advisory\" ADD COLUMN IF NOT EXISTS holder TEXT NULL";
     assert!(add.contains(statement), "{add}");
     server.exec_admin(&format!("{statement};")).await.unwrap();
     let lock = config().connect().await.unwrap();

@@ -8,10 +8,12 @@
 mod support;
 
 use async_trait::async_trait;
-use distlock_core::{AcquireOptions, BoxError, DynLock, HolderMeta, LockError, LockKey};
+use distlock_core::{AcquireOptions, BoxError, DynLock, HolderMeta, LockKey};
 use distlock_mysql::{MySqlConfig, Strategy};
 use distlock_testkit::servers::MariaDbServer;
-use distlock_testkit::state_rows::{RowDatabase, collected_names_rise_above_a_clock_behind};
+use distlock_testkit::state_rows::{
+    RowDatabase, collected_names_rise_above_a_clock_behind, holder_column_is_named_then_used,
+};
 use std::time::Duration;
 use support::{root_value, server};
 
@@ -71,13 +73,10 @@ async fn idle_rows_are_collected_and_tokens_still_rise() {
 async fn rows_of_the_previous_release_are_collected() {
     let server = server().await;
     server
-        .exec_root(
-            "CREATE TABLE distlock.distlock_locks (name VARBINARY(255) NOT NULL, \
-             owner VARBINARY(64) NULL DEFAULT NULL, fence BIGINT UNSIGNED NOT NULL DEFAULT 0, \
-             expires_at TIMESTAMP(6) NULL DEFAULT NULL, PRIMARY KEY (name)) ENGINE=InnoDB \
-             COMMENT='distlock:version_cas'; \
-             INSERT INTO distlock.distlock_locks (name, fence) VALUES ('old/1', 5), ('old/2', 7);",
-        )
+        .exec_root(&format!(
+            "{} INSERT INTO distlock.distlock_locks (name, fence) VALUES ('old/1', 5), ('old/2', 7);",
+            old_table("version_cas")
+        ))
         .await
         .unwrap();
     let lock = client(&server).await;
@@ -103,39 +102,30 @@ async fn rows_of_the_previous_release_are_collected() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hand_made_table_without_holder_names_the_statement_to_run() {
     let server = server().await;
-    server
-        .exec_root(
-            "CREATE TABLE distlock.distlock_locks (name VARBINARY(255) NOT NULL, \
-             owner VARBINARY(64) NULL DEFAULT NULL, fence BIGINT UNSIGNED NOT NULL DEFAULT 0, \
-             expires_at TIMESTAMP(6) NULL DEFAULT NULL, PRIMARY KEY (name)) ENGINE=InnoDB \
-             COMMENT='distlock:unique_insert';",
-        )
-        .await
-        .unwrap();
+    server.exec_root(&old_table("unique_insert")).await.unwrap();
     let config = || {
         MySqlConfig::from_url(&server.url())
             .unwrap()
             .strategy(Strategy::UniqueInsert)
-            .create_table(false)
     };
-    let add = match config().connect().await {
-        Err(LockError::Config { reason, .. }) => reason,
-        other => panic!("a table without `holder` gave {other:?}"),
+    let add = "ALTER TABLE `distlock_locks` ADD COLUMN holder VARBINARY(512) NULL DEFAULT NULL AFTER owner";
+    let added = async {
+        server.exec_root(&format!("USE distlock; {add};")).await?;
+        // The rest of the schema (the high-water table) is create_table's.
+        Ok(config().connect().await?)
     };
-    let statement = "ALTER TABLE `distlock_locks` ADD COLUMN holder VARBINARY(512) NULL DEFAULT NULL AFTER owner";
-    assert!(add.contains(statement), "{add}");
-    server
-        .exec_root(&format!("USE distlock; {statement};"))
+    let refused = config().create_table(false).connect().await;
+    holder_column_is_named_then_used(refused, add, added)
         .await
         .unwrap();
-    // The rest of the schema (the high-water table) is create_table's.
-    let lock = config().create_table(true).connect().await.unwrap();
-    let key = LockKey::new("by-hand").unwrap();
-    let lease = lock
-        .acquire(&key, &AcquireOptions::new().label("x"))
-        .await
-        .unwrap();
-    let holder = lock.inspect().unwrap().holder(&key).await.unwrap().unwrap();
-    assert_eq!(holder.meta.unwrap().label(), Some("x"));
-    lease.release().await.unwrap();
+}
+
+/// The lock table as the release before `holder` made it for `strategy`.
+fn old_table(strategy: &str) -> String {
+    format!(
+        "CREATE TABLE distlock.distlock_locks (name VARBINARY(255) NOT NULL, \
+         owner VARBINARY(64) NULL DEFAULT NULL, fence BIGINT UNSIGNED NOT NULL DEFAULT 0, \
+         expires_at TIMESTAMP(6) NULL DEFAULT NULL, PRIMARY KEY (name)) ENGINE=InnoDB \
+         COMMENT='distlock:{strategy}';"
+    )
 }

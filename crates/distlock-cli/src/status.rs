@@ -87,6 +87,16 @@ fn inspect(lock: &DynLock) -> Result<&dyn Inspect, Failure> {
 /// One `name: value` line per field, for eyes and for `grep`/`awk` alike.
 fn print_holder(holder: &Holder) {
     println!("owner: {}", holder.owner);
+    match &holder.meta {
+        Some(meta) => {
+            println!("host: {}", meta.host());
+            println!("pid: {}", meta.pid());
+            println!("label: {}", meta.label().unwrap_or("none"));
+        }
+        None => println!(
+            "host: unknown (the holder recorded none: another client, or an older release)"
+        ),
+    }
     match holder.token {
         Some(token) => println!("token: {token}"),
         None => println!("token: unknown (this backend does not store it beside the lock)"),

@@ -73,7 +73,7 @@ fn status_usage_errors_exit_2() {
     assert_code(&run(&["status", "--url", "memory://x", "--key", ""]), 2);
 }
 
-/// A held key shows its owner, the holder's token and a ttl; an unlock without
+/// A held key shows its owner, host and pid, the holder's token and a ttl; an unlock without
 /// `--force` leaves it held; `unlock --force` frees it, the `distlock run`
 /// that held it exits 69, and the key shows free.
 pub fn held_key_shows_token_and_force_unlock_stops_the_holder(url: &str) {
@@ -101,6 +101,9 @@ pub fn held_key_shows_token_and_force_unlock_stops_the_holder(url: &str) {
     assert!(text.contains(&format!("`{key}` is held")), "{text}");
     assert!(text.contains(&format!("token: {token}\n")), "{text}");
     assert!(text.contains("owner: "), "{text}");
+    // The `distlock run` process recorded itself as the holder.
+    let pid = format!("pid: {}\n", holder.child.id());
+    assert!(text.contains(&pid) && text.contains("host: "), "{text}");
     assert!(text.contains("ttl left: "), "{text}");
 
     let refused = run(&["unlock", "--url", url, "--key", &key]);

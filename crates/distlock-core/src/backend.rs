@@ -3,7 +3,7 @@
 //! reentrancy, tracing and metrics (see [`crate::adapter::BackendLock`]).
 
 use crate::inspect::Inspect;
-use crate::{Capabilities, FencingToken, LockError, LockKey, LossReason, Wait};
+use crate::{Capabilities, FencingToken, HolderMeta, LockError, LockKey, LossReason, Wait};
 use async_trait::async_trait;
 use std::future::Future;
 use std::pin::Pin;
@@ -62,6 +62,8 @@ pub struct AcquireRequest<'a> {
     pub wait: WaitUntil,
     /// When the caller started waiting.
     pub started: Instant,
+    /// Who is acquiring, to store beside the lock where the layout has room.
+    pub meta: &'a HolderMeta,
 }
 
 impl AcquireRequest<'_> {
@@ -70,6 +72,7 @@ impl AcquireRequest<'_> {
         match self.wait {
             WaitUntil::No => LockError::Busy {
                 key: self.key.clone(),
+                holder: None,
             },
             _ => LockError::Timeout {
                 key: self.key.clone(),

@@ -12,7 +12,7 @@ use crate::observe::{LeaderSource, LeaderUpdate, LeaderWatch};
 use crate::permit::Leadership;
 use crate::start::{self, Won};
 use crate::wrapped::Wrapped;
-use crate::{AcquireOptions, Capabilities, LockError, LockKey};
+use crate::{AcquireOptions, Capabilities, HolderMeta, LockError, LockKey};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Instant;
@@ -176,12 +176,14 @@ impl<E: ElectionBackend> LeaderElection for BackendElection<E> {
             ));
         }
         let started = Instant::now();
+        let meta = HolderMeta::this_process().labelled(opts.get_label());
         let req = CampaignRequest {
             acquire: AcquireRequest {
                 key: name,
                 ttl: opts.grant_ttl(),
                 wait: WaitUntil::from_wait(opts.get_wait(), started),
                 started,
+                meta: &meta,
             },
             proposal,
         };

@@ -1,6 +1,6 @@
 //! The one error type every adapter converts into at its boundary.
 
-use crate::{FencingToken, LockKey};
+use crate::{FencingToken, HolderMeta, LockKey};
 use std::time::Duration;
 
 /// A boxed error from a client library or server, kept as the `source`.
@@ -40,10 +40,15 @@ impl std::fmt::Display for LossReason {
 #[non_exhaustive]
 pub enum LockError {
     /// `Wait::No` (or `try_acquire`) found the lock held elsewhere.
-    #[error("lock `{key}` is held by another owner; retry later or wait with Wait::For")]
+    #[error(
+        "lock `{key}` is held by {}; retry later or wait with Wait::For",
+        holder.as_ref().map_or_else(|| "another owner".to_owned(), ToString::to_string)
+    )]
     Busy {
         /// The contended key.
         key: LockKey,
+        /// Who held it, read after the refusal when the holder recorded it.
+        holder: Option<HolderMeta>,
     },
     /// The wait ended before the lock was acquired, or the acquire reply came too late
     /// to leave any validity.

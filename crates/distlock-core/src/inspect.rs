@@ -2,7 +2,7 @@
 //! beyond the lock API: who holds a key, what is left under a prefix, and a
 //! forced deletion of a holder.
 
-use crate::{FencingToken, LockError, LockKey};
+use crate::{FencingToken, HolderMeta, LockError, LockKey};
 use async_trait::async_trait;
 use std::time::Duration;
 
@@ -16,6 +16,10 @@ pub struct Holder {
     pub token: Option<FencingToken>,
     /// How long the server keeps the lock if nobody renews it, when it says.
     pub expires_in: Option<Duration>,
+    /// Who holds it (host, pid, label), when the holder recorded it: a lock
+    /// taken by another client (Curator, `etcdctl`) or by an older distlock
+    /// has none.
+    pub meta: Option<HolderMeta>,
 }
 
 impl Holder {
@@ -25,7 +29,25 @@ impl Holder {
             owner,
             token,
             expires_in,
+            meta: None,
         }
+    }
+
+    /// A holder whose stored owner value may carry its metadata
+    /// ([`HolderMeta::tag_owner`]): the owner is shown without it.
+    pub fn from_tagged(
+        value: &str,
+        token: Option<FencingToken>,
+        expires_in: Option<Duration>,
+    ) -> Holder {
+        let (owner, meta) = HolderMeta::split_owner(value);
+        Holder::new(owner.to_owned(), token, expires_in).with_meta(meta)
+    }
+
+    /// The same holder with the metadata read beside it.
+    pub fn with_meta(mut self, meta: Option<HolderMeta>) -> Holder {
+        self.meta = meta;
+        self
     }
 }
 

@@ -12,8 +12,8 @@ use crate::start::{self, Won};
 use crate::telemetry::Attempt;
 use crate::toolkit::Inspect;
 use crate::{
-    AcquireOptions, Capabilities, DynElection, DynRwLock, DynSemaphore, LockError, LockKey, Owner,
-    Wait,
+    AcquireOptions, Capabilities, DynElection, DynRwLock, DynSemaphore, HolderMeta, LockError,
+    LockKey, Owner, Wait,
 };
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -232,19 +232,67 @@ impl<B: Backend> BackendLock<B> {
         Some(Lease::reentered(shared))
     }
 
+    /// The `Busy` error for `key`, naming its holder when the server has it
+    /// recorded: one read, on the failure path only.
+    async fn busy(&self, key: LockKey) -> LockError {
+        let holder = match self.backend.inspect() {
+            Some(inspect) => inspect.holder(&key).await.ok().flatten(),
+            None => None,
+        };
+        LockError::Busy {
+            key,
+            holder: holder.and_then(|h| h.meta),
+        }
+    }
+
+    /// `acquire`, where a `Busy` names the holder when `name_holder`.
+    async fn attempt(
+        &self,
+        key: &LockKey,
+        opts: &AcquireOptions,
+        name_holder: bool,
+    ) -> Result<Lease, LockError> {
+        let opts = &self.defaults.fill(opts);
+        opts.validate(&self.backend.capabilities())?;
+        if let Some(lease) = opts.get_owner().and_then(|owner| self.reenter(key, owner)) {
+            return Ok(lease);
+        }
+        // `outcome` and `token` are known only at the end; `Attempt` records them.
+        let span = tracing::debug_span!(
+            "distlock.acquire",
+            backend = self.backend.name(),
+            key = %key,
+            outcome = tracing::field::Empty,
+            token = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let acquire = std::pin::pin!(self.acquire_from_backend(key, opts, started, name_holder));
+        Attempt::start(&self.metrics, span, started)
+            .run(acquire)
+            .await
+    }
+
     async fn acquire_from_backend(
         &self,
         key: &LockKey,
         opts: &AcquireOptions,
         started: Instant,
+        name_holder: bool,
     ) -> Result<Lease, LockError> {
+        let meta = HolderMeta::this_process().labelled(opts.get_label());
         let request = AcquireRequest {
             key,
             ttl: opts.grant_ttl(),
             wait: WaitUntil::from_wait(opts.get_wait(), started),
             started,
+            meta: &meta,
         };
-        let acquired = self.backend.acquire(request).await?;
+        let acquired = match self.backend.acquire(request).await {
+            Err(LockError::Busy { key, holder: None }) if name_holder => {
+                return Err(self.busy(key).await);
+            }
+            other => other?,
+        };
         let won = Won {
             holding: Arc::new(Bound {
                 backend: self.backend.clone(),
@@ -267,24 +315,20 @@ impl<B: Backend> BackendLock<B> {
 #[async_trait]
 impl<B: Backend> DistributedLock for BackendLock<B> {
     async fn acquire(&self, key: &LockKey, opts: &AcquireOptions) -> Result<Lease, LockError> {
-        let opts = &self.defaults.fill(opts);
-        opts.validate(&self.backend.capabilities())?;
-        if let Some(lease) = opts.get_owner().and_then(|owner| self.reenter(key, owner)) {
-            return Ok(lease);
+        self.attempt(key, opts, true).await
+    }
+
+    /// A miss is expected here, so its `Busy` is not read further.
+    async fn try_acquire(
+        &self,
+        key: &LockKey,
+        opts: &AcquireOptions,
+    ) -> Result<Option<Lease>, LockError> {
+        match self.attempt(key, &opts.clone().wait(Wait::No), false).await {
+            Ok(lease) => Ok(Some(lease)),
+            Err(LockError::Busy { .. }) => Ok(None),
+            Err(e) => Err(e),
         }
-        // `outcome` and `token` are known only at the end; `Attempt` records them.
-        let span = tracing::debug_span!(
-            "distlock.acquire",
-            backend = self.backend.name(),
-            key = %key,
-            outcome = tracing::field::Empty,
-            token = tracing::field::Empty,
-        );
-        let started = Instant::now();
-        let acquire = std::pin::pin!(self.acquire_from_backend(key, opts, started));
-        Attempt::start(&self.metrics, span, started)
-            .run(acquire)
-            .await
     }
 
     fn default_options(&self) -> AcquireOptions {

@@ -1,7 +1,7 @@
 //! Acquire options and their validation.
 
 use crate::toolkit::{LockUrl, parse_duration};
-use crate::{Capabilities, LockError};
+use crate::{Capabilities, HolderMeta, LockError};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -80,6 +80,7 @@ pub struct AcquireOptions {
     owner: Option<Owner>,
     max_hold: Option<Duration>,
     min_hold: Option<Duration>,
+    label: Option<String>,
 }
 
 impl AcquireOptions {
@@ -119,6 +120,19 @@ impl AcquireOptions {
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
         self
+    }
+
+    /// A label stored with the holder's host and pid ([`crate::HolderMeta`]),
+    /// shown by `Inspect::holder`, `distlock status` and the `Busy` error: at
+    /// most 64 bytes of printable text, checked at acquire.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// The holder label, if any.
+    pub fn get_label(&self) -> Option<&str> {
+        self.label.as_deref()
     }
 
     /// The ttl (the built-in 30 s when unset).
@@ -163,13 +177,15 @@ impl AcquireOptions {
             owner: self.owner.clone().or_else(|| defaults.owner.clone()),
             max_hold: self.max_hold.or(defaults.max_hold),
             min_hold: self.min_hold.or(defaults.min_hold),
+            label: self.label.clone().or_else(|| defaults.label.clone()),
         }
     }
 
     /// Takes the acquire defaults a lock URL may give, keeping these values where
     /// it has none: `ttl` (a duration), `wait` (`no`, `forever` or a duration),
     /// `renewal` (`auto`, `manual` or a duration between renewals),
-    /// `max_hold` and `min_hold` (durations). Every scheme accepts them; the lock returned by
+    /// `max_hold` and `min_hold` (durations) and `label` (the holder label).
+    /// Every scheme accepts them; the lock returned by
     /// `connect(url)` offers them as [`crate::DistributedLock::default_options`].
     ///
     /// ```
@@ -191,6 +207,12 @@ impl AcquireOptions {
         }
         if let Some(min_hold) = url.duration("min_hold")? {
             self.min_hold = Some(min_hold);
+        }
+        if let Some(label) = url.string("label") {
+            if let Some(why) = crate::meta::label_problem(&label) {
+                return Err(url.param_error("label", &label, &why));
+            }
+            self.label = Some(label);
         }
         if let Some(value) = url.string("wait") {
             self.wait = Some(match value.as_str() {
@@ -265,6 +287,9 @@ impl AcquireOptions {
         if self.max_hold.is_some_and(|d| d.is_zero()) {
             return bad("max_hold is zero; leave it unset for no limit".into());
         }
+        self.label
+            .as_deref()
+            .map_or(Ok(()), HolderMeta::check_label)?;
         self.validate_min_hold(caps)
     }
 }
@@ -295,85 +320,4 @@ impl Defaults {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{FencingGuarantee, TokenDurability, Wake};
-
-    fn caps(min_ttl: Duration, granularity: Duration) -> Capabilities {
-        Capabilities::new()
-            .fencing(FencingGuarantee::Strict)
-            .fifo(true)
-            .wake(Wake::Push)
-            .token_durability(TokenDurability::Persisted)
-            .min_ttl(min_ttl)
-            .ttl_granularity(granularity)
-            .primitives(crate::Primitives::ALL)
-    }
-
-    fn reason(r: Result<(), LockError>) -> String {
-        match r {
-            Err(LockError::InvalidOptions { reason }) => reason,
-            other => panic!("expected InvalidOptions, got {other:?}"),
-        }
-    }
-
-    const MS: Duration = Duration::from_millis(1);
-
-    #[test]
-    fn zero_ttl_is_rejected() {
-        let opts = AcquireOptions::new().ttl(Duration::ZERO);
-        assert!(reason(opts.validate(&caps(MS, MS))).contains("zero"));
-    }
-
-    #[test]
-    fn ttl_below_backend_minimum_is_rejected_not_clamped() {
-        let opts = AcquireOptions::new().ttl(Duration::from_millis(500));
-        let r = reason(opts.validate(&caps(Duration::from_secs(1), Duration::from_secs(1))));
-        assert!(r.contains("minimum of 1s"), "{r}");
-    }
-
-    #[test]
-    fn ttl_must_match_granularity() {
-        let opts = AcquireOptions::new().ttl(Duration::from_millis(1500));
-        let r = reason(opts.validate(&caps(Duration::from_secs(1), Duration::from_secs(1))));
-        assert!(r.contains("whole multiple"), "{r}");
-        let ok = AcquireOptions::new().ttl(Duration::from_secs(2));
-        assert!(
-            ok.validate(&caps(Duration::from_secs(1), Duration::from_secs(1)))
-                .is_ok()
-        );
-    }
-
-    #[test]
-    fn renew_interval_must_be_below_ttl() {
-        let ttl = Duration::from_secs(3);
-        for every in [Duration::ZERO, ttl, ttl * 2] {
-            let opts = AcquireOptions::new()
-                .ttl(ttl)
-                .renewal(Renewal::Every(every));
-            assert!(reason(opts.validate(&caps(MS, MS))).contains("renew interval"));
-        }
-        let ok = AcquireOptions::new()
-            .ttl(ttl)
-            .renewal(Renewal::Every(ttl / 2));
-        assert!(ok.validate(&caps(MS, MS)).is_ok());
-    }
-
-    #[test]
-    fn zero_max_hold_and_bad_owner_are_rejected() {
-        let opts = AcquireOptions::new().max_hold(Duration::ZERO);
-        assert!(reason(opts.validate(&caps(MS, MS))).contains("max_hold"));
-        assert!(Owner::new("").is_err());
-        assert!(Owner::new("x".repeat(129)).is_err());
-        assert!(Owner::new("a\tb").is_err());
-        assert_eq!(Owner::new("worker-1").unwrap().as_str(), "worker-1");
-    }
-
-    #[test]
-    fn defaults_are_thirty_seconds_auto_forever() {
-        let opts = AcquireOptions::default();
-        assert_eq!(opts.get_ttl(), Duration::from_secs(30));
-        assert_eq!(opts.get_wait(), Wait::Forever);
-        assert_eq!(opts.renew_interval(), Some(Duration::from_secs(10)));
-    }
-}
+mod tests;

@@ -8,7 +8,8 @@ use crate::lease::Bound;
 use crate::start::{self, Won};
 use crate::wrapped::Wrapped;
 use crate::{
-    AcquireOptions, Capabilities, FencingToken, Lease, LockError, LockKey, SingleLease, Wait,
+    AcquireOptions, Capabilities, FencingToken, HolderMeta, Lease, LockError, LockKey, SingleLease,
+    Wait,
 };
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -292,11 +293,13 @@ impl<R: RwLockBackend> BackendRwLock<R> {
             ));
         }
         let started = Instant::now();
+        let meta = HolderMeta::this_process().labelled(opts.get_label());
         let req = AcquireRequest {
             key,
             ttl: opts.grant_ttl(),
             wait: WaitUntil::from_wait(opts.get_wait(), started),
             started,
+            meta: &meta,
         };
         let won = match mode {
             RwMode::Read => self.0.backend.acquire_read(req).await?,

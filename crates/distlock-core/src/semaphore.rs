@@ -8,7 +8,7 @@ use crate::backend::{AcquireRequest, Acquired, Holding, WaitUntil};
 use crate::permit::Permit;
 use crate::start::{self, Won};
 use crate::wrapped::Wrapped;
-use crate::{AcquireOptions, Capabilities, FencingToken, LockError, LockKey, Wait};
+use crate::{AcquireOptions, Capabilities, FencingToken, HolderMeta, LockError, LockKey, Wait};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Instant;
@@ -225,12 +225,14 @@ impl<S: SemaphoreBackend> DistributedSemaphore for BackendSemaphore<S> {
         let opts = &self.0.defaults.fill(opts);
         validate(limit, opts, &self.0.backend.capabilities())?;
         let started = Instant::now();
+        let meta = HolderMeta::this_process().labelled(opts.get_label());
         let req = PermitRequest {
             acquire: AcquireRequest {
                 key,
                 ttl: opts.grant_ttl(),
                 wait: WaitUntil::from_wait(opts.get_wait(), started),
                 started,
+                meta: &meta,
             },
             limit,
         };

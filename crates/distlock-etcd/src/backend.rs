@@ -188,7 +188,9 @@ impl Backend for EtcdBackend {
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<EtcdHandle>, LockError> {
         let prefix = queue_prefix(&self.namespace, req.key);
-        self.queue_up(req, &Queue::plain(&prefix), b"").await
+        let meta = req.meta.encode();
+        self.queue_up(req, &Queue::plain(&prefix), meta.as_bytes())
+            .await
     }
 
     async fn renew(&self, handle: &EtcdHandle, _ttl: Duration) -> Result<Ownership, LockError> {

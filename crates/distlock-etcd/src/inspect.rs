@@ -16,7 +16,7 @@ use crate::keys::{
 use crate::{protocol, requests};
 use async_trait::async_trait;
 use distlock_core::toolkit::{Floor, Holder, Inspect};
-use distlock_core::{FencingToken, LockError, LockKey};
+use distlock_core::{FencingToken, HolderMeta, LockError, LockKey};
 use std::time::Duration;
 
 /// A key inside the namespace that no lock uses (queues end in `/`), read by
@@ -32,7 +32,7 @@ impl EtcdBackend {
     /// `key`'s queue and its holder's key, if any.
     async fn holder_key(&self, key: &LockKey) -> Result<(Vec<u8>, Option<KeyValue>), LockError> {
         let queue = queue_prefix(&self.namespace, key);
-        let oldest = protocol::oldest(&self.rpc, &self.kv, &queue)
+        let oldest = protocol::leader(&self.rpc, &self.kv, &queue)
             .await
             .map_err(|f| self.lock_error(f))?;
         Ok((queue, oldest))
@@ -63,12 +63,15 @@ impl Inspect for EtcdBackend {
         let (queue, Some(oldest)) = self.holder_key(key).await? else {
             return Ok(None);
         };
-        Ok(Some(Holder::new(
-            // The contender's name in the queue: its lease id in hex.
-            printable(oldest.key().get(queue.len()..).unwrap_or_default()),
-            Some(FencingToken::new(oldest.create_revision().unsigned_abs())),
-            self.lease_remaining(oldest.lease()).await?,
-        )))
+        Ok(Some(
+            Holder::new(
+                // The contender's name in the queue: its lease id in hex.
+                printable(oldest.key().get(queue.len()..).unwrap_or_default()),
+                Some(FencingToken::new(oldest.create_revision().unsigned_abs())),
+                self.lease_remaining(oldest.lease()).await?,
+            )
+            .with_meta(HolderMeta::decode(&String::from_utf8_lossy(oldest.value()))),
+        ))
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
@@ -189,7 +192,10 @@ impl Inspect for EtcdBackend {
         let mine = contender_key(&queue, lease, slot.number());
         let put = protocol::put_if_absent(&self.rpc, &self.kv, &mine, lease).await;
         if !put.map_err(|f| self.lock_error(f))? {
-            return Err(LockError::Busy { key: key.clone() });
+            return Err(LockError::Busy {
+                key: key.clone(),
+                holder: None,
+            });
         }
         protocol::delete(&self.rpc, &self.kv, &mine)
             .await

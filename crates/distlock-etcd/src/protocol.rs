@@ -225,24 +225,9 @@ pub(crate) async fn read_created(
     ))
 }
 
-/// The holder of `queue`: its key with the lowest create revision.
-pub(crate) async fn oldest(
-    rpc: &Rpc,
-    kv: &KvClient,
-    queue: &[u8],
-) -> Result<Option<KeyValue>, Failure> {
-    let found = rpc
-        .retrying("queue read", || {
-            let (kv, options) = (kv.clone(), get_holder(queue));
-            let queue = queue.to_vec();
-            async move { kv.get(queue, Some(options)).await }
-        })
-        .await?;
-    Ok(found.kvs().first().cloned())
-}
-
-/// The leader of an election: `queue`'s oldest key with its value (the
-/// proposal), as Go's `Election.Leader` reads it.
+/// The holder of a lock or the leader of an election: `queue`'s oldest key
+/// with its value (a lock's holder metadata, an election's proposal, as Go's
+/// `Election.Leader` reads it).
 pub(crate) async fn leader(
     rpc: &Rpc,
     kv: &KvClient,

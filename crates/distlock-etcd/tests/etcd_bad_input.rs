@@ -6,7 +6,7 @@ mod common;
 use common::{connect, server, unique};
 use distlock_core::adapter::{AcquireRequest, Backend, WaitUntil};
 use distlock_core::toolkit::Timeouts;
-use distlock_core::{AcquireOptions, DistributedLock, LockError, Wait};
+use distlock_core::{AcquireOptions, DistributedLock, HolderMeta, LockError, Wait};
 use distlock_etcd::EtcdConfig;
 use std::time::{Duration, Instant};
 
@@ -210,6 +210,7 @@ async fn ttls_below_the_servers_minimum_or_not_whole_seconds_are_rejected() {
         ttl: Duration::from_secs(1),
         wait: WaitUntil::No,
         started: Instant::now(),
+        meta: &HolderMeta::this_process(),
     };
     match lock.backend().acquire(request).await {
         Err(LockError::InvalidOptions { reason }) => {

@@ -4,7 +4,7 @@ mod common;
 
 use common::{connect, eventually, queue, raw, server, through, unique};
 use distlock_core::adapter::{AcquireRequest, Backend, Ownership, WaitUntil};
-use distlock_core::{AcquireOptions, DistributedLock, LockError, LossReason, Wait};
+use distlock_core::{AcquireOptions, DistributedLock, HolderMeta, LockError, LossReason, Wait};
 use distlock_etcd::EtcdConfig;
 use distlock_etcd::client::PutOptions;
 use distlock_testkit::proxy::FaultProxy;
@@ -94,6 +94,7 @@ async fn a_retried_release_whose_first_reply_was_lost_never_deletes_a_newer_key(
         ttl: Duration::from_secs(30),
         wait: WaitUntil::No,
         started: Instant::now(),
+        meta: &HolderMeta::this_process(),
     };
     let acquired = backend.acquire(request).await.unwrap();
     let handle = acquired.handle;

@@ -10,9 +10,9 @@ use crate::error::DbError;
 use crate::keys::row_name;
 use crate::protocol::{END_TRANSACTION, Strategy};
 use crate::unique_insert::Insert;
-use distlock_core::LockKey;
 use distlock_core::adapter::WaitUntil;
 use distlock_core::toolkit::Floor;
+use distlock_core::{HolderMeta, LockKey};
 use distlock_sql::poll::floor_cycle;
 use sqlx::Row;
 use std::time::{Duration, Instant};
@@ -65,12 +65,17 @@ impl Table {
         // Dropped on an error inside a transaction, it is closed, not pooled,
         // and the server rolls back.
         let mut conn = self.holders.get().await?;
-        let locked = conn.execute_text(table.sql.lock_row(&row), limit).await?;
+        let lock_row = || {
+            table
+                .sql
+                .lock_row(&row, &HolderMeta::this_process().encode())
+        };
+        let locked = conn.execute_text(lock_row(), limit).await?;
         if locked.rows_affected() == 0 {
             // The row's first use: create it committed, as an acquire does.
             let insert = sqlx::query(table.sql.for_update_insert_row.clone()).bind(row.clone());
             table.pool.get().await?.execute(insert).await?;
-            conn.execute_text(table.sql.lock_row(&row), limit).await?;
+            conn.execute_text(lock_row(), limit).await?;
         }
         let until = WaitUntil::Deadline(Instant::now() + limit);
         let mut other = table.pool.get().await?;

@@ -22,7 +22,7 @@ use crate::protocol::{KEEPALIVE, KILL_CONNECTION, Strategy, for_table};
 use async_trait::async_trait;
 use distlock_core::adapter::WaitUntil;
 use distlock_core::toolkit::{Backoff, Floor, Holder, Inspect};
-use distlock_core::{FencingToken, LockError, LockKey};
+use distlock_core::{FencingToken, HolderMeta, LockError, LockKey};
 use sqlx::Row;
 use sqlx::mysql::MySqlRow;
 use std::time::Duration;
@@ -38,6 +38,7 @@ const UNTAGGED_PAUSE: Duration = Duration::from_millis(20);
 struct LockedRow {
     name: Vec<u8>,
     session: Option<u64>,
+    meta: Option<HolderMeta>,
 }
 
 #[async_trait]
@@ -54,14 +55,16 @@ impl Inspect for Table {
                 Some(id) => format!("session {id}"),
                 None => "a transaction that is not a distlock holder".into(),
             };
-            return Ok(Some(Holder::new(owner, counter().await?, None)));
+            let holder = Holder::new(owner, counter().await?, None);
+            return Ok(Some(holder.with_meta(locked.meta)));
         }
         let Some(holder) = self.cas.holder(self, key).await? else {
             return Ok(None);
         };
         Ok(Some(match self.strategy {
             Strategy::VersionCas => holder,
-            _ => Holder::new(holder.owner, counter().await?, holder.expires_in),
+            _ => Holder::new(holder.owner, counter().await?, holder.expires_in)
+                .with_meta(holder.meta),
         }))
     }
 
@@ -170,7 +173,10 @@ impl Inspect for Table {
     async fn floor_cycle(&self, key: &LockKey, ttl: Duration) -> Result<(), LockError> {
         match Table::floor_cycle(self, key, ttl).await {
             Ok(true) => Ok(()),
-            Ok(false) => Err(LockError::Busy { key: key.clone() }),
+            Ok(false) => Err(LockError::Busy {
+                key: key.clone(),
+                holder: None,
+            }),
             Err(e) => Err(self.error(e)),
         }
     }
@@ -224,11 +230,16 @@ impl Table {
             .collect::<Result<_, _>>()?;
         let mut locked = Vec::new();
         for row in &all {
-            let (name, owner): (Vec<u8>, Option<Vec<u8>>) =
+            let (name, owner, meta): (Vec<u8>, Option<Vec<u8>>, Option<Vec<u8>>) =
                 decode(row).map_err(|e| self.error(e))?;
             if !free.contains(&name) {
                 let session = owner.and_then(|tag| String::from_utf8(tag).ok()?.parse().ok());
-                locked.push(LockedRow { name, session });
+                let meta = meta.and_then(|m| HolderMeta::decode(std::str::from_utf8(&m).ok()?));
+                locked.push(LockedRow {
+                    name,
+                    session,
+                    meta,
+                });
             }
         }
         Ok(locked)

@@ -225,9 +225,12 @@ impl Statements {
     /// for_update: the locking `UPDATE` of `row`, sent as text with the name as a
     /// hex literal, so that `PROCESSLIST` shows which row a waiting session is
     /// queued on (a prepared statement shows only `?`). Hex digits and the
-    /// validated table name are all that is spliced in.
-    pub fn lock_row(&self, row: &[u8]) -> SqlStr {
-        AssertSqlSafe(self.lock_row.replace("{name}", &hex_literal(row))).into_sql_str()
+    /// validated table name are all that is spliced in (the holder's metadata
+    /// `meta` is a hex literal too).
+    pub fn lock_row(&self, row: &[u8], meta: &str) -> SqlStr {
+        let sql = (self.lock_row.replace("{name}", &hex_literal(row)))
+            .replace("{holder}", &hex_literal(meta.as_bytes()));
+        AssertSqlSafe(sql).into_sql_str()
     }
 
     /// The `LIKE` pattern (escape character `|`) matching the text of
@@ -236,13 +239,16 @@ impl Statements {
         let literal = hex_literal(prefix);
         let open = &literal[..literal.len() - 1];
         let text = self.lock_row.replace("{name}", open);
-        let mut pattern: String = text
-            .chars()
-            .flat_map(|c| match c {
-                '|' | '%' | '_' => vec!['|', c],
-                c => vec![c],
-            })
-            .collect();
+        let escaped = text.split("{holder}").map(|part| {
+            part.chars()
+                .flat_map(|c| match c {
+                    '|' | '%' | '_' => vec!['|', c],
+                    c => vec![c],
+                })
+                .collect::<String>()
+        });
+        // Any holder's metadata matches.
+        let mut pattern = escaped.collect::<Vec<_>>().join("%");
         pattern.push('%');
         pattern
     }

@@ -60,6 +60,7 @@ impl ForUpdate {
         let ttl_seconds = whole_seconds(req.ttl);
         let until = retry_until(req);
         let mut retry = Backoff::new(FIRST_RETRY, MAX_RETRY);
+        let meta = req.meta.encode();
         loop {
             if !no_wait && req.wait.instant().is_some_and(|at| Instant::now() >= at) {
                 return Err(req.not_acquired().into());
@@ -88,7 +89,7 @@ impl ForUpdate {
             let guard = kill_on_drop(&self.table, conn.session().id);
             let outcome = tokio::select! {
                 biased;
-                outcome = self.lock_statement(conn, row, no_wait, reply_within) => outcome,
+                outcome = self.lock_statement(conn, row, &meta, no_wait, reply_within) => outcome,
                 // Dropping `conn` mid-statement closes it; `guard` ends the session.
                 _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired().into()),
             };
@@ -125,6 +126,7 @@ impl ForUpdate {
         &self,
         conn: &mut Conn,
         row: &[u8],
+        meta: &str,
         no_wait: bool,
         reply_within: Duration,
     ) -> Result<bool, DbError> {
@@ -140,7 +142,9 @@ impl ForUpdate {
             }
         }
         // Waits in the row's queue (unless NOWAIT took it already) and tags it.
-        let locked = conn.execute_text(sql.lock_row(row), reply_within).await?;
+        let locked = conn
+            .execute_text(sql.lock_row(row, meta), reply_within)
+            .await?;
         Ok(locked.rows_affected() > 0)
     }
 

@@ -56,6 +56,7 @@ impl Contender<Table> for Insert {
                 let insert = sqlx::query(sql.unique_insert.clone())
                     .bind(row.clone())
                     .bind(bid.owner.clone())
+                    .bind(bid.meta.clone())
                     .bind(ttl);
                 match conn.execute(insert).await {
                     Ok(_) => return won(table, &row, bid, conn, sent_at).await,
@@ -66,6 +67,7 @@ impl Contender<Table> for Insert {
             }
             let takeover = sqlx::query(sql.unique_takeover.clone())
                 .bind(bid.owner.clone())
+                .bind(bid.meta.clone())
                 .bind(ttl)
                 .bind(row.clone());
             let done = conn.execute(takeover).await?;

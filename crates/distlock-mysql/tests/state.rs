@@ -8,10 +8,12 @@
 mod support;
 
 use async_trait::async_trait;
-use distlock_core::{AcquireOptions, BoxError, DynLock, LockKey};
+use distlock_core::{AcquireOptions, BoxError, DynLock, HolderMeta, LockKey};
 use distlock_mysql::{MySqlConfig, Strategy};
 use distlock_testkit::servers::MariaDbServer;
-use distlock_testkit::state_rows::{RowDatabase, collected_names_rise_above_a_clock_behind};
+use distlock_testkit::state_rows::{
+    RowDatabase, collected_names_rise_above_a_clock_behind, holder_column_is_named_then_used,
+};
 use std::time::Duration;
 use support::{root_value, server};
 
@@ -65,18 +67,16 @@ async fn idle_rows_are_collected_and_tokens_still_rise() {
 }
 
 /// Rows an earlier release left (no expiry stamp) are collected too, and the
-/// schema change applies to a table that release created.
+/// schema changes (bounded state, the `holder` column) apply to a table that
+/// release created.
 #[tokio::test(flavor = "multi_thread")]
 async fn rows_of_the_previous_release_are_collected() {
     let server = server().await;
     server
-        .exec_root(
-            "CREATE TABLE distlock.distlock_locks (name VARBINARY(255) NOT NULL, \
-             owner VARBINARY(64) NULL DEFAULT NULL, fence BIGINT UNSIGNED NOT NULL DEFAULT 0, \
-             expires_at TIMESTAMP(6) NULL DEFAULT NULL, PRIMARY KEY (name)) ENGINE=InnoDB \
-             COMMENT='distlock:version_cas'; \
-             INSERT INTO distlock.distlock_locks (name, fence) VALUES ('old/1', 5), ('old/2', 7);",
-        )
+        .exec_root(&format!(
+            "{} INSERT INTO distlock.distlock_locks (name, fence) VALUES ('old/1', 5), ('old/2', 7);",
+            old_table("version_cas")
+        ))
         .await
         .unwrap();
     let lock = client(&server).await;
@@ -84,15 +84,48 @@ async fn rows_of_the_previous_release_are_collected() {
                  AND TABLE_NAME = 'distlock_locks' AND INDEX_NAME = 'distlock_idle';";
     assert_eq!(root_value(&server, index).await, "1");
     let key = LockKey::new("new").unwrap();
-    lock.acquire(&key, &AcquireOptions::new())
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let lease = lock.acquire(&key, &AcquireOptions::new()).await.unwrap();
+    // The table got its `holder` column: the holder is named.
+    let holder = lock.inspect().unwrap().holder(&key).await.unwrap().unwrap();
+    assert_eq!(holder.meta, Some(HolderMeta::this_process()), "{holder:?}");
+    lease.release().await.unwrap();
     assert_eq!(Rows(&server).rows("old/").await.unwrap(), 0);
     let floor = root_value(&server, "SELECT floor FROM distlock.distlock_locks_hw;").await;
     assert_eq!(floor, "7");
     // A second client connects to the upgraded table without a change.
     client(&server).await;
+}
+
+/// A table of an earlier release made by hand (`create_table=false`) is
+/// refused with the statement that adds its `holder` column; once run, the
+/// table keeps its rows and names its holders.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hand_made_table_without_holder_names_the_statement_to_run() {
+    let server = server().await;
+    server.exec_root(&old_table("unique_insert")).await.unwrap();
+    let config = || {
+        MySqlConfig::from_url(&server.url())
+            .unwrap()
+            .strategy(Strategy::UniqueInsert)
+    };
+    let add = "ALTER TABLE `distlock_locks` ADD COLUMN holder VARBINARY(512) NULL DEFAULT NULL AFTER owner";
+    let added = async {
+        server.exec_root(&format!("USE distlock; {add};")).await?;
+        // The rest of the schema (the high-water table) is create_table's.
+        Ok(config().connect().await?)
+    };
+    let refused = config().create_table(false).connect().await;
+    holder_column_is_named_then_used(refused, add, added)
+        .await
+        .unwrap();
+}
+
+/// The lock table as the release before `holder` made it for `strategy`.
+fn old_table(strategy: &str) -> String {
+    format!(
+        "CREATE TABLE distlock.distlock_locks (name VARBINARY(255) NOT NULL, \
+         owner VARBINARY(64) NULL DEFAULT NULL, fence BIGINT UNSIGNED NOT NULL DEFAULT 0, \
+         expires_at TIMESTAMP(6) NULL DEFAULT NULL, PRIMARY KEY (name)) ENGINE=InnoDB \
+         COMMENT='distlock:{strategy}';"
+    )
 }

@@ -208,7 +208,9 @@ impl Backend for NatsBackend {
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<NatsHandle>, LockError> {
         let key = lock_key(req.key);
         let record = Record {
-            owner: random_owner(),
+            // The holder's host, pid and label ride after the owner id, which
+            // owner checks compare whole.
+            owner: req.meta.tag_owner(&random_owner()),
             granted: 0,
             ttl: req.ttl,
         };

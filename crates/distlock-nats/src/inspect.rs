@@ -8,7 +8,7 @@ use crate::protocol::{self, Slot};
 use async_nats::jetstream::stream::StorageType;
 use async_trait::async_trait;
 use distlock_core::toolkit::{Holder, Inspect};
-use distlock_core::{LockError, LockKey};
+use distlock_core::{HolderMeta, LockError, LockKey};
 use futures_util::TryStreamExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -65,7 +65,9 @@ impl Inspect for NatsBackend {
         };
         let epoch = protocol::epoch(&self.kv.stream, &self.servers).await?;
         let token = protocol::token(epoch, protocol::granted_at(revision, &record))?;
-        Ok(Some(Holder::new(record.owner, token, Some(expires_in))))
+        let (owner, meta) = HolderMeta::split_owner(&record.owner);
+        let holder = Holder::new(owner.to_owned(), token, Some(expires_in));
+        Ok(Some(holder.with_meta(meta)))
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {

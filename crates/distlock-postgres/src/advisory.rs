@@ -120,6 +120,7 @@ impl SessionLock for Advisory {
         let payload = table.payload(req.key);
         let waiter = table.wakeups.waiter(&payload);
         let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
+        let meta = req.meta.encode();
         loop {
             let notified = waiter.notified();
             tokio::pin!(notified);
@@ -136,7 +137,7 @@ impl SessionLock for Advisory {
             let guard = CancelGuard::new(state, undo);
             let attempt = tokio::select! {
                 biased;
-                attempt = attempt(table, &mut conn, req.key.as_str(), key, req.ttl) => attempt,
+                attempt = attempt(table, &mut conn, req.key.as_str(), key, req.ttl, &meta) => attempt,
                 _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
             };
             match attempt {
@@ -209,12 +210,14 @@ pub(crate) async fn attempt(
     name: &str,
     key: i64,
     ttl: Duration,
+    meta: &str,
 ) -> Result<Attempt, DbError> {
     let statement = sqlx::query(table.sql.advisory_acquire.clone())
         .bind(table.namespace.clone())
         .bind(name.to_owned())
         .bind(key)
-        .bind(idle_timeout(ttl));
+        .bind(idle_timeout(ttl))
+        .bind(meta.to_owned());
     let row = conn.fetch_one(statement).await?;
     let decode = |e| DbError::Sql(e);
     let got: Option<bool> = row.try_get(0).map_err(decode)?;

@@ -104,6 +104,13 @@ impl Table {
             }
         }
         drop(conn);
+        let missing = state::add_holder_column(&pool, name.as_str(), create).await;
+        if let Some(add) = missing.map_err(err)? {
+            return Err(LockError::config(
+                BACKEND,
+                state::no_holder_column(&name, &endpoint, &add),
+            ));
+        }
         if strategy == Strategy::VersionCas {
             let namespace = vec![Value::Text(namespace.clone())];
             state::prepare(&pool, name.as_str(), name.as_str(), namespace, create)

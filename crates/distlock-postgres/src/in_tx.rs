@@ -17,7 +17,7 @@ use crate::advisory::collision;
 use crate::backend::Table;
 use crate::error::DbError;
 use crate::keys::advisory_key;
-use distlock_core::{FencingToken, LockError, LockKey};
+use distlock_core::{FencingToken, HolderMeta, LockError, LockKey};
 use sqlx::{Postgres, Row, Transaction};
 
 /// Takes locks inside transactions of the caller's own (see
@@ -77,7 +77,8 @@ impl TxLock {
         let bump = sqlx::query(table.sql.tx_bump.clone())
             .bind(table.namespace.clone())
             .bind(key.as_str().to_owned())
-            .bind(lock_key);
+            .bind(lock_key)
+            .bind(HolderMeta::this_process().encode());
         let row = async { table.pool.get().await?.fetch_one(bump).await };
         let row = row.await.map_err(|e| table.error(e))?;
         let decoded = |e| table.error(DbError::Sql(e));

@@ -19,7 +19,7 @@ use crate::protocol::{KEEPALIVE, Strategy, for_table};
 use crate::session::Session;
 use async_trait::async_trait;
 use distlock_core::toolkit::{Floor, Holder, Inspect};
-use distlock_core::{FencingToken, LockError, LockKey};
+use distlock_core::{FencingToken, HolderMeta, LockError, LockKey};
 use sqlx::postgres::PgRow;
 use sqlx::{Row, SqlSafeStr};
 use std::time::Duration;
@@ -40,6 +40,7 @@ impl Inspect for Table {
                     u64::try_from(holder.fence).ok().map(FencingToken::new),
                     None,
                 )
+                .with_meta(holder.meta.as_deref().and_then(HolderMeta::decode))
             }));
         }
         self.cas.holder(self, key).await
@@ -170,7 +171,10 @@ impl Inspect for Table {
     async fn floor_cycle(&self, key: &LockKey, ttl: Duration) -> Result<(), LockError> {
         match self.floor(key, ttl).await {
             Ok(true) => Ok(()),
-            Ok(false) => Err(LockError::Busy { key: key.clone() }),
+            Ok(false) => Err(LockError::Busy {
+                key: key.clone(),
+                holder: None,
+            }),
             Err(e) => Err(self.error(e)),
         }
     }
@@ -213,12 +217,13 @@ impl Table {
         let rows = self.pool.fetch_all(read).await?;
         rows.iter()
             .map(|row| {
-                let (name, fence, pid, started) = decode(row).map_err(|e| self.error(e))?;
+                let (name, fence, pid, started, meta) = decode(row).map_err(|e| self.error(e))?;
                 Ok(AdvisoryHolder {
                     name,
                     fence,
                     pid,
                     started,
+                    meta,
                 })
             })
             .collect()
@@ -234,7 +239,8 @@ impl Table {
         let payload = wake_payload(&self.namespace, key.as_str());
         let lock_key = advisory_key(&self.namespace, key);
         conn.may_hold();
-        match attempt(self, &mut conn, key.as_str(), lock_key, ttl).await? {
+        let meta = HolderMeta::this_process().encode();
+        match attempt(self, &mut conn, key.as_str(), lock_key, ttl, &meta).await? {
             Attempt::Won(_) => {}
             Attempt::Busy => {
                 conn.holds_nothing();
@@ -263,6 +269,8 @@ struct AdvisoryHolder {
     pid: i32,
     /// The holding session's start (µs), when this role may see it.
     started: Option<i64>,
+    /// The holder's metadata as its acquire wrote it.
+    meta: Option<String>,
 }
 
 /// A row's columns as a tuple.

@@ -8,10 +8,12 @@
 mod support;
 
 use async_trait::async_trait;
-use distlock_core::{AcquireOptions, BoxError, DynLock, LockKey};
+use distlock_core::{AcquireOptions, BoxError, DynLock, HolderMeta, LockKey};
 use distlock_postgres::{PostgresConfig, Strategy};
 use distlock_testkit::servers::PostgresServer;
-use distlock_testkit::state_rows::{RowDatabase, collected_names_rise_above_a_clock_behind};
+use distlock_testkit::state_rows::{
+    RowDatabase, collected_names_rise_above_a_clock_behind, holder_column_is_named_then_used,
+};
 use std::time::Duration;
 use support::{admin_value, server};
 
@@ -62,35 +64,69 @@ async fn idle_rows_are_collected_and_tokens_still_rise() {
 }
 
 /// Rows an earlier release left (no expiry stamp) are collected too, and the
-/// schema change applies to a table that release created.
+/// schema changes (bounded state, the `holder` column) apply to a table that
+/// release created.
 #[tokio::test(flavor = "multi_thread")]
 async fn rows_of_the_previous_release_are_collected() {
     let server = server().await;
     server
-        .exec_admin(
-            "CREATE TABLE distlock_locks (namespace TEXT NOT NULL, name TEXT NOT NULL, \
-             owner TEXT NULL, fence BIGINT NOT NULL, expires_at TIMESTAMPTZ NULL, \
-             lock_key BIGINT NULL UNIQUE, PRIMARY KEY (namespace, name)); \
-             COMMENT ON TABLE distlock_locks IS 'distlock:version_cas'; \
-             ALTER TABLE distlock_locks OWNER TO distlock; \
-             INSERT INTO distlock_locks (namespace, name, fence) \
+        .exec_admin(&format!(
+            "{} INSERT INTO distlock_locks (namespace, name, fence) \
              VALUES ('distlock', 'old/1', 5), ('distlock', 'old/2', 7);",
-        )
+            old_table("version_cas")
+        ))
         .await
         .unwrap();
     let lock = client(&server).await;
     let index = "SELECT COUNT(*) FROM pg_indexes WHERE indexname = 'distlock_locks_ix';";
     assert_eq!(admin_value(&server, index).await, "1");
     let key = LockKey::new("new").unwrap();
-    lock.acquire(&key, &AcquireOptions::new())
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let lease = lock.acquire(&key, &AcquireOptions::new()).await.unwrap();
+    // The table got its `holder` column: the holder is named.
+    let holder = lock.inspect().unwrap().holder(&key).await.unwrap().unwrap();
+    assert_eq!(holder.meta, Some(HolderMeta::this_process()), "{holder:?}");
+    lease.release().await.unwrap();
     assert_eq!(Rows(&server).rows("old/").await.unwrap(), 0);
     let floor = admin_value(&server, "SELECT floor FROM distlock_locks_hw;").await;
     assert_eq!(floor, "7");
     // A second client connects to the upgraded table without a change.
     client(&server).await;
+}
+
+/// A table of an earlier release made by hand (`create_table=false`) is
+/// refused with the statement that adds its `holder` column; once run, the
+/// table is used as it is.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hand_made_table_without_holder_names_the_statement_to_run() {
+    let server = server().await;
+    server.exec_admin(&old_table("advisory")).await.unwrap();
+    let config = || {
+        PostgresConfig::from_url(&server.url())
+            .unwrap()
+            .strategy(Strategy::Advisory)
+            .create_table(false)
+    };
+    let add = "ALTER TABLE \"distlock_advisory\" ADD COLUMN IF NOT EXISTS holder TEXT NULL";
+    let added = async {
+        server.exec_admin(&format!("{add};")).await?;
+        Ok(config().connect().await?)
+    };
+    holder_column_is_named_then_used(config().connect().await, add, added)
+        .await
+        .unwrap();
+}
+
+/// The lock table `distlock_{strategy}` as the release before `holder` made it.
+fn old_table(strategy: &str) -> String {
+    let table = match strategy {
+        "version_cas" => "distlock_locks".to_owned(),
+        other => format!("distlock_{other}"),
+    };
+    format!(
+        "CREATE TABLE {table} (namespace TEXT NOT NULL, name TEXT NOT NULL, \
+         owner TEXT NULL, fence BIGINT NOT NULL, expires_at TIMESTAMPTZ NULL, \
+         lock_key BIGINT NULL UNIQUE, PRIMARY KEY (namespace, name)); \
+         COMMENT ON TABLE {table} IS 'distlock:{strategy}'; \
+         ALTER TABLE {table} OWNER TO distlock;"
+    )
 }

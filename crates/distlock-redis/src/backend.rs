@@ -137,7 +137,7 @@ impl RedisBackend {
 
     /// One try: won (with replicas acknowledged, if configured) or held elsewhere.
     async fn attempt(&self, req: &AcquireRequest<'_>, keys: &LockKeys) -> Result<Step, LockError> {
-        let owner = random_owner();
+        let owner = req.meta.tag_owner(&random_owner());
         let undo = release_on_drop(
             std::slice::from_ref(&self.server),
             keys,

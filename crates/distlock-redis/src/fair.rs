@@ -84,7 +84,7 @@ impl RedisBackend {
         req: AcquireRequest<'_>,
     ) -> Result<Acquired<RedisHandle>, LockError> {
         let keys = LockKeys::new(self.namespace(), req.key);
-        let owner = random_owner();
+        let owner = req.meta.tag_owner(&random_owner());
         let leave = leave_on_drop(&self.server, &keys, &owner, self.timeout);
         let turn = turn_channel(&keys, &owner);
         let channels = (keys.channel.as_str(), Some(turn.as_str()));

@@ -261,9 +261,8 @@ impl Inspect for RedisBackend {
             .await
             .map_err(|e| self.error(e))?;
         let expires_in = recorded.expires_in();
-        Ok(recorded
-            .owner
-            .map(|owner| Holder::new(owner, recorded.fence.map(FencingToken::new), expires_in)))
+        let token = recorded.fence.map(FencingToken::new);
+        Ok((recorded.owner).map(|owner| Holder::from_tagged(&owner, token, expires_in)))
     }
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
@@ -327,7 +326,10 @@ impl Inspect for RedisBackend {
         let guard = self.guard.as_ref();
         match floor_cycle(&self.server, &keys, ttl, guard, self.timeout).await {
             Ok(true) => Ok(()),
-            Ok(false) => Err(LockError::Busy { key: key.clone() }),
+            Ok(false) => Err(LockError::Busy {
+                key: key.clone(),
+                holder: None,
+            }),
             Err(e) => Err(self.error(e)),
         }
     }

@@ -15,7 +15,7 @@ use crate::table::{Db, LockTable, TableDb, Undo, Value, compare_owner, micros, s
 use async_trait::async_trait;
 use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, Inspect, random_owner};
-use distlock_core::{Capabilities, FencingToken, LockError, LockKey};
+use distlock_core::{Capabilities, FencingToken, HolderMeta, LockError, LockKey};
 use sqlx::SqlStr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -66,6 +66,8 @@ pub struct Bid<'a> {
     /// acquisition's row, and the background undo of a failed attempt never
     /// matches the row a later attempt of the same acquisition won.
     pub owner: String,
+    /// The holder's metadata, encoded ([`HolderMeta::encode`]).
+    pub meta: String,
     /// The ttl.
     pub ttl: Duration,
     /// Until when statements refused for row-lock contention are retried
@@ -164,6 +166,7 @@ pub async fn floor_cycle<A: LockTable, C: Contender<A>>(
         key,
         row: table.key(key),
         owner: random_owner(),
+        meta: HolderMeta::this_process().encode(),
         ttl,
         until: WaitUntil::Deadline(Instant::now() + table.pool().timeout()),
     };
@@ -232,7 +235,7 @@ impl<A: LockTable, C: Contender<A>> Polling<A, C> {
         let waiter = table.waiter(req.key, None);
         let mut contender = self.contender.clone();
         let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
-        let row = table.key(req.key);
+        let (row, meta) = (table.key(req.key), req.meta.encode());
         loop {
             // Armed before the attempt: a release between the attempt's reply
             // and the pause below still wakes it.
@@ -244,6 +247,7 @@ impl<A: LockTable, C: Contender<A>> Polling<A, C> {
                 key: req.key,
                 row: row.clone(),
                 owner: random_owner(),
+                meta: meta.clone(),
                 ttl: req.ttl,
                 until,
             };

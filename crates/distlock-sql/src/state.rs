@@ -64,6 +64,10 @@ pub struct StateSql {
     pub sweep: &'static str,
     /// Counts the rows of names under a prefix. Binds: names.
     pub count: &'static str,
+    /// Whether the lock table has its `holder` column (a count).
+    pub has_holder: &'static str,
+    /// Adds it.
+    pub add_holder: &'static str,
 }
 
 /// A database whose lock rows are collected.
@@ -87,6 +91,8 @@ impl StateDb for MySql {
         raise: include_str!("sql/mysql/state_raise.sql"),
         sweep: include_str!("sql/mysql/state_sweep.sql"),
         count: include_str!("sql/mysql/state_count.sql"),
+        has_holder: include_str!("sql/mysql/holder_has_column.sql"),
+        add_holder: include_str!("sql/mysql/holder_add_column.sql"),
     };
 
     fn number(row: &<MySql as sqlx::Database>::Row) -> Result<Option<u64>, sqlx::Error> {
@@ -106,6 +112,8 @@ impl StateDb for Postgres {
         raise: include_str!("sql/postgres/state_raise.sql"),
         sweep: include_str!("sql/postgres/state_sweep.sql"),
         count: include_str!("sql/postgres/state_count.sql"),
+        has_holder: include_str!("sql/postgres/holder_has_column.sql"),
+        add_holder: include_str!("sql/postgres/holder_add_column.sql"),
     };
 
     fn number(row: &<Postgres as sqlx::Database>::Row) -> Result<Option<u64>, sqlx::Error> {
@@ -253,13 +261,15 @@ pub async fn records<A: StateTable>(
 
 /// MySQL's "duplicate key name": another client added the index first.
 const DUPLICATE_INDEX: u16 = 1061;
+/// MySQL's "duplicate column name": another client added the column first.
+const DUPLICATE_COLUMN: u16 = 1060;
 
 /// Whether `error` is another client having just created the same table or
 /// index.
 fn lost_race<DB: StateDb>(error: &DbError) -> bool {
     match error {
         DbError::Sql(e) if DB::lost_creation_race(e) => true,
-        e => e.number() == Some(DUPLICATE_INDEX),
+        e => matches!(e.number(), Some(DUPLICATE_INDEX | DUPLICATE_COLUMN)),
     }
 }
 
@@ -298,4 +308,40 @@ pub fn prepare<'a, D: PoolDialect<Database: StateDb>>(
         D::Database::run(&mut conn, statement(&sql(all.seed), namespace)).await?;
         Ok(())
     })
+}
+
+/// Gives the lock table `table` its `holder` column (the holders' metadata),
+/// which tables of releases before it lack, at connect: added when `create`;
+/// otherwise (a table made by hand) `Ok(Some(statement))`, the statement that
+/// adds it, for the adapter's error.
+pub fn add_holder_column<'a, D: PoolDialect<Database: StateDb>>(
+    pool: &'a Pool<D>,
+    table: &'a str,
+    create: bool,
+) -> BoxFuture<'a, Result<Option<String>, DbError>> {
+    Box::pin(async move {
+        let sql = |template| render(template, &[("table", table)]);
+        let all = &D::Database::STATE;
+        let mut conn = D::Database::connection(pool).await?;
+        let has = number(&mut conn, statement(&sql(all.has_holder), vec![])).await?;
+        if has != Some(0) {
+            return Ok(None);
+        }
+        if !create {
+            return Ok(Some(sql(all.add_holder).as_str().to_owned()));
+        }
+        let added = D::Database::run(&mut conn, statement(&sql(all.add_holder), vec![])).await;
+        match added {
+            Err(e) if !lost_race::<D::Database>(&e) => Err(e),
+            _ => Ok(None),
+        }
+    })
+}
+
+/// The error for a hand-made lock table without the `holder` column.
+pub fn no_holder_column(table: &impl std::fmt::Display, endpoint: &str, add: &str) -> String {
+    format!(
+        "table `{table}` at {endpoint} has no `holder` column (who holds a lock: host, pid, label), \
+         which this release needs; add it with {add}, or enable create_table to have it added"
+    )
 }

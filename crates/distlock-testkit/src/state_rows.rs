@@ -2,10 +2,12 @@
 //! the conformance cases because it reaches behind the client: rows of names
 //! idle for `state_ttl` are deleted by the acquires of new names, and a name
 //! whose tokens are far ahead of the server clock (as after the clock stepped
-//! back) still gets a higher token after its rows were collected.
+//! back) still gets a higher token after its rows were collected. And the
+//! upgrade of a lock table made by hand before the `holder` column.
 
 use async_trait::async_trait;
-use distlock_core::{AcquireOptions, BoxError, DynLock, LockKey};
+use distlock_core::{AcquireOptions, BoxError, DynLock, LockError, LockKey};
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 /// What the scenario reads and changes on the server as an operator.
@@ -78,5 +80,33 @@ pub async fn collected_names_rise_above_a_clock_behind(
     if left > fresh {
         return Err(format!("{left} rows for {fresh} new names").into());
     }
+    Ok(())
+}
+
+/// A lock table made by hand before the `holder` column: `refused`, the
+/// connect without `create_table`, must be a configuration error naming
+/// `add`, the statement that adds the column; `added` runs it and connects
+/// again, and that client's holders are named with their label.
+pub async fn holder_column_is_named_then_used(
+    refused: Result<DynLock, LockError>,
+    add: &str,
+    added: impl Future<Output = Result<DynLock, BoxError>>,
+) -> Result<(), BoxError> {
+    match refused {
+        Err(LockError::Config { reason, .. }) if reason.contains(add) => {}
+        other => return Err(format!("a table without `holder` gave {other:?}").into()),
+    }
+    let lock = added.await?;
+    let key = LockKey::new("by-hand")?;
+    let lease = lock
+        .acquire(&key, &AcquireOptions::new().label("x"))
+        .await?;
+    let inspect = lock.inspect().ok_or("no inspector")?;
+    let holder = inspect.holder(&key).await?.ok_or("no holder")?;
+    let label = holder.meta.as_ref().and_then(|meta| meta.label());
+    if label != Some("x") {
+        return Err(format!("the holder is {holder:?}, without the label").into());
+    }
+    lease.release().await?;
     Ok(())
 }

@@ -192,7 +192,8 @@ impl Backend for ZkBackend {
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<ZkHandle>, LockError> {
         let dir = self.lock_dir(req.key.as_str());
-        self.queue_up(req, dir, NodeKind::Lock, Vec::new()).await
+        let meta = req.meta.encode().into_bytes();
+        self.queue_up(req, dir, NodeKind::Lock, meta).await
     }
 
     async fn renew(&self, handle: &ZkHandle, _ttl: Duration) -> Result<Ownership, LockError> {

@@ -11,7 +11,7 @@ use crate::protocol;
 use crate::session::Session;
 use async_trait::async_trait;
 use distlock_core::toolkit::{Floor, Holder, Inspect};
-use distlock_core::{FencingToken, LockError, LockKey};
+use distlock_core::{FencingToken, HolderMeta, LockError, LockKey};
 use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_client as zk;
@@ -91,17 +91,17 @@ impl Inspect for ZkBackend {
             return Ok(None);
         };
         let session = self.inspector().await?;
-        let stat = self
-            .requests
-            .node_stat(&session.client, &keys::node_path(&dir, &first))
+        let read = (self.requests)
+            .children_data(&session.client, &dir, vec![first])
             .await
             .map_err(|e| self.error(e))?;
-        // Gone between the list and the stat: released meanwhile.
-        Ok(stat.map(|stat| {
+        // Gone between the list and the read: released meanwhile.
+        Ok(read.into_iter().next().map(|(first, data, stat)| {
             // The owner's session timeout is not on the node.
             let expires_in = None;
             let token = u64::try_from(stat.czxid).ok().map(FencingToken::new);
             Holder::new(first, token, expires_in)
+                .with_meta(HolderMeta::decode(&String::from_utf8_lossy(&data)))
         }))
     }
 
@@ -193,7 +193,10 @@ impl Inspect for ZkBackend {
         let first = protocol::floor_cycle(&self.requests, &session.client, &dir).await;
         match first.map_err(|e| self.error(e))? {
             true => Ok(()),
-            false => Err(LockError::Busy { key: key.clone() }),
+            false => Err(LockError::Busy {
+                key: key.clone(),
+                holder: None,
+            }),
         }
     }
 

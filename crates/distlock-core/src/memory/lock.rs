@@ -10,8 +10,8 @@ use crate::backend::{
 };
 use crate::toolkit::{Holder, Inspect};
 use crate::{
-    Capabilities, FencingGuarantee, FencingToken, LockError, LockKey, Primitives, Support,
-    TokenDurability, Wake,
+    Capabilities, FencingGuarantee, FencingToken, HolderMeta, LockError, LockKey, Primitives,
+    Support, TokenDurability, Wake,
 };
 use async_trait::async_trait;
 use std::collections::VecDeque;
@@ -31,6 +31,7 @@ struct HeldBy {
     token: FencingToken,
     expires_at: Instant,
     revoked: Arc<Notify>,
+    meta: HolderMeta,
 }
 
 impl KeyState {
@@ -114,17 +115,17 @@ impl MemoryStore {
                 Some(h.token),
                 Some(h.expires_at.saturating_duration_since(now)),
             )
+            .with_meta(Some(h.meta.clone()))
         })
     }
 
     fn attempt(
         &self,
-        key: &LockKey,
-        ttl: Duration,
+        req: &AcquireRequest<'_>,
         me: &Queued,
         enqueue: bool,
     ) -> Attempt<(MemoryHandle, FencingToken)> {
-        let now = Instant::now();
+        let (key, now) = (req.key, Instant::now());
         let mut guard = self.state();
         let State {
             keys,
@@ -152,8 +153,9 @@ impl MemoryStore {
             entry.holder = Some(HeldBy {
                 id: handle.id,
                 token: FencingToken::new(*counter),
-                expires_at: now + ttl,
+                expires_at: now + req.ttl,
                 revoked: handle.revoked.clone(),
+                meta: req.meta.clone(),
             });
             self.changed();
             return Attempt::Taken((handle, FencingToken::new(*counter)));
@@ -248,7 +250,7 @@ impl Backend for MemoryBackend {
         let store = &self.store;
         let ((handle, token), sent_at) = (self.queue_for(
             &req,
-            |me, enqueue| Ok(store.attempt(req.key, req.ttl, me, enqueue)),
+            |me, enqueue| Ok(store.attempt(&req, me, enqueue)),
             |id| store.leave_queue(req.key, id),
             |(handle, _)| {
                 store.if_holder(&handle, KeyState::remove_holder);

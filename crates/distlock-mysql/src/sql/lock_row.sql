@@ -1,1 +1,1 @@
-UPDATE `{table}` SET owner = CONNECTION_ID() WHERE name = {name}
+UPDATE `{table}` SET owner = CONNECTION_ID(), holder = {holder} WHERE name = {name}

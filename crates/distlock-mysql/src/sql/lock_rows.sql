@@ -1,1 +1,1 @@
-SELECT name, owner FROM `{table}` WHERE name >= ? AND name < ? AND RIGHT(name, 1) <> 0x1E
+SELECT name, owner, holder FROM `{table}` WHERE name >= ? AND name < ? AND RIGHT(name, 1) <> 0x1E

@@ -1,2 +1,2 @@
-INSERT INTO `{table}` (name, owner, fence, expires_at)
-VALUES (?, ?, 0, NOW(6) + INTERVAL ? MICROSECOND)
+INSERT INTO `{table}` (name, owner, holder, fence, expires_at)
+VALUES (?, ?, ?, 0, NOW(6) + INTERVAL ? MICROSECOND)

@@ -60,7 +60,7 @@ pub async fn eventually<F: AsyncFnMut() -> bool>(limit: Duration, what: &str, mu
 pub async fn queued_sessions(server: &MariaDbServer, table: &str) -> usize {
     let sql = format!(
         "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-         WHERE INFO LIKE 'UPDATE `{}` SET owner = CONNECTION|_ID() WHERE name = %' ESCAPE '|';",
+         WHERE INFO LIKE 'UPDATE `{}` SET owner = CONNECTION|_ID(), holder = % WHERE name = %' ESCAPE '|';",
         table.replace('_', "|_")
     );
     root_value(server, &sql).await.parse().expect("a count")

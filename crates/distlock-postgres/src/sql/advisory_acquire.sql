@@ -8,12 +8,13 @@ WITH held AS MATERIALIZED (
      WHERE lock_key = $3 AND (namespace, name) <> ($1, $2)
      LIMIT 1
 ), bumped AS (
-    INSERT INTO "{table}" (namespace, name, fence, lock_key)
-    SELECT $1, $2, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT, $3
+    INSERT INTO "{table}" (namespace, name, fence, lock_key, holder)
+    SELECT $1, $2, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT, $3, $5
       FROM armed
      WHERE got AND NOT EXISTS (SELECT 1 FROM other)
         ON CONFLICT (namespace, name)
-        DO UPDATE SET fence = "{table}".fence + 1, lock_key = EXCLUDED.lock_key
+        DO UPDATE SET fence = "{table}".fence + 1, lock_key = EXCLUDED.lock_key,
+                      holder = EXCLUDED.holder
  RETURNING fence
 )
 SELECT (SELECT got FROM armed), (SELECT fence FROM bumped),

@@ -1,4 +1,5 @@
-SELECT t.name, t.fence, l.pid, (EXTRACT(EPOCH FROM a.backend_start) * 1000000)::BIGINT
+SELECT t.name, t.fence, l.pid, (EXTRACT(EPOCH FROM a.backend_start) * 1000000)::BIGINT,
+       t.holder
   FROM "{table}" t
   JOIN pg_locks l
     ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 1

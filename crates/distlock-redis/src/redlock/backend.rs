@@ -172,7 +172,7 @@ impl RedlockBackend {
         req: &AcquireRequest<'_>,
         keys: &LockKeys,
     ) -> Result<Outcome, LockError> {
-        let owner = random_owner();
+        let owner = req.meta.tag_owner(&random_owner());
         let undo = release_on_drop(&self.nodes, keys, &owner, self.timeout);
         let race_deadline =
             req.wait != WaitUntil::No && req.wait.instant().is_none_or(|at| at > Instant::now());

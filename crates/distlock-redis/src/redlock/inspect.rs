@@ -65,8 +65,8 @@ impl Inspect for RedlockBackend {
         };
         // Held while a majority keeps the key: until the quorum-th longest expiry.
         nodes.sort_by_key(|r| std::cmp::Reverse(r.expires_in()));
-        Ok(Some(Holder::new(
-            owner,
+        Ok(Some(Holder::from_tagged(
+            &owner,
             nodes
                 .iter()
                 .filter_map(|r| r.fence)
@@ -180,7 +180,10 @@ impl Inspect for RedlockBackend {
         self.majority(&released)?;
         match won >= self.quorum {
             true => Ok(()),
-            false => Err(LockError::Busy { key: key.clone() }),
+            false => Err(LockError::Busy {
+                key: key.clone(),
+                holder: None,
+            }),
         }
     }
 

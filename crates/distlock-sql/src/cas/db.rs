@@ -20,7 +20,7 @@ pub const HELD_FLAG: u64 = 1 << 63;
 /// lock table, `{channel}` its NOTIFY channel (PostgreSQL: its name).
 #[derive(Debug)]
 pub struct CasSql {
-    /// One CAS on a free or expired row. Binds: owner, ttl µs, key.
+    /// One CAS on a free or expired row. Binds: owner, holder metadata, ttl µs, key.
     pub acquire: &'static str,
     /// Creates the row of a name, its fence seeded from the server clock and
     /// above the namespace's floor. Binds: key, floor.
@@ -33,7 +33,7 @@ pub struct CasSql {
     /// Frees a row an abandoned acquire may have won: its reply never came,
     /// so only the owner is known. Binds: key, owner.
     pub abandon: &'static str,
-    /// A live holder's owner, fence and remaining µs. Binds: key.
+    /// A live holder's owner, fence, remaining µs and metadata. Binds: key.
     pub holder_row: &'static str,
     /// Owned rows: name and owner. Binds: names, whether expired ones count.
     pub owned_rows: &'static str,
@@ -62,6 +62,8 @@ pub struct HolderRow {
     pub fence: Option<u64>,
     /// Time left by the server clock.
     pub remaining: Duration,
+    /// Its holder metadata as stored ([`distlock_core::HolderMeta::encode`]).
+    pub meta: Option<String>,
 }
 
 /// A database `version_cas` runs on.
@@ -121,6 +123,8 @@ impl CasDb for MySql {
             owner: String::from_utf8_lossy(&owner).into_owned(),
             fence: Some(row.try_get(1)?),
             remaining: remaining(row.try_get(2)?),
+            meta: (row.try_get::<Option<Vec<u8>>, _>(3)?)
+                .map(|meta| String::from_utf8_lossy(&meta).into_owned()),
         })
     }
 
@@ -171,6 +175,7 @@ impl CasDb for Postgres {
             owner: row.try_get(0)?,
             fence: u64::try_from(fence).ok(),
             remaining: remaining(row.try_get(2)?),
+            meta: row.try_get(3)?,
         })
     }
 

@@ -24,7 +24,7 @@ use crate::state::Collector;
 use crate::table::{Db, LockTable, Names, TableDb, Value, micros, render, run_settled, statement};
 use async_trait::async_trait;
 use distlock_core::toolkit::Holder;
-use distlock_core::{FencingToken, LockError, LockKey};
+use distlock_core::{FencingToken, HolderMeta, LockError, LockKey};
 use sqlx::SqlStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -104,7 +104,8 @@ impl CasStatements {
         let found = found.await.map_err(|e| table.pool().error(e))?;
         Ok(found.map(|found| {
             let token = found.fence.map(FencingToken::new);
-            Holder::new(found.owner, token, Some(found.remaining))
+            let meta = found.meta.as_deref().and_then(HolderMeta::decode);
+            Holder::new(found.owner, token, Some(found.remaining)).with_meta(meta)
         }))
     }
 
@@ -170,7 +171,11 @@ impl<A: CasTable> Contender<A> for Cas {
     ) -> Result<Attempt, DbError> {
         for _ in 0..ROW_INSERTS {
             let sent_at = Instant::now();
-            let bids = [Value::Text(bid.owner.clone()), Value::Int(micros(bid.ttl))];
+            let bids = [
+                Value::Text(bid.owner.clone()),
+                Value::Text(bid.meta.clone()),
+                Value::Int(micros(bid.ttl)),
+            ];
             let cas = statement(&self.acquire, bid.values(&bids, &[]));
             match Db::<A>::cas(conn, cas).await? {
                 Reply::Won(token) => return Ok(Attempt::Won { token, sent_at }),

@@ -2,7 +2,7 @@
 
 use super::{CaseResult, Scope, ensure, within};
 use crate::harness::Harness;
-use distlock_core::{AcquireOptions, LockError, LockKey, Owner, Renewal, Wait};
+use distlock_core::{AcquireOptions, HolderMeta, LockError, LockKey, Owner, Renewal, Wait};
 use std::time::{Duration, Instant};
 
 /// A free lock is acquired with a token, released, and acquired again with a
@@ -49,7 +49,7 @@ pub async fn try_acquire_when_held_returns_none(h: &dyn Harness) -> CaseResult {
         "held lock was acquired twice"
     );
     match b.acquire(&key, &s.long().wait(Wait::No)).await {
-        Err(LockError::Busy { key: k }) => ensure!(k == key, "Busy names {k:?}, not {key:?}"),
+        Err(LockError::Busy { key: k, .. }) => ensure!(k == key, "Busy names {k:?}, not {key:?}"),
         other => {
             return Err(super::CaseError::msg(format!(
                 "Wait::No on a held lock gave {other:?}"
@@ -67,6 +67,45 @@ pub async fn try_acquire_when_held_returns_none(h: &dyn Harness) -> CaseResult {
     let again = b.try_acquire(&key, &s.long()).await?;
     ensure!(again.is_some(), "lock not free after release");
     Ok(())
+}
+
+/// Who holds a lock is stored with it: the server's record, read through
+/// `Inspect::holder`, names this process's host and pid and the acquire's
+/// label, and so does the `Busy` error of a refused `Wait::No`; a label with
+/// a control character is refused before anything is sent.
+pub async fn holder_metadata_is_shown(h: &dyn Harness) -> CaseResult {
+    let s = Scope::new(h, "holder_metadata_is_shown");
+    let (a, b, key) = (s.client().await?, s.client().await?, s.key("k")?);
+    let bad = a.acquire(&key, &s.long().label("two\nlines")).await;
+    ensure!(
+        matches!(&bad, Err(LockError::InvalidOptions { reason }) if reason.contains("control")),
+        "a label with a newline gave {bad:?}"
+    );
+    let held = a.acquire(&key, &s.long().label("conformance run")).await?;
+    let me = HolderMeta::this_process().labelled(Some("conformance run"));
+    let inspect = (b.inspect()).ok_or_else(|| super::CaseError::msg("no inspector"))?;
+    let holder = inspect.holder(&key).await?;
+    let meta = holder.as_ref().and_then(|holder| holder.meta.clone());
+    ensure!(
+        meta.as_ref() == Some(&me),
+        "Inspect::holder gave {holder:?}, not {me}"
+    );
+    match b.acquire(&key, &s.long().wait(Wait::No)).await {
+        Err(busy @ LockError::Busy { .. }) => {
+            let text = busy.to_string();
+            ensure!(
+                text.contains(&format!("held by {me};")),
+                "Busy says {text:?}, not {me}"
+            );
+        }
+        other => {
+            return Err(super::CaseError::msg(format!(
+                "Wait::No on a held lock gave {other:?}"
+            )));
+        }
+    }
+    held.release().await?;
+    s.expect_residue(0, Duration::from_secs(5)).await
 }
 
 /// Lock names that look alike or contain characters backends treat specially

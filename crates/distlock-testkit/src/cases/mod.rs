@@ -39,6 +39,7 @@
 //! | 32 | [`multi_lock_wait_is_one_budget`] | `Wait::For(d)` bounds the whole set, not each key |
 //! | 33 | [`multi_lock_opposite_orders_do_not_deadlock`] | `{a, b}` and `{b, a}` taken over and over by two clients: every round completes |
 //! | 34 | [`cancelled_multi_lock_leaves_nothing`] | a dropped or aborted `acquire_all` frees what it took at once and delays nobody |
+//! | 35 | [`holder_metadata_is_shown`] | the holder's host, pid and label are stored with the lock: `Inspect::holder` and the `Busy` error name them; a bad label is refused |
 //!
 //! Semaphores and elections, where [`Capabilities::primitives`] offers them:
 //!
@@ -283,6 +284,7 @@ pub fn all() -> Vec<Case> {
         case!(multi_lock_opposite_orders_do_not_deadlock),
         case!(cancelled_multi_lock_leaves_nothing, |_, h| (!h.residue)
             .then_some("needs residue and the inspector")),
+        case!(holder_metadata_is_shown),
         case!(semaphore_acquire_release_basic, semaphore),
         case!(semaphore_limit_never_exceeded_under_contention, semaphore),
         case!(semaphore_limit_mismatch_is_an_error, semaphore),

@@ -96,7 +96,7 @@ pub async fn with_lock_releases_and_returns_the_work_result(h: &dyn Harness) -> 
         })
         .await;
     ensure!(
-        matches!(&busy, Err(WorkError::Lock(LockError::Busy { key: k })) if *k == key),
+        matches!(&busy, Err(WorkError::Lock(LockError::Busy { key: k, .. })) if *k == key),
         "with_lock on a held lock gave {busy:?}, not Busy as the work's error type"
     );
     ensure!(!ran.load(Ordering::SeqCst), "the work ran without the lock");
@@ -175,7 +175,7 @@ pub async fn multi_lock_is_all_or_nothing(h: &dyn Harness) -> CaseResult {
     let asked = [c.clone(), a.clone(), b.clone(), a.clone()];
     let held = holder.acquire(&b, &s.long()).await?;
     match multi.acquire_all(&asked, &s.long().wait(Wait::No)).await {
-        Err(LockError::Busy { key }) => ensure!(key == b, "Busy names {key}, not {b}"),
+        Err(LockError::Busy { key, .. }) => ensure!(key == b, "Busy names {key}, not {b}"),
         other => {
             return Err(CaseError::msg(format!(
                 "acquire_all with one key held gave {other:?}, not Busy"

@@ -58,6 +58,7 @@ replays! {
     redis_url => targets::redis_url,
     redlock_url => targets::redlock_url,
     etcd_url => targets::etcd_url,
+    nats_url => targets::nats_url,
     zk_url => targets::zk_url,
     mysql_url => targets::mysql_url,
     postgres_url => targets::postgres_url,

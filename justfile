@@ -134,7 +134,8 @@ docker-up:
 
 # The whole conformance suite with every server in a container of the local images (`just images`
 # first; a Docker engine, no registry): DISTLOCK_LAUNCHER=docker, same cases as `just test`, one backend
-# at a time with a summary line each; or only FILTER (`just test-docker redis::`).
+# at a time with a summary line each; only FILTER (`just test-docker redis::`); or `--smoke`, the 9 cases a
+# backend that drive the container launcher (what CI runs).
 test-docker *FILTER:
     scripts/test-docker {{FILTER}}
 

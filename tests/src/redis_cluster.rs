@@ -9,6 +9,10 @@
 //! `redis_cluster_fair` runs the same harness with every client fair
 //! (`fair=true`): the whole lock suite, `fifo_order` included, on a cluster,
 //! where the turn of each waiter is handed over by `SPUBLISH`.
+//!
+//! `redis_cluster::chaos` runs it on three primaries with a replica each
+//! ([`ClusterHarness::launch_replicated`]), every node a fault target of its
+//! own, so a killed or paused primary is failed over to its replica.
 
 use crate::redis::{HOOKS, NAMESPACE, state_ttl_param, with_param};
 use async_trait::async_trait;
@@ -18,7 +22,7 @@ use distlock_testkit::fault::{Fault, FaultControl};
 use distlock_testkit::harness::{FaultyClient, Harness, Hooks};
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::runner::BackendSpec;
-use distlock_testkit::servers::{Launched, RedisCluster};
+use distlock_testkit::servers::{Launched, RedisCluster, RedisOptions};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -81,10 +85,26 @@ impl Flavour {
 
 /// Starts a cluster on a blocking thread (the launcher's future is not `Send`).
 pub async fn launch_cluster(primaries: usize) -> Result<RedisCluster, BoxError> {
+    launch_replicas(primaries, 0).await
+}
+
+/// [`launch_cluster`] with `replicas` replicas of each primary, every write
+/// persisted (`appendfsync always`), so that a killed node restarts with its
+/// data and only a failover can lose what a replica had not received.
+async fn launch_replicas(primaries: usize, replicas: usize) -> Result<RedisCluster, BoxError> {
+    let options = RedisOptions {
+        aof: replicas > 0,
+        ..RedisOptions::default()
+    };
     let runtime = tokio::runtime::Handle::current();
-    let start = move || runtime.block_on(RedisCluster::start(primaries));
+    let start =
+        move || runtime.block_on(RedisCluster::start_replicated(primaries, replicas, options));
     Ok(tokio::task::spawn_blocking(start).await??)
 }
+
+/// A failed primary's replica is promoted after this long without a reply
+/// from it (the launcher's default is 2 s, longer than most chaos faults).
+const FAILOVER_AFTER: &str = "300";
 
 /// The harness: a cluster of its own and the inspecting client.
 #[derive(Debug)]
@@ -93,12 +113,35 @@ pub struct ClusterHarness {
     flavour: Flavour,
     url: String,
     inspector: DynLock,
+    /// Whether each node is a fault target of its own (the replicated chaos
+    /// cluster), rather than the cluster restarted as a whole.
+    per_node: bool,
 }
 
 impl ClusterHarness {
     /// A harness on a cluster of its own.
     async fn launch(flavour: Flavour) -> Result<Self, BoxError> {
-        let cluster = launch_cluster(PRIMARIES).await?;
+        Self::on(launch_cluster(PRIMARIES).await?, flavour, false).await
+    }
+
+    /// A harness on three primaries with a replica each, failing over after
+    /// [`FAILOVER_AFTER`] ms: `redis_cluster::chaos`.
+    pub async fn launch_replicated() -> Result<Self, BoxError> {
+        let cluster = launch_replicas(PRIMARIES, 1).await?;
+        for node in 0..cluster.nodes().len() {
+            cluster
+                .cli(
+                    node,
+                    &["CONFIG", "SET", "cluster-node-timeout", FAILOVER_AFTER],
+                )
+                .await?;
+            // Kept in the node's config file, so a restarted node fails over as fast.
+            cluster.cli(node, &["CONFIG", "REWRITE"]).await?;
+        }
+        Self::on(cluster, Flavour::Plain, true).await
+    }
+
+    async fn on(cluster: RedisCluster, flavour: Flavour, per_node: bool) -> Result<Self, BoxError> {
         let url = format!("{}?{}", cluster.url(), flavour.params());
         let inspector = connect(RedisConfig::from_url(&url)?).await?;
         Ok(ClusterHarness {
@@ -106,6 +149,7 @@ impl ClusterHarness {
             flavour,
             url,
             inspector,
+            per_node,
         })
     }
 }
@@ -180,6 +224,18 @@ impl Harness for ClusterHarness {
 
     fn launched(&self) -> Option<&dyn Launched> {
         Some(&self.cluster as &dyn Launched)
+    }
+
+    fn launched_all(&self) -> Vec<&dyn Launched> {
+        match self.per_node {
+            true => self
+                .cluster
+                .nodes()
+                .iter()
+                .map(|n| n as &dyn Launched)
+                .collect(),
+            false => self.launched().into_iter().collect(),
+        }
     }
 
     fn lock_url(&self) -> Option<String> {

@@ -22,7 +22,10 @@ pub const GUARDED: &str = "restart_guard=1s&ttl=1s";
 pub const BARE: &str = "ttl=1s";
 
 /// `redis::chaos` (no persistence, guarded) and `redis::chaos_aof` (every
-/// write persisted, no guard needed): both must show no overlap.
+/// write persisted, no guard needed): both must show no overlap. And
+/// `redis_cluster::chaos`, three primaries with a replica each, where a
+/// killed or paused primary is failed over: replication is asynchronous, so
+/// an overlap is measured, and tokens must still rise.
 pub fn redis_specs() -> Vec<Spec> {
     vec![
         Spec {
@@ -53,6 +56,21 @@ pub fn redis_specs() -> Vec<Spec> {
             },
             faults: ALL,
             exclusion: Requirement::Required,
+        },
+        Spec {
+            trial: "redis_cluster::chaos",
+            backend: "redis",
+            start: || {
+                Box::pin(async {
+                    Ok(
+                        Arc::new(crate::redis_cluster::ClusterHarness::launch_replicated().await?)
+                            as _,
+                    )
+                })
+            },
+            faults: ALL,
+            // A failover loses what the replica had not received: the lock key too.
+            exclusion: Requirement::Measured,
         },
     ]
 }

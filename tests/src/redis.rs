@@ -75,8 +75,12 @@ pub fn via(url: &str, addr: SocketAddr) -> Result<String, BoxError> {
     Ok(format!("{scheme}://{userinfo}{at}{addr}{tail}"))
 }
 
-/// `url` with the query parameter `param` (`name=value`) added.
+/// `url` with the query parameter `param` (`name=value`) added; `url` itself
+/// when `param` is empty.
 pub fn with_param(url: &str, param: &str) -> String {
+    if param.is_empty() {
+        return url.to_owned();
+    }
     let joint = if url.contains('?') { '&' } else { '?' };
     format!("{url}{joint}{param}")
 }

@@ -69,8 +69,8 @@ impl Flavour {
 
     fn capabilities(self) -> Capabilities {
         match self {
-            Flavour::Plain => RedisBackend::CAPABILITIES,
-            Flavour::Fair => RedisBackend::FAIR_CAPABILITIES,
+            Flavour::Plain => RedisBackend::failing_over(RedisBackend::CAPABILITIES),
+            Flavour::Fair => RedisBackend::failing_over(RedisBackend::FAIR_CAPABILITIES),
         }
     }
 

@@ -6,6 +6,11 @@
 //! address, so a fault proxy cannot sit in its path. They reach the same
 //! primary through a proxy with a `redis://` URL; the Sentinel path itself is
 //! exercised by every other case and by the failover tests.
+//!
+//! `redis_sentinel::chaos` and `redis_sentinel::chaos_wait_replicas` run it
+//! with Sentinels that fail over after 500 ms ([`SentinelHarness::launch_chaos`]),
+//! the primary and the replica each a fault target, every client carrying the
+//! trial's URL parameters.
 
 use crate::redis::{HOOKS, NAMESPACE, state_ttl_param, via, with_param};
 use async_trait::async_trait;
@@ -18,11 +23,14 @@ use distlock_testkit::servers::{Launched, SentinelOptions, SentinelTopology};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// What the clients of a deployment that fails over promise.
+const CAPABILITIES: Capabilities = RedisBackend::failing_over(RedisBackend::CAPABILITIES);
+
 /// The Sentinel spec.
 pub fn spec() -> BackendSpec {
     BackendSpec {
         name: "redis_sentinel".into(),
-        capabilities: RedisBackend::CAPABILITIES,
+        capabilities: CAPABILITIES,
         hooks: HOOKS,
         start: Box::new(|| Box::pin(async { Ok(Arc::new(SentinelHarness::launch().await?) as _) })),
     }
@@ -40,20 +48,50 @@ pub async fn launch_topology(options: SentinelOptions) -> Result<SentinelTopolog
 pub struct SentinelHarness {
     topology: SentinelTopology,
     url: String,
+    /// The URL parameters every client carries (the faulty ones too).
+    params: &'static str,
     inspector: DynLock,
+    /// Whether the replica is a fault target too (the chaos trials).
+    both: bool,
 }
 
 impl SentinelHarness {
     /// A harness on a topology of its own. The Sentinels' default 5 s
     /// down-after keeps a clean restart of the primary from failing it over.
     pub async fn launch() -> Result<Self, BoxError> {
-        let topology = launch_topology(SentinelOptions::default()).await?;
-        let url = topology.url();
+        Self::on(
+            launch_topology(SentinelOptions::default()).await?,
+            "",
+            false,
+        )
+        .await
+    }
+
+    /// A harness for the chaos trials: the Sentinels fail the primary over
+    /// after 500 ms of silence (so the fault menu's pauses and kills do), and
+    /// every client carries `params`, such as `wait_replicas=1`.
+    pub async fn launch_chaos(params: &'static str) -> Result<Self, BoxError> {
+        let options = SentinelOptions {
+            down_after: Duration::from_millis(500),
+            failover_timeout: Duration::from_secs(2),
+            ..SentinelOptions::default()
+        };
+        Self::on(launch_topology(options).await?, params, true).await
+    }
+
+    async fn on(
+        topology: SentinelTopology,
+        params: &'static str,
+        both: bool,
+    ) -> Result<Self, BoxError> {
+        let url = with_param(&topology.url(), params);
         let inspector = connect(&url).await?;
         Ok(SentinelHarness {
             topology,
             url,
+            params,
             inspector,
+            both,
         })
     }
 }
@@ -74,7 +112,7 @@ impl Harness for SentinelHarness {
     }
 
     fn capabilities(&self) -> Capabilities {
-        RedisBackend::CAPABILITIES
+        CAPABILITIES
     }
 
     fn hooks(&self) -> Hooks {
@@ -92,10 +130,8 @@ impl Harness for SentinelHarness {
     async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {
         let primary = self.topology.primary();
         let proxy = Arc::new(FaultProxy::start(primary.addr()).await?);
-        Ok(FaultyClient::new(
-            connect(&via(&primary.url(), proxy.addr())?).await?,
-            proxy,
-        ))
+        let url = with_param(&via(&primary.url(), proxy.addr())?, self.params);
+        Ok(FaultyClient::new(connect(&url).await?, proxy))
     }
 
     async fn inspector(&self) -> Result<DynLock, BoxError> {
@@ -110,7 +146,15 @@ impl Harness for SentinelHarness {
         Some(self.topology.primary() as &dyn Launched)
     }
 
+    fn launched_all(&self) -> Vec<&dyn Launched> {
+        let mut all: Vec<&dyn Launched> = vec![self.topology.primary()];
+        if self.both {
+            all.push(self.topology.replica());
+        }
+        all
+    }
+
     fn lock_url(&self) -> Option<String> {
-        Some(format!("{}?namespace={NAMESPACE}", self.url))
+        Some(with_param(&self.url, &format!("namespace={NAMESPACE}")))
     }
 }

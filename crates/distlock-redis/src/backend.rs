@@ -50,6 +50,8 @@ pub struct RedisBackend {
     pub(crate) guard: Option<RestartGuard>,
     /// Waiters are served in arrival order (`fair=true`, see `fair.rs`).
     pub(crate) fair: bool,
+    /// Found through Sentinels or a Cluster's seeds: a deployment that fails over.
+    fails_over: bool,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -94,6 +96,15 @@ impl RedisBackend {
     /// the fair lock (`fair=true`).
     pub const FAIR_CAPABILITIES: Capabilities = Self::CAPABILITIES.fifo(true);
 
+    /// `capabilities` on a deployment that fails over (`redis+sentinel://`,
+    /// `redis+cluster://`): replication is asynchronous, so a promoted replica
+    /// may lack the newest counter and hand out a token at or below one already
+    /// given. Tokens are strict only while no failover loses a write (measured
+    /// by `redis_sentinel::chaos`).
+    pub const fn failing_over(capabilities: Capabilities) -> Capabilities {
+        capabilities.fencing(FencingGuarantee::UnderTimingAssumptions)
+    }
+
     /// Makes the client and loads the scripts, so that a wrong address, password
     /// or a server without Lua scripting fails here rather than at the first
     /// acquire.
@@ -118,6 +129,7 @@ impl RedisBackend {
             timeout: timeouts.reply,
             replicas,
             fair,
+            fails_over: address.sentinels.is_some() || address.cluster.is_some(),
         })
     }
 
@@ -222,10 +234,13 @@ impl Backend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        if self.fair {
-            Self::FAIR_CAPABILITIES
-        } else {
-            Self::CAPABILITIES
+        let capabilities = match self.fair {
+            true => Self::FAIR_CAPABILITIES,
+            false => Self::CAPABILITIES,
+        };
+        match self.fails_over {
+            true => Self::failing_over(capabilities),
+            false => capabilities,
         }
     }
 

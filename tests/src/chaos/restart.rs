@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::redis::RedisHarness;
+use crate::redis_sentinel::SentinelHarness;
 use distlock_testkit::servers::RedisOptions;
 
 /// Every client's URL parameters with the guard: the guard equals the ttl
@@ -24,8 +25,9 @@ pub const BARE: &str = "ttl=1s";
 /// `redis::chaos` (no persistence, guarded) and `redis::chaos_aof` (every
 /// write persisted, no guard needed): both must show no overlap. And
 /// `redis_cluster::chaos`, three primaries with a replica each, where a
-/// killed or paused primary is failed over: replication is asynchronous, so
-/// an overlap is measured, and tokens must still rise.
+/// killed or paused primary is failed over, and the two Sentinel trials:
+/// replication is asynchronous, so overlaps and token order are measured
+/// (`RedisBackend::failing_over`), and no stale write may be admitted.
 pub fn redis_specs() -> Vec<Spec> {
     vec![
         Spec {
@@ -72,7 +74,29 @@ pub fn redis_specs() -> Vec<Spec> {
             // A failover loses what the replica had not received: the lock key too.
             exclusion: Requirement::Measured,
         },
+        sentinel("redis_sentinel::chaos", || {
+            Box::pin(async { Ok(Arc::new(SentinelHarness::launch_chaos(GUARDED).await?) as _) })
+        }),
+        sentinel("redis_sentinel::chaos_wait_replicas", || {
+            Box::pin(async {
+                Ok(Arc::new(SentinelHarness::launch_chaos("wait_replicas=1&ttl=1s").await?) as _)
+            })
+        }),
     ]
+}
+
+/// A trial on a primary and a replica behind three Sentinels that fail over
+/// after 500 ms. Without persistence, a killed primary may come back empty
+/// before the Sentinels act, and a failover may lose the last writes:
+/// overlaps and token order are measured.
+fn sentinel(trial: &'static str, start: super::Start) -> Spec {
+    Spec {
+        trial,
+        backend: "redis",
+        start,
+        faults: ALL,
+        exclusion: Requirement::Measured,
+    }
 }
 
 /// The two runs of `redis::restart_window`, side by side on two servers

@@ -137,10 +137,10 @@ impl Harness for NatsHarness {
         Ok(Arc::new(self.config.clone().connect().await?))
     }
 
-    /// A released name leaves nothing once its marker is collected, a second
-    /// after the release, whatever `state_ttl` says: an ordinary client.
-    async fn client_with_state_ttl(&self, _state_ttl: Duration) -> Result<DynLock, BoxError> {
-        self.client().await
+    async fn client_with_state_ttl(&self, state_ttl: Duration) -> Result<DynLock, BoxError> {
+        Ok(Arc::new(
+            self.config.clone().state_ttl(state_ttl).connect().await?,
+        ))
     }
 
     async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {

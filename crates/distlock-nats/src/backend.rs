@@ -13,36 +13,41 @@
 //! the bucket's creation second above it, see [`crate::protocol::token`]),
 //! carried in the record so renewals keep it.
 
+use crate::epoch::EpochCache;
 use crate::error::{BACKEND, Servers, Written};
 use crate::keys::lock_key;
 use crate::protocol::{self, Record, Slot};
+use crate::sightings::Sightings;
+use crate::signal;
+use crate::sweep::{Sweep, collect_later};
 use async_nats::jetstream::Context;
 use async_nats::jetstream::kv::Store;
 use async_trait::async_trait;
 use distlock_core::adapter::{
-    AcquireRequest, Acquired, Backend, BackendLock, Ownership, clock_drift,
+    AcquireRequest, Acquired, Backend, BackendLock, DynLeaderChanges, LossSignal, Ownership,
+    clock_drift,
 };
 use distlock_core::toolkit::{CancelGuard, Inspect, random_owner};
 use distlock_core::{
-    Capabilities, FencingGuarantee, FencingToken, LockError, Primitives, Support, TokenDurability,
-    Wake,
+    Capabilities, FencingGuarantee, FencingToken, LockError, LockKey, Primitives, Support,
+    TokenDurability, Wake,
 };
 use futures_util::StreamExt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// A lock client for NATS JetStream KV. Build it with [`crate::NatsConfig`].
 pub type NatsLock = BackendLock<NatsBackend>;
-
-/// How long a released name's marker stays before it is collected, so that
-/// every waiter's watch has been sent it first.
-const COLLECT_AFTER: Duration = Duration::from_secs(1);
 
 /// The NATS adapter: one bucket, reached through one client.
 pub struct NatsBackend {
     pub(crate) js: Context,
     pub(crate) kv: Store,
     pub(crate) servers: Servers,
+    epoch: Arc<EpochCache>,
+    sweep: Arc<Sweep>,
+    sightings: Sightings,
 }
 
 impl std::fmt::Debug for NatsBackend {
@@ -62,6 +67,8 @@ pub struct NatsHandle {
     owner: String,
     granted: u64,
     revision: AtomicU64,
+    /// Set when the holder releases, so its own marker is not taken for a loss.
+    releasing: Arc<AtomicBool>,
 }
 
 impl NatsHandle {
@@ -86,7 +93,28 @@ impl NatsBackend {
             )
             .election(Support::Offered),
         )
+        .min_hold(Support::Offered)
         .state_collection(Support::Offered);
+
+    /// The backend on an opened bucket: its epoch read once, and the sweeps
+    /// that collect records idle for `state_ttl` past their lease.
+    pub(crate) async fn open(
+        js: Context,
+        kv: Store,
+        servers: Servers,
+        state_ttl: Duration,
+    ) -> Result<Self, LockError> {
+        let epoch = Arc::new(EpochCache::read(&kv.stream, &servers).await?);
+        let sweep = Arc::new(Sweep::new(state_ttl));
+        Ok(NatsBackend {
+            js,
+            kv,
+            servers,
+            epoch,
+            sweep,
+            sightings: Sightings::default(),
+        })
+    }
 
     /// The bucket the locks live in.
     pub fn bucket(&self) -> &str {
@@ -101,8 +129,9 @@ impl NatsBackend {
     /// The token of a grant at `revision`, or `None` when the bucket was
     /// recreated since (the grant went with it).
     async fn token(&self, revision: u64) -> Result<Option<FencingToken>, LockError> {
-        let epoch = protocol::epoch(&self.kv.stream, &self.servers).await?;
-        protocol::token(epoch, revision)
+        self.epoch
+            .token(&self.kv.stream, &self.servers, revision)
+            .await
     }
 
     /// The revision of the key's last record if it is still `handle`'s grant.
@@ -129,8 +158,10 @@ impl NatsBackend {
                 revision, record, ..
             }) = protocol::read(&kv, &servers, &key).await
                 && record.owner == owner
+                && let Written::At(marker) =
+                    protocol::remove(&js, &kv, &servers, &key, revision).await
             {
-                let _ = protocol::remove(&js, &kv, &servers, &key, revision).await;
+                collect_later(kv, servers, key, marker);
             }
         })
     }
@@ -139,13 +170,12 @@ impl NatsBackend {
     pub(crate) async fn remove(&self, key: &str, revision: u64) -> Written<()> {
         match protocol::remove(&self.js, &self.kv, &self.servers, key, revision).await {
             Written::At(marker) => {
-                let (kv, servers, key) = (self.kv.clone(), self.servers.clone(), key.to_owned());
-                tokio::spawn(async move {
-                    tokio::time::sleep(COLLECT_AFTER).await;
-                    if let Err(e) = protocol::collect(&kv, &servers, &key, marker).await {
-                        tracing::debug!(key, error = %e, "release marker left for the next grant");
-                    }
-                });
+                collect_later(
+                    self.kv.clone(),
+                    self.servers.clone(),
+                    key.to_owned(),
+                    marker,
+                );
                 Written::At(())
             }
             Written::Conflict => Written::Conflict,
@@ -215,8 +245,6 @@ impl Backend for NatsBackend {
             ttl: req.ttl,
         };
         let mut watch = None;
-        // The holder's revision and when this contender first saw it.
-        let mut seen: Option<(u64, Instant)> = None;
         loop {
             let slot = protocol::read(&self.kv, &self.servers, &key).await?;
             let now = Instant::now();
@@ -225,21 +253,20 @@ impl Backend for NatsBackend {
                 Slot::Held {
                     revision, record, ..
                 } => {
-                    let first = match seen {
-                        Some((r, at)) if r == *revision => at,
-                        _ => now,
-                    };
-                    seen = Some((*revision, first));
+                    let first = self.sightings.first_seen(&key, *revision, now);
                     Some(first + record.ttl + clock_drift(record.ttl))
                 }
             };
             if takeover_at.is_none_or(|at| at <= now) {
                 if let Some((revision, token, sent_at)) = self.grant(&key, &record, &slot).await? {
+                    self.sightings.forget(&key);
+                    self.sweep.after_grant(&self.kv, &self.servers, &self.epoch);
                     let handle = NatsHandle {
                         key,
                         owner: record.owner,
                         granted: revision,
                         revision: AtomicU64::new(revision),
+                        releasing: Arc::default(),
                     };
                     return Ok(Acquired {
                         handle,
@@ -309,6 +336,7 @@ impl Backend for NatsBackend {
     }
 
     async fn release(&self, handle: &NatsHandle) -> Result<Ownership, LockError> {
+        handle.releasing.store(true, Ordering::Release);
         let mut expected = handle.revision.load(Ordering::Acquire);
         loop {
             match self.remove(&handle.key, expected).await {
@@ -320,6 +348,20 @@ impl Backend for NatsBackend {
                 },
             }
         }
+    }
+
+    fn loss_signal(&self, handle: &NatsHandle) -> Option<LossSignal> {
+        let grant = (handle.owner.clone(), handle.granted);
+        let (kv, key, releasing) = (
+            self.kv.clone(),
+            handle.key.clone(),
+            handle.releasing.clone(),
+        );
+        Some(signal::loss(kv, key, grant, releasing))
+    }
+
+    async fn holder_changes(&self, key: &LockKey) -> Result<DynLeaderChanges, LockError> {
+        signal::changes(&self.kv, &self.servers, &lock_key(key)).await
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {

@@ -6,7 +6,7 @@ use crate::keys::{DEFAULT_BUCKET, bucket_problem};
 use crate::protocol;
 use async_nats::ConnectOptions;
 use distlock_core::adapter::BackendLock;
-use distlock_core::toolkit::{Host, LockUrl, Timeouts};
+use distlock_core::toolkit::{DEFAULT_STATE_TTL, Host, LockUrl, Timeouts, check_state_ttl};
 use distlock_core::{AcquireOptions, LockError};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -65,6 +65,7 @@ pub struct NatsConfig {
     tls: Option<Tls>,
     timeouts: Timeouts,
     defaults: AcquireOptions,
+    state_ttl: Duration,
 }
 
 fn config_error(reason: impl Into<String>) -> LockError {
@@ -82,6 +83,7 @@ impl NatsConfig {
             tls: None,
             timeouts: Timeouts::new(DEFAULT_TIMEOUT, DEFAULT_TIMEOUT),
             defaults: AcquireOptions::new(),
+            state_ttl: DEFAULT_STATE_TTL,
         }
     }
 
@@ -148,9 +150,18 @@ impl NatsConfig {
         self
     }
 
+    /// How long a record may outlive its lease before an acquire's bounded
+    /// sweep collects it: a crashed holder's record, unrenewed for its ttl plus
+    /// this (default 24 h, at least 2 s).
+    pub fn state_ttl(mut self, state_ttl: Duration) -> Self {
+        self.state_ttl = state_ttl;
+        self
+    }
+
     /// Reads `nats://[user:password@]host[:port][,host[:port]…][/BUCKET][?…]`
     /// (`tls://` or `nats+tls://` for TLS), with the common parameters and
-    /// `token`, `nkey` (seed file), `creds` (creds file), `ca`, `cert`, `key`.
+    /// `state_ttl`, `token`, `nkey` (seed file), `creds` (creds file), `ca`,
+    /// `cert`, `key`.
     pub fn from_url(url: &str) -> Result<Self, LockError> {
         let mut url = LockUrl::parse(BACKEND, url)?;
         let tls = match url.scheme() {
@@ -201,6 +212,7 @@ impl NatsConfig {
         };
         config.timeouts = config.timeouts.read(&mut url)?;
         config.defaults = AcquireOptions::new().read(&mut url)?;
+        config.state_ttl = url.duration("state_ttl")?.unwrap_or(config.state_ttl);
         let files = (url.string("ca"), url.string("cert"), url.string("key"));
         url.finish()?;
         match files {
@@ -243,6 +255,7 @@ impl NatsConfig {
         if let Some(problem) = bucket_problem(&self.bucket) {
             return Err(config_error(problem));
         }
+        check_state_ttl(BACKEND, self.state_ttl)?;
         self.timeouts.validate(BACKEND)
     }
 
@@ -285,22 +298,32 @@ impl NatsConfig {
 
     /// Connects, opening the bucket (created on file storage when missing).
     pub async fn connect(self) -> Result<NatsLock, LockError> {
+        let (client, servers) = self.dial().await?;
+        self.connect_with(client, servers).await
+    }
+
+    /// Checks the config and connects: the client and the servers it talks to.
+    pub(crate) async fn dial(&self) -> Result<(async_nats::Client, Servers), LockError> {
         self.validate()?;
         let addresses = self.addresses()?;
         let servers = Servers::new(addresses.join(","));
         let options = self.options().await?;
         let budget = self.timeouts.connect + self.timeouts.reply;
-        let client = match tokio::time::timeout(budget, options.connect(addresses)).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => return Err(servers.unavailable("connecting", &e)),
-            Err(_) => {
-                return Err(servers.unavailable(
-                    "connecting",
-                    &std::io::Error::other(format!("no connection within {budget:?}")),
-                ));
-            }
-        };
-        self.connect_with(client, servers).await
+        match tokio::time::timeout(budget, options.connect(addresses)).await {
+            Ok(Ok(client)) => Ok((client, servers)),
+            Ok(Err(e)) => Err(servers.unavailable("connecting", &e)),
+            Err(_) => Err(servers.unavailable(
+                "connecting",
+                &std::io::Error::other(format!("no connection within {budget:?}")),
+            )),
+        }
+    }
+
+    /// JetStream over `client`, waiting `timeout` for each reply.
+    pub(crate) fn jetstream(&self, client: async_nats::Client) -> async_nats::jetstream::Context {
+        let mut js = async_nats::jetstream::new(client);
+        js.set_timeout(self.timeouts.reply);
+        js
     }
 
     /// Uses an existing client (its servers, credentials and TLS) instead of
@@ -317,10 +340,9 @@ impl NatsConfig {
         client: async_nats::Client,
         servers: Servers,
     ) -> Result<NatsLock, LockError> {
-        let mut js = async_nats::jetstream::new(client);
-        js.set_timeout(self.timeouts.reply);
+        let js = self.jetstream(client);
         let kv = protocol::open_bucket(&js, &servers, &self.bucket).await?;
-        let backend = NatsBackend { js, kv, servers };
+        let backend = NatsBackend::open(js, kv, servers, self.state_ttl).await?;
         BackendLock::shared(Arc::new(backend))
             .with_lock_election()
             .with_defaults(self.defaults)
@@ -328,56 +350,4 @@ impl NatsConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reason(url: &str) -> String {
-        match NatsConfig::from_url(url) {
-            Err(LockError::Config { reason, .. }) => reason,
-            other => panic!("{url}: expected a config error, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn parses_servers_bucket_credentials_and_parameters() {
-        let config =
-            NatsConfig::from_url("nats://u%40x:p%3Aw@h1:4223,h2/locks?timeout=2s&ttl=5s").unwrap();
-        assert_eq!(config.servers, ["h1:4223", "h2"]);
-        assert_eq!(config.bucket, "locks");
-        assert!(matches!(
-            &config.credentials,
-            Credentials::UserPassword(u, p) if u == "u@x" && p == "p:w"
-        ));
-        assert_eq!(config.timeouts.reply, Duration::from_secs(2));
-        assert_eq!(
-            config.addresses().unwrap(),
-            ["nats://h1:4223", "nats://h2:4222"]
-        );
-        let tls = NatsConfig::from_url("nats+tls://h?ca=/ca.pem&namespace=b").unwrap();
-        assert_eq!(tls.addresses().unwrap(), ["tls://h:4222"]);
-        assert_eq!(tls.bucket, "b");
-        let token = NatsConfig::from_url("nats://h?token=s3cret").unwrap();
-        assert!(matches!(&token.credentials, Credentials::Token(t) if t == "s3cret"));
-        assert!(!format!("{token:?}").contains("s3cret"));
-        assert_eq!(
-            NatsConfig::from_url("nats://h").unwrap().bucket,
-            DEFAULT_BUCKET
-        );
-    }
-
-    #[test]
-    fn bad_urls_say_why_and_hide_secrets() {
-        assert!(reason("redis://h").contains("scheme `redis`"));
-        assert!(reason("nats://").contains("no servers"));
-        assert!(reason("nats://h/a?namespace=b").contains("given twice"));
-        assert!(reason("nats://u@h").contains("token="));
-        assert!(reason("nats://u:p@h?token=t").contains("one way to log in"));
-        assert!(reason("nats://h?ca=/x").contains("tls://"));
-        assert!(reason("tls://h?cert=/x").contains("go together"));
-        let unknown = reason("nats://u:hunter2@h?tiemout=1s");
-        assert!(unknown.contains("timeout"), "{unknown}");
-        assert!(!unknown.contains("hunter2"), "{unknown}");
-        let config = NatsConfig::from_url("nats://h/a.b").unwrap();
-        assert!(config.validate().is_err());
-    }
-}
+mod tests;

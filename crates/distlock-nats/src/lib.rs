@@ -27,13 +27,19 @@
 
 mod backend;
 mod config;
+mod epoch;
 mod error;
+mod fence;
 mod inspect;
 mod keys;
 mod protocol;
 mod registration;
+mod sightings;
+mod signal;
+mod sweep;
 
 pub use backend::{NatsBackend, NatsHandle, NatsLock};
 pub use config::NatsConfig;
+pub use fence::NatsFence;
 pub use keys::{DEFAULT_BUCKET, escape as escape_name};
 pub use registration::NATS;

@@ -15,7 +15,9 @@ use crate::error::{BACKEND, Servers, Written};
 use async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE;
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::kv::{Operation, Store, UpdateErrorKind};
-use async_nats::jetstream::stream::{Config as StreamConfig, DiscardPolicy, StorageType};
+use async_nats::jetstream::stream::{
+    Config as StreamConfig, DiscardPolicy, Info as StreamInfo, StorageType,
+};
 use async_nats::jetstream::{Context, stream::Stream};
 use async_nats::{HeaderMap, HeaderValue};
 use bytes::Bytes;
@@ -208,11 +210,18 @@ pub(crate) async fn epoch(stream: &Stream, servers: &Servers) -> Result<Epoch, L
         .get_info()
         .await
         .map_err(|e| servers.unavailable("reading the bucket's stream information", &e))?;
-    let since_base = info.created.unix_timestamp().saturating_sub(EPOCH_BASE);
-    Ok(Epoch {
-        created_secs: u64::try_from(since_base).unwrap_or(0),
-        last_sequence: info.state.last_sequence,
-    })
+    Ok(Epoch::of(&info))
+}
+
+impl Epoch {
+    /// The epoch a stream information reply gives.
+    pub(crate) fn of(info: &StreamInfo) -> Self {
+        let since_base = info.created.unix_timestamp().saturating_sub(EPOCH_BASE);
+        Epoch {
+            created_secs: u64::try_from(since_base).unwrap_or(0),
+            last_sequence: info.state.last_sequence,
+        }
+    }
 }
 
 /// The token of a lock granted at `revision` by the stream `epoch` describes,

@@ -1,0 +1,164 @@
+//! Bounded state: collecting the records nobody will take back.
+//!
+//! A release leaves a marker, purged a second later ([`collect_later`]). What
+//! that misses, a crashed holder's record or a marker whose purge failed, the
+//! sweep collects: after a grant, at most once per [`SWEEP_EVERY`] per client,
+//! it reads the stream information (which also refreshes the token epoch) and
+//! then at most [`BATCH`] lock records onward from where its last sweep
+//! stopped, oldest first (a bucket keeps one record per key, so the stream's
+//! order is the order of last writes; a live holder's renewals move its record
+//! to the end). A record left unrenewed for its ttl plus `state_ttl`, and a
+//! marker older than [`MARKER_AGE`], is purged *up to its own sequence*: a
+//! holder that renewed or took the name since keeps its newer record, so the
+//! purge is conditional on the revision the sweep saw. Ages are measured on
+//! the server's clock alone: a record's write time against the stream's last
+//! write, which the grant that started the sweep has just made.
+//!
+//! Tokens do not go back when a record goes: they are stream sequences, and a
+//! purge leaves the stream's sequence where it was.
+
+use crate::epoch::EpochCache;
+use crate::error::Servers;
+use crate::keys::lock_prefix;
+use crate::protocol::{self, Epoch, Record};
+use async_nats::jetstream::kv::Store;
+use async_nats::jetstream::stream::DirectGetErrorKind;
+use distlock_core::LockError;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How long a release marker stays, so that every waiter's watch has been
+/// sent it before it goes.
+pub(crate) const MARKER_AGE: Duration = Duration::from_secs(1);
+/// The shortest time between two sweeps of one client.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+/// The most records one sweep looks at.
+const BATCH: usize = 16;
+
+/// Purges the release marker at `marker` once [`MARKER_AGE`] has passed, in
+/// the background; a failure leaves it to a later sweep.
+pub(crate) fn collect_later(kv: Store, servers: Servers, key: String, marker: u64) {
+    tokio::spawn(async move {
+        tokio::time::sleep(MARKER_AGE).await;
+        if let Err(e) = protocol::collect(&kv, &servers, &key, marker).await {
+            tracing::debug!(key, error = %e, "release marker left for a later sweep");
+        }
+    });
+}
+
+/// One client's sweeps: how long records outlive their leases, when the next
+/// sweep may run and the sequence it starts from.
+#[derive(Debug)]
+pub(crate) struct Sweep {
+    state_ttl: Duration,
+    next: Mutex<(Instant, u64)>,
+}
+
+impl Sweep {
+    pub(crate) fn new(state_ttl: Duration) -> Self {
+        Sweep {
+            state_ttl,
+            next: Mutex::new((Instant::now(), 0)),
+        }
+    }
+
+    /// Starts a sweep in the background if one is due.
+    pub(crate) fn after_grant(
+        self: &Arc<Self>,
+        kv: &Store,
+        servers: &Servers,
+        epoch: &Arc<EpochCache>,
+    ) {
+        let cursor = {
+            let mut next = self.next.lock().unwrap_or_else(PoisonError::into_inner);
+            if next.0 > Instant::now() {
+                return;
+            }
+            next.0 = Instant::now() + SWEEP_EVERY;
+            next.1
+        };
+        let (sweep, kv, servers, epoch) =
+            (self.clone(), kv.clone(), servers.clone(), epoch.clone());
+        tokio::spawn(async move {
+            match sweep.run(&kv, &servers, &epoch, cursor).await {
+                Ok(cursor) => sweep.next.lock().unwrap_or_else(PoisonError::into_inner).1 = cursor,
+                Err(e) => tracing::debug!(error = %e, "sweep of idle lock records failed"),
+            }
+        });
+    }
+
+    /// One sweep from `cursor`; answers where the next one starts.
+    async fn run(
+        &self,
+        kv: &Store,
+        servers: &Servers,
+        epoch: &EpochCache,
+        cursor: u64,
+    ) -> Result<u64, LockError> {
+        let info = kv
+            .stream
+            .get_info()
+            .await
+            .map_err(|e| servers.unavailable("reading the bucket's stream information", &e))?;
+        epoch.refresh(Epoch::of(&info));
+        let now = info.state.last_timestamp.unix_timestamp_nanos();
+        let filter = format!("{}{}>", kv.prefix, lock_prefix(""));
+        let mut cursor = cursor.max(info.state.first_sequence);
+        for _ in 0..BATCH {
+            let message = match kv
+                .stream
+                .direct_get_next_for_subject(filter.as_str(), Some(cursor))
+                .await
+            {
+                Ok(message) => message,
+                // Past the last record: the next sweep starts from the oldest.
+                Err(e) if e.kind() == DirectGetErrorKind::NotFound => return Ok(0),
+                Err(e) => return Err(servers.unavailable("reading the oldest lock records", &e)),
+            };
+            cursor = message.sequence + 1;
+            let age = Duration::from_nanos(
+                u64::try_from(now - message.time.unix_timestamp_nanos()).unwrap_or(0),
+            );
+            let marker = message.headers.get("KV-Operation").is_some();
+            let record = Record::decode(&message.payload);
+            if idle(marker, record.as_ref(), age, self.state_ttl)
+                && let Some(key) = message.subject.strip_prefix(kv.prefix.as_str())
+            {
+                protocol::collect(kv, servers, key, message.sequence).await?;
+            }
+        }
+        Ok(cursor)
+    }
+}
+
+/// Whether a lock record `age` old (on the server's clock) is left behind: a
+/// release marker older than [`MARKER_AGE`], or a lease's record unrenewed for
+/// its ttl plus `state_ttl`. Bytes distlock did not write are left alone.
+fn idle(marker: bool, record: Option<&Record>, age: Duration, state_ttl: Duration) -> bool {
+    match record {
+        _ if marker => age >= MARKER_AGE,
+        Some(record) => age > record.ttl + state_ttl,
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_markers_and_records_idle_past_their_ttl_are_collected() {
+        let record = Record {
+            owner: "o".to_owned(),
+            granted: 0,
+            ttl: Duration::from_secs(10),
+        };
+        let state_ttl = Duration::from_secs(2);
+        let (s, record) = (Duration::from_secs, Some(&record));
+        assert!(idle(true, None, s(1), state_ttl));
+        assert!(!idle(true, None, Duration::from_millis(999), state_ttl));
+        assert!(!idle(false, record, s(12), state_ttl), "ttl + state_ttl");
+        assert!(idle(false, record, s(13), state_ttl));
+        assert!(!idle(false, None, s(1_000), state_ttl), "not distlock's");
+    }
+}

@@ -167,6 +167,11 @@ docker-down:
 images *ARGS:
     scripts/build-images {{ARGS}}
 
+# The README's first command in a clean Debian container (the local base image, rustup's
+# toolchain mounted read-only, a fresh `git archive`, an empty target dir); prints the time.
+first-run: images
+    scripts/first-run
+
 # Start each docker/ topology on the local images, check it from the host, remove it.
 test-compose *TOPOLOGIES: images
     scripts/test-compose {{TOPOLOGIES}}

@@ -20,16 +20,12 @@ use distlock_core::adapter::{
 };
 use distlock_core::toolkit::Inspect;
 use distlock_core::{Capabilities, LockError, LossReason, Support};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Why a minimum hold is refused: a key lives on the client's shared lease,
-/// whose ttl is fixed when it is granted, so no renewal can set one key's
-/// expiry to the time its minimum hold has left.
-const NO_MIN_HOLD: &str = "an etcd lock's key lives on its client's lease, whose ttl is fixed at grant; use a Redis, Redlock, or SQL version_cas lock for a minimum hold";
-
 mod contend;
+mod own_lease;
 
 pub(crate) use contend::Queue;
 
@@ -64,8 +60,9 @@ pub struct EtcdStats {
     pub waiter_wakeups: u64,
 }
 
-/// What a held etcd lock keeps: its key, its create revision (the token) and the
-/// slot on its client's lease.
+/// What a held etcd lock keeps: its key, its create revision (the token), the
+/// slot on its client's lease, and the lease of its own a minimum hold moved
+/// the key to, if any.
 pub struct EtcdHandle {
     key: Vec<u8>,
     revision: i64,
@@ -76,6 +73,11 @@ pub struct EtcdHandle {
     /// The loss watch the acquire opened, when it is not kept by the stream
     /// task for the loss signal to find (`Watches::deletion_once`).
     loss_watch: Mutex<Option<Subscription>>,
+    /// The lease of its own the key is on, once moved off the slot's lease
+    /// (`backend/own_lease.rs`).
+    own: tokio::sync::Mutex<Option<own_lease::OwnLease>>,
+    /// That lease's id, read without waiting; 0 while the key is on the slot's.
+    own_id: Arc<AtomicI64>,
 }
 
 impl std::fmt::Debug for EtcdHandle {
@@ -83,7 +85,7 @@ impl std::fmt::Debug for EtcdHandle {
         f.debug_struct("EtcdHandle")
             .field("key", &printable(&self.key))
             .field("revision", &self.revision)
-            .field("lease", &format_args!("{:x}", self.slot.lease().id()))
+            .field("lease", &format_args!("{:x}", self.lease_id()))
             .finish()
     }
 }
@@ -96,7 +98,10 @@ impl EtcdHandle {
 
     /// The lease the key is attached to.
     pub fn lease_id(&self) -> i64 {
-        self.slot.lease().id()
+        match self.own_id.load(Ordering::Acquire) {
+            0 => self.slot.lease().id(),
+            own => own,
+        }
     }
 }
 
@@ -167,10 +172,11 @@ impl EtcdBackend {
     /// etcd whose election timeout is at most 666 ms; 2 s with etcd's defaults).
     /// Leases have whole-second ttls.
     pub fn capabilities_with_min_ttl(min_ttl: Duration) -> Capabilities {
-        // Every key of a name is on a lease: an idle name leaves nothing.
+        // Every key of a name is on a lease: an idle name leaves nothing. A
+        // minimum hold moves the key to a lease of its own (`own_lease.rs`).
         Capabilities::consensus_queue(min_ttl, Duration::from_secs(1))
             .state_collection(Support::Offered)
-            .min_hold(Support::NotOffered(NO_MIN_HOLD))
+            .min_hold(Support::Offered)
     }
 }
 
@@ -193,8 +199,11 @@ impl Backend for EtcdBackend {
             .await
     }
 
-    async fn renew(&self, handle: &EtcdHandle, _ttl: Duration) -> Result<Ownership, LockError> {
+    async fn renew(&self, handle: &EtcdHandle, ttl: Duration) -> Result<Ownership, LockError> {
         let lease = handle.slot.lease();
+        if ttl != lease.ttl() || handle.own_id.load(Ordering::Acquire) != 0 {
+            return self.renew_to(handle, ttl).await;
+        }
         let (refreshed, key) = tokio::join!(
             lease.refresh(&self.rpc),
             still_created_at(&self.rpc, &self.kv, &handle.key, handle.revision)
@@ -228,6 +237,7 @@ impl Backend for EtcdBackend {
 
     fn loss_signal(&self, handle: &EtcdHandle) -> Option<LossSignal> {
         let lease = handle.slot.lease().clone();
+        let own_id = handle.own_id.clone();
         // The watch the acquire opened, which its end left to the next subscriber
         // of the key. Subscribed now rather than on first poll, so it is in place
         // however soon the lock is released.
@@ -243,15 +253,27 @@ impl Backend for EtcdBackend {
             clean: handle.slot.clean_flag(),
         };
         Some(Box::pin(async move {
+            // The client's lease ending takes the key with it, unless a
+            // minimum hold moved the key to a lease of its own: that lease's
+            // end deletes the key, which the deletion watch sees.
+            let shared_lease_ended = async {
+                lease.expired().await;
+                if own_id.load(Ordering::Acquire) != 0 {
+                    std::future::pending::<()>().await;
+                }
+            };
             tokio::select! {
-                _ = lease.expired() => LossReason::SessionEnded,
+                () = shared_lease_ended => LossReason::SessionEnded,
                 reason = deletion.wait(first) => reason,
             }
         }))
     }
 
     fn abandoned(&self, handle: &EtcdHandle) {
-        handle.slot.taint();
+        // A key on a lease of its own expires with it: nobody keeps that alive.
+        if handle.own_id.load(Ordering::Acquire) == 0 {
+            handle.slot.taint();
+        }
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {

@@ -9,7 +9,8 @@
 //!    before ours now, and our own key (a lease can die while queued).
 //! 3. Renewal checks the key with [`still_created_at`]; release and every undo
 //!    [`delete_if_created_at`], so a late or retried delete never removes a newer
-//!    key of the same name.
+//!    key of the same name. A minimum hold moves the key to a lease of its own
+//!    with [`reattach`], guarded the same way.
 //!
 //! [`read_created`] serves the held key's loss watch when that watch started
 //! after the key was last read; [`oldest`] and [`keys_under`] serve the
@@ -189,6 +190,23 @@ pub(crate) async fn still_created_at(
 ) -> Result<bool, Failure> {
     let txn = Txn::new().when([Compare::create_revision(key, CompareOp::Equal, revision)]);
     Ok(rpc.txn(kv, "renew check", txn).await?.succeeded())
+}
+
+/// A minimum hold's move (`backend/own_lease.rs`): attaches `key` to `lease`
+/// if it is still the one created at `revision`, keeping its value and its
+/// create revision (the token). Returns whether it moved.
+pub(crate) async fn reattach(
+    rpc: &Rpc,
+    kv: &KvClient,
+    key: &[u8],
+    revision: i64,
+    lease: i64,
+) -> Result<bool, Failure> {
+    let keep = PutOptions::new().with_lease(lease).with_ignore_value();
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, revision)])
+        .and_then([TxnOp::put(key, "", Some(keep))]);
+    Ok(rpc.txn(kv, "lease move", txn).await?.succeeded())
 }
 
 /// Release, and every undo: deletes `key` if it is still the one created at

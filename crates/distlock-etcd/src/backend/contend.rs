@@ -238,6 +238,8 @@ impl EtcdBackend {
                 slot,
                 releasing: Arc::default(),
                 loss_watch: Mutex::new(loss_watch),
+                own: tokio::sync::Mutex::new(None),
+                own_id: Arc::default(),
             },
             token: FencingToken::new(revision.unsigned_abs()),
             sent_at: read_at.min(valid_from),

@@ -149,6 +149,7 @@ impl GetOptions {
 #[derive(Debug, Clone, Default)]
 pub struct PutOptions {
     lease: i64,
+    ignore_value: bool,
 }
 
 impl PutOptions {
@@ -163,11 +164,19 @@ impl PutOptions {
         self
     }
 
+    /// Keeps the key's value (the put's own must be empty): a put that only
+    /// moves the key to another lease.
+    pub fn with_ignore_value(mut self) -> Self {
+        self.ignore_value = true;
+        self
+    }
+
     fn request(self, key: Vec<u8>, value: Vec<u8>) -> PutRequest {
         PutRequest {
             key,
             value,
             lease: self.lease,
+            ignore_value: self.ignore_value,
         }
     }
 }

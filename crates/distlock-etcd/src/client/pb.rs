@@ -77,6 +77,8 @@ pub struct PutRequest {
     pub(crate) value: Vec<u8>,
     #[prost(int64, tag = "3")]
     pub(crate) lease: i64,
+    #[prost(bool, tag = "5")]
+    pub(crate) ignore_value: bool,
 }
 
 /// `etcdserverpb.PutResponse` (its fields unread).

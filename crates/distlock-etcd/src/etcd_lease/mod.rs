@@ -13,7 +13,7 @@
 
 mod keeper;
 
-use crate::client::LeaseClient;
+use crate::client::{LeaseClient, LeaseGrantResponse};
 use crate::error::Failure;
 use crate::rpc::Rpc;
 use distlock_core::LockError;
@@ -154,6 +154,7 @@ impl SessionLease {
             queue: queue.to_vec(),
             number,
             clean: Arc::new(AtomicBool::new(false)),
+            reserved: Mutex::new(None),
         })
     }
 }
@@ -166,9 +167,20 @@ pub(crate) struct Slot {
     queue: Vec<u8>,
     number: u32,
     clean: Arc<AtomicBool>,
+    /// Until when the slot's key may live on a lease of its own after the
+    /// slot is dropped ([`Slot::reserve_until`]).
+    reserved: Mutex<Option<Instant>>,
 }
 
 impl Slot {
+    /// Keeps this slot's number taken until `until`, even once the slot is
+    /// dropped: its key, moved to a lease of its own, may live until then,
+    /// and this client's next contender of the same name and number would
+    /// find it and adopt it as its own (`protocol::enqueue`).
+    pub(crate) fn reserve_until(&self, until: Instant) {
+        lock(&self.reserved).replace(until);
+    }
+
     pub(crate) fn lease(&self) -> &SessionLease {
         &self.lease
     }
@@ -200,6 +212,22 @@ impl Slot {
 // nothing; an unclean slot only stops the lease from being kept alive for it.
 impl Drop for Slot {
     fn drop(&mut self) {
+        let reserved = lock(&self.reserved).take();
+        let runtime = tokio::runtime::Handle::try_current();
+        if let (Some(until), Ok(runtime)) = (reserved.filter(|u| *u > Instant::now()), runtime) {
+            let kept = Slot {
+                lease: self.lease.clone(),
+                queue: std::mem::take(&mut self.queue),
+                number: self.number,
+                clean: self.clean.clone(),
+                reserved: Mutex::new(None),
+            };
+            runtime.spawn(async move {
+                tokio::time::sleep_until(until.into()).await;
+                drop(kept);
+            });
+            return;
+        }
         let state = &self.lease.state;
         let mut uses = lock(&state.uses);
         if let Some(taken) = uses.slots.get_mut(&self.queue) {
@@ -287,20 +315,7 @@ impl Leases {
 
     async fn grant(&self, ttl_secs: i64) -> Result<SessionLease, Failure> {
         let client = self.client.clone();
-        let granted = self
-            .rpc
-            .retrying("lease grant", || {
-                let client = client.clone();
-                async move { client.grant(ttl_secs).await }
-            })
-            .await?;
-        if !granted.error().is_empty() {
-            return Err(LockError::backend(
-                crate::error::BACKEND,
-                format!("lease grant: {}", granted.error()),
-            )
-            .into());
-        }
+        let granted = grant_lease(&self.rpc, &client, ttl_secs).await?;
         let id = granted.id();
         if granted.ttl() != ttl_secs {
             let revoker = client.clone();
@@ -352,6 +367,21 @@ impl Leases {
         tokio::spawn(keeper.run(refreshes));
         Ok(SessionLease { state, refresh })
     }
+}
+
+/// A new lease of `ttl_secs` (etcd may raise it to its minimum), retried
+/// within the request timeout; a refusal in the reply is an error.
+pub(crate) async fn grant_lease(
+    rpc: &Rpc,
+    client: &LeaseClient,
+    ttl_secs: i64,
+) -> Result<LeaseGrantResponse, Failure> {
+    let granted = (rpc.retrying("lease grant", || client.grant(ttl_secs))).await?;
+    if !granted.error().is_empty() {
+        let why = format!("lease grant: {}", granted.error());
+        return Err(LockError::backend(crate::error::BACKEND, why).into());
+    }
+    Ok(granted)
 }
 
 /// The ttl in whole seconds; core already rejects other ttls from the capabilities.

@@ -1,8 +1,9 @@
 //! The checker fed hand-made histories: each violation is found, reported with
 //! its minimal window, and a history survives the trip through its file. The
 //! missed-lost cases are in `tests/lost.rs`, the file's trip in `tests/file.rs`,
-//! histories recorded on a cluster in `tests/cluster.rs`, and one recorded
-//! around a Redlock node's clock jump in `tests/clock.rs`.
+//! histories recorded on a cluster in `tests/cluster.rs`, one recorded
+//! around a Redlock node's clock jump in `tests/clock.rs`, and one around a
+//! Sentinel failover in `tests/failover.rs`.
 
 use super::FaultKind;
 use super::check::{Order, Overlap, Violation, check};
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 mod clock;
 mod cluster;
+mod failover;
 mod file;
 mod lost;
 

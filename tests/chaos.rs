@@ -8,7 +8,7 @@ use distlock_testkit::chaos::report::{Row, table, verdict};
 use distlock_testkit::chaos::{History, check};
 use distlock_testkit::runner::{runtime, skip_list};
 use distlock_tests::chaos;
-use libtest_mimic::{Failed, Trial};
+use libtest_mimic::Trial;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -31,7 +31,7 @@ fn main() -> ExitCode {
     let skipped = skip_list();
     let holder = env!("CARGO_BIN_EXE_chaos-holder");
     let dir = chaos::history_dir(env!("CARGO_TARGET_TMPDIR"));
-    let mut trials: Vec<Trial> = chaos::specs()
+    let trials: Vec<Trial> = chaos::specs()
         .into_iter()
         .map(|spec| {
             let (rows, dir) = (rows.clone(), dir.clone());
@@ -47,12 +47,16 @@ fn main() -> ExitCode {
         })
         .collect();
     #[cfg(feature = "redis")]
-    trials.push(restart_window_trial(
-        rows.clone(),
-        duration,
-        dir.clone(),
-        skipped.iter().any(|s| s == "redis"),
-    ));
+    let trials = {
+        let mut trials = trials;
+        trials.push(restart_window_trial(
+            rows.clone(),
+            duration,
+            dir.clone(),
+            skipped.iter().any(|s| s == "redis"),
+        ));
+        trials
+    };
     let conclusion = libtest_mimic::run(&args, trials);
     let rows = rows.lock().unwrap_or_else(PoisonError::into_inner);
     if !rows.is_empty() {
@@ -73,7 +77,7 @@ fn restart_window_trial(
     Trial::test("redis::restart_window", move || {
         let (bare, guarded) = runtime()
             .block_on(chaos::restart::restart_window(duration, &dir))
-            .map_err(|e| Failed::from(format!("redis::restart_window: {e}")))?;
+            .map_err(|e| libtest_mimic::Failed::from(format!("redis::restart_window: {e}")))?;
         println!("{}\n{}", bare.text(), guarded.text());
         rows.lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -86,7 +90,7 @@ fn restart_window_trial(
         if failed.is_empty() {
             Ok(())
         } else {
-            Err(Failed::from(failed.join("\n")))
+            Err(libtest_mimic::Failed::from(failed.join("\n")))
         }
     })
     .with_ignored_flag(ignored)

@@ -2,7 +2,17 @@
 //! properties are required rather than measured (Redis's are in `restart.rs`).
 //! `crate::backends` lists them beside each backend's conformance suites.
 
-use super::{ALL, CLUSTER, MEMORY, Spec};
+#[cfg(any(
+    feature = "redlock",
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "mysql",
+    feature = "postgres"
+))]
+use super::ALL;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+use super::CLUSTER;
+use super::{MEMORY, Spec};
 use distlock_testkit::chaos::Requirement;
 use std::sync::Arc;
 

@@ -88,12 +88,13 @@ impl Inspect for Table {
         self.cas.residue(self, prefix, expired_too).await
     }
 
-    /// `version_cas`'s rows: the lock table's and its share tables'.
+    /// The rows of the lock table (lock and counter rows) and its share
+    /// tables; none counted for `for_update`, whose rows stay.
     async fn state_records(&self, prefix: &str) -> Result<Option<usize>, LockError> {
-        if self.strategy != Strategy::VersionCas {
+        if self.strategy == Strategy::ForUpdate {
             return Ok(None);
         }
-        distlock_sql::state::records(self, self.name.as_str(), prefix)
+        distlock_sql::state::records(self, self.name.as_str(), prefix, true)
             .await
             .map(Some)
     }

@@ -39,7 +39,8 @@ pub fn row_name(key: &LockKey) -> Vec<u8> {
 }
 
 /// The row that holds `row`'s fencing counter (unique_insert, for_update): the
-/// lock row name plus 0x1E. Counter rows are never deleted.
+/// lock row name plus 0x1E. for_update's counter rows are never deleted;
+/// unique_insert's are collected once idle (see `backend`).
 pub fn counter_name(row: &[u8]) -> Vec<u8> {
     let mut name = row.to_vec();
     name.push(COUNTER_MARK);

@@ -19,6 +19,7 @@ use crate::keys::{TableName, hex_literal};
 use distlock_core::{
     Capabilities, FencingGuarantee, LockError, Primitives, Support, TokenDurability, Wake,
 };
+use distlock_sql::state::Idle;
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 use std::str::FromStr;
 use std::time::Duration;
@@ -34,7 +35,8 @@ pub enum Strategy {
     VersionCas,
     /// The row exists only while held: `INSERT` acquires, the primary key rejects
     /// a second holder, an expired row is taken over by one guarded `UPDATE`, and
-    /// `DELETE … WHERE owner` releases. Tokens come from a counter row.
+    /// `DELETE … WHERE owner` releases. Tokens come from a counter row,
+    /// collected once the name has been idle for `state_ttl`.
     UniqueInsert,
     /// A dedicated connection holds an open transaction with an exclusive lock on
     /// the row (an `UPDATE` that tags it with the session id): waiting is
@@ -80,7 +82,7 @@ impl Strategy {
             .min_hold(Support::Offered);
         match self {
             Strategy::VersionCas => polling.state_collection(Support::Offered),
-            Strategy::UniqueInsert => polling,
+            Strategy::UniqueInsert => polling.state_collection(Support::Offered),
             // InnoDB's lock queue wakes the waiter; the server ends an idle holder's
             // session after `wait_timeout`, whole seconds: the lock's server expiry.
             Strategy::ForUpdate => polling
@@ -136,9 +138,24 @@ pub(crate) const UNIQUE_RENEW: &str = include_str!("sql/unique_renew.sql");
 /// `CLIENT_FOUND_ROWS` says.
 pub(crate) const UNIQUE_RELEASE: &str = include_str!("sql/unique_release.sql");
 
-/// unique_insert and for_update: raises the never-deleted counter row of a name
-/// and returns the new value as the insert id (never 0).
+/// for_update (and `lock_in`): raises the counter row of a name, created if
+/// missing, and returns the new value as the insert id (never 0). Their
+/// counter rows are never deleted.
 pub(crate) const BUMP_COUNTER: &str = include_str!("sql/bump_counter.sql");
+
+/// unique_insert: raises an existing counter row and stamps it with its last
+/// use; the new value is the insert id, 0 when the name has no counter row.
+pub(crate) const COUNTER_BUMP: &str = include_str!("sql/counter_bump.sql");
+/// unique_insert: creates a missing counter row above the floor (see
+/// [`COUNTER_IDLE`]). Binds: counter name, floor.
+pub(crate) const COUNTER_INSERT: &str = include_str!("sql/counter_insert.sql");
+/// unique_insert: how the sweep finds idle rows, lock rows and counter rows
+/// alike: last used (a counter's last raise, a lock row's expiry) more than
+/// `state_ttl` ago, and never the counter of a name whose lock row is live.
+pub(crate) const COUNTER_IDLE: Idle = Idle {
+    max: include_str!("sql/counter_idle_max.sql"),
+    sweep: include_str!("sql/counter_sweep.sql"),
+};
 
 /// Every autocommit connection: a statement waits at most 1 s (the least
 /// MySQL allows) for a row lock another transaction holds, then gets 1205 and
@@ -193,6 +210,8 @@ pub(crate) struct Statements {
     pub unique_renew: SqlStr,
     pub unique_release: SqlStr,
     pub bump_counter: SqlStr,
+    pub counter_bump: SqlStr,
+    pub counter_insert: SqlStr,
     /// [`LOCK_ROW`] for this table; `{name}` is filled in per row.
     lock_row: String,
     pub for_update_nowait: SqlStr,
@@ -214,6 +233,8 @@ impl Statements {
             unique_renew: build(UNIQUE_RENEW),
             unique_release: build(UNIQUE_RELEASE),
             bump_counter: build(BUMP_COUNTER),
+            counter_bump: build(COUNTER_BUMP),
+            counter_insert: build(COUNTER_INSERT),
             lock_row: LOCK_ROW.replace("{table}", table.as_str()),
             for_update_nowait: build(FOR_UPDATE_NOWAIT),
             for_update_insert_row: build(FOR_UPDATE_INSERT_ROW),

@@ -3,7 +3,9 @@
 //! Invariant: a holder is whoever's `INSERT` created the row, or whose guarded
 //! `UPDATE` replaced the owner of an expired one; the primary key makes that one
 //! holder at a time. The token comes from the name's counter row, raised after
-//! the lock is won; the counter row is never deleted, so tokens never repeat.
+//! the lock is won. A name idle for `state_ttl` loses its counter row to the
+//! sweep of a new name's counter (never while its lock row is live), and the
+//! floor that sweep raises keeps its next tokens above its earlier ones.
 
 use crate::backend::Table;
 use crate::error::{DbError, code};
@@ -103,7 +105,7 @@ async fn won(
     conn: &mut Conn,
     sent_at: Instant,
 ) -> Result<Attempt, DbError> {
-    let token = table.bump_counter(conn, row, bid.until).await?;
+    let token = table.raise_counter(conn, row, bid.until).await?;
     Ok(Attempt::Won { token, sent_at })
 }
 

@@ -1,7 +1,8 @@
-//! Bounded state of `version_cas`: rows of names idle for `state_ttl` are
-//! deleted by later acquires, a bounded number each, and a name used again
-//! afterwards gets tokens above all its earlier ones, even when the server
-//! clock is now below them.
+//! Bounded state of `version_cas` and `unique_insert`: rows of names idle
+//! for `state_ttl` are deleted by later acquires, a bounded number each,
+//! never the counter of a name held, and a name used again afterwards gets
+//! tokens above all its earlier ones, even when the server clock is now below
+//! them.
 // Test code: a failed expectation should panic with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -10,9 +11,10 @@ mod support;
 use async_trait::async_trait;
 use distlock_core::{AcquireOptions, BoxError, DynLock, HolderMeta, LockKey};
 use distlock_mysql::{MySqlConfig, Strategy};
-use distlock_testkit::servers::MariaDbServer;
+use distlock_testkit::servers::{MariaDbServer, MovableClock};
 use distlock_testkit::state_rows::{
-    RowDatabase, collected_names_rise_above_a_clock_behind, holder_column_is_named_then_used,
+    RowDatabase, a_held_name_keeps_its_counter, collected_name_rises_after_the_clock_steps_back,
+    collected_names_rise_above_a_clock_behind, holder_column_is_named_then_used,
 };
 use std::time::Duration;
 use support::{root_value, server};
@@ -20,36 +22,50 @@ use support::{root_value, server};
 const STATE_TTL: Duration = Duration::from_secs(2);
 
 async fn client(server: &MariaDbServer) -> DynLock {
+    client_of(server, Strategy::VersionCas).await
+}
+
+async fn client_of(server: &MariaDbServer, strategy: Strategy) -> DynLock {
     MySqlConfig::from_url(&server.url())
         .unwrap()
-        .strategy(Strategy::VersionCas)
+        .strategy(strategy)
         .state_ttl(STATE_TTL)
         .connect()
         .await
         .unwrap()
 }
 
-/// The server, as the scenario reads and changes it.
-struct Rows<'a>(&'a MariaDbServer);
+/// The server, as the scenario reads and changes it: a lock table.
+struct Rows<'a>(&'a MariaDbServer, &'static str);
 
 #[async_trait]
 impl RowDatabase for Rows<'_> {
     async fn rows(&self, prefix: &str) -> Result<u64, BoxError> {
-        let sql =
-            format!("SELECT COUNT(*) FROM distlock.distlock_locks WHERE name LIKE '{prefix}%';");
+        let sql = format!(
+            "SELECT COUNT(*) FROM distlock.{} WHERE name LIKE '{prefix}%';",
+            self.1
+        );
         Ok(root_value(self.0, &sql).await.parse()?)
     }
 
     async fn push_ahead(&self, name: &str, by: u64) -> Result<(), BoxError> {
+        // The lock row (version_cas) or the counter row (unique_insert).
         let sql = format!(
-            "UPDATE distlock.distlock_locks SET fence = fence + {by} WHERE name = '{name}';"
+            "UPDATE distlock.{} SET fence = fence + {by} \
+             WHERE name IN ('{name}', CONCAT('{name}', 0x1E));",
+            self.1
         );
         self.0.exec_root(&sql).await?;
         Ok(())
     }
 
     async fn floor(&self) -> Result<u64, BoxError> {
-        let sql = "SELECT floor FROM distlock.distlock_locks_hw;";
+        let sql = format!("SELECT floor FROM distlock.{}_hw;", self.1);
+        Ok(root_value(self.0, &sql).await.parse()?)
+    }
+
+    async fn clock_micros(&self) -> Result<u64, BoxError> {
+        let sql = "SELECT CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS UNSIGNED);";
         Ok(root_value(self.0, sql).await.parse()?)
     }
 }
@@ -61,7 +77,60 @@ impl RowDatabase for Rows<'_> {
 async fn idle_rows_are_collected_and_tokens_still_rise() {
     let server = server().await;
     let lock = client(&server).await;
-    collected_names_rise_above_a_clock_behind(&lock, &Rows(&server), STATE_TTL)
+    collected_names_rise_above_a_clock_behind(&lock, &Rows(&server, "distlock_locks"), STATE_TTL)
+        .await
+        .unwrap();
+}
+
+/// A name collected and then used again after the server clock stepped back
+/// an hour gets a token above its earlier ones, on both strategies that
+/// collect.
+#[tokio::test(flavor = "multi_thread")]
+async fn tokens_rise_after_a_collection_even_when_the_server_clock_steps_back() {
+    let clock = MovableClock::new().expect("cc builds the clock shim");
+    let server = MariaDbServer::start_with_clock(&clock).await.unwrap();
+    for (strategy, table) in [
+        (Strategy::VersionCas, "distlock_locks"),
+        (Strategy::UniqueInsert, "distlock_unique"),
+    ] {
+        clock.set_back(Duration::ZERO).unwrap();
+        let lock = MySqlConfig::from_url(&server.url())
+            .unwrap()
+            .strategy(strategy)
+            .table(table)
+            .state_ttl(STATE_TTL)
+            .connect()
+            .await
+            .unwrap();
+        let step_back = || Ok(clock.set_back(Duration::from_secs(3600))?);
+        collected_name_rises_after_the_clock_steps_back(
+            &lock,
+            &Rows(&server, table),
+            STATE_TTL,
+            step_back,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{strategy:?}: {e}"));
+    }
+}
+
+/// The same for `unique_insert`'s lock and counter rows.
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_unique_insert_counters_are_collected_and_tokens_still_rise() {
+    let server = server().await;
+    let lock = client_of(&server, Strategy::UniqueInsert).await;
+    collected_names_rise_above_a_clock_behind(&lock, &Rows(&server, "distlock_locks"), STATE_TTL)
+        .await
+        .unwrap();
+}
+
+/// A `unique_insert` name held for longer than `state_ttl` keeps its lock
+/// and counter rows while new names collect idle ones.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_unique_insert_name_keeps_its_counter() {
+    let server = server().await;
+    let lock = client_of(&server, Strategy::UniqueInsert).await;
+    a_held_name_keeps_its_counter(&lock, &Rows(&server, "distlock_locks"), STATE_TTL)
         .await
         .unwrap();
 }
@@ -89,7 +158,10 @@ async fn rows_of_the_previous_release_are_collected() {
     let holder = lock.inspect().unwrap().holder(&key).await.unwrap().unwrap();
     assert_eq!(holder.meta, Some(HolderMeta::this_process()), "{holder:?}");
     lease.release().await.unwrap();
-    assert_eq!(Rows(&server).rows("old/").await.unwrap(), 0);
+    assert_eq!(
+        Rows(&server, "distlock_locks").rows("old/").await.unwrap(),
+        0
+    );
     let floor = root_value(&server, "SELECT floor FROM distlock.distlock_locks_hw;").await;
     assert_eq!(floor, "7");
     // A second client connects to the upgraded table without a change.

@@ -25,14 +25,15 @@
 //!   (never a server-side wait that a cancelled caller could leave queued).
 
 use crate::backend::{Table, Undo, undo};
-use crate::error::{BACKEND, DbError};
+use crate::counter::{Counter, collision};
+use crate::error::DbError;
 use crate::keys::advisory_key;
 use crate::pool::{Conn, Pool, Statement};
 use crate::session::Session;
 use async_trait::async_trait;
 use distlock_core::adapter::{AcquireRequest, Acquired, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, Inspect};
-use distlock_core::{Capabilities, FencingToken, LockError, LockKey};
+use distlock_core::{Capabilities, FencingToken, LockError};
 use distlock_sql::held::{HeldSession, SessionLock, Taken, holder_connection};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -63,40 +64,12 @@ pub(crate) struct Unlock {
 
 /// What one attempt found.
 pub(crate) enum Attempt {
-    Won(i64),
+    Won(FencingToken),
+    /// Won, and the name has no counter row (new, or collected).
+    Uncounted,
     Busy,
     /// The key is recorded for another name (namespace, name).
     Collision(String, String),
-}
-
-/// The refusal of `key`, whose advisory key `table` records for lock `name`
-/// of `namespace`.
-pub(crate) fn collision(table: &Table, key: &LockKey, namespace: &str, name: &str) -> LockError {
-    let hashed = advisory_key(&table.namespace, key);
-    LockError::config(
-        BACKEND,
-        format!(
-            "lock `{key}` in namespace `{}` hashes to advisory key {hashed}, which table \"{}\" \
-             already records for lock `{name}` in namespace `{namespace}`: the two would share \
-             one lock, so this one is refused; rename one of them or use another namespace",
-            table.namespace, table.name
-        ),
-    )
-}
-
-/// The idle timeout the server enforces on a holder's session: 1.5 × ttl, in
-/// whole milliseconds rounded up, as `set_config` takes it.
-///
-/// Longer than the ttl on purpose: the server counts from the end of the last
-/// statement it ran, and a client that renews on time but is scheduled late
-/// must not find its session ended while its lease is still valid. A
-/// partitioned holder stops believing at its local deadline (within the ttl),
-/// so the extra half only delays the takeover.
-fn idle_timeout(ttl: Duration) -> String {
-    let millis = (ttl.as_nanos() + ttl.as_nanos() / 2)
-        .div_ceil(1_000_000)
-        .max(1);
-    millis.to_string()
 }
 
 #[async_trait]
@@ -140,30 +113,40 @@ impl SessionLock for Advisory {
                 attempt = attempt(table, &mut conn, req.key.as_str(), key, req.ttl, &meta) => attempt,
                 _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
             };
-            match attempt {
-                Ok(Attempt::Won(token)) => {
-                    let fence = u64::try_from(token).map_err(|_| {
-                        table.error(DbError::Protocol(format!("the counter returned {token}")))
-                    })?;
+            let won = match attempt {
+                Ok(Attempt::Won(token)) => Some(Ok(token)),
+                // A new or collected name: its counter row is created first.
+                Ok(Attempt::Uncounted) => {
+                    let counter = Counter {
+                        key: req.key,
+                        lock_key: key,
+                        meta: &meta,
+                    };
+                    Some(counter.raise(table).await)
+                }
+                Ok(Attempt::Busy) => None,
+                Ok(Attempt::Collision(namespace, name)) => {
+                    Some(Err(collision(table, req.key, &namespace, &name)))
+                }
+                Err(e) => Some(Err(table.error(e))),
+            };
+            match won {
+                Some(Ok(token)) => {
                     guard.disarm();
                     return Ok(Acquired {
                         handle: HeldSession::new(conn, Unlock { key, payload }, req.ttl),
-                        token: FencingToken::new(fence),
+                        token,
                         sent_at,
                     });
                 }
-                Ok(Attempt::Busy) => {
+                Some(Err(e)) => {
+                    conn.discard();
+                    return Err(e);
+                }
+                None => {
                     // The server answered that it did not grant the lock.
                     conn.holds_nothing();
                     guard.disarm();
-                }
-                Ok(Attempt::Collision(namespace, name)) => {
-                    conn.discard();
-                    return Err(collision(table, req.key, &namespace, &name));
-                }
-                Err(e) => {
-                    conn.discard();
-                    return Err(table.error(e));
                 }
             }
             if no_wait {
@@ -203,7 +186,8 @@ impl SessionLock for Advisory {
 }
 
 /// The advisory acquire statement on `conn` (which must be marked as maybe
-/// holding a lock): one try for the lock and, when won, the counter bump.
+/// holding a lock): one try for the lock and, when won, the counter bump
+/// (when the name has a counter row; see `counter`).
 pub(crate) async fn attempt(
     table: &Table,
     conn: &mut Conn,
@@ -225,11 +209,29 @@ pub(crate) async fn attempt(
     let other_namespace: Option<String> = row.try_get(2).map_err(decode)?;
     let other_name: Option<String> = row.try_get(3).map_err(decode)?;
     match (got, token, other_namespace, other_name) {
-        (Some(true), Some(token), None, None) => Ok(Attempt::Won(token)),
+        (Some(true), Some(token), None, None) => u64::try_from(token)
+            .map(|token| Attempt::Won(FencingToken::new(token)))
+            .map_err(|_| DbError::Protocol(format!("the counter returned {token}"))),
+        (Some(true), None, None, None) => Ok(Attempt::Uncounted),
         (_, None, Some(namespace), Some(name)) => Ok(Attempt::Collision(namespace, name)),
         (Some(false), None, None, None) => Ok(Attempt::Busy),
         other => Err(DbError::Protocol(format!(
             "the advisory lock statement answered {other:?}"
         ))),
     }
+}
+
+/// The idle timeout the server enforces on a holder's session: 1.5 × ttl, in
+/// whole milliseconds rounded up, as `set_config` takes it.
+///
+/// Longer than the ttl on purpose: the server counts from the end of the last
+/// statement it ran, and a client that renews on time but is scheduled late
+/// must not find its session ended while its lease is still valid. A
+/// partitioned holder stops believing at its local deadline (within the ttl),
+/// so the extra half only delays the takeover.
+fn idle_timeout(ttl: Duration) -> String {
+    let millis = (ttl.as_nanos() + ttl.as_nanos() / 2)
+        .div_ceil(1_000_000)
+        .max(1);
+    millis.to_string()
 }

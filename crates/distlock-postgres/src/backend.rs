@@ -16,14 +16,14 @@ use crate::ending;
 use crate::error::{BACKEND, DbError, code};
 use crate::keys::{TableName, check_room_for_primitives, wake_payload};
 use crate::pool::{Conn, Pool};
-use crate::protocol::{Statements, Strategy, TABLE_COMMENT};
+use crate::protocol::{COUNTER_IDLE, Statements, Strategy, TABLE_COMMENT};
 use crate::session::Session;
 use crate::wake::{Waiter, Wakeups};
 use distlock_core::{Capabilities, LockError, LockKey};
 use distlock_sql::adapter::Settings;
 use distlock_sql::cas::CasStatements;
 use distlock_sql::pool::BoxFuture;
-use distlock_sql::state;
+use distlock_sql::state::{self, Collector};
 use distlock_sql::table::{LockTable, Names, Primitive, Value};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Postgres, Row, SqlStr};
@@ -38,6 +38,8 @@ pub(crate) struct Table {
     pub sql: Statements,
     /// `version_cas`'s statements (distlock-sql's).
     pub cas: CasStatements,
+    /// `advisory`'s collection of idle counters (see `counter`).
+    pub counters: Collector,
     /// Connections for single statements.
     pub pool: Pool,
     /// The server, without credentials, for messages.
@@ -111,12 +113,10 @@ impl Table {
                 state::no_holder_column(&name, &endpoint, &add),
             ));
         }
-        if strategy == Strategy::VersionCas {
-            let namespace = vec![Value::Text(namespace.clone())];
-            state::prepare(&pool, name.as_str(), name.as_str(), namespace, create)
-                .await
-                .map_err(err)?;
-        }
+        let state_namespace = vec![Value::Text(namespace.clone())];
+        state::prepare(&pool, name.as_str(), name.as_str(), state_namespace, create)
+            .await
+            .map_err(err)?;
         let sql = Statements::new(&name);
         let wakeups = match listen {
             Some(options) => Wakeups::listen(&options, &pool, &sql.channel, &endpoint).await?,
@@ -125,6 +125,12 @@ impl Table {
         Ok(Table {
             strategy,
             cas: CasStatements::new::<Postgres>(name.as_str(), state_ttl),
+            counters: Collector::with_idle::<Postgres>(
+                name.as_str(),
+                name.as_str(),
+                state_ttl,
+                COUNTER_IDLE,
+            ),
             name,
             namespace,
             sql,

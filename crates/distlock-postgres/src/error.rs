@@ -64,7 +64,7 @@ fn config_reason(e: &DbError, endpoint: &str) -> Option<String> {
         code::INSUFFICIENT_PRIVILEGE => format!(
             "the user lacks a privilege at {endpoint} ({e}); grant CREATE on the schema (or create \
              the table yourself, see docs/backends/postgres.md, and set create_table=false) and \
-             SELECT, INSERT, UPDATE on the lock table"
+             SELECT, INSERT, UPDATE, DELETE on the lock table and on its high-water table (its name plus _hw)"
         ),
         _ => return None,
     })

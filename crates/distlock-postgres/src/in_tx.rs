@@ -13,12 +13,12 @@
 //! - Nothing outlives the transaction, so this works through a
 //!   transaction-pooling proxy (`pooler=transaction`) too.
 
-use crate::advisory::collision;
 use crate::backend::Table;
+use crate::counter::Counter;
 use crate::error::DbError;
 use crate::keys::advisory_key;
 use distlock_core::{FencingToken, HolderMeta, LockError, LockKey};
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Postgres, Transaction};
 
 /// Takes locks inside transactions of the caller's own (see
 /// [`TxLock::lock_in`]). Made by [`PostgresConfig::connect_tx_lock`](crate::PostgresConfig::connect_tx_lock).
@@ -74,23 +74,12 @@ impl TxLock {
         lock.execute(&mut **tx)
             .await
             .map_err(|e| table.error(DbError::Sql(e)))?;
-        let bump = sqlx::query(table.sql.tx_bump.clone())
-            .bind(table.namespace.clone())
-            .bind(key.as_str().to_owned())
-            .bind(lock_key)
-            .bind(HolderMeta::this_process().encode());
-        let row = async { table.pool.get().await?.fetch_one(bump).await };
-        let row = row.await.map_err(|e| table.error(e))?;
-        let decoded = |e| table.error(DbError::Sql(e));
-        let token: Option<i64> = row.try_get(0).map_err(decoded)?;
-        let namespace: Option<String> = row.try_get(1).map_err(decoded)?;
-        let name: Option<String> = row.try_get(2).map_err(decoded)?;
-        match (token.map(u64::try_from), namespace, name) {
-            (Some(Ok(token)), None, None) => Ok(FencingToken::new(token)),
-            (None, Some(namespace), Some(name)) => Err(collision(table, key, &namespace, &name)),
-            other => Err(table.error(DbError::Protocol(format!(
-                "the counter statement answered {other:?}"
-            )))),
-        }
+        let meta = HolderMeta::this_process().encode();
+        let counter = Counter {
+            key,
+            lock_key,
+            meta: &meta,
+        };
+        counter.raise(table).await
     }
 }

@@ -11,6 +11,7 @@
 
 use crate::advisory::{Attempt, attempt};
 use crate::backend::Table;
+use crate::counter::Counter;
 use crate::ending;
 use crate::error::{BACKEND, DbError};
 use crate::keys::{advisory_key, wake_payload};
@@ -57,12 +58,10 @@ impl Inspect for Table {
         self.cas.residue(self, prefix, false).await
     }
 
-    /// `version_cas`'s rows: the lock table's and its share tables'.
+    /// The rows of the lock table, and with `version_cas` its share tables'.
     async fn state_records(&self, prefix: &str) -> Result<Option<usize>, LockError> {
-        if self.strategy != Strategy::VersionCas {
-            return Ok(None);
-        }
-        distlock_sql::state::records(self, self.name.as_str(), prefix)
+        let shares = self.strategy == Strategy::VersionCas;
+        distlock_sql::state::records(self, self.name.as_str(), prefix, shares)
             .await
             .map(Some)
     }
@@ -242,6 +241,16 @@ impl Table {
         let meta = HolderMeta::this_process().encode();
         match attempt(self, &mut conn, key.as_str(), lock_key, ttl, &meta).await? {
             Attempt::Won(_) => {}
+            // A new name: its counter row is created as an acquire does.
+            Attempt::Uncounted => {
+                let counter = Counter {
+                    key,
+                    lock_key,
+                    meta: &meta,
+                };
+                let raised = counter.raise(self).await;
+                raised.map_err(|e| DbError::Protocol(e.to_string()))?;
+            }
             Attempt::Busy => {
                 conn.holds_nothing();
                 return Ok(false);

@@ -95,6 +95,7 @@
 mod advisory;
 mod backend;
 mod config;
+mod counter;
 mod ending;
 mod error;
 mod in_tx;

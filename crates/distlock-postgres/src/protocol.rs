@@ -8,16 +8,16 @@
 //! counter bump in one statement. Releases send `pg_notify` in the same
 //! statement, only when they freed something, so a wake-up costs no round trip.
 //!
-//! A fresh row's fence is seeded from the server clock in microseconds: if an
-//! operator deletes a row, its next tokens still exceed every earlier one (as
-//! long as the server clock does not step back and the name saw fewer than one
-//! acquisition per microsecond on average).
+//! A fresh row's fence is seeded at the higher of the server clock in
+//! microseconds and the namespace's floor + 1 (distlock-sql's `state`): a name
+//! whose row was collected gets tokens above every earlier one.
 
 use crate::error::BACKEND;
 use crate::keys::{DEFAULT_ADVISORY_TABLE, TableName};
 use distlock_core::{
     Capabilities, FencingGuarantee, LockError, Primitives, Support, TokenDurability, Wake,
 };
+use distlock_sql::state::Idle;
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 use std::str::FromStr;
 use std::time::Duration;
@@ -94,6 +94,7 @@ impl Strategy {
             Strategy::VersionCas => cas.state_collection(Support::Offered),
             // `idle_session_timeout` is in milliseconds.
             Strategy::Advisory => cas
+                .state_collection(Support::Offered)
                 .session_bound(true)
                 .min_hold(Support::NotOffered(
                     "strategy=advisory holds a session lock that ends with its holder's connection; use strategy=version_cas for a minimum hold",
@@ -138,22 +139,36 @@ pub(crate) const TABLE_COMMENT: &str = include_str!("sql/table_comment.sql");
 const CREATE_TABLE: &str = include_str!("sql/create_table.sql");
 const MARK_TABLE: &str = include_str!("sql/mark_table.sql");
 
+/// How the sweep of the advisory table finds idle counters: as distlock-sql's
+/// own, and skipping every name whose key a session holds or waits for.
+pub(crate) const COUNTER_IDLE: Idle = Idle {
+    max: include_str!("sql/counter_idle_max.sql"),
+    sweep: include_str!("sql/counter_sweep.sql"),
+};
+
+/// Creates a missing counter row. Binds: namespace, name, key, holder, floor.
+pub(crate) const COUNTER_INSERT: &str = include_str!("sql/counter_insert.sql");
+
 /// The statements of one table, rendered once at connect (`version_cas`'s
 /// are distlock-sql's, `sql/postgres/cas_*.sql` there).
 #[derive(Debug)]
 pub(crate) struct Statements {
     /// advisory: try the lock, then (held, and no other name recorded for the
-    /// key) bump the counter; returns (got, token, other namespace, other
-    /// name). Binds: namespace, name, key, idle timeout ms (text).
+    /// key) raise the counter if the name has a row; returns (got, token,
+    /// other namespace, other name). Binds: namespace, name, key, idle
+    /// timeout ms (text), holder.
     pub advisory_acquire: SqlStr,
     /// Binds: idle timeout ms (text).
     pub advisory_keepalive: SqlStr,
     /// Unlocks, notifies, clears the idle timeout. Binds: key, channel, payload.
     pub advisory_release: SqlStr,
-    /// `lock_in`: (no other name recorded for the key) bump the counter;
-    /// returns (token, other namespace, other name). Binds: namespace, name,
-    /// key.
+    /// advisory and `lock_in`: (no other name recorded for the key) raise
+    /// the counter of a name whose lock is held; returns (token, other
+    /// namespace, other name), all NULL when the name has no row. Binds:
+    /// namespace, name, key, holder.
     pub tx_bump: SqlStr,
+    /// See [`COUNTER_INSERT`].
+    pub counter_insert: SqlStr,
     /// The NOTIFY channel of this table: its name.
     pub channel: String,
 }
@@ -166,6 +181,7 @@ impl Statements {
             advisory_keepalive: sql(include_str!("sql/advisory_keepalive.sql")),
             advisory_release: sql(include_str!("sql/advisory_release.sql")),
             tx_bump: sql(include_str!("sql/tx_bump.sql")),
+            counter_insert: sql(COUNTER_INSERT),
             channel: table.as_str().to_owned(),
         }
     }

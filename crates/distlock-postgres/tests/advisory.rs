@@ -117,7 +117,7 @@ async fn force_unlock_ends_a_holder_of_another_role_only_when_it_can_name_that_s
         .exec_admin(
             "CREATE ROLE other LOGIN PASSWORD 'other-secret';
              GRANT CREATE ON SCHEMA public TO other;
-             GRANT ALL ON roles TO other;
+             GRANT ALL ON roles, roles_hw TO other;
              GRANT pg_signal_backend TO distlock;",
         )
         .await

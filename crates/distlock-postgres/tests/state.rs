@@ -1,7 +1,7 @@
-//! Bounded state of `version_cas`: rows of names idle for `state_ttl` are
-//! deleted by later acquires, a bounded number each, and a name used again
-//! afterwards gets tokens above all its earlier ones, even when the server
-//! clock is now below them.
+//! Bounded state of `version_cas` and `advisory`: rows of names idle for
+//! `state_ttl` are deleted by later acquires, a bounded number each, never
+//! the counter of a name held, and a name used again afterwards gets tokens
+//! above all its earlier ones, even when the server clock is now below them.
 // Test code: a failed expectation should panic with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -10,9 +10,10 @@ mod support;
 use async_trait::async_trait;
 use distlock_core::{AcquireOptions, BoxError, DynLock, HolderMeta, LockKey};
 use distlock_postgres::{PostgresConfig, Strategy};
-use distlock_testkit::servers::PostgresServer;
+use distlock_testkit::servers::{MovableClock, PostgresServer};
 use distlock_testkit::state_rows::{
-    RowDatabase, collected_names_rise_above_a_clock_behind, holder_column_is_named_then_used,
+    RowDatabase, a_held_name_keeps_its_counter, collected_name_rises_after_the_clock_steps_back,
+    collected_names_rise_above_a_clock_behind, holder_column_is_named_then_used,
 };
 use std::time::Duration;
 use support::{admin_value, server};
@@ -20,33 +21,48 @@ use support::{admin_value, server};
 const STATE_TTL: Duration = Duration::from_secs(2);
 
 async fn client(server: &PostgresServer) -> DynLock {
+    client_of(server, Strategy::VersionCas).await
+}
+
+async fn client_of(server: &PostgresServer, strategy: Strategy) -> DynLock {
     PostgresConfig::from_url(&server.url())
         .unwrap()
-        .strategy(Strategy::VersionCas)
+        .strategy(strategy)
         .state_ttl(STATE_TTL)
         .connect()
         .await
         .unwrap()
 }
 
-/// The server, as the scenario reads and changes it.
-struct Rows<'a>(&'a PostgresServer);
+/// The server, as the scenario reads and changes it: a lock table.
+struct Rows<'a>(&'a PostgresServer, &'static str);
 
 #[async_trait]
 impl RowDatabase for Rows<'_> {
     async fn rows(&self, prefix: &str) -> Result<u64, BoxError> {
-        let sql = format!("SELECT COUNT(*) FROM distlock_locks WHERE name LIKE '{prefix}%';");
+        let sql = format!(
+            "SELECT COUNT(*) FROM {} WHERE name LIKE '{prefix}%';",
+            self.1
+        );
         Ok(admin_value(self.0, &sql).await.parse()?)
     }
 
     async fn push_ahead(&self, name: &str, by: u64) -> Result<(), BoxError> {
-        let sql = format!("UPDATE distlock_locks SET fence = fence + {by} WHERE name = '{name}';");
+        let sql = format!(
+            "UPDATE {} SET fence = fence + {by} WHERE name = '{name}';",
+            self.1
+        );
         self.0.exec_admin(&sql).await?;
         Ok(())
     }
 
     async fn floor(&self) -> Result<u64, BoxError> {
-        let sql = "SELECT floor FROM distlock_locks_hw;";
+        let sql = format!("SELECT floor FROM {}_hw;", self.1);
+        Ok(admin_value(self.0, &sql).await.parse()?)
+    }
+
+    async fn clock_micros(&self) -> Result<u64, BoxError> {
+        let sql = "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT;";
         Ok(admin_value(self.0, sql).await.parse()?)
     }
 }
@@ -58,7 +74,54 @@ impl RowDatabase for Rows<'_> {
 async fn idle_rows_are_collected_and_tokens_still_rise() {
     let server = server().await;
     let lock = client(&server).await;
-    collected_names_rise_above_a_clock_behind(&lock, &Rows(&server), STATE_TTL)
+    collected_names_rise_above_a_clock_behind(&lock, &Rows(&server, "distlock_locks"), STATE_TTL)
+        .await
+        .unwrap();
+}
+
+/// A name collected and then used again after the server clock stepped back
+/// an hour gets a token above its earlier ones, on both strategies.
+#[tokio::test(flavor = "multi_thread")]
+async fn tokens_rise_after_a_collection_even_when_the_server_clock_steps_back() {
+    let clock = MovableClock::new().expect("cc builds the clock shim");
+    let server = PostgresServer::start_with_clock(&clock).await.unwrap();
+    for (strategy, table) in [
+        (Strategy::VersionCas, "distlock_locks"),
+        (Strategy::Advisory, "distlock_advisory"),
+    ] {
+        clock.set_back(Duration::ZERO).unwrap();
+        let lock = client_of(&server, strategy).await;
+        let step_back = || Ok(clock.set_back(Duration::from_secs(3600))?);
+        collected_name_rises_after_the_clock_steps_back(
+            &lock,
+            &Rows(&server, table),
+            STATE_TTL,
+            step_back,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{strategy:?}: {e}"));
+    }
+}
+
+/// The same for `advisory`'s counter rows.
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_advisory_counters_are_collected_and_tokens_still_rise() {
+    let server = server().await;
+    let lock = client_of(&server, Strategy::Advisory).await;
+    let rows = Rows(&server, "distlock_advisory");
+    collected_names_rise_above_a_clock_behind(&lock, &rows, STATE_TTL)
+        .await
+        .unwrap();
+}
+
+/// An `advisory` name held for longer than `state_ttl` keeps its counter
+/// while new names collect idle ones.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_advisory_name_keeps_its_counter() {
+    let server = server().await;
+    let lock = client_of(&server, Strategy::Advisory).await;
+    let rows = Rows(&server, "distlock_advisory");
+    a_held_name_keeps_its_counter(&lock, &rows, STATE_TTL)
         .await
         .unwrap();
 }
@@ -86,7 +149,10 @@ async fn rows_of_the_previous_release_are_collected() {
     let holder = lock.inspect().unwrap().holder(&key).await.unwrap().unwrap();
     assert_eq!(holder.meta, Some(HolderMeta::this_process()), "{holder:?}");
     lease.release().await.unwrap();
-    assert_eq!(Rows(&server).rows("old/").await.unwrap(), 0);
+    assert_eq!(
+        Rows(&server, "distlock_locks").rows("old/").await.unwrap(),
+        0
+    );
     let floor = admin_value(&server, "SELECT floor FROM distlock_locks_hw;").await;
     assert_eq!(floor, "7");
     // A second client connects to the upgraded table without a change.
@@ -109,7 +175,8 @@ async fn a_hand_made_table_without_holder_names_the_statement_to_run() {
     let add = "ALTER TABLE \"distlock_advisory\" ADD COLUMN IF NOT EXISTS holder TEXT NULL";
     let added = async {
         server.exec_admin(&format!("{add};")).await?;
-        Ok(config().connect().await?)
+        // The rest of the schema (the high-water table) is create_table's.
+        Ok(config().create_table(true).connect().await?)
     };
     holder_column_is_named_then_used(config().connect().await, add, added)
         .await

@@ -122,6 +122,18 @@ impl StateDb for Postgres {
     }
 }
 
+/// How a table's idle rows are found and deleted, as templates over
+/// `{table}` and `{hw}` with [`StateSql::idle_max`]'s and
+/// [`StateSql::sweep`]'s binds. A table whose rows are counters of locks held
+/// by sessions brings its own, which also skip the names a session holds.
+#[derive(Debug, Clone, Copy)]
+pub struct Idle {
+    /// The highest fence among at most `limit` idle rows.
+    pub max: &'static str,
+    /// Deletes at most `limit` idle rows whose fence is at most the floor.
+    pub sweep: &'static str,
+}
+
 /// The bounded-state statements of one lock table, rendered once, and the
 /// client's `state_ttl`.
 #[derive(Debug, Clone)]
@@ -138,15 +150,29 @@ impl Collector {
     /// The statements that collect rows of `table` idle for `state_ttl`,
     /// under the floor of the lock table `lock_table`.
     pub fn new<DB: StateDb>(table: &str, lock_table: &str, state_ttl: Duration) -> Self {
+        let idle = Idle {
+            max: DB::STATE.idle_max,
+            sweep: DB::STATE.sweep,
+        };
+        Self::with_idle::<DB>(table, lock_table, state_ttl, idle)
+    }
+
+    /// As [`Collector::new`], with rows idle as `idle` says.
+    pub fn with_idle<DB: StateDb>(
+        table: &str,
+        lock_table: &str,
+        state_ttl: Duration,
+        idle: Idle,
+    ) -> Self {
         let hw = high_water(lock_table);
         let sql = |template| render(template, &[("table", table), ("hw", &hw)]);
         let all = &DB::STATE;
         Collector {
             lock_floor: sql(all.lock_floor),
             share_floor: sql(all.share_floor),
-            idle_max: sql(all.idle_max),
+            idle_max: sql(idle.max),
             raise: sql(all.raise),
-            sweep: sql(all.sweep),
+            sweep: sql(idle.sweep),
             state_ttl,
         }
     }
@@ -233,16 +259,19 @@ async fn number<D: PoolDialect<Database: StateDb>>(
 }
 
 /// How many rows the names under `prefix` have in the lock table
-/// `lock_table` and its share tables: the per-name state collection bounds.
+/// `lock_table` and, when `shares`, its share tables: the per-name state
+/// collection bounds.
 pub async fn records<A: StateTable>(
     table: &A,
     lock_table: &str,
     prefix: &str,
+    shares: bool,
 ) -> Result<usize, LockError> {
     let mut total = 0;
-    let tables = [lock_table.to_owned()].into_iter().chain(
-        [Primitive::Semaphore, Primitive::RwLock].map(|p| format!("{lock_table}{}", p.suffix())),
-    );
+    let share_tables =
+        [Primitive::Semaphore, Primitive::RwLock].map(|p| format!("{lock_table}{}", p.suffix()));
+    let share_tables = share_tables.into_iter().filter(|_| shares);
+    let tables = [lock_table.to_owned()].into_iter().chain(share_tables);
     for name in tables {
         let count = render(<Db<A> as StateDb>::STATE.count, &[("table", &name)]);
         let counted = async {

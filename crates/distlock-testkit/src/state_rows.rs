@@ -19,11 +19,14 @@ pub trait RowDatabase: Send + Sync {
     async fn push_ahead(&self, name: &str, by: u64) -> Result<(), BoxError>;
     /// The namespace's floor in the high-water table.
     async fn floor(&self) -> Result<u64, BoxError>;
+    /// The server's wall clock, in µs since the epoch.
+    async fn clock_micros(&self) -> Result<u64, BoxError>;
 }
 
 /// Takes and releases `name` once; its token.
 async fn use_once(lock: &DynLock, name: &str) -> Result<u64, BoxError> {
-    let opts = AcquireOptions::new().ttl(Duration::from_millis(500));
+    // 1 s: the shortest ttl of every strategy.
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(1));
     let lease = lock.acquire(&LockKey::new(name)?, &opts).await?;
     let token = lease.token().get();
     lease.release().await?;
@@ -56,17 +59,7 @@ pub async fn collected_names_rise_above_a_clock_behind(
     let ahead = 10 * 24 * 3600 * 1_000_000_u64;
     db.push_ahead("reused", ahead).await?;
     let highest = last + ahead;
-    // Each new name's acquire collects up to 16 idle rows.
-    let deadline = Instant::now() + state_ttl + Duration::from_secs(30);
-    let mut fresh = 0;
-    while db.rows("used/").await? + db.rows("reused").await? > 0 {
-        if Instant::now() > deadline {
-            return Err(format!("idle rows left after {fresh} new names").into());
-        }
-        fresh += 1;
-        use_once(lock, &format!("fresh/{fresh}")).await?;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let fresh = collect(lock, db, &["used/", "reused"], state_ttl).await?;
     let floor = db.floor().await?;
     if floor < highest {
         return Err(format!("floor {floor} below the collected token {highest}").into());
@@ -79,6 +72,101 @@ pub async fn collected_names_rise_above_a_clock_behind(
     let left = db.rows("fresh/").await?;
     if left > fresh {
         return Err(format!("{left} rows for {fresh} new names").into());
+    }
+    Ok(())
+}
+
+/// Uses new names (`fresh/<n>`) until the names under `prefixes` have no row
+/// left (each new name's acquire collects up to 16 idle rows); how many.
+async fn collect(
+    lock: &DynLock,
+    db: &dyn RowDatabase,
+    prefixes: &[&str],
+    state_ttl: Duration,
+) -> Result<u64, BoxError> {
+    let deadline = Instant::now() + state_ttl + Duration::from_secs(30);
+    let mut fresh = 0;
+    loop {
+        let mut left = 0;
+        for prefix in prefixes {
+            left += db.rows(prefix).await?;
+        }
+        if left == 0 {
+            return Ok(fresh);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{left} idle rows left after {fresh} new names").into());
+        }
+        fresh += 1;
+        use_once(lock, &format!("fresh/{fresh}")).await?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `lock` runs with `state_ttl` on a server whose wall clock `step_back`
+/// sets an hour back. A name used three times and then collected gets, after
+/// the step, a token above all three: from the floor, the clock being below.
+pub async fn collected_name_rises_after_the_clock_steps_back(
+    lock: &DynLock,
+    db: &dyn RowDatabase,
+    state_ttl: Duration,
+    step_back: impl FnOnce() -> Result<(), BoxError>,
+) -> Result<(), BoxError> {
+    let mut last = 0;
+    for _ in 0..3 {
+        last = use_once(lock, "orders/42").await?;
+    }
+    collect(lock, db, &["orders/"], state_ttl).await?;
+    step_back()?;
+    let now = db.clock_micros().await?;
+    if now >= last {
+        return Err(format!("the server clock ({now} µs) did not step back below {last}").into());
+    }
+    let after = use_once(lock, "orders/42").await?;
+    if after <= last {
+        return Err(format!("token {after} after the clock stepped back, not above {last}").into());
+    }
+    Ok(())
+}
+
+/// `lock` runs with `state_ttl`. A name held for longer than `state_ttl`
+/// (renewed all along) keeps its rows while new names' acquires collect idle
+/// ones around it, and once released and used again its token rises.
+pub async fn a_held_name_keeps_its_counter(
+    lock: &DynLock,
+    db: &dyn RowDatabase,
+    state_ttl: Duration,
+) -> Result<(), BoxError> {
+    let key = LockKey::new("held")?;
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(1));
+    let lease = lock.acquire(&key, &opts).await?;
+    let token = lease.token().get();
+    let rows = db.rows("held").await?;
+    let until = Instant::now() + state_ttl * 2;
+    let mut fresh = 0;
+    while Instant::now() < until {
+        fresh += 1;
+        use_once(lock, &format!("fresh/{fresh}")).await?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Collection is live: the first new names are idle by now, and go.
+    use_once(lock, "fresh/last").await?;
+    let left = db.rows("fresh/").await?;
+    if left > fresh {
+        return Err(format!("{left} rows for {fresh} new names: nothing collected").into());
+    }
+    let kept = db.rows("held").await?;
+    if kept != rows || !lease.is_held() {
+        return Err(format!(
+            "the held name had {rows} rows and has {kept} after {state_ttl:?} held (held: {})",
+            lease.is_held()
+        )
+        .into());
+    }
+    lease.release().await?;
+    let after = use_once(lock, "held").await?;
+    if after <= token {
+        return Err(format!("token {after} after {token}").into());
     }
     Ok(())
 }

@@ -8,13 +8,9 @@ WITH held AS MATERIALIZED (
      WHERE lock_key = $3 AND (namespace, name) <> ($1, $2)
      LIMIT 1
 ), bumped AS (
-    INSERT INTO "{table}" (namespace, name, fence, lock_key, holder)
-    SELECT $1, $2, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT, $3, $5
+    UPDATE "{table}" SET fence = fence + 1, lock_key = $3, holder = $5, expires_at = now()
       FROM armed
-     WHERE got AND NOT EXISTS (SELECT 1 FROM other)
-        ON CONFLICT (namespace, name)
-        DO UPDATE SET fence = "{table}".fence + 1, lock_key = EXCLUDED.lock_key,
-                      holder = EXCLUDED.holder
+     WHERE armed.got AND namespace = $1 AND name = $2 AND NOT EXISTS (SELECT 1 FROM other)
  RETURNING fence
 )
 SELECT (SELECT got FROM armed), (SELECT fence FROM bumped),

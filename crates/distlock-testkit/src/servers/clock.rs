@@ -14,6 +14,7 @@
 
 use super::ServerError;
 use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -23,7 +24,8 @@ use std::time::Duration;
 const SHIM: &str = include_str!("clock_offset.c");
 
 /// A clock offset shared by the servers launched with it (see
-/// [`super::RedisOptions::clock`]); clones move the same clock.
+/// [`super::RedisOptions::clock`], `MariaDbServer::start_with_clock`,
+/// `PostgresServer::start_with_clock`); clones move the same clock.
 #[derive(Debug, Clone)]
 pub struct MovableClock {
     shim: PathBuf,
@@ -38,6 +40,11 @@ impl MovableClock {
             .prefix("distlock-clock-")
             .tempdir()
             .map_err(ServerError::io("create a temp dir for the clock shim"))?;
+        // Readable by a server that runs as another user (PostgreSQL under
+        // root runs as `nobody`): the shim and the offset file are no secret.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).map_err(
+            ServerError::io("open the clock shim's dir to the server's user"),
+        )?;
         let (source, shim) = (
             dir.path().join("clock_offset.c"),
             dir.path().join("clock_offset.so"),

@@ -1,6 +1,7 @@
 //! MariaDB launcher: `mariadb-install-db` into a temp datadir, then `mariadbd` on a
 //! free loopback port, with a `distlock` database and a password-protected user.
 
+use super::clock::MovableClock;
 use super::process::ServerProcess;
 use super::server::Server;
 use super::sql::{DATABASE, Sql, USER, run_setup, run_sql};
@@ -52,18 +53,30 @@ impl MariaDbServer {
     /// Creates a datadir, starts the server, and creates the database and user;
     /// returns once the server accepts logins.
     pub async fn start() -> Result<Self, ServerError> {
-        Self::start_inner(None).await
+        Self::start_inner(None, None).await
+    }
+
+    /// Like [`start`](Self::start), natively, with a wall clock the test
+    /// moves (see [`MovableClock`]).
+    pub async fn start_with_clock(clock: &MovableClock) -> Result<Self, ServerError> {
+        Self::start_inner(None, Some(clock)).await
     }
 
     /// Like [`start`](Self::start), with TLS offered on the same port (clients
     /// choose it); with [`ServerTls::require_client_cert`] the test user must
     /// log in over TLS with a certificate signed by the CA (`REQUIRE X509`).
     pub async fn start_tls(tls: &ServerTls) -> Result<Self, ServerError> {
-        Self::start_inner(Some(tls)).await
+        Self::start_inner(Some(tls), None).await
     }
 
-    async fn start_inner(tls: Option<&ServerTls>) -> Result<Self, ServerError> {
-        let placement = place("mariadb")?;
+    async fn start_inner(
+        tls: Option<&ServerTls>,
+        clock: Option<&MovableClock>,
+    ) -> Result<Self, ServerError> {
+        let placement = match clock {
+            Some(_) => Placement::native(),
+            None => place("mariadb")?,
+        };
         let server = placement.binary("mariadbd", "mariadb-server")?;
         let install = placement.binary("mariadb-install-db", "mariadb-server")?;
         let client = placement.binary("mariadb", "mariadb-client")?;
@@ -93,8 +106,12 @@ impl MariaDbServer {
             args.extend(SERVER_FLAGS.iter().map(OsString::from));
             args.extend(run_as_root_flag());
             args.extend(tls.map(ServerTls::mariadb_flags).unwrap_or_default());
+            let (program, args) = match clock {
+                Some(clock) => clock.wrap(&server, args),
+                None => (server.clone(), args),
+            };
             let process =
-                ServerProcess::start_at(&placement, "mariadbd", &server, args, dir.path())?;
+                ServerProcess::start_at(&placement, "mariadbd", &program, args, dir.path())?;
             let addr = SocketAddr::new(placement.host(), port);
             process.wait_ready(READY_TIMEOUT, || greets(addr)).await?;
             Ok((port, process))

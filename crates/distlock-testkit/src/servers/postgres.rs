@@ -11,11 +11,12 @@
 //! own, and `psql`/`pg_isready` through `docker exec` over the socket in the
 //! mounted temp dir; clients dial the container's address.
 
+use super::clock::MovableClock;
 use super::process::ServerProcess;
 use super::server::Server;
 use super::sql::{DATABASE, Sql, USER, run_setup, run_sql};
 use super::tls::ServerTls;
-use super::{ServerError, free_port, place, retry_on_exit};
+use super::{Placement, ServerError, free_port, place, retry_on_exit};
 use nix::sys::signal::Signal;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -64,7 +65,13 @@ impl PostgresServer {
     /// Creates a data dir, starts the server, and creates the role and database;
     /// returns once the server accepts logins.
     pub async fn start() -> Result<Self, ServerError> {
-        Self::start_inner(None).await
+        Self::start_inner(None, None).await
+    }
+
+    /// Like [`start`](Self::start), natively, with a wall clock the test
+    /// moves (see [`MovableClock`]).
+    pub async fn start_with_clock(clock: &MovableClock) -> Result<Self, ServerError> {
+        Self::start_inner(None, Some(clock)).await
     }
 
     /// The same, with `ssl=on` and `tls`'s server certificate on the client
@@ -76,11 +83,17 @@ impl PostgresServer {
                 "the PostgreSQL launcher does not ask for client certificates; use ServerTls::generate".into(),
             ));
         }
-        Self::start_inner(Some(tls)).await
+        Self::start_inner(Some(tls), None).await
     }
 
-    async fn start_inner(tls: Option<&ServerTls>) -> Result<Self, ServerError> {
-        let placement = place("postgres")?;
+    async fn start_inner(
+        tls: Option<&ServerTls>,
+        clock: Option<&MovableClock>,
+    ) -> Result<Self, ServerError> {
+        let placement = match clock {
+            Some(_) => Placement::native(),
+            None => place("postgres")?,
+        };
         let bin = if placement.is_container() {
             PathBuf::from(IMAGE_BIN_DIR)
         } else {
@@ -140,6 +153,10 @@ impl PostgresServer {
                 format!("listen_addresses={}", placement.bind()).into(),
             ]);
             let program = runner.program(&postgres);
+            let (program, args) = match clock {
+                Some(clock) => clock.wrap(&program, args),
+                None => (program, args),
+            };
             let process =
                 ServerProcess::start_at(&placement, "postgres", &program, args, dir.path())?;
             let login = SocketLogin::new(&bin, dir.path(), port);

@@ -1,0 +1,2 @@
+INSERT IGNORE INTO `{table}` (name, fence, expires_at)
+VALUES (?, GREATEST(CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS UNSIGNED), ? + 1), NOW(6))

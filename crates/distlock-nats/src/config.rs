@@ -4,6 +4,8 @@ use crate::backend::{NatsBackend, NatsLock};
 use crate::error::{BACKEND, Servers};
 use crate::keys::{DEFAULT_BUCKET, bucket_problem};
 use crate::protocol;
+use crate::shares::rwlock::NatsRwLockBackend;
+use crate::shares::semaphore::NatsSemaphoreBackend;
 use async_nats::ConnectOptions;
 use distlock_core::adapter::BackendLock;
 use distlock_core::toolkit::{Host, LockUrl, Timeouts};
@@ -320,9 +322,11 @@ impl NatsConfig {
         let mut js = async_nats::jetstream::new(client);
         js.set_timeout(self.timeouts.reply);
         let kv = protocol::open_bucket(&js, &servers, &self.bucket).await?;
-        let backend = NatsBackend { js, kv, servers };
-        BackendLock::shared(Arc::new(backend))
+        let backend = Arc::new(NatsBackend { js, kv, servers });
+        BackendLock::shared(backend.clone())
             .with_lock_election()
+            .with_semaphore(NatsSemaphoreBackend::new(backend.clone()))
+            .with_rwlock(NatsRwLockBackend::new(backend))
             .with_defaults(self.defaults)
     }
 }

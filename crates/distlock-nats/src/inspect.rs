@@ -3,7 +3,7 @@
 
 use crate::backend::NatsBackend;
 use crate::error::Written;
-use crate::keys::{lock_key, lock_name, lock_prefix};
+use crate::keys::{escape as escape_name, lock_key, lock_name, lock_prefix};
 use crate::protocol::{self, Slot};
 use async_nats::jetstream::stream::StorageType;
 use async_trait::async_trait;
@@ -13,20 +13,24 @@ use futures_util::TryStreamExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 impl NatsBackend {
-    /// The keys under `prefix` the stream holds a record for (a lock or a
-    /// release marker not collected yet), counted by the stream itself.
-    async fn keys_under(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+    /// The keys of `kind` (`lock`, `sem`, `rw`) starting with `wanted` the
+    /// stream holds a record for (a live entry or a release marker not
+    /// collected yet), listed by the stream itself.
+    pub(crate) async fn keys_under(
+        &self,
+        kind: &str,
+        wanted: &str,
+    ) -> Result<Vec<String>, LockError> {
         let stream_prefix = &self.kv.prefix;
         let subjects: Vec<(String, usize)> = self
             .kv
             .stream
-            .info_with_subjects(format!("{stream_prefix}lock.>"))
+            .info_with_subjects(format!("{stream_prefix}{kind}.>"))
             .await
             .map_err(|e| self.servers.unavailable("listing the bucket's keys", &e))?
             .try_collect()
             .await
             .map_err(|e| self.servers.unavailable("listing the bucket's keys", &e))?;
-        let wanted = lock_prefix(prefix);
         let mut keys: Vec<String> = subjects
             .into_iter()
             .filter_map(|(subject, _)| {
@@ -34,7 +38,7 @@ impl NatsBackend {
                     .strip_prefix(stream_prefix.as_str())
                     .map(str::to_owned)
             })
-            .filter(|key| key.starts_with(&wanted))
+            .filter(|key| key.starts_with(wanted))
             .collect();
         keys.sort();
         Ok(keys)
@@ -72,7 +76,7 @@ impl Inspect for NatsBackend {
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
         let mut held = Vec::new();
-        for key in self.keys_under(prefix).await? {
+        for key in self.keys_under("lock", &lock_prefix(prefix)).await? {
             if let Slot::Held {
                 revision, record, ..
             } = protocol::read(&self.kv, &self.servers, &key).await?
@@ -88,7 +92,12 @@ impl Inspect for NatsBackend {
     }
 
     async fn state_records(&self, prefix: &str) -> Result<Option<usize>, LockError> {
-        Ok(Some(self.keys_under(prefix).await?.len()))
+        let mut records = 0;
+        for kind in ["lock", "sem", "rw"] {
+            let wanted = format!("{kind}.{}", escape_name(prefix));
+            records += self.keys_under(kind, &wanted).await?.len();
+        }
+        Ok(Some(records))
     }
 
     async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {

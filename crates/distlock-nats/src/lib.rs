@@ -32,8 +32,12 @@ mod inspect;
 mod keys;
 mod protocol;
 mod registration;
+mod shares;
 
 pub use backend::{NatsBackend, NatsHandle, NatsLock};
 pub use config::NatsConfig;
 pub use keys::{DEFAULT_BUCKET, escape as escape_name};
 pub use registration::NATS;
+pub use shares::NatsShare;
+pub use shares::rwlock::{NatsRwLock, NatsRwLockBackend};
+pub use shares::semaphore::{NatsSemaphore, NatsSemaphoreBackend};

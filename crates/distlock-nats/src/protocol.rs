@@ -128,7 +128,19 @@ pub(crate) async fn write(
     record: &Record,
     expected: u64,
 ) -> Written {
-    match kv.update(key, record.encode(), expected).await {
+    compare_and_set(kv, servers, key, record.encode(), expected).await
+}
+
+/// Step: write `value` if the key's last revision is `expected` (`0`: the key
+/// has no record); the semaphore's and read-write lock's entries too.
+pub(crate) async fn compare_and_set(
+    kv: &Store,
+    servers: &Servers,
+    key: &str,
+    value: Bytes,
+    expected: u64,
+) -> Written {
+    match kv.update(key, value, expected).await {
         Ok(revision) => Written::At(revision),
         Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Written::Conflict,
         Err(e) => Written::Unknown(servers.unavailable("writing a lock key", &e)),

@@ -67,6 +67,7 @@ pub struct NatsConfig {
     tls: Option<Tls>,
     timeouts: Timeouts,
     defaults: AcquireOptions,
+    replicas: usize,
 }
 
 fn config_error(reason: impl Into<String>) -> LockError {
@@ -84,7 +85,16 @@ impl NatsConfig {
             tls: None,
             timeouts: Timeouts::new(DEFAULT_TIMEOUT, DEFAULT_TIMEOUT),
             defaults: AcquireOptions::new(),
+            replicas: 1,
         }
+    }
+
+    /// How many servers of a JetStream cluster keep the bucket when this
+    /// client creates it (1 to 5; 3 survives the loss of one server). A bucket
+    /// that exists is used as it is.
+    pub fn replicas(mut self, replicas: usize) -> Self {
+        self.replicas = replicas;
+        self
     }
 
     /// The KV bucket the locks live in: the namespace. One bucket per namespace,
@@ -245,6 +255,12 @@ impl NatsConfig {
         if let Some(problem) = bucket_problem(&self.bucket) {
             return Err(config_error(problem));
         }
+        if !(1..=5).contains(&self.replicas) {
+            return Err(config_error(format!(
+                "{} replicas: a JetStream stream has 1 to 5",
+                self.replicas
+            )));
+        }
         self.timeouts.validate(BACKEND)
     }
 
@@ -321,7 +337,7 @@ impl NatsConfig {
     ) -> Result<NatsLock, LockError> {
         let mut js = async_nats::jetstream::new(client);
         js.set_timeout(self.timeouts.reply);
-        let kv = protocol::open_bucket(&js, &servers, &self.bucket).await?;
+        let kv = protocol::open_bucket(&js, &servers, &self.bucket, self.replicas).await?;
         let backend = Arc::new(NatsBackend { js, kv, servers });
         BackendLock::shared(backend.clone())
             .with_lock_election()

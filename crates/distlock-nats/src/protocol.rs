@@ -250,7 +250,7 @@ pub(crate) fn token(epoch: Epoch, revision: u64) -> Result<Option<FencingToken>,
 
 /// Step: open the bucket, creating it when it does not exist: the stream a KV
 /// bucket is (`KV_<bucket>` over `$KV.<bucket>.>`), on file storage, one record
-/// per key, no `max_age` (an age limit would remove the record of a lease whose
+/// per key, `replicas` copies in a JetStream cluster, no `max_age` (an age limit would remove the record of a lease whose
 /// ttl is longer). Created as a stream because the client's own bucket creation
 /// first reads the account's limits, whose reply from a 2.9 server it cannot
 /// parse.
@@ -258,6 +258,7 @@ pub(crate) async fn open_bucket(
     js: &Context,
     servers: &Servers,
     bucket: &str,
+    replicas: usize,
 ) -> Result<Store, LockError> {
     if let Ok(store) = js.get_key_value(bucket).await {
         return Ok(store);
@@ -271,7 +272,7 @@ pub(crate) async fn open_bucket(
         allow_rollup: true,
         deny_delete: true,
         allow_direct: true,
-        num_replicas: 1,
+        num_replicas: replicas,
         discard: DiscardPolicy::New,
         ..StreamConfig::default()
     };

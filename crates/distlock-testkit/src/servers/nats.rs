@@ -81,7 +81,7 @@ impl NatsServer {
 
 /// Whether the server at `addr` sends its greeting with JetStream on: the
 /// `INFO {…}` line a NATS server writes first to every client.
-async fn ready(addr: SocketAddr) -> bool {
+pub(super) async fn ready(addr: SocketAddr) -> bool {
     let Ok(mut stream) = TcpStream::connect(addr).await else {
         return false;
     };

@@ -90,8 +90,8 @@ impl NatsConfig {
     }
 
     /// How many servers of a JetStream cluster keep the bucket when this
-    /// client creates it (1 to 5; 3 survives the loss of one server). A bucket
-    /// that exists is used as it is.
+    /// client creates it (1 to 5, else connecting fails); a bucket that exists
+    /// is used as it is.
     pub fn replicas(mut self, replicas: usize) -> Self {
         self.replicas = replicas;
         self
@@ -254,12 +254,6 @@ impl NatsConfig {
     fn validate(&self) -> Result<(), LockError> {
         if let Some(problem) = bucket_problem(&self.bucket) {
             return Err(config_error(problem));
-        }
-        if !(1..=5).contains(&self.replicas) {
-            return Err(config_error(format!(
-                "{} replicas: a JetStream stream has 1 to 5",
-                self.replicas
-            )));
         }
         self.timeouts.validate(BACKEND)
     }

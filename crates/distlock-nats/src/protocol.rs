@@ -260,6 +260,12 @@ pub(crate) async fn open_bucket(
     bucket: &str,
     replicas: usize,
 ) -> Result<Store, LockError> {
+    if !(1..=5).contains(&replicas) {
+        return Err(LockError::config(
+            BACKEND,
+            format!("{replicas} bucket replicas: a JetStream stream has 1 to 5"),
+        ));
+    }
     if let Ok(store) = js.get_key_value(bucket).await {
         return Ok(store);
     }

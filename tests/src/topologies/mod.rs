@@ -19,8 +19,6 @@ use std::time::{Duration, Instant};
 mod etcd_cluster;
 #[cfg(feature = "mysql")]
 mod mariadb;
-#[cfg(feature = "nats")]
-mod nats_cluster;
 #[cfg(feature = "redis")]
 mod redis_sentinel;
 #[cfg(feature = "zookeeper")]
@@ -50,8 +48,6 @@ pub fn trials(holder: &'static str, dir: PathBuf) -> Vec<Trial> {
     cases.push(("mariadb", mariadb::cases()));
     #[cfg(feature = "redis")]
     cases.push(("redis_sentinel", redis_sentinel::cases()));
-    #[cfg(feature = "nats")]
-    cases.push(("nats_cluster", nats_cluster::cases()));
     cases
         .into_iter()
         .flat_map(|(topology, cases)| {

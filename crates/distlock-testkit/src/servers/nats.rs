@@ -81,7 +81,7 @@ impl NatsServer {
 
 /// Whether the server at `addr` sends its greeting with JetStream on: the
 /// `INFO {…}` line a NATS server writes first to every client.
-pub(super) async fn ready(addr: SocketAddr) -> bool {
+async fn ready(addr: SocketAddr) -> bool {
     let Ok(mut stream) = TcpStream::connect(addr).await else {
         return false;
     };

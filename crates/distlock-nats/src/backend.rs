@@ -86,13 +86,7 @@ impl NatsBackend {
         .token_durability(TokenDurability::Persisted)
         .min_ttl(Duration::from_millis(100))
         .ttl_granularity(Duration::from_millis(1))
-        .primitives(
-            Primitives::lock_only(
-                "not built on NATS KV yet: the lock's compare-and-set would carry it, \
-                 with one key per permit or share",
-            )
-            .election(Support::Offered),
-        )
+        .primitives(Primitives::ALL)
         .min_hold(Support::Offered)
         .state_collection(Support::Offered);
 

@@ -4,6 +4,8 @@ use crate::backend::{NatsBackend, NatsLock};
 use crate::error::{BACKEND, Servers};
 use crate::keys::{DEFAULT_BUCKET, bucket_problem};
 use crate::protocol;
+use crate::shares::rwlock::NatsRwLockBackend;
+use crate::shares::semaphore::NatsSemaphoreBackend;
 use async_nats::ConnectOptions;
 use distlock_core::adapter::BackendLock;
 use distlock_core::toolkit::{DEFAULT_STATE_TTL, Host, LockUrl, Timeouts, check_state_ttl};
@@ -66,6 +68,7 @@ pub struct NatsConfig {
     timeouts: Timeouts,
     defaults: AcquireOptions,
     state_ttl: Duration,
+    replicas: usize,
 }
 
 fn config_error(reason: impl Into<String>) -> LockError {
@@ -84,7 +87,16 @@ impl NatsConfig {
             timeouts: Timeouts::new(DEFAULT_TIMEOUT, DEFAULT_TIMEOUT),
             defaults: AcquireOptions::new(),
             state_ttl: DEFAULT_STATE_TTL,
+            replicas: 1,
         }
+    }
+
+    /// How many servers of a JetStream cluster keep the bucket when this
+    /// client creates it (1 to 5, else connecting fails); a bucket that exists
+    /// is used as it is.
+    pub fn replicas(mut self, replicas: usize) -> Self {
+        self.replicas = replicas;
+        self
     }
 
     /// The KV bucket the locks live in: the namespace. One bucket per namespace,
@@ -92,6 +104,11 @@ impl NatsConfig {
     pub fn bucket(mut self, bucket: impl Into<String>) -> Self {
         self.bucket = bucket.into();
         self
+    }
+
+    /// How many servers keep the bucket when it is created.
+    pub(crate) fn replica_count(&self) -> usize {
+        self.replicas
     }
 
     /// The bucket this config uses.
@@ -341,10 +358,12 @@ impl NatsConfig {
         servers: Servers,
     ) -> Result<NatsLock, LockError> {
         let js = self.jetstream(client);
-        let kv = protocol::open_bucket(&js, &servers, &self.bucket).await?;
-        let backend = NatsBackend::open(js, kv, servers, self.state_ttl).await?;
-        BackendLock::shared(Arc::new(backend))
+        let kv = protocol::open_bucket(&js, &servers, &self.bucket, self.replicas).await?;
+        let backend = Arc::new(NatsBackend::open(js, kv, servers, self.state_ttl).await?);
+        BackendLock::shared(backend.clone())
             .with_lock_election()
+            .with_semaphore(NatsSemaphoreBackend::new(backend.clone()))
+            .with_rwlock(NatsRwLockBackend::new(backend))
             .with_defaults(self.defaults)
     }
 }

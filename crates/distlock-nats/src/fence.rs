@@ -48,8 +48,9 @@ impl NatsConfig {
     /// Connects a fenced store on this config's bucket.
     pub async fn connect_fence(self) -> Result<NatsFence, LockError> {
         let (client, servers) = self.dial().await?;
+        let js = self.jetstream(client);
         let kv =
-            protocol::open_bucket(&self.jetstream(client), &servers, self.bucket_name()).await?;
+            protocol::open_bucket(&js, &servers, self.bucket_name(), self.replica_count()).await?;
         Ok(NatsFence { kv, servers })
     }
 }

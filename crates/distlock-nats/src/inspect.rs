@@ -3,7 +3,7 @@
 
 use crate::backend::NatsBackend;
 use crate::error::Written;
-use crate::keys::{lock_key, lock_name, lock_prefix};
+use crate::keys::{escape as escape_name, lock_key, lock_name, lock_prefix};
 use crate::protocol::{self, Slot};
 use async_nats::jetstream::stream::StorageType;
 use async_trait::async_trait;
@@ -13,20 +13,24 @@ use futures_util::TryStreamExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 impl NatsBackend {
-    /// The keys under `prefix` the stream holds a record for (a lock or a
-    /// release marker not collected yet), counted by the stream itself.
-    async fn keys_under(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+    /// The keys of `kind` (`lock`, `sem`, `rw`) starting with `wanted` the
+    /// stream holds a record for (a live entry or a release marker not
+    /// collected yet), listed by the stream itself.
+    pub(crate) async fn keys_under(
+        &self,
+        kind: &str,
+        wanted: &str,
+    ) -> Result<Vec<String>, LockError> {
         let stream_prefix = &self.kv.prefix;
         let subjects: Vec<(String, usize)> = self
             .kv
             .stream
-            .info_with_subjects(format!("{stream_prefix}lock.>"))
+            .info_with_subjects(format!("{stream_prefix}{kind}.>"))
             .await
             .map_err(|e| self.servers.unavailable("listing the bucket's keys", &e))?
             .try_collect()
             .await
             .map_err(|e| self.servers.unavailable("listing the bucket's keys", &e))?;
-        let wanted = lock_prefix(prefix);
         let mut keys: Vec<String> = subjects
             .into_iter()
             .filter_map(|(subject, _)| {
@@ -34,7 +38,7 @@ impl NatsBackend {
                     .strip_prefix(stream_prefix.as_str())
                     .map(str::to_owned)
             })
-            .filter(|key| key.starts_with(&wanted))
+            .filter(|key| key.starts_with(wanted))
             .collect();
         keys.sort();
         Ok(keys)
@@ -72,7 +76,7 @@ impl Inspect for NatsBackend {
 
     async fn residue(&self, prefix: &str) -> Result<Vec<String>, LockError> {
         let mut held = Vec::new();
-        for key in self.keys_under(prefix).await? {
+        for key in self.keys_under("lock", &lock_prefix(prefix)).await? {
             if let Slot::Held {
                 revision, record, ..
             } = protocol::read(&self.kv, &self.servers, &key).await?
@@ -88,7 +92,12 @@ impl Inspect for NatsBackend {
     }
 
     async fn state_records(&self, prefix: &str) -> Result<Option<usize>, LockError> {
-        Ok(Some(self.keys_under(prefix).await?.len()))
+        let mut records = 0;
+        for kind in ["lock", "sem", "rw"] {
+            let wanted = format!("{kind}.{}", escape_name(prefix));
+            records += self.keys_under(kind, &wanted).await?.len();
+        }
+        Ok(Some(records))
     }
 
     async fn delete_holder(&self, key: &LockKey) -> Result<bool, LockError> {
@@ -127,6 +136,15 @@ impl Inspect for NatsBackend {
                 self.kv.name, info.config.max_age
             ));
         }
+        let version = self.js.client().server_info().version;
+        if info.config.num_replicas > 1 && !serializes_replicated_cas(&version) {
+            pitfalls.push(format!(
+                "bucket `{}` has {} replicas on nats-server {version}: before 2.9.21 a clustered \
+                 stream does not serialize compare-and-set writes (nats-io/nats-server#4320), so \
+                 two clients can both be granted one lock; upgrade the servers or use one replica",
+                self.kv.name, info.config.num_replicas
+            ));
+        }
         if info.config.max_messages_per_subject != 1 {
             pitfalls.push(format!(
                 "bucket `{}` keeps {} records per key; distlock needs one (history 1)",
@@ -144,5 +162,35 @@ impl Inspect for NatsBackend {
         protocol::epoch(&self.kv.stream, &self.servers)
             .await
             .map(|_| ())
+    }
+}
+
+/// Whether nats-server `version` checks a replicated stream's expected last
+/// subject sequence as part of the write (2.9.21 and later), rather than only
+/// before proposing it, where two concurrent writes can both pass; `false`
+/// for a version it cannot read.
+fn serializes_replicated_cas(version: &str) -> bool {
+    let numbers: Vec<u64> = (version.split(['.', '-']).take(3))
+        .map_while(|part| part.parse().ok())
+        .collect();
+    match numbers[..] {
+        [major, minor, patch] => (major, minor, patch) >= (2, 9, 21),
+        // Unknown: assume the worst.
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::serializes_replicated_cas;
+
+    #[test]
+    fn servers_before_2_9_21_do_not_serialize_replicated_compare_and_set() {
+        for old in ["2.9.10", "2.9.20", "1.4.0", "dev"] {
+            assert!(!serializes_replicated_cas(old), "{old}");
+        }
+        for fixed in ["2.9.21", "2.10.0", "2.11.4-beta", "3.0.0"] {
+            assert!(serializes_replicated_cas(fixed), "{fixed}");
+        }
     }
 }

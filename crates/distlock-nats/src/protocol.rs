@@ -130,7 +130,19 @@ pub(crate) async fn write(
     record: &Record,
     expected: u64,
 ) -> Written {
-    match kv.update(key, record.encode(), expected).await {
+    compare_and_set(kv, servers, key, record.encode(), expected).await
+}
+
+/// Step: write `value` if the key's last revision is `expected` (`0`: the key
+/// has no record); the semaphore's and read-write lock's entries too.
+pub(crate) async fn compare_and_set(
+    kv: &Store,
+    servers: &Servers,
+    key: &str,
+    value: Bytes,
+    expected: u64,
+) -> Written {
+    match kv.update(key, value, expected).await {
         Ok(revision) => Written::At(revision),
         Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Written::Conflict,
         Err(e) => Written::Unknown(servers.unavailable("writing a lock key", &e)),
@@ -247,7 +259,7 @@ pub(crate) fn token(epoch: Epoch, revision: u64) -> Result<Option<FencingToken>,
 
 /// Step: open the bucket, creating it when it does not exist: the stream a KV
 /// bucket is (`KV_<bucket>` over `$KV.<bucket>.>`), on file storage, one record
-/// per key, no `max_age` (an age limit would remove the record of a lease whose
+/// per key, `replicas` copies in a JetStream cluster, no `max_age` (an age limit would remove the record of a lease whose
 /// ttl is longer). Created as a stream because the client's own bucket creation
 /// first reads the account's limits, whose reply from a 2.9 server it cannot
 /// parse.
@@ -255,7 +267,14 @@ pub(crate) async fn open_bucket(
     js: &Context,
     servers: &Servers,
     bucket: &str,
+    replicas: usize,
 ) -> Result<Store, LockError> {
+    if !(1..=5).contains(&replicas) {
+        return Err(LockError::config(
+            BACKEND,
+            format!("{replicas} bucket replicas: a JetStream stream has 1 to 5"),
+        ));
+    }
     if let Ok(store) = js.get_key_value(bucket).await {
         return Ok(store);
     }
@@ -268,7 +287,7 @@ pub(crate) async fn open_bucket(
         allow_rollup: true,
         deny_delete: true,
         allow_direct: true,
-        num_replicas: 1,
+        num_replicas: replicas,
         discard: DiscardPolicy::New,
         ..StreamConfig::default()
     };

@@ -125,7 +125,7 @@ impl ClusterHarness {
     }
 
     /// A harness on three primaries with a replica each, failing over after
-    /// [`FAILOVER_AFTER`] ms: `redis_cluster::chaos`.
+    /// 300 ms without a reply: `redis_cluster::chaos`.
     pub async fn launch_replicated() -> Result<Self, BoxError> {
         let cluster = launch_replicas(PRIMARIES, 1).await?;
         for node in 0..cluster.nodes().len() {

@@ -32,7 +32,6 @@ use distlock_core::{
     Capabilities, FencingGuarantee, FencingToken, LockError, LockKey, Primitives, Support,
     TokenDurability, Wake,
 };
-use futures_util::StreamExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -289,19 +288,8 @@ impl Backend for NatsBackend {
                 (Some(at), Some(deadline)) => Some(at.min(deadline)),
                 (at, deadline) => at.or(deadline),
             };
-            let timer = async {
-                match until {
-                    Some(at) => tokio::time::sleep_until(at.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                change = changes.next() => {
-                    if change.is_none() {
-                        watch = None;
-                    }
-                }
-                () = timer => {}
+            if !protocol::next_change(changes, until).await {
+                watch = None;
             }
         }
     }

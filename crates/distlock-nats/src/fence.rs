@@ -14,7 +14,7 @@
 
 use crate::NatsConfig;
 use crate::error::Servers;
-use crate::keys::{escape, unescape};
+use crate::keys::{FENCE_PREFIX, escape, unescape};
 use crate::protocol;
 use async_nats::jetstream::kv::{Operation, Store, UpdateErrorKind};
 use async_trait::async_trait;
@@ -177,7 +177,7 @@ impl Stored {
 
 /// The KV key of a resource's record.
 fn record_key(resource: &str) -> String {
-    format!("fence.{}", escape(resource))
+    format!("{FENCE_PREFIX}{}", escape(resource))
 }
 
 impl NatsFence {

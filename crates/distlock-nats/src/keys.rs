@@ -12,6 +12,8 @@ pub const DEFAULT_BUCKET: &str = "distlock";
 /// What every lock key starts with, so that other kinds of record can share the
 /// bucket later without colliding with lock names.
 const LOCK_PREFIX: &str = "lock.";
+/// A fenced store's records (`fence.rs`), which the sweep never collects.
+pub(crate) const FENCE_PREFIX: &str = "fence.";
 
 /// Bytes kept as they are; every other byte becomes `=XX` (upper-case hex).
 /// `.` is escaped because it separates subject tokens (an empty token or a

@@ -14,7 +14,7 @@
 use crate::error::{BACKEND, Servers, Written};
 use async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE;
 use async_nats::jetstream::context::PublishErrorKind;
-use async_nats::jetstream::kv::{Operation, Store, UpdateErrorKind};
+use async_nats::jetstream::kv::{Operation, Store, UpdateErrorKind, Watch};
 use async_nats::jetstream::stream::{
     Config as StreamConfig, DiscardPolicy, Info as StreamInfo, StorageType,
 };
@@ -22,7 +22,8 @@ use async_nats::jetstream::{Context, stream::Stream};
 use async_nats::{HeaderMap, HeaderValue};
 use bytes::Bytes;
 use distlock_core::{FencingToken, LockError};
-use std::time::Duration;
+use futures_util::StreamExt;
+use std::time::{Duration, Instant};
 
 /// What a lock key holds, as the protocol wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -302,6 +303,22 @@ pub(crate) async fn open_bucket(
             ),
             Ok(_) => servers.unavailable("opening the lock bucket", &opened),
         })
+}
+
+/// A waiter's pause: until the next change `changes` delivers, or `until`
+/// (with none, only a change ends it). `false` when the watch has ended and
+/// must be subscribed again.
+pub(crate) async fn next_change(changes: &mut Watch, until: Option<Instant>) -> bool {
+    let timer = async {
+        match until {
+            Some(at) => tokio::time::sleep_until(at.into()).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        change = changes.next() => change.is_some(),
+        () = timer => true,
+    }
 }
 
 #[cfg(test)]

@@ -4,11 +4,13 @@
 //! that misses, a crashed holder's record or a marker whose purge failed, the
 //! sweep collects: after a grant, at most once per [`SWEEP_EVERY`] per client,
 //! it reads the stream information (which also refreshes the token epoch) and
-//! then at most [`BATCH`] lock records onward from where its last sweep
-//! stopped, oldest first (a bucket keeps one record per key, so the stream's
+//! then at most [`BATCH`] records onward from where its last sweep stopped
+//! (every key but a fenced store's `fence.` records, which belong to their
+//! resource), oldest first (a bucket keeps one record per key, so the stream's
 //! order is the order of last writes; a live holder's renewals move its record
-//! to the end). A record left unrenewed for its ttl plus `state_ttl`, and a
-//! marker older than [`MARKER_AGE`], is purged *up to its own sequence*: a
+//! to the end). A lock record left unrenewed for its ttl plus `state_ttl`, and
+//! a marker (of a lock, or of a semaphore's or read-write lock's emptied
+//! entry) older than [`MARKER_AGE`], is purged *up to its own sequence*: a
 //! holder that renewed or took the name since keeps its newer record, so the
 //! purge is conditional on the revision the sweep saw. Ages are measured on
 //! the server's clock alone: a record's write time against the stream's last
@@ -19,7 +21,7 @@
 
 use crate::epoch::EpochCache;
 use crate::error::Servers;
-use crate::keys::lock_prefix;
+use crate::keys::{FENCE_PREFIX, lock_prefix};
 use crate::protocol::{self, Epoch, Record};
 use async_nats::jetstream::kv::Store;
 use async_nats::jetstream::stream::DirectGetErrorKind;
@@ -82,7 +84,7 @@ impl Sweep {
         tokio::spawn(async move {
             match sweep.run(&kv, &servers, &epoch, cursor).await {
                 Ok(cursor) => sweep.next.lock().unwrap_or_else(PoisonError::into_inner).1 = cursor,
-                Err(e) => tracing::debug!(error = %e, "sweep of idle lock records failed"),
+                Err(e) => tracing::debug!(error = %e, "sweep of idle records failed"),
             }
         });
     }
@@ -102,7 +104,7 @@ impl Sweep {
             .map_err(|e| servers.unavailable("reading the bucket's stream information", &e))?;
         epoch.refresh(Epoch::of(&info));
         let now = info.state.last_timestamp.unix_timestamp_nanos();
-        let filter = format!("{}{}>", kv.prefix, lock_prefix(""));
+        let filter = format!("{}>", kv.prefix);
         let mut cursor = cursor.max(info.state.first_sequence);
         for _ in 0..BATCH {
             let message = match kv
@@ -113,16 +115,21 @@ impl Sweep {
                 Ok(message) => message,
                 // Past the last record: the next sweep starts from the oldest.
                 Err(e) if e.kind() == DirectGetErrorKind::NotFound => return Ok(0),
-                Err(e) => return Err(servers.unavailable("reading the oldest lock records", &e)),
+                Err(e) => return Err(servers.unavailable("reading the oldest records", &e)),
             };
             cursor = message.sequence + 1;
             let age = Duration::from_nanos(
                 u64::try_from(now - message.time.unix_timestamp_nanos()).unwrap_or(0),
             );
+            let Some(key) = message.subject.strip_prefix(kv.prefix.as_str()) else {
+                continue;
+            };
             let marker = message.headers.get("KV-Operation").is_some();
-            let record = Record::decode(&message.payload);
-            if idle(marker, record.as_ref(), age, self.state_ttl)
-                && let Some(key) = message.subject.strip_prefix(kv.prefix.as_str())
+            let record = match key.starts_with(&lock_prefix("")) {
+                true => Record::decode(&message.payload),
+                false => None,
+            };
+            if !key.starts_with(FENCE_PREFIX) && idle(marker, record.as_ref(), age, self.state_ttl)
             {
                 protocol::collect(kv, servers, key, message.sequence).await?;
             }

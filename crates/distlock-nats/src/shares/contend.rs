@@ -17,7 +17,6 @@ use crate::error::Written;
 use distlock_core::adapter::{AcquireRequest, Acquired, WaitUntil, clock_drift};
 use distlock_core::toolkit::CancelGuard;
 use distlock_core::{FencingToken, LockError};
-use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -178,19 +177,8 @@ pub(crate) async fn acquire(
         };
         let refresh = mine.map(|_| refreshed + lifetime / 3);
         let until = [expiry, deadline, refresh].into_iter().flatten().min();
-        let timer = async {
-            match until {
-                Some(at) => tokio::time::sleep_until(at.into()).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            change = changes.next() => {
-                if change.is_none() {
-                    watch = None;
-                }
-            }
-            () = timer => {}
+        if !crate::protocol::next_change(changes, until).await {
+            watch = None;
         }
     }
 }

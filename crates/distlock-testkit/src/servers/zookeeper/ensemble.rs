@@ -10,7 +10,7 @@ use super::{
 use crate::servers::links::{self, PeerLinks};
 use crate::servers::process::ServerProcess;
 use crate::servers::server::Server;
-use crate::servers::{ServerError, free_port, place, write_private};
+use crate::servers::{ServerError, free_port, place, retry_on_exit, write_private};
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -42,7 +42,7 @@ impl ZooKeeperEnsemble {
     /// Starts `size` members with `options`' tick and session bounds, and waits
     /// until every one serves (a leader and followers).
     pub async fn start(size: usize, options: &ZooKeeperOptions) -> Result<Self, ServerError> {
-        Self::start_with(size, options, None).await
+        retry_on_exit(async || Self::start_with(size, options, None).await).await
     }
 
     /// Like [`start`](Self::start), with the members' quorum and election
@@ -58,9 +58,12 @@ impl ZooKeeperEnsemble {
         size: usize,
         options: &ZooKeeperOptions,
     ) -> Result<Self, ServerError> {
-        Self::start_with(size, options, Some(PeerLinks::new())).await
+        retry_on_exit(async || Self::start_with(size, options, Some(PeerLinks::new())).await).await
     }
 
+    /// One attempt on fresh ports: a member that exits at start (a port
+    /// another process took since it was picked) fails it with
+    /// [`ServerError::Exited`], so that the caller tries again.
     async fn start_with(
         size: usize,
         options: &ZooKeeperOptions,
@@ -168,13 +171,22 @@ impl ZooKeeperEnsemble {
         }
     }
 
-    /// Waits until member `index` serves clients as leader or follower.
+    /// Waits until member `index` serves clients as leader or follower; a
+    /// member whose process has ended is [`ServerError::Exited`] at once.
     pub async fn wait_serving(&self, index: usize, timeout: Duration) -> Result<Mode, ServerError> {
         let deadline = Instant::now() + timeout;
         loop {
             let mode = self.mode(index).await;
             if mode != Mode::NotServing {
                 return Ok(mode);
+            }
+            let member = &self.members[index];
+            if !member.is_running() {
+                return Err(ServerError::Exited {
+                    name: format!("zookeeper member {}", index + 1),
+                    status: "exited while waited for".into(),
+                    log_tail: member.log_tail(10),
+                });
             }
             if Instant::now() >= deadline {
                 let tails: Vec<String> = self

@@ -2,11 +2,12 @@
 //! free loopback port, with a `distlock` database and a password-protected user.
 
 use super::clock::MovableClock;
+use super::placement::place_under;
 use super::process::ServerProcess;
 use super::server::Server;
 use super::sql::{DATABASE, Sql, USER, run_setup, run_sql};
 use super::tls::ServerTls;
-use super::{Placement, ServerError, free_port, place, retry_on_exit};
+use super::{Placement, ServerError, free_port, retry_on_exit};
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -73,10 +74,7 @@ impl MariaDbServer {
         tls: Option<&ServerTls>,
         clock: Option<&MovableClock>,
     ) -> Result<Self, ServerError> {
-        let placement = match clock {
-            Some(_) => Placement::native(),
-            None => place("mariadb")?,
-        };
+        let placement = place_under("mariadb", clock)?;
         let server = placement.binary("mariadbd", "mariadb-server")?;
         let install = placement.binary("mariadb-install-db", "mariadb-server")?;
         let client = placement.binary("mariadb", "mariadb-client")?;

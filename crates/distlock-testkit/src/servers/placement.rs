@@ -59,6 +59,19 @@ pub struct Placement {
     docker: Option<(Arc<DockerRun>, String)>,
 }
 
+/// [`place`], except natively whatever the launcher when the server runs under
+/// a [`MovableClock`](super::MovableClock): the clock's shim is built on this
+/// machine and preloaded into the process.
+pub(crate) fn place_under(
+    server: &str,
+    clock: Option<&super::MovableClock>,
+) -> Result<Placement, ServerError> {
+    match clock {
+        Some(_) => Ok(Placement::native()),
+        None => place(server),
+    }
+}
+
 /// A place for one server of kind `server` (`redis`, `etcd`, `zookeeper`,
 /// `mariadb`, `postgres`; a later backend adds its image to `scripts/build-images` and
 /// passes its own name) under the launcher `DISTLOCK_LAUNCHER` names.

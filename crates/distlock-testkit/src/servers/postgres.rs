@@ -12,11 +12,12 @@
 //! mounted temp dir; clients dial the container's address.
 
 use super::clock::MovableClock;
+use super::placement::place_under;
 use super::process::ServerProcess;
 use super::server::Server;
 use super::sql::{DATABASE, Sql, USER, run_setup, run_sql};
 use super::tls::ServerTls;
-use super::{Placement, ServerError, free_port, place, retry_on_exit};
+use super::{ServerError, free_port, retry_on_exit};
 use nix::sys::signal::Signal;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -90,10 +91,7 @@ impl PostgresServer {
         tls: Option<&ServerTls>,
         clock: Option<&MovableClock>,
     ) -> Result<Self, ServerError> {
-        let placement = match clock {
-            Some(_) => Placement::native(),
-            None => place("postgres")?,
-        };
+        let placement = place_under("postgres", clock)?;
         let bin = if placement.is_container() {
             PathBuf::from(IMAGE_BIN_DIR)
         } else {

@@ -1,13 +1,11 @@
 //! Redis launcher: one node, or several independent nodes for Redlock.
 
 use super::clock::MovableClock;
+use super::placement::place_under;
 use super::process::ServerProcess;
 use super::server::Server;
 use super::tls::ServerTls;
-use super::{
-    Placement, READY_TIMEOUT, ServerError, free_port, place, retry_on_exit, url_encode,
-    write_private,
-};
+use super::{READY_TIMEOUT, ServerError, free_port, retry_on_exit, url_encode, write_private};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -87,10 +85,7 @@ impl RedisServer {
 
     /// Starts a server with `options` and waits until it answers PING.
     pub async fn start_with(options: RedisOptions) -> Result<Self, ServerError> {
-        let placement = match options.clock {
-            Some(_) => Placement::native(),
-            None => place("redis")?,
-        };
+        let placement = place_under("redis", options.clock.as_ref())?;
         let binary = placement.binary("redis-server", "redis-server")?;
         let dir = tempfile::Builder::new()
             .prefix("distlock-redis-")

@@ -98,7 +98,12 @@ async fn connect_timeout_bounds_the_wait_for_a_server_that_does_not_answer() {
         "gave up after {elapsed:?}, before connect_timeout"
     );
     assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
-    config.connect().await.unwrap();
+    // Once it answers again, connecting succeeds. A JVM resumed from SIGSTOP on
+    // a loaded machine can take longer than the 1.5 s bound above to answer its
+    // first request (CI saw it), so this connect gets the default bound: the
+    // property here is that the client recovers, not how fast the JVM thaws.
+    let after = ZkConfig::from_url(&format!("zk://{}", server.url())).unwrap();
+    after.connect().await.unwrap();
 }
 
 /// The server dies, and an acquire needs a new session (a ttl not used before):

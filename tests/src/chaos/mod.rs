@@ -1,12 +1,16 @@
 //! The chaos trials: one per backend (`<backend>::chaos`), each on servers of
-//! its own, plus `redis::restart_window` (item 3 of the chaos issue) and the
-//! clustered `etcd_cluster::chaos` and `zk_ensemble::chaos` (`cluster.rs`). The
+//! its own, plus `redis::restart_window` (item 3 of the chaos issue), the
+//! clustered `etcd_cluster::chaos` and `zk_ensemble::chaos` (`cluster.rs`) and
+//! the `<backend>::clock_step_back` trials (`clock.rs`). The
 //! workload, the faults and the checker are the testkit's
 //! (`distlock_testkit::chaos`); this module says, per backend, which harness,
 //! which faults, and which properties are required rather than measured.
 
+pub mod clock;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub mod cluster;
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+pub mod replica;
 #[cfg(feature = "redis")]
 pub mod restart;
 pub mod trials;
@@ -167,6 +171,16 @@ pub async fn run_spec(
         .map_err(|e| format!("starting {}: {e}", spec.trial))?;
     let capabilities = harness.capabilities();
     let ttl = ttl(&capabilities);
+    // A clock stepped back needs names that sit idle and are collected
+    // between steps, and clients that all share one `state_ttl`.
+    let (keys, faulty, fault_gap) = if spec.faults == clock::STEP_BACK {
+        (clock::NAMES, 0, ttl * clock::STEP_GAP)
+    } else if spec.faults == [FaultKind::Failover] {
+        // Every client through the one address the failover moves.
+        (KEYS, 0, ttl)
+    } else {
+        (KEYS, FAULTY, ttl)
+    };
     let plan = Plan {
         meta: Meta {
             trial: spec.trial.into(),
@@ -175,13 +189,13 @@ pub async fn run_spec(
             lost_slack: LOST_SLACK,
         },
         clients: CLIENTS,
-        faulty_clients: FAULTY,
-        keys: KEYS,
+        faulty_clients: faulty,
+        keys,
         ttl,
         duration,
         pace: Pace::Mixed,
         faults: spec.faults.to_vec(),
-        fault_gap: ttl,
+        fault_gap,
         history_file: history_file(dir, spec.trial),
     };
     let report = run(&*harness, &plan, holder_command(&*harness, holder))

@@ -18,7 +18,7 @@ pub mod trials;
 use distlock_core::{BoxError, Capabilities, FencingGuarantee};
 use distlock_testkit::Harness;
 use distlock_testkit::chaos::report::Row;
-use distlock_testkit::chaos::run::Plan;
+use distlock_testkit::chaos::run::{Plan, Report};
 use distlock_testkit::chaos::{FaultKind, Meta, Pace, Requirement, holder::HolderCommand, run};
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -159,13 +159,40 @@ pub fn holder_command(harness: &dyn Harness, binary: &'static str) -> Option<Hol
     }))
 }
 
-/// Runs `spec` for `duration` and returns its row, or the account of what failed.
+/// Runs `spec` for `duration`. Returns its row once the run completed (a
+/// failed trial's too, so that the table shows every trial), and the account
+/// of what failed, if anything did.
 pub async fn run_spec(
     spec: &Spec,
     holder: &'static str,
     duration: Duration,
     dir: &Path,
-) -> Result<Row, String> {
+) -> (Option<Row>, Result<(), String>) {
+    let (report, harness) = match run_report(spec, holder, duration, dir).await {
+        Ok(done) => done,
+        Err(why) => return (None, Err(why)),
+    };
+    // One print per trial, so parallel trials do not interleave their lines.
+    println!("{}", report.text());
+    let verdict = if report.passed() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}\n--- server logs ---\n{}",
+            report.text(),
+            harness.server_logs()
+        ))
+    };
+    (Some(report.row()), verdict)
+}
+
+/// Starts `spec`'s harness and runs its plan.
+async fn run_report(
+    spec: &Spec,
+    holder: &'static str,
+    duration: Duration,
+    dir: &Path,
+) -> Result<(Report, Arc<dyn Harness>), String> {
     let harness = (spec.start)()
         .await
         .map_err(|e| format!("starting {}: {e}", spec.trial))?;
@@ -201,15 +228,5 @@ pub async fn run_spec(
     let report = run(&*harness, &plan, holder_command(&*harness, holder))
         .await
         .map_err(|e| format!("{}: {e}", spec.trial))?;
-    // One print per trial, so parallel trials do not interleave their lines.
-    println!("{}", report.text());
-    if report.passed() {
-        Ok(report.row())
-    } else {
-        Err(format!(
-            "{}\n--- server logs ---\n{}",
-            report.text(),
-            harness.server_logs()
-        ))
-    }
+    Ok((report, harness))
 }

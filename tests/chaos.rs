@@ -37,11 +37,12 @@ fn main() -> ExitCode {
             let (rows, dir) = (rows.clone(), dir.clone());
             let ignored = skipped.iter().any(|s| s == spec.backend);
             Trial::test(spec.trial, move || {
-                let row = runtime().block_on(chaos::run_spec(&spec, holder, duration, &dir))?;
+                let (row, verdict) =
+                    runtime().block_on(chaos::run_spec(&spec, holder, duration, &dir));
                 rows.lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .push(row);
-                Ok(())
+                    .extend(row);
+                Ok(verdict?)
             })
             .with_ignored_flag(ignored)
         })

@@ -14,6 +14,7 @@ use distlock_postgres::{PgConnectOptions, Pooler, PostgresConfig, Strategy};
 use distlock_testkit::servers::{PgBouncerServer, PostgresServer, ServerError};
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::time::Duration;
 
 /// Each strategy and the name of its suite.
 const SUITES: &[(Strategy, &str)] = &[
@@ -68,6 +69,7 @@ impl SqlBackend for PgBouncer {
         proxy: Option<u16>,
         table: String,
         strategy: Strategy,
+        state_ttl: Option<Duration>,
     ) -> Result<DynLock, BoxError> {
         let config = match proxy {
             None => PostgresConfig::from_url(url)?,
@@ -77,6 +79,10 @@ impl SqlBackend for PgBouncer {
                     .port(port),
             )
             .pooler(Pooler::Transaction),
+        };
+        let config = match state_ttl {
+            Some(state_ttl) => config.state_ttl(state_ttl),
+            None => config,
         };
         Ok(config.table(table).strategy(strategy).connect().await?)
     }

@@ -50,6 +50,8 @@ impl FaultControl for AllNodes {
 pub struct RedlockHarness {
     servers: Vec<RedisServer>,
     urls: Vec<String>,
+    /// The `state_ttl` of every client it hands out, if not the default.
+    state_ttl: Option<Duration>,
     inspector: DynLock,
 }
 
@@ -95,22 +97,32 @@ impl RedlockHarness {
         Self::with(servers, urls).await
     }
 
+    /// This harness, its clients (the faulty ones too) all collecting names
+    /// idle for `state_ttl` (`redlock::clock_step_back`).
+    pub fn with_state_ttl(self, state_ttl: Duration) -> Self {
+        RedlockHarness {
+            state_ttl: Some(state_ttl),
+            ..self
+        }
+    }
+
     async fn with(servers: Vec<RedisServer>, urls: Vec<String>) -> Result<Self, BoxError> {
-        let inspector = Self::connect(&urls).await?;
+        let inspector = Self::connect(&urls, None).await?;
         Ok(RedlockHarness {
             servers,
             urls,
+            state_ttl: None,
             inspector,
         })
     }
 
-    async fn connect(urls: &[String]) -> Result<DynLock, BoxError> {
-        Ok(Arc::new(
-            RedlockConfig::from_urls(urls)?
-                .namespace(NAMESPACE)
-                .connect()
-                .await?,
-        ))
+    async fn connect(urls: &[String], state_ttl: Option<Duration>) -> Result<DynLock, BoxError> {
+        let config = RedlockConfig::from_urls(urls)?.namespace(NAMESPACE);
+        let config = match state_ttl {
+            Some(state_ttl) => config.state_ttl(state_ttl),
+            None => config,
+        };
+        Ok(Arc::new(config.connect().await?))
     }
 }
 
@@ -129,12 +141,11 @@ impl Harness for RedlockHarness {
     }
 
     async fn client(&self) -> Result<DynLock, BoxError> {
-        Self::connect(&self.urls).await
+        Self::connect(&self.urls, self.state_ttl).await
     }
 
     async fn client_with_state_ttl(&self, state_ttl: Duration) -> Result<DynLock, BoxError> {
-        let config = RedlockConfig::from_urls(&self.urls)?.state_ttl(state_ttl);
-        Ok(Arc::new(config.namespace(NAMESPACE).connect().await?))
+        Self::connect(&self.urls, Some(state_ttl)).await
     }
 
     async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {
@@ -145,7 +156,7 @@ impl Harness for RedlockHarness {
             proxies.push(proxy);
         }
         Ok(FaultyClient {
-            lock: Self::connect(&urls).await?,
+            lock: Self::connect(&urls, self.state_ttl).await?,
             faults: Arc::new(AllNodes(proxies)),
         })
     }

@@ -55,12 +55,13 @@ pub trait SqlBackend: Debug + Sized + Send + Sync + 'static {
 
     /// A client of `strategy` on `table`, from the lock URL `url`; with `proxy`,
     /// from the sqlx options of `url` with the host and port replaced by the
-    /// fault proxy's local port.
+    /// fault proxy's local port; with `state_ttl`, collecting names idle that long.
     fn connect(
         url: &str,
         proxy: Option<u16>,
         table: String,
         strategy: Self::Strategy,
+        state_ttl: Option<Duration>,
     ) -> impl Future<Output = Result<DynLock, BoxError>> + Send;
 }
 
@@ -114,6 +115,7 @@ macro_rules! sql_backend {
                 proxy: Option<u16>,
                 table: String,
                 strategy: $strategy,
+                state_ttl: Option<::std::time::Duration>,
             ) -> Result<distlock_core::DynLock, distlock_core::BoxError> {
                 let config = match proxy {
                     None => <$config>::from_url(url)?,
@@ -122,6 +124,10 @@ macro_rules! sql_backend {
                             .host("127.0.0.1")
                             .port(port),
                     ),
+                };
+                let config = match state_ttl {
+                    Some(state_ttl) => config.state_ttl(state_ttl),
+                    None => config,
                 };
                 Ok(config.table(table).strategy(strategy).connect().await?)
             }
@@ -167,8 +173,17 @@ pub fn specs<B: SqlBackend>() -> Vec<BackendSpec> {
         .collect()
 }
 
+/// The suite of `strategy`.
+fn suite_of<B: SqlBackend>(strategy: B::Strategy) -> Result<&'static str, BoxError> {
+    let &(_, suite) = B::SUITES
+        .iter()
+        .find(|(suite_strategy, _)| *suite_strategy == strategy)
+        .ok_or_else(|| format!("{strategy:?} has no suite"))?;
+    Ok(suite)
+}
+
 /// Each strategy has its own table, so the suites never meet.
-fn table<B: SqlBackend>(strategy: B::Strategy) -> String {
+pub fn table<B: SqlBackend>(strategy: B::Strategy) -> String {
     format!("conformance_{}", B::strategy_name(strategy))
 }
 
@@ -209,13 +224,16 @@ impl<B: SqlBackend> Server<B> {
         }
     }
 
-    /// A client of `strategy`, through the fault proxy on local `proxy` port if given.
+    /// A client of `strategy`, through the fault proxy on local `proxy` port
+    /// if given, collecting names idle for `state_ttl` if given.
     async fn connect(
         &self,
         proxy: Option<u16>,
         strategy: B::Strategy,
+        state_ttl: Option<Duration>,
     ) -> Result<DynLock, BoxError> {
-        B::connect(&self.url(), proxy, table::<B>(strategy), strategy).await
+        let table = table::<B>(strategy);
+        B::connect(&self.url(), proxy, table, strategy, state_ttl).await
     }
 }
 
@@ -225,6 +243,8 @@ pub struct SqlHarness<B: SqlBackend> {
     strategy: B::Strategy,
     suite: &'static str,
     server: Arc<Server<B>>,
+    /// The `state_ttl` of every client it hands out, if not the default.
+    state_ttl: Option<Duration>,
     /// The client whose `Inspect` deletes holders and counts residue.
     inspector: DynLock,
 }
@@ -246,12 +266,23 @@ impl<B: SqlBackend> SqlHarness<B> {
 
     /// A harness of `strategy` on a server of its own.
     pub async fn launch(strategy: B::Strategy) -> Result<Self, BoxError> {
-        let &(_, suite) = B::SUITES
-            .iter()
-            .find(|(suite_strategy, _)| *suite_strategy == strategy)
-            .ok_or_else(|| format!("{strategy:?} has no suite"))?;
         let server = Arc::new(Server::Launched(Box::new(launch_server::<B>().await?)));
-        Self::on(strategy, suite, server).await
+        Self::on(strategy, suite_of::<B>(strategy)?, server).await
+    }
+
+    /// A harness of `strategy` on `server`, a server of its own, whose clients
+    /// (the faulty ones too) all collect names idle for `state_ttl`.
+    pub async fn on_server(
+        strategy: B::Strategy,
+        server: B::Server,
+        state_ttl: Duration,
+    ) -> Result<Self, BoxError> {
+        let server = Arc::new(Server::Launched(Box::new(server)));
+        let harness = Self::on(strategy, suite_of::<B>(strategy)?, server).await?;
+        Ok(SqlHarness {
+            state_ttl: Some(state_ttl),
+            ..harness
+        })
     }
 
     async fn on(
@@ -260,11 +291,12 @@ impl<B: SqlBackend> SqlHarness<B> {
         server: Arc<Server<B>>,
     ) -> Result<Self, BoxError> {
         // Connecting creates the table before cases run in parallel.
-        let inspector = server.connect(None, strategy).await?;
+        let inspector = server.connect(None, strategy, None).await?;
         Ok(SqlHarness {
             strategy,
             suite,
             server,
+            state_ttl: None,
             inspector,
         })
     }
@@ -285,15 +317,15 @@ impl<B: SqlBackend> Harness for SqlHarness<B> {
     }
 
     async fn client(&self) -> Result<DynLock, BoxError> {
-        self.server.connect(None, self.strategy).await
+        self.server
+            .connect(None, self.strategy, self.state_ttl)
+            .await
     }
 
     async fn client_with_state_ttl(&self, state_ttl: Duration) -> Result<DynLock, BoxError> {
-        let url = self.server.url();
-        let joint = if url.contains('?') { '&' } else { '?' };
-        let url = format!("{url}{joint}state_ttl={}ms", state_ttl.as_millis());
-        let table = table::<B>(self.strategy);
-        B::connect(&url, None, table, self.strategy).await
+        self.server
+            .connect(None, self.strategy, Some(state_ttl))
+            .await
     }
 
     async fn faulty_client(&self) -> Result<FaultyClient, BoxError> {
@@ -303,7 +335,7 @@ impl<B: SqlBackend> Harness for SqlHarness<B> {
         let proxy = Arc::new(FaultProxy::start(B::addr(server)).await?);
         let lock = self
             .server
-            .connect(Some(proxy.addr().port()), self.strategy)
+            .connect(Some(proxy.addr().port()), self.strategy, self.state_ttl)
             .await?;
         Ok(FaultyClient::new(lock, proxy))
     }

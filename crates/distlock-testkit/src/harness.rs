@@ -69,6 +69,17 @@ pub trait Cluster: Send + Sync {
     fn heal(&self, member: usize) -> Result<(), BoxError>;
 }
 
+/// A primary with an asynchronous replica as a chaos run fails it over
+/// ([`crate::chaos::FaultKind::Failover`]): the harness's clients reach the
+/// primary through one address, which the failover moves.
+#[async_trait]
+pub trait Failover: Send + Sync {
+    /// Kills the primary, promotes its replica, moves the clients' address
+    /// to it and starts a new replica of it; returns what happened for the
+    /// history (the server names).
+    async fn fail_over(&self) -> Result<String, BoxError>;
+}
+
 /// One backend under test. Cases run in parallel on one harness, each under its
 /// own random key prefix.
 #[async_trait]
@@ -127,6 +138,12 @@ pub trait Harness: Send + Sync {
     /// The cluster its servers form, for the faults that cut one member off
     /// the others; `None` for a single server or independent nodes.
     fn cluster(&self) -> Option<&dyn Cluster> {
+        None
+    }
+
+    /// Its primary and replica, for the fault that fails one over to the
+    /// other; `None` for a single server.
+    fn failover(&self) -> Option<&dyn Failover> {
         None
     }
 

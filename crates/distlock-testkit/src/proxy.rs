@@ -21,7 +21,7 @@ use tokio::time::Instant;
 #[derive(Debug)]
 pub struct FaultProxy {
     addr: SocketAddr,
-    upstream: SocketAddr,
+    upstream: watch::Sender<SocketAddr>,
     fault: watch::Sender<Fault>,
     accept: JoinHandle<()>,
 }
@@ -37,7 +37,8 @@ impl FaultProxy {
             .local_addr()
             .map_err(ServerError::io("read the fault proxy's address"))?;
         let (fault, watcher) = watch::channel(Fault::None);
-        let accept = tokio::spawn(accept_loop(listener, upstream, watcher));
+        let (upstream, target) = watch::channel(upstream);
+        let accept = tokio::spawn(accept_loop(listener, target, watcher));
         Ok(FaultProxy {
             addr,
             upstream,
@@ -53,7 +54,14 @@ impl FaultProxy {
 
     /// The address traffic is forwarded to.
     pub fn upstream(&self) -> SocketAddr {
-        self.upstream
+        *self.upstream.borrow()
+    }
+
+    /// Forwards the connections accepted from now on to `upstream` (those
+    /// open stay with the old one): a failover's address moved to the
+    /// promoted replica, as a virtual IP or a DNS name is.
+    pub fn retarget(&self, upstream: SocketAddr) {
+        self.upstream.send_replace(upstream);
     }
 
     /// The fault in force.
@@ -79,7 +87,7 @@ impl Drop for FaultProxy {
 
 async fn accept_loop(
     listener: TcpListener,
-    upstream: SocketAddr,
+    upstream: watch::Receiver<SocketAddr>,
     mut fault: watch::Receiver<Fault>,
 ) {
     let mut connections = JoinSet::new();
@@ -94,6 +102,7 @@ async fn accept_loop(
                 if *fault.borrow() == Fault::Reset {
                     reset(client);
                 } else {
+                    let upstream = *upstream.borrow();
                     connections.spawn(serve(client, upstream, fault.clone()));
                 }
             }

@@ -1,12 +1,16 @@
 //! The chaos trials: one per backend (`<backend>::chaos`), each on servers of
-//! its own, plus `redis::restart_window` (item 3 of the chaos issue) and the
-//! clustered `etcd_cluster::chaos` and `zk_ensemble::chaos` (`cluster.rs`). The
+//! its own, plus `redis::restart_window` (item 3 of the chaos issue), the
+//! clustered `etcd_cluster::chaos` and `zk_ensemble::chaos` (`cluster.rs`) and
+//! the `<backend>::clock_step_back` trials (`clock.rs`). The
 //! workload, the faults and the checker are the testkit's
 //! (`distlock_testkit::chaos`); this module says, per backend, which harness,
 //! which faults, and which properties are required rather than measured.
 
+pub mod clock;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub mod cluster;
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+pub mod replica;
 #[cfg(feature = "redis")]
 pub mod restart;
 pub mod trials;
@@ -14,7 +18,7 @@ pub mod trials;
 use distlock_core::{BoxError, Capabilities, FencingGuarantee};
 use distlock_testkit::Harness;
 use distlock_testkit::chaos::report::Row;
-use distlock_testkit::chaos::run::Plan;
+use distlock_testkit::chaos::run::{Plan, Report};
 use distlock_testkit::chaos::{FaultKind, Meta, Pace, Requirement, holder::HolderCommand, run};
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -155,18 +159,55 @@ pub fn holder_command(harness: &dyn Harness, binary: &'static str) -> Option<Hol
     }))
 }
 
-/// Runs `spec` for `duration` and returns its row, or the account of what failed.
+/// Runs `spec` for `duration`. Returns its row once the run completed (a
+/// failed trial's too, so that the table shows every trial), and the account
+/// of what failed, if anything did.
 pub async fn run_spec(
     spec: &Spec,
     holder: &'static str,
     duration: Duration,
     dir: &Path,
-) -> Result<Row, String> {
+) -> (Option<Row>, Result<(), String>) {
+    let (report, harness) = match run_report(spec, holder, duration, dir).await {
+        Ok(done) => done,
+        Err(why) => return (None, Err(why)),
+    };
+    // One print per trial, so parallel trials do not interleave their lines.
+    println!("{}", report.text());
+    let verdict = if report.passed() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}\n--- server logs ---\n{}",
+            report.text(),
+            harness.server_logs()
+        ))
+    };
+    (Some(report.row()), verdict)
+}
+
+/// Starts `spec`'s harness and runs its plan.
+async fn run_report(
+    spec: &Spec,
+    holder: &'static str,
+    duration: Duration,
+    dir: &Path,
+) -> Result<(Report, Arc<dyn Harness>), String> {
     let harness = (spec.start)()
         .await
         .map_err(|e| format!("starting {}: {e}", spec.trial))?;
     let capabilities = harness.capabilities();
     let ttl = ttl(&capabilities);
+    // A clock stepped back needs names that sit idle and are collected
+    // between steps, and clients that all share one `state_ttl`.
+    let (keys, faulty, fault_gap) = if spec.faults == clock::STEP_BACK {
+        (clock::NAMES, 0, ttl * clock::STEP_GAP)
+    } else if spec.faults == [FaultKind::Failover] {
+        // Every client through the one address the failover moves.
+        (KEYS, 0, ttl)
+    } else {
+        (KEYS, FAULTY, ttl)
+    };
     let plan = Plan {
         meta: Meta {
             trial: spec.trial.into(),
@@ -175,27 +216,17 @@ pub async fn run_spec(
             lost_slack: LOST_SLACK,
         },
         clients: CLIENTS,
-        faulty_clients: FAULTY,
-        keys: KEYS,
+        faulty_clients: faulty,
+        keys,
         ttl,
         duration,
         pace: Pace::Mixed,
         faults: spec.faults.to_vec(),
-        fault_gap: ttl,
+        fault_gap,
         history_file: history_file(dir, spec.trial),
     };
     let report = run(&*harness, &plan, holder_command(&*harness, holder))
         .await
         .map_err(|e| format!("{}: {e}", spec.trial))?;
-    // One print per trial, so parallel trials do not interleave their lines.
-    println!("{}", report.text());
-    if report.passed() {
-        Ok(report.row())
-    } else {
-        Err(format!(
-            "{}\n--- server logs ---\n{}",
-            report.text(),
-            harness.server_logs()
-        ))
-    }
+    Ok((report, harness))
 }

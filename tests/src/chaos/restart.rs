@@ -82,6 +82,7 @@ pub fn redis_specs() -> Vec<Spec> {
                 Ok(Arc::new(SentinelHarness::launch_chaos("wait_replicas=1&ttl=1s").await?) as _)
             })
         }),
+        super::clock::redis(),
     ]
 }
 

@@ -55,6 +55,7 @@ pub fn redlock() -> Vec<Spec> {
             // Timing assumptions again: a node whose clock jumps drops keys early.
             exclusion: Requirement::Measured,
         },
+        super::clock::redlock(),
     ]
 }
 
@@ -149,6 +150,8 @@ pub fn mysql() -> Vec<Spec> {
             // next keepalive. Measured (`docs/chaos.md`, "What the chaos run found").
             exclusion: Requirement::Measured,
         },
+        super::clock::mysql(),
+        super::replica::mysql(),
     ]
 }
 
@@ -184,5 +187,7 @@ pub fn postgres() -> Vec<Spec> {
             // holder learns at its next keepalive. Measured, not required.
             exclusion: Requirement::Measured,
         },
+        super::clock::postgres(),
+        super::replica::postgres(),
     ]
 }

@@ -68,8 +68,8 @@ fn chaos_trials(holder: &'static str, dir: PathBuf) -> Vec<Trial> {
             Trial::test(spec.trial, move || {
                 run(async move || {
                     let duration = crate::chaos::duration()?;
-                    crate::chaos::run_spec(&spec, holder, duration, &dir).await?;
-                    Ok(())
+                    let (_, verdict) = crate::chaos::run_spec(&spec, holder, duration, &dir).await;
+                    Ok(verdict?)
                 })
             })
         })

@@ -177,11 +177,7 @@ impl<'a> HarnessInjector<'a> {
     /// live expire at once. The target names the nodes and the jump,
     /// `node0,node2:+750ms`.
     fn clock_jump(&self, length: Duration) -> Result<String, BoxError> {
-        let mut clocked: Vec<(String, &MovableClock)> = self
-            .servers()
-            .into_iter()
-            .filter_map(|(name, server)| Some((name, server.clock()?)))
-            .collect();
+        let mut clocked = self.clocked();
         let most = clocked.len().saturating_sub(1).clamp(1, 2);
         let count = rand::rng().random_range(1..=most);
         let mut jumped = Vec::new();
@@ -195,6 +191,29 @@ impl<'a> HarnessInjector<'a> {
         }
         jumped.sort();
         Ok(format!("{}:+{}ms", jumped.join(","), length.as_millis()))
+    }
+
+    /// Steps the wall clock of every server with a movable clock back by
+    /// [`STEP_BACK`] further, for good. The target names the servers and the
+    /// step, `server:-3600000ms`.
+    fn clock_step_back(&self) -> Result<String, BoxError> {
+        let clocked = self.clocked();
+        if clocked.is_empty() {
+            return Err("no server has a movable clock".into());
+        }
+        for (_, clock) in &clocked {
+            clock.step_back(STEP_BACK)?;
+        }
+        let names: Vec<String> = clocked.into_iter().map(|(name, _)| name).collect();
+        Ok(format!("{}:-{}ms", names.join(","), STEP_BACK.as_millis()))
+    }
+
+    /// The servers launched with a movable clock, and their clocks.
+    fn clocked(&self) -> Vec<(String, &'a MovableClock)> {
+        self.servers()
+            .into_iter()
+            .filter_map(|(name, server)| Some((name, server.clock()?)))
+            .collect()
     }
 
     fn cut(&self) -> std::sync::MutexGuard<'_, Option<usize>> {
@@ -227,7 +246,8 @@ impl Injector for HarnessInjector<'_> {
                 FaultKind::PartitionLeader
                 | FaultKind::PartitionMinority
                 | FaultKind::PartitionHolder => self.harness.cluster().is_some(),
-                FaultKind::ClockJump => self.servers().iter().any(|(_, s)| s.clock().is_some()),
+                FaultKind::ClockJump | FaultKind::ClockStepBack => !self.clocked().is_empty(),
+                FaultKind::Failover => self.harness.failover().is_some(),
                 _ => has_proxies,
             })
             .collect()
@@ -277,6 +297,18 @@ impl Injector for HarnessInjector<'_> {
                 tokio::time::sleep(length).await;
                 Ok(target)
             }
+            FaultKind::ClockStepBack => {
+                let target = self.clock_step_back()?;
+                tokio::time::sleep(length).await;
+                Ok(target)
+            }
+            FaultKind::Failover => {
+                let failover = self
+                    .harness
+                    .failover()
+                    .ok_or("no replica to fail over to")?;
+                failover.fail_over().await
+            }
         }
     }
 
@@ -298,6 +330,10 @@ impl Injector for HarnessInjector<'_> {
         Ok(())
     }
 }
+
+/// How far one `clock-step-back` moves the servers' clocks: an hour, far
+/// beyond any ttl and `state_ttl`, as a clock reset by a bad time source is.
+const STEP_BACK: Duration = Duration::from_secs(3600);
 
 /// How long a partition waits for a leader: the fault before may have
 /// started an election (a leader paused, killed or cut off and back).

@@ -69,13 +69,22 @@ pub enum FaultKind {
     /// that their keys expire early: servers launched with a movable clock
     /// only (`redlock::clock_jump`).
     ClockJump,
+    /// Every server's wall clock stepped back an hour further, and left
+    /// there: a collected name's counter reseeded afterwards must still give
+    /// tokens above its earlier ones. Servers launched with a movable clock
+    /// only (`<backend>::clock_step_back`).
+    ClockStepBack,
+    /// The primary killed and its asynchronous replica promoted, the clients'
+    /// address moved to it, a new replica started: harnesses with a
+    /// [`crate::harness::Failover`] only (`<backend>_replica::chaos`).
+    Failover,
 }
 
 impl FaultKind {
     /// Every kind; an injector offers those its harness can apply (the
-    /// partitions only to a cluster, clock jumps only to servers with a
-    /// movable clock).
-    pub const ALL: [FaultKind; 12] = [
+    /// partitions only to a cluster, clock jumps and steps only to servers
+    /// with a movable clock).
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::ServerPause,
         FaultKind::ServerKill,
         FaultKind::ProxyDelay,
@@ -88,6 +97,8 @@ impl FaultKind {
         FaultKind::PartitionMinority,
         FaultKind::PartitionHolder,
         FaultKind::ClockJump,
+        FaultKind::ClockStepBack,
+        FaultKind::Failover,
     ];
 
     /// The name in histories and reports.
@@ -105,6 +116,8 @@ impl FaultKind {
             FaultKind::PartitionMinority => "partition-minority",
             FaultKind::PartitionHolder => "partition-holder",
             FaultKind::ClockJump => "clock-jump",
+            FaultKind::ClockStepBack => "clock-step-back",
+            FaultKind::Failover => "failover",
         }
     }
 

@@ -80,12 +80,25 @@ impl MovableClock {
     /// once, as a clock stepping forward does: every key whose expiry is less
     /// than `by` away expires now.
     pub fn jump_ahead(&self, by: Duration) -> Result<(), ServerError> {
+        self.shift(micros(by))
+    }
+
+    /// Moves the servers' wall clocks `by` further behind where they are, at
+    /// once, as a clock stepped back by an operator or a bad time source
+    /// does: a token seeded from the clock now starts lower, and every expiry
+    /// already set lasts `by` longer.
+    pub fn step_back(&self, by: Duration) -> Result<(), ServerError> {
+        self.shift(-micros(by))
+    }
+
+    /// Adds `micros` to the offset.
+    fn shift(&self, micros: i128) -> Result<(), ServerError> {
         let now = std::fs::read_to_string(&self.offset)
             .map_err(ServerError::io("read the clock offset"))?;
         let now: i128 = now.trim().parse().map_err(|_| {
             ServerError::Protocol(format!("the clock offset {now:?} is not a number"))
         })?;
-        self.set(now.saturating_add(micros(by)))
+        self.set(now.saturating_add(micros))
     }
 
     /// Sets the offset, in microseconds.

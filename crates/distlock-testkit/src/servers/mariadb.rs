@@ -15,6 +15,8 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
+mod replica;
+
 /// Install plus first start; slow disks make the install the long part.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
 const STOP_GRACE: Duration = Duration::from_secs(20);
@@ -74,7 +76,17 @@ impl MariaDbServer {
         tls: Option<&ServerTls>,
         clock: Option<&MovableClock>,
     ) -> Result<Self, ServerError> {
-        let placement = place_under("mariadb", clock)?;
+        Self::start_at(place_under("mariadb", clock)?, tls, clock, false).await
+    }
+
+    /// Starts a server at `placement`; with `binlog`, writing a binary log
+    /// that a replica reads (`replica.rs`), its server id its port.
+    async fn start_at(
+        placement: Placement,
+        tls: Option<&ServerTls>,
+        clock: Option<&MovableClock>,
+        binlog: bool,
+    ) -> Result<Self, ServerError> {
         let server = placement.binary("mariadbd", "mariadb-server")?;
         let install = placement.binary("mariadb-install-db", "mariadb-server")?;
         let client = placement.binary("mariadb", "mariadb-client")?;
@@ -102,6 +114,15 @@ impl MariaDbServer {
                 format!("--bind-address={}", placement.bind()).into(),
             ];
             args.extend(SERVER_FLAGS.iter().map(OsString::from));
+            if binlog {
+                // After `--skip-log-bin`: the last one wins.
+                args.extend([
+                    arg("--log-bin=", &dir.path().join("binlog")),
+                    format!("--server-id={port}").into(),
+                    "--log-slave-updates".into(),
+                    "--binlog-format=ROW".into(),
+                ]);
+            }
             args.extend(run_as_root_flag());
             args.extend(tls.map(ServerTls::mariadb_flags).unwrap_or_default());
             let (program, args) = match clock {
@@ -121,7 +142,7 @@ impl MariaDbServer {
             (port, None),
             process,
             dir,
-            Sql::new("mysql", engine),
+            Sql::new("mysql", engine, clock),
         );
         let require = match tls {
             Some(tls) if tls.require_client_cert => " REQUIRE X509",

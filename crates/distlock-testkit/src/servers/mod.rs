@@ -61,7 +61,7 @@ pub trait Launched: Send + Sync {
     fn process(&self) -> &ServerProcess;
 
     /// The wall clock it runs with, if the test can move it (a chaos run's
-    /// clock jumps).
+    /// clock jumps and steps back).
     fn clock(&self) -> Option<&MovableClock> {
         None
     }
@@ -95,8 +95,8 @@ launched!(
     RedisServer => clock,
     EtcdServer,
     ZooKeeperServer,
-    MariaDbServer,
-    PostgresServer,
+    MariaDbServer => clock,
+    PostgresServer => clock,
     NatsServer
 );
 

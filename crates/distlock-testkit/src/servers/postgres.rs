@@ -25,6 +25,7 @@ use std::time::Duration;
 
 mod commands;
 pub mod pgbouncer;
+mod standby;
 
 use commands::{Runner, SocketLogin, server_bin_dir};
 
@@ -91,13 +92,20 @@ impl PostgresServer {
         tls: Option<&ServerTls>,
         clock: Option<&MovableClock>,
     ) -> Result<Self, ServerError> {
-        let placement = place_under("postgres", clock)?;
+        Self::start_at(place_under("postgres", clock)?, tls, clock).await
+    }
+
+    async fn start_at(
+        placement: super::Placement,
+        tls: Option<&ServerTls>,
+        clock: Option<&MovableClock>,
+    ) -> Result<Self, ServerError> {
         let bin = if placement.is_container() {
             PathBuf::from(IMAGE_BIN_DIR)
         } else {
             server_bin_dir()?
         };
-        let (initdb, postgres) = (bin.join("initdb"), bin.join("postgres"));
+        let initdb = bin.join("initdb");
         let runner = Runner::current()?;
         let dir = tempfile::Builder::new()
             .prefix("distlock-postgres-")
@@ -132,38 +140,8 @@ impl PostgresServer {
             None => Vec::new(),
         };
 
-        let (port, process) = retry_on_exit(async || {
-            let port = free_port()?;
-            let mut args = runner.prefix(&postgres);
-            args.extend(["-D".into(), data.clone().into_os_string()]);
-            args.extend(["-p".into(), port.to_string().into()]);
-            args.extend(["-k".into(), dir.path().as_os_str().to_owned()]);
-            for setting in SERVER_SETTINGS
-                .iter()
-                .copied()
-                .chain(tls_settings.iter().map(String::as_str))
-            {
-                args.extend(["-c".into(), OsString::from(setting)]);
-            }
-            // The last setting wins: every interface in a container.
-            args.extend([
-                "-c".into(),
-                format!("listen_addresses={}", placement.bind()).into(),
-            ]);
-            let program = runner.program(&postgres);
-            let (program, args) = match clock {
-                Some(clock) => clock.wrap(&program, args),
-                None => (program, args),
-            };
-            let process =
-                ServerProcess::start_at(&placement, "postgres", &program, args, dir.path())?;
-            let login = SocketLogin::new(&bin, dir.path(), port);
-            process
-                .wait_ready(READY_TIMEOUT, || login.ready(&process))
-                .await?;
-            Ok((port, process))
-        })
-        .await?;
+        let (port, process) =
+            serve(&placement, &bin, &runner, dir.path(), &tls_settings, clock).await?;
         let login = SocketLogin::new(&bin, dir.path(), port);
         let engine = Postgres { login };
         let server = Server::new(
@@ -171,7 +149,7 @@ impl PostgresServer {
             (port, None),
             process,
             dir,
-            Sql::new("postgres", engine),
+            Sql::new("postgres", engine, clock),
         );
         server
             .exec_as(
@@ -240,6 +218,51 @@ impl PostgresServer {
         psql.args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"]);
         run_sql(&mut psql, sql, "psql (as the superuser)").await
     }
+}
+
+/// Starts `postgres` on the data dir `dir/data` and a free port, its socket
+/// in `dir`, with `settings` beside the usual ones, under `clock` if given;
+/// returns once it accepts logins, retrying on fresh ports if it exits.
+async fn serve(
+    placement: &super::Placement,
+    bin: &Path,
+    runner: &Runner,
+    dir: &Path,
+    settings: &[String],
+    clock: Option<&MovableClock>,
+) -> Result<(u16, ServerProcess), ServerError> {
+    let postgres = bin.join("postgres");
+    retry_on_exit(async || {
+        let port = free_port()?;
+        let mut args = runner.prefix(&postgres);
+        args.extend(["-D".into(), dir.join("data").into_os_string()]);
+        args.extend(["-p".into(), port.to_string().into()]);
+        args.extend(["-k".into(), dir.as_os_str().to_owned()]);
+        for setting in SERVER_SETTINGS
+            .iter()
+            .copied()
+            .chain(settings.iter().map(String::as_str))
+        {
+            args.extend(["-c".into(), OsString::from(setting)]);
+        }
+        // The last setting wins: every interface in a container.
+        args.extend([
+            "-c".into(),
+            format!("listen_addresses={}", placement.bind()).into(),
+        ]);
+        let program = runner.program(&postgres);
+        let (program, args) = match clock {
+            Some(clock) => clock.wrap(&program, args),
+            None => (program, args),
+        };
+        let process = ServerProcess::start_at(placement, "postgres", &program, args, dir)?;
+        let login = SocketLogin::new(bin, dir, port);
+        process
+            .wait_ready(READY_TIMEOUT, || login.ready(&process))
+            .await?;
+        Ok((port, process))
+    })
+    .await
 }
 
 /// `-c` settings for TLS. The server reads its key only if the key is private

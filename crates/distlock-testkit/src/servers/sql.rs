@@ -2,6 +2,7 @@
 //! by a `distlock` user with a random password, the URL naming them, the one-shot
 //! setup program (`mariadb-install-db`, `initdb`), and SQL through a client tool.
 
+use super::clock::MovableClock;
 use super::server::Server;
 use super::{Placement, ServerError, random_password, url_encode};
 use std::ffi::OsString;
@@ -23,16 +24,25 @@ pub struct Sql<E> {
     scheme: &'static str,
     password: String,
     pub(super) engine: E,
+    clock: Option<MovableClock>,
 }
 
 impl<E> Sql<E> {
-    /// A fresh random password for URLs of `scheme` (`mysql`, `postgres`).
-    pub(super) fn new(scheme: &'static str, engine: E) -> Self {
+    /// A fresh random password for URLs of `scheme` (`mysql`, `postgres`),
+    /// for a server running under `clock` if given.
+    pub(super) fn new(scheme: &'static str, engine: E, clock: Option<&MovableClock>) -> Self {
         Sql {
             scheme,
             password: random_password(),
             engine,
+            clock: clock.cloned(),
         }
+    }
+
+    /// Takes `password` as the test user's: a replica's test user is its
+    /// primary's, copied with the data.
+    pub(super) fn set_password(&mut self, password: &str) {
+        password.clone_into(&mut self.password);
     }
 }
 
@@ -42,11 +52,17 @@ impl<E: std::fmt::Debug> std::fmt::Debug for Sql<E> {
             .field("user", &USER)
             .field("password", &"<redacted>")
             .field("engine", &self.engine)
+            .field("clock", &self.clock)
             .finish()
     }
 }
 
 impl<E> Server<Sql<E>> {
+    /// The wall clock it was started with (`start_with_clock`), if any.
+    pub fn clock(&self) -> Option<&MovableClock> {
+        self.kind.clock.as_ref()
+    }
+
     /// `<scheme>://distlock:<password>@<host>:<port>/distlock` (host `127.0.0.1`,
     /// or the container's address), the scheme being `mysql` or `postgres`.
     pub fn url(&self) -> String {

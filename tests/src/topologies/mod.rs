@@ -4,7 +4,9 @@
 //! docker launcher as the default (`DISTLOCK_LAUNCHER=native` is refused: a native
 //! server has no network of its own to cut), and removes them when it ends.
 //! `etcd_cluster::chaos` and `zk_ensemble::chaos` are the `chaos` target's
-//! clustered trials (`crate::chaos::cluster`), run here in containers.
+//! clustered trials (`crate::chaos::cluster`), run here in containers. A
+//! backend's own topologies come from its `TestBackend::topologies`, so a new
+//! one adds no line here.
 
 use distlock_core::{BoxError, Lease};
 use distlock_testkit::history::History;
@@ -25,10 +27,13 @@ mod redis_sentinel;
 mod zk_ensemble;
 
 /// A case's body.
-type Body = fn() -> Pin<Box<dyn Future<Output = Result<(), BoxError>>>>;
+pub type Body = fn() -> Pin<Box<dyn Future<Output = Result<(), BoxError>>>>;
 
 /// One case: its name and its body.
-type Case = (&'static str, Body);
+pub type Case = (&'static str, Body);
+
+/// A topology: its name and its cases.
+pub type Topology = (&'static str, Vec<Case>);
 
 /// Longest any one case may run.
 const CASE_LIMIT: Duration = Duration::from_secs(240);
@@ -39,7 +44,7 @@ const CASE_LIMIT: Duration = Duration::from_secs(240);
 pub fn trials(holder: &'static str, dir: PathBuf) -> Vec<Trial> {
     set_default_launcher(LauncherKind::Docker);
     #[allow(unused_mut)]
-    let mut cases: Vec<(&str, Vec<Case>)> = Vec::new();
+    let mut cases: Vec<Topology> = Vec::new();
     #[cfg(feature = "etcd")]
     cases.push(("etcd_cluster", etcd_cluster::cases()));
     #[cfg(feature = "zookeeper")]
@@ -48,6 +53,12 @@ pub fn trials(holder: &'static str, dir: PathBuf) -> Vec<Trial> {
     cases.push(("mariadb", mariadb::cases()));
     #[cfg(feature = "redis")]
     cases.push(("redis_sentinel", redis_sentinel::cases()));
+    // A backend's own topologies, from its entry in `crate::backends()`.
+    cases.extend(
+        crate::backends()
+            .iter()
+            .flat_map(|backend| (backend.topologies)()),
+    );
     cases
         .into_iter()
         .flat_map(|(topology, cases)| {

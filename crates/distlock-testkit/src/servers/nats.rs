@@ -85,6 +85,26 @@ impl NatsCluster {
         self.servers.iter().position(|server| server.name() == name)
     }
 
+    /// The index of the server that leads stream `stream` (a KV bucket's is
+    /// `KV_<bucket>`), asked of the running servers; `None` while it has no
+    /// leader (its only server is down) or no server answers.
+    pub async fn stream_leader(&self, stream: &str) -> Option<usize> {
+        for server in self.servers.iter().filter(|s| s.is_running()) {
+            let api = format!("STREAM.INFO.{stream}");
+            let Some(reply) = jetstream_request(server.addr(), &api, "").await else {
+                continue;
+            };
+            let leader = reply
+                .split_once("\"leader\":\"")
+                .and_then(|(_, rest)| rest.split_once('"'))
+                .map(|(name, _)| name.to_owned());
+            if let Some(index) = leader.and_then(|name| self.index_of(&name)) {
+                return Some(index);
+            }
+        }
+        None
+    }
+
     /// The client URL of the servers `which` selects, `nats://h1:p1,h2:p2`.
     pub fn url_of(&self, which: impl Fn(usize) -> bool) -> String {
         let addrs: Vec<String> = (self.servers.iter().enumerate())

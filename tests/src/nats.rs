@@ -190,8 +190,8 @@ pub mod cluster {
     //! no takeover), and once it restarts from its file store the lock is granted
     //! again with a higher token.
 
-    use crate::topologies::{Case, Topology, check_history};
-    use distlock_core::{AcquireOptions, BoxError, DistributedLock, LockError, LockKey, Wait};
+    use crate::topologies::{Case, Topology, check_history, key};
+    use distlock_core::{AcquireOptions, BoxError, DistributedLock, LockError, Wait};
     use distlock_nats::{NatsConfig, NatsLock};
     use distlock_testkit::history::History;
     use distlock_testkit::servers::NatsCluster;
@@ -240,13 +240,6 @@ pub mod cluster {
             .filter(|index| which(*index))
             .map(|index| nats.servers()[index].addr().to_string());
         Ok(NatsConfig::new(servers).bucket(BUCKET).connect().await?)
-    }
-
-    fn key(name: &str) -> Result<LockKey, BoxError> {
-        Ok(LockKey::new(format!(
-            "{name}-{:08x}",
-            rand::random::<u32>()
-        ))?)
     }
 
     /// A server that is not the stream's is killed while a lock is held and a

@@ -8,7 +8,7 @@
 //! backend's own topologies come from its `TestBackend::topologies`, so a new
 //! one adds no line here.
 
-use distlock_core::{BoxError, Lease};
+use distlock_core::{BoxError, Lease, LockKey};
 use distlock_testkit::history::History;
 use distlock_testkit::servers::{LauncherKind, launcher, set_default_launcher};
 use libtest_mimic::{Failed, Trial};
@@ -43,8 +43,11 @@ const CASE_LIMIT: Duration = Duration::from_secs(240);
 /// in `dir`.
 pub fn trials(holder: &'static str, dir: PathBuf) -> Vec<Trial> {
     set_default_launcher(LauncherKind::Docker);
+    // A backend's own topologies, from its entry in `crate::backends()`.
     #[allow(unused_mut)]
-    let mut cases: Vec<Topology> = Vec::new();
+    let mut cases: Vec<Topology> = (crate::backends().iter())
+        .flat_map(|backend| (backend.topologies)())
+        .collect();
     #[cfg(feature = "etcd")]
     cases.push(("etcd_cluster", etcd_cluster::cases()));
     #[cfg(feature = "zookeeper")]
@@ -53,12 +56,6 @@ pub fn trials(holder: &'static str, dir: PathBuf) -> Vec<Trial> {
     cases.push(("mariadb", mariadb::cases()));
     #[cfg(feature = "redis")]
     cases.push(("redis_sentinel", redis_sentinel::cases()));
-    // A backend's own topologies, from its entry in `crate::backends()`.
-    cases.extend(
-        crate::backends()
-            .iter()
-            .flat_map(|backend| (backend.topologies)()),
-    );
     cases
         .into_iter()
         .flat_map(|(topology, cases)| {
@@ -107,6 +104,14 @@ fn run(body: impl AsyncFnOnce() -> Result<(), BoxError>) -> Result<(), Failed> {
             Err(_) => Err(format!("the case did not finish within {CASE_LIMIT:?}").into()),
         }
     })
+}
+
+/// A fresh lock key named `name-<random>`, so that reruns never meet old state.
+pub(crate) fn key(name: &str) -> Result<LockKey, BoxError> {
+    Ok(LockKey::new(format!(
+        "{name}-{:08x}",
+        rand::random::<u32>()
+    ))?)
 }
 
 /// Fails with every violation if `history` has two holders at once or a token

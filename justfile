@@ -82,10 +82,11 @@ test-etcd:
     cargo test -p distlock-tests --features etcd --test conformance -- etcd::
     cargo test -p distlock-etcd --all-features
 
-# NATS JetStream KV: conformance cases plus the adapter's own tests.
-test-nats:
-    cargo test -p distlock-tests --features nats --test conformance -- nats::
-    cargo test -p distlock-nats
+# Any backend NAME with a crate distlock-NAME: its conformance cases plus the adapter's own tests
+# (`just test-backend etcd`).
+test-backend NAME:
+    cargo test -p distlock-tests --all-features --test conformance -- {{NAME}}::
+    cargo test -p distlock-{{NAME}} --all-features
 
 # Other ecosystems' real clients against ours: Apache Curator's recipes (`curator::`, a Java holder compiled
 # at test time) on ZooKeeper and `etcdctl lock` (`etcdctl::`) on etcd, both directions and under contention.
@@ -131,9 +132,10 @@ package *ARGS:
 docs:
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps
 
-# Start every docker/ topology and wait until its healthchecks pass (needs Docker).
+# Start every docker/ topology (docker/*.yml and docker/images/*/compose.yml) and wait until its
+# healthchecks pass (needs Docker).
 docker-up:
-    for f in docker/*.yml; do docker compose -f "$f" up -d --wait; done
+    for f in docker/*.yml docker/images/*/compose.yml; do docker compose -f "$f" up -d --wait; done
 
 # The whole conformance suite with every server in a container of the local images (`just images`
 # first; a Docker engine, no registry): DISTLOCK_LAUNCHER=docker, same cases as `just test`, one backend
@@ -149,21 +151,26 @@ test-topologies *FILTER:
     cargo test -p distlock-tests --all-features --test topologies -- {{FILTER}}
 
 # Run the suite against the `just docker-up` servers (Compose v2): MySQL 8 for every test, then MariaDB for the MySQL cases.
+# A docker/images/<server>/compose.yml gives its URL as `x-distlock-test-url:` (DISTLOCK_TEST_<SERVER>_URL).
 test-compose-servers:
+    for f in docker/images/*/compose.yml; do \
+        server=$(basename "$(dirname "$f")"); \
+        url=$(sed -n 's/^x-distlock-test-url:[[:space:]]*//p' "$f"); \
+        [ -z "$url" ] || export "DISTLOCK_TEST_${server^^}_URL=$url"; \
+    done; \
     DISTLOCK_TEST_REDIS_URL=redis://127.0.0.1:16379 \
     DISTLOCK_TEST_REDLOCK_URL=redis://127.0.0.1:16381,redis://127.0.0.1:16382,redis://127.0.0.1:16383,redis://127.0.0.1:16384,redis://127.0.0.1:16385 \
     DISTLOCK_TEST_ETCD_URL=etcd://127.0.0.1:12379 \
     DISTLOCK_TEST_ZOOKEEPER_URL=zk://127.0.0.1:12181 \
     DISTLOCK_TEST_MYSQL_URL=mysql://root:distlock-test@127.0.0.1:13306/distlock \
     DISTLOCK_TEST_POSTGRES_URL=postgres://postgres:distlock-test@127.0.0.1:15432/distlock \
-    DISTLOCK_TEST_NATS_URL=nats://127.0.0.1:14222 \
     cargo test --workspace --all-features
     DISTLOCK_TEST_MYSQL_URL=mysql://root:distlock-test@127.0.0.1:13307/distlock \
     cargo test -p distlock-tests --all-features --test conformance -- mysql
 
 # Stop and remove the docker/ servers and their data.
 docker-down:
-    for f in docker/*.yml; do docker compose -f "$f" down -v; done
+    for f in docker/*.yml docker/images/*/compose.yml; do docker compose -f "$f" down -v; done
 
 # Build the local Debian-based server images for docker/ (no registry; skips unchanged ones).
 images *ARGS:

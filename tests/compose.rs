@@ -20,15 +20,40 @@ fn load(file: &str) -> Yaml {
     docs.remove(0)
 }
 
-/// Every compose file in docker/, by file name.
+/// Every compose file: docker/*.yml and a server's docker/images/<server>/compose.yml,
+/// by path under docker/.
 fn files() -> BTreeMap<String, Yaml> {
-    std::fs::read_dir(repo().join("docker"))
-        .unwrap()
-        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-        .filter(|name| name.ends_with(".yml") || name.ends_with(".yaml"))
+    let names = |dir: &str| -> Vec<String> {
+        std::fs::read_dir(repo().join("docker").join(dir))
+            .unwrap()
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .collect()
+    };
+    let top = names("")
+        .into_iter()
+        .filter(|name| name.ends_with(".yml") || name.ends_with(".yaml"));
+    let beside_images = names("images")
+        .into_iter()
+        .map(|server| format!("images/{server}/compose.yml"))
+        .filter(|file| repo().join("docker").join(file).is_file());
+    top.chain(beside_images)
         .map(|name| {
             let doc = load(&name);
             (name, doc)
+        })
+        .collect()
+}
+
+/// The URL a docker/images/<server>/compose.yml gives `just test-compose-servers`
+/// (`x-distlock-test-url`), by the variable the recipe sets from it.
+fn test_urls_beside_images() -> BTreeMap<String, String> {
+    files()
+        .iter()
+        .filter_map(|(file, doc)| {
+            let server = file.strip_prefix("images/")?.strip_suffix("/compose.yml")?;
+            let url = doc["x-distlock-test-url"].as_str()?;
+            let variable = format!("DISTLOCK_TEST_{}_URL", server.to_ascii_uppercase());
+            Some((variable, url.to_owned()))
         })
         .collect()
 }
@@ -115,7 +140,8 @@ fn host_ports_are_unique_across_topologies() {
 }
 
 /// `just test-compose-servers` must point each registered backend's
-/// `DISTLOCK_TEST_<BACKEND>_URL` at a port a compose file publishes.
+/// `DISTLOCK_TEST_<BACKEND>_URL` at a port a compose file publishes: set in the
+/// recipe, or by a compose file beside its image (`x-distlock-test-url`).
 #[test]
 fn test_compose_servers_recipe_uses_the_published_ports() {
     let justfile = std::fs::read_to_string(repo().join("justfile")).unwrap();
@@ -128,6 +154,15 @@ fn test_compose_servers_recipe_uses_the_published_ports() {
         .take_while(|l| l.is_empty() || l.starts_with(' ') || l.starts_with('\t'))
         .collect::<Vec<_>>()
         .join("\n");
+    assert!(
+        recipe.contains("x-distlock-test-url"),
+        "test-compose-servers no longer reads x-distlock-test-url"
+    );
+    let recipe = test_urls_beside_images()
+        .iter()
+        .fold(recipe, |recipe, (variable, url)| {
+            format!("{recipe}\n{variable}={url}")
+        });
     let published: Vec<u16> = services()
         .iter()
         .map(|(name, service)| host_port(name, service))

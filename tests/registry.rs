@@ -1,6 +1,6 @@
 //! Every registered backend has what the project promises for each: a docs
-//! page, a conformance suite, a server launcher, a chaos trial, a compose file and a fuzz target
-//! for its URLs.
+//! page, a conformance suite, a server launcher, a chaos trial, a compose file and a URL
+//! parser for the fuzz target that walks the registry.
 //! A backend added to the facade's table without one of them fails here, with
 //! the file or function to add.
 
@@ -73,29 +73,38 @@ fn every_backend_has_a_conformance_suite_a_launcher_and_a_chaos_trial() {
 #[test]
 fn every_backend_has_a_compose_file() {
     for kind in backends() {
-        let file = repo().join(format!("docker/{}.yml", kind.name()));
+        let files = [
+            repo().join(format!("docker/{}.yml", kind.name())),
+            repo().join(format!("docker/images/{}/compose.yml", kind.name())),
+        ];
         assert!(
-            file.is_file(),
-            "{kind}: add {} (its server on the local images, with a healthcheck) and its \
-             services to tests/compose.rs",
-            file.display()
+            files.iter().any(|file| file.is_file()),
+            "{kind}: add {} (its server on the local image, with a healthcheck, its \
+             `x-distlock-test-url` and a check.sh beside it for scripts/test-compose)",
+            files[1].display()
         );
     }
 }
 
+/// The fuzz target `backend_url` reads every scheme through its backend's
+/// `Registration::parse`: that must be the parser `connect` uses, which refuses
+/// an unknown parameter by name, not a stand-in that accepts anything.
 #[test]
-fn every_backend_has_a_url_fuzz_target() {
+fn every_backend_registers_its_url_parser_for_the_fuzzer() {
     for kind in backends() {
-        let targets: Vec<PathBuf> = kind
-            .schemes()
-            .iter()
-            .chain(&[kind.name()])
-            .map(|scheme| repo().join(format!("fuzz/fuzz_targets/{scheme}_url.rs")))
-            .collect();
-        assert!(
-            targets.iter().any(|target| target.is_file()),
-            "{kind}: add a fuzz target for its URL parser, {}",
-            targets[0].display()
-        );
+        let registration = kind.registration().expect("enabled");
+        for scheme in kind.schemes() {
+            let url = format!("{scheme}://127.0.0.1/x?fuzz_probe_parameter=1");
+            let error = registration
+                .parse(&url)
+                .expect_err(&format!("{kind}: {url} parsed"));
+            assert!(
+                matches!(error, distlock::LockError::Config { .. })
+                    && error.to_string().contains("fuzz_probe_parameter"),
+                "{kind}: {url}: {error}"
+            );
+        }
     }
+    let target = repo().join("fuzz/fuzz_targets/backend_url.rs");
+    assert!(target.is_file(), "{} is gone", target.display());
 }

@@ -1,6 +1,7 @@
 //! Clustered servers in containers on a private network, each at its own address:
 //! `etcd_cluster::…` (3 members), `zk_ensemble::…` (3 servers), `mariadb::…`,
-//! `redis_sentinel::…` (a primary, a replica, 3 Sentinels).
+//! `redis_sentinel::…` (a primary, a replica, 3 Sentinels), and the topologies
+//! a backend lists in its `TestBackend::topologies` (tests/src/lib.rs).
 //! Leaders are killed and partitioned away (`docker network disconnect`) under
 //! held locks, and every case checks a recorded history: no two holders at once,
 //! tokens rising; `etcd_cluster::chaos` and `zk_ensemble::chaos` run the history

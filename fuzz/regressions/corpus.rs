@@ -55,14 +55,7 @@ replays! {
     key => targets::key,
     duration => targets::duration,
     lock_url => targets::lock_url,
-    redis_url => targets::redis_url,
-    redlock_url => targets::redlock_url,
-    etcd_url => targets::etcd_url,
-    nats_url => targets::nats_url,
-    zk_url => targets::zk_url,
-    mysql_url => targets::mysql_url,
-    postgres_url => targets::postgres_url,
-    backend_kind => targets::backend_kind,
+    backend_url => targets::backend_url,
     cli_args => cli::cli_args,
 }
 

@@ -182,76 +182,23 @@ pub fn lock_url(data: &[u8]) {
     check_url(text, &|t| lock_url_texts(ops, t));
 }
 
-/// Runs a URL reader and checks what it shows.
-fn scheme(data: &[u8], shown: impl Fn(&str) -> Vec<String>) {
+/// The facade's `BackendKind::from_url` and `redact_url`, then the URL parser of
+/// every registered backend (`Registration::parse`): the input's text after
+/// `://` under each of the registry's schemes in turn, so that every backend's
+/// parser is fuzzed here without a target of its own.
+pub fn backend_url(data: &[u8]) {
     let Some(text) = utf8(data) else { return };
-    check_url(text, &shown);
-}
-
-/// `RedisConfig::from_url`.
-pub fn redis_url(data: &[u8]) {
-    scheme(data, |t| {
-        let r = distlock_redis::RedisConfig::from_url(t);
-        let mut shown = result_texts(&r);
-        shown.extend(r.ok().map(|c| c.endpoint()));
-        shown
-    });
-}
-
-/// `RedlockConfig::from_url`.
-pub fn redlock_url(data: &[u8]) {
-    scheme(data, |t| {
-        let r = distlock_redis::RedlockConfig::from_url(t);
-        let mut shown = result_texts(&r);
-        shown.extend(r.ok().iter().flat_map(|c| c.endpoints()));
-        shown
-    });
-}
-
-/// `EtcdConfig::from_url` (without the `tls` feature: with it, `ca=`, `cert=`
-/// and `key=` name files that parsing reads).
-pub fn etcd_url(data: &[u8]) {
-    scheme(data, |t| {
-        let r = distlock_etcd::EtcdConfig::from_url(t);
-        let mut shown = result_texts(&r);
-        shown.extend(r.ok().iter().flat_map(|c| c.endpoints().to_vec()));
-        shown
-    });
-}
-
-/// `NatsConfig::from_url` (files named by `nkey=`, `creds=`, `ca=`, `cert=` and
-/// `key=` are read at connect, not while parsing).
-pub fn nats_url(data: &[u8]) {
-    scheme(data, |t| result_texts(&distlock_nats::NatsConfig::from_url(t)));
-}
-
-/// `ZkConfig::from_url`.
-pub fn zk_url(data: &[u8]) {
-    scheme(data, |t| {
-        result_texts(&distlock_zookeeper::ZkConfig::from_url(t))
-    });
-}
-
-/// `MySqlConfig::from_url`.
-pub fn mysql_url(data: &[u8]) {
-    scheme(data, |t| {
-        result_texts(&distlock_mysql::MySqlConfig::from_url(t))
-    });
-}
-
-/// `PostgresConfig::from_url` (certificate paths are kept, not read, when
-/// parsing).
-pub fn postgres_url(data: &[u8]) {
-    scheme(data, |t| {
-        result_texts(&distlock_postgres::PostgresConfig::from_url(t))
-    });
-}
-
-/// The facade's `BackendKind::from_url` and `redact_url`.
-pub fn backend_kind(data: &[u8]) {
-    scheme(data, |t| {
+    check_url(text, &|t| {
         let mut shown = result_texts(&distlock::BackendKind::from_url(t));
         shown.push(distlock::redact_url(t));
         shown
     });
+    let rest = text.split_once("://").map_or(text, |(_, rest)| rest);
+    for registration in distlock::BackendKind::all().filter_map(distlock::BackendKind::registration) {
+        for scheme in registration.schemes() {
+            check_url(&format!("{scheme}://{rest}"), &|t| {
+                result_texts(&registration.parse(t))
+            });
+        }
+    }
 }

@@ -54,6 +54,10 @@ pub struct TestBackend {
     /// query appended to the launched URL); the first is also the fenced
     /// store's URL where the backend stores fenced data.
     pub fence_locks: &'static [(&'static str, &'static str)],
+    /// Its clustered topologies for the `topologies` target, each a name and
+    /// its cases (run as `<name>::<case>`); the etcd, ZooKeeper, MariaDB and
+    /// Sentinel ones are listed in `topologies` itself.
+    pub topologies: fn() -> Vec<topologies::Topology>,
 }
 
 /// A server starting.
@@ -105,6 +109,7 @@ pub fn backends() -> Vec<TestBackend> {
             chaos: chaos::trials::memory,
             launch: None,
             fence_locks: &[],
+            topologies: Vec::new,
         },
         #[cfg(feature = "zookeeper")]
         TestBackend {
@@ -113,6 +118,7 @@ pub fn backends() -> Vec<TestBackend> {
             chaos: chaos::trials::zookeeper,
             launch: Some(|| Box::pin(zookeeper::launch_url())),
             fence_locks: &[("zookeeper", "")],
+            topologies: Vec::new,
         },
         #[cfg(feature = "mysql")]
         TestBackend {
@@ -125,6 +131,7 @@ pub fn backends() -> Vec<TestBackend> {
                 strategy!("mysql_unique_insert", "unique_insert"),
                 strategy!("mysql_for_update", "for_update"),
             ],
+            topologies: Vec::new,
         },
         #[cfg(feature = "redis")]
         TestBackend {
@@ -141,6 +148,7 @@ pub fn backends() -> Vec<TestBackend> {
             chaos: chaos::restart::redis_specs,
             launch: Some(|| Box::pin(redis::launch_url())),
             fence_locks: &[("redis", "")],
+            topologies: Vec::new,
         },
         #[cfg(feature = "redlock")]
         TestBackend {
@@ -149,6 +157,7 @@ pub fn backends() -> Vec<TestBackend> {
             chaos: chaos::trials::redlock,
             launch: Some(|| Box::pin(redlock::launch_url())),
             fence_locks: &[("redlock", "")],
+            topologies: Vec::new,
         },
         #[cfg(feature = "etcd")]
         TestBackend {
@@ -157,6 +166,7 @@ pub fn backends() -> Vec<TestBackend> {
             chaos: chaos::trials::etcd,
             launch: Some(|| Box::pin(etcd::launch_url())),
             fence_locks: &[("etcd", "")],
+            topologies: Vec::new,
         },
         #[cfg(feature = "nats")]
         TestBackend {
@@ -165,6 +175,7 @@ pub fn backends() -> Vec<TestBackend> {
             chaos: nats::chaos,
             launch: Some(|| Box::pin(nats::launch_url())),
             fence_locks: &[("nats", "")],
+            topologies: nats::cluster::topologies,
         },
         #[cfg(feature = "postgres")]
         TestBackend {
@@ -180,6 +191,7 @@ pub fn backends() -> Vec<TestBackend> {
                 strategy!("postgres", "version_cas"),
                 strategy!("postgres_advisory", "advisory"),
             ],
+            topologies: Vec::new,
         },
     ]
 }

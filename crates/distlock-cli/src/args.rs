@@ -30,6 +30,22 @@ fn url_help() -> String {
     )
 }
 
+/// The backends of this build that also store fenced data, as `memory://…,
+/// redis://… or …` (from the registry: a new store is listed with no edit here).
+pub fn fence_stores() -> String {
+    let stores: Vec<String> = distlock::BackendKind::all()
+        .filter_map(distlock::BackendKind::registration)
+        .filter(|registration| registration.has_fence())
+        .filter_map(|registration| registration.schemes().first())
+        .map(|scheme| format!("{scheme}://…"))
+        .collect();
+    match stores.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
 impl UrlArg {
     /// The URL, or a usage error naming both ways to give one.
     pub fn require(&self) -> Result<&str, Failure> {

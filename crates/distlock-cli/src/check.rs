@@ -12,14 +12,20 @@ use tokio::time::Instant;
 pub struct CheckArgs {
     #[command(flatten)]
     url: UrlArg,
-    /// Also check a fenced store (memory://NAME, redis://…, mysql://…): a write
-    /// with a lock token is admitted, an older token refused, and the store's
-    /// settings that can forget admitted tokens are warned about.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", help = store_help())]
     store: Option<String>,
     /// Give up on any one check after this long.
     #[arg(long, default_value = "30s", value_parser = crate::args::parse_positive_duration)]
     timeout: Duration,
+}
+
+/// `--store`'s help, with every fenced store of this build.
+fn store_help() -> String {
+    format!(
+        "Also check a fenced store ({}): a write with a lock token is admitted, an older \
+         token refused, and the store's settings that can forget admitted tokens are warned about.",
+        crate::args::fence_stores()
+    )
 }
 
 /// Two clients of the deployment and a fresh key space.

@@ -59,9 +59,9 @@ pub enum Command {
     /// One fenced write, refused by the store if a newer lock holder wrote first.
     ///
     /// Meant for a child of `distlock run`, whose token it reads from
-    /// $DISTLOCK_FENCING_TOKEN. The store is the URL's: memory://NAME, redis://…
-    /// or mysql://… (with --sql, a statement run in the transaction that admits the
-    /// token).
+    /// $DISTLOCK_FENCING_TOKEN. The store is the URL's, a backend that also
+    /// stores data (--resource lists them; with --sql, a statement run in the
+    /// transaction that admits the token).
     ///
     /// Exit status: 0 written (--add prints the new value); 77 stale token (a
     /// higher token was admitted: the writer lost its lock); 65 --add would drop

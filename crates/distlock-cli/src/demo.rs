@@ -1,7 +1,7 @@
 //! `distlock demo`: why a lock, and why a lock is not enough.
 //!
-//! The stock and the price live in a fenced store (process memory, Redis or
-//! MySQL), and every write goes through it with the writer's token.
+//! The stock and the price live in a fenced store (process memory, or a backend
+//! that also stores data), and every write goes through it with the writer's token.
 //!
 //! 1. A flash sale without a lock: buyers read the stock, take a moment to pay,
 //!    and write stock-1. Reads interleave, so more items are sold than exist.
@@ -10,7 +10,7 @@
 //!    lock when it wakes. Its late write is refused by the store itself, because
 //!    a newer holder already wrote with a higher token.
 
-use crate::args::{run_prefix, short_ttl, show};
+use crate::args::{fence_stores, run_prefix, short_ttl, show};
 use crate::exit::{self, Failure};
 use distlock::{
     AcquireOptions, DynLock, Fence, FencedWrite, FencingToken, LockError, LockKey, Renewal, Wait,
@@ -25,9 +25,7 @@ pub struct DemoArgs {
     /// Backend URL (default: memory://demo, in this process).
     #[arg(long, value_name = "URL")]
     url: Option<String>,
-    /// Where the stock and the price live: memory://NAME, redis://…, mysql://… or postgres://…
-    /// (default: the --url store when it is one of those, else process memory).
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", help = store_help())]
     store: Option<String>,
     /// Items in stock.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
@@ -35,6 +33,15 @@ pub struct DemoArgs {
     /// Concurrent buyers.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     buyers: u32,
+}
+
+/// `--store`'s help: every fenced store of this build.
+fn store_help() -> String {
+    format!(
+        "Where the stock and the price live: {} (default: the --url store when it is one of \
+         those, else process memory).",
+        fence_stores()
+    )
 }
 
 /// Without a lock there is no token: every unlocked buyer writes with token 0,

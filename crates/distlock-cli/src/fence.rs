@@ -6,7 +6,7 @@
 //!   distlock fence --url redis://cache --resource stock:sku-42 --add -1 --floor 0
 //! ```
 
-use crate::args::{UrlArg, parse_positive_duration};
+use crate::args::{UrlArg, fence_stores, parse_positive_duration};
 use crate::exit::{self, Failure};
 use distlock::{FencedWrite, FencingToken, LockError, WriteOutcome};
 use std::time::Duration;
@@ -16,8 +16,7 @@ use std::time::Duration;
 pub struct FenceArgs {
     #[command(flatten)]
     url: UrlArg,
-    /// The fenced resource: the Redis key, or the name the SQL fence table records.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", help = resource_help())]
     resource: String,
     /// The writer's fencing token (default: $DISTLOCK_FENCING_TOKEN, set by `distlock run`).
     #[arg(long, env = "DISTLOCK_FENCING_TOKEN", value_name = "N")]
@@ -45,6 +44,14 @@ pub struct FenceArgs {
     /// matched. DDL commits on its own in MySQL, so fence only DML.
     #[arg(long, group = "write", value_name = "STATEMENT")]
     sql: Option<String>,
+}
+
+/// `--resource`'s help, with the stores --url may name.
+fn resource_help() -> String {
+    format!(
+        "The fenced resource: its key or record name in the --url store, one of {}.",
+        fence_stores()
+    )
 }
 
 impl FenceArgs {

@@ -35,7 +35,7 @@ pub use crate::election::{
 };
 pub use crate::lease::{Bound, clock_drift};
 pub use crate::lock::BackendLock;
-pub use crate::registry::{ConnectFence, ConnectLock, Connecting, Registration, schemes};
+pub use crate::registry::{ConnectFence, ConnectLock, Connecting, ParseUrl, Registration, schemes};
 pub use crate::rwlock::{BackendRwLock, LockQueueRwLock, RwLockBackend, RwLockInspect, ShareInfo};
 pub use crate::semaphore::{
     AcquiredPermit, BackendSemaphore, MAX_PERMITS, PermitInfo, PermitRequest, SemaphoreBackend,

@@ -15,6 +15,10 @@ use std::sync::Arc;
 /// A connection under way: what a [`Registration`]'s constructors return.
 pub type Connecting<T> = Pin<Box<dyn Future<Output = Result<T, LockError>> + Send>>;
 
+/// How a URL is read without connecting: what the parsed configuration shows
+/// (its `Debug`, secrets redacted), or the error a connect would return for it.
+pub type ParseUrl = fn(&str) -> Result<String, LockError>;
+
 /// How a URL becomes a lock client.
 pub type ConnectLock = fn(String) -> Connecting<DynLock>;
 
@@ -32,15 +36,18 @@ pub type ConnectFence = fn(String) -> Connecting<Arc<dyn Fence>>;
 ///     "scratch",
 ///     &["scratch"],
 ///     "scratch://",
+///     |url| Ok(url.to_owned()),
 ///     |_url| Box::pin(async { Ok(Arc::new(MemoryStore::new().client()) as _) }),
 /// );
 /// assert!(!SCRATCH.has_fence());
+/// assert_eq!(SCRATCH.parse("scratch://x").unwrap(), "scratch://x");
 /// ```
 #[derive(Clone, Copy)]
 pub struct Registration {
     name: &'static str,
     schemes: &'static [&'static str],
     example: &'static str,
+    parse: ParseUrl,
     connect: ConnectLock,
     fence: Option<ConnectFence>,
 }
@@ -49,17 +56,21 @@ impl Registration {
     /// A backend named `name` (as its clients report it in
     /// [`DistributedLock::name`](crate::DistributedLock::name)), selected by
     /// the lowercase URL `schemes` (before `://`), shown in help texts as
-    /// `example`. `connect` parses a URL of one of its schemes and connects.
+    /// `example`. `parse` reads a URL of one of its schemes as `connect` does,
+    /// without connecting (the fuzzer walks every registered scheme through
+    /// it); `connect` parses a URL and connects.
     pub const fn new(
         name: &'static str,
         schemes: &'static [&'static str],
         example: &'static str,
+        parse: ParseUrl,
         connect: ConnectLock,
     ) -> Self {
         Registration {
             name,
             schemes,
             example,
+            parse,
             connect,
             fence: None,
         }
@@ -85,6 +96,15 @@ impl Registration {
     /// An example URL, for help texts.
     pub const fn example(&self) -> &'static str {
         self.example
+    }
+
+    /// Parses `url` without connecting: the configuration's `Debug` text.
+    ///
+    /// # Errors
+    ///
+    /// The [`LockError::Config`] a connect would return for the URL.
+    pub fn parse(&self, url: &str) -> Result<String, LockError> {
+        (self.parse)(url)
     }
 
     /// Parses `url` and connects a lock client.

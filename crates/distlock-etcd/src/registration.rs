@@ -9,5 +9,6 @@ pub const ETCD: Registration = Registration::new(
     "etcd",
     schemes::ETCD,
     "etcd://H1:2379,H2:2379/NAMESPACE",
+    |url| EtcdConfig::from_url(url).map(|config| format!("{config:?} {:?}", config.endpoints())),
     |url| Box::pin(async move { Ok(Arc::new(EtcdConfig::from_url(&url)?.connect().await?) as _) }),
 );

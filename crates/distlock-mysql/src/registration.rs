@@ -11,6 +11,7 @@ pub const MYSQL: Registration = Registration::new(
     "mysql",
     &["mysql", "mariadb"],
     "mysql://USER:PASSWORD@HOST:3306/DB?strategy=version_cas",
+    |url| MySqlConfig::from_url(url).map(|config| format!("{config:?}")),
     |url| Box::pin(async move { MySqlConfig::from_url(&url)?.connect().await }),
 )
 .with_fence(|url| {

@@ -136,15 +136,6 @@ impl Inspect for NatsBackend {
                 self.kv.name, info.config.max_age
             ));
         }
-        let version = self.js.client().server_info().version;
-        if info.config.num_replicas > 1 && !serializes_replicated_cas(&version) {
-            pitfalls.push(format!(
-                "bucket `{}` has {} replicas on nats-server {version}: before 2.9.21 a clustered \
-                 stream does not serialize compare-and-set writes (nats-io/nats-server#4320), so \
-                 two clients can both be granted one lock; upgrade the servers or use one replica",
-                self.kv.name, info.config.num_replicas
-            ));
-        }
         if info.config.max_messages_per_subject != 1 {
             pitfalls.push(format!(
                 "bucket `{}` keeps {} records per key; distlock needs one (history 1)",
@@ -162,35 +153,5 @@ impl Inspect for NatsBackend {
         protocol::epoch(&self.kv.stream, &self.servers)
             .await
             .map(|_| ())
-    }
-}
-
-/// Whether nats-server `version` checks a replicated stream's expected last
-/// subject sequence as part of the write (2.9.21 and later), rather than only
-/// before proposing it, where two concurrent writes can both pass; `false`
-/// for a version it cannot read.
-fn serializes_replicated_cas(version: &str) -> bool {
-    let numbers: Vec<u64> = (version.split(['.', '-']).take(3))
-        .map_while(|part| part.parse().ok())
-        .collect();
-    match numbers[..] {
-        [major, minor, patch] => (major, minor, patch) >= (2, 9, 21),
-        // Unknown: assume the worst.
-        _ => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::serializes_replicated_cas;
-
-    #[test]
-    fn servers_before_2_9_21_do_not_serialize_replicated_compare_and_set() {
-        for old in ["2.9.10", "2.9.20", "1.4.0", "dev"] {
-            assert!(!serializes_replicated_cas(old), "{old}");
-        }
-        for fixed in ["2.9.21", "2.10.0", "2.11.4-beta", "3.0.0"] {
-            assert!(serializes_replicated_cas(fixed), "{fixed}");
-        }
     }
 }

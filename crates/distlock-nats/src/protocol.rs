@@ -276,9 +276,13 @@ pub(crate) async fn open_bucket(
             format!("{replicas} bucket replicas: a JetStream stream has 1 to 5"),
         ));
     }
+    let version = js.client().server_info().version;
     if let Ok(store) = js.get_key_value(bucket).await {
+        let existing = store.stream.cached_info().config.num_replicas;
+        crate::replication::check(bucket, existing, &version)?;
         return Ok(store);
     }
+    crate::replication::check(bucket, replicas, &version)?;
     let config = StreamConfig {
         name: format!("KV_{bucket}"),
         description: Some("distlock locks".to_owned()),

@@ -10,6 +10,7 @@ pub const NATS: Registration = Registration::new(
     "nats",
     schemes::NATS,
     "nats://H1:4222,H2:4222/BUCKET",
+    |url| NatsConfig::from_url(url).map(|config| format!("{config:?}")),
     |url| Box::pin(async move { Ok(Arc::new(NatsConfig::from_url(&url)?.connect().await?) as _) }),
 )
 .with_fence(|url| {

@@ -12,6 +12,7 @@ pub const POSTGRES: Registration = Registration::new(
     "postgres",
     &["postgres", "postgresql"],
     "postgres://USER:PASSWORD@HOST:5432/DB?strategy=version_cas",
+    |url| PostgresConfig::from_url(url).map(|config| format!("{config:?}")),
     |url| Box::pin(async move { PostgresConfig::from_url(&url)?.connect().await }),
 )
 .with_fence(|url| {

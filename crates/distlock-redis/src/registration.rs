@@ -11,6 +11,7 @@ pub const REDIS: Registration = Registration::new(
     "redis",
     schemes::REDIS,
     "redis://[:PASSWORD@]HOST:6379/0",
+    |url| RedisConfig::from_url(url).map(|config| format!("{config:?} {}", config.endpoint())),
     |url| Box::pin(async move { Ok(Arc::new(RedisConfig::from_url(&url)?.connect().await?) as _) }),
 )
 .with_fence(|url| {
@@ -22,6 +23,7 @@ pub const REDLOCK: Registration = Registration::new(
     "redlock",
     schemes::REDLOCK,
     "redlock://H1:6379,H2:6379,H3:6379",
+    |url| RedlockConfig::from_url(url).map(|config| format!("{config:?} {:?}", config.endpoints())),
     |url| {
         Box::pin(async move { Ok(Arc::new(RedlockConfig::from_url(&url)?.connect().await?) as _) })
     },

@@ -10,5 +10,6 @@ pub const ZOOKEEPER: Registration = Registration::new(
     "zookeeper",
     schemes::ZOOKEEPER,
     "zk://H1:2181,H2:2181/CHROOT",
+    |url| ZkConfig::from_url(url).map(|config| format!("{config:?}")),
     |url| Box::pin(async move { Ok(Arc::new(ZkConfig::from_url(&url)?.connect().await?) as _) }),
 );

@@ -9,14 +9,19 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// The in-process backend's registration.
-pub(crate) const MEMORY: Registration =
-    Registration::new("memory", &["memory"], "memory://NAME", |url| {
+pub(crate) const MEMORY: Registration = Registration::new(
+    "memory",
+    &["memory"],
+    "memory://NAME",
+    |url| memory_lock_url(url).map(|(name, defaults)| format!("{name:?} {defaults:?}")),
+    |url| {
         Box::pin(async move {
             let (name, defaults) = memory_lock_url(&url)?;
             Ok(Arc::new(memory_store(&name).client().with_defaults(defaults)?) as _)
         })
-    })
-    .with_fence(|url| Box::pin(async move { Ok(memory_fence(&memory_name(&url)?) as _) }));
+    },
+)
+.with_fence(|url| Box::pin(async move { Ok(memory_fence(&memory_name(&url)?) as _) }));
 
 /// The store name of a `memory://NAME` URL. Only letters, digits and `-_.` are
 /// taken, so a typo (a path, a password) is an error rather than a silently

@@ -2,8 +2,8 @@
 //! while a lock is held and others queue, the leader partitioned away from its
 //! holder, a member restarted.
 
-use super::{Case, check_history, hold, until};
-use distlock_core::{AcquireOptions, BoxError, DistributedLock, LockKey, Wait};
+use super::{Case, check_history, hold, key, until};
+use distlock_core::{AcquireOptions, BoxError, DistributedLock, Wait};
 use distlock_etcd::{EtcdConfig, EtcdLock};
 use distlock_testkit::history::History;
 use distlock_testkit::servers::EtcdCluster;
@@ -45,13 +45,6 @@ fn addrs(cluster: &EtcdCluster, except: Option<usize>) -> Vec<SocketAddr> {
         .filter(|index| Some(*index) != except)
         .map(|index| cluster.members()[index].addr())
         .collect()
-}
-
-fn key(name: &str) -> Result<LockKey, BoxError> {
-    Ok(LockKey::new(format!(
-        "{name}-{:08x}",
-        rand::random::<u32>()
-    ))?)
 }
 
 /// Three clients take turns on one key while the leader is killed, a new one

@@ -4,9 +4,11 @@
 //! docker launcher as the default (`DISTLOCK_LAUNCHER=native` is refused: a native
 //! server has no network of its own to cut), and removes them when it ends.
 //! `etcd_cluster::chaos` and `zk_ensemble::chaos` are the `chaos` target's
-//! clustered trials (`crate::chaos::cluster`), run here in containers.
+//! clustered trials (`crate::chaos::cluster`), run here in containers. A
+//! backend's own topologies come from its `TestBackend::topologies`, so a new
+//! one adds no line here.
 
-use distlock_core::{BoxError, Lease};
+use distlock_core::{BoxError, Lease, LockKey};
 use distlock_testkit::history::History;
 use distlock_testkit::servers::{LauncherKind, launcher, set_default_launcher};
 use libtest_mimic::{Failed, Trial};
@@ -25,10 +27,13 @@ mod redis_sentinel;
 mod zk_ensemble;
 
 /// A case's body.
-type Body = fn() -> Pin<Box<dyn Future<Output = Result<(), BoxError>>>>;
+pub type Body = fn() -> Pin<Box<dyn Future<Output = Result<(), BoxError>>>>;
 
 /// One case: its name and its body.
-type Case = (&'static str, Body);
+pub type Case = (&'static str, Body);
+
+/// A topology: its name and its cases.
+pub type Topology = (&'static str, Vec<Case>);
 
 /// Longest any one case may run.
 const CASE_LIMIT: Duration = Duration::from_secs(240);
@@ -38,8 +43,11 @@ const CASE_LIMIT: Duration = Duration::from_secs(240);
 /// in `dir`.
 pub fn trials(holder: &'static str, dir: PathBuf) -> Vec<Trial> {
     set_default_launcher(LauncherKind::Docker);
+    // A backend's own topologies, from its entry in `crate::backends()`.
     #[allow(unused_mut)]
-    let mut cases: Vec<(&str, Vec<Case>)> = Vec::new();
+    let mut cases: Vec<Topology> = (crate::backends().iter())
+        .flat_map(|backend| (backend.topologies)())
+        .collect();
     #[cfg(feature = "etcd")]
     cases.push(("etcd_cluster", etcd_cluster::cases()));
     #[cfg(feature = "zookeeper")]
@@ -96,6 +104,14 @@ fn run(body: impl AsyncFnOnce() -> Result<(), BoxError>) -> Result<(), Failed> {
             Err(_) => Err(format!("the case did not finish within {CASE_LIMIT:?}").into()),
         }
     })
+}
+
+/// A fresh lock key named `name-<random>`, so that reruns never meet old state.
+pub(crate) fn key(name: &str) -> Result<LockKey, BoxError> {
+    Ok(LockKey::new(format!(
+        "{name}-{:08x}",
+        rand::random::<u32>()
+    ))?)
 }
 
 /// Fails with every violation if `history` has two holders at once or a token

@@ -8,8 +8,8 @@
 //! from the client, which is no earlier than that last renewal. So `lost()`
 //! fires first, and a waiter elsewhere is granted the lock only after it.
 
-use super::{Case, check_history, hold, until};
-use distlock_core::{AcquireOptions, BoxError, DistributedLock, LockKey, Wait};
+use super::{Case, check_history, hold, key, until};
+use distlock_core::{AcquireOptions, BoxError, DistributedLock, Wait};
 use distlock_testkit::history::History;
 use distlock_testkit::servers::zookeeper::Mode;
 use distlock_testkit::servers::{ZooKeeperEnsemble, ZooKeeperOptions};
@@ -45,13 +45,6 @@ async fn connect(ensemble: &ZooKeeperEnsemble, members: &[usize]) -> Result<ZkLo
         .namespace("topology")
         .connect()
         .await?)
-}
-
-fn key(name: &str) -> Result<LockKey, BoxError> {
-    Ok(LockKey::new(format!(
-        "{name}-{:08x}",
-        rand::random::<u32>()
-    ))?)
 }
 
 /// The holder's server (a follower) is cut off: a minority of one. The holder's

@@ -30,7 +30,7 @@ pub use clock::MovableClock;
 pub use etcd::{EtcdCluster, EtcdServer, MemberStatus};
 pub use links::PeerLinks;
 pub use mariadb::MariaDbServer;
-pub use nats::NatsServer;
+pub use nats::{NatsCluster, NatsServer};
 pub use placement::{LauncherKind, Placement, launcher, place, set_default_launcher};
 pub use postgres::PostgresServer;
 pub use postgres::pgbouncer::PgBouncerServer;

@@ -27,13 +27,19 @@ const NAMES: usize = 200;
 /// machine.
 const SLACK: Duration = Duration::from_secs(15);
 
+/// The cases' lease ttl, at least: what is tested is collection after the
+/// lease, not how fast a grant comes. With the suite's 1 s ttl, a grant whose
+/// reply took longer on a starved machine was rightly refused as dead
+/// (`Timeout`) and failed the case.
+const LEASE_TTL: Duration = Duration::from_secs(3);
+
 /// Hundreds of distinct names, each taken and given back once as a lock and as
 /// every other primitive the backend offers, leave no per-name record on the
 /// server once `state_ttl` has passed since their leases.
 pub async fn state_is_collected(h: &dyn Harness) -> CaseResult {
     let s = Scope::new(h, "state_is_collected");
     let client = h.client_with_state_ttl(STATE_TTL).await?;
-    let opts = s.short();
+    let opts = lease_options(&s);
     for i in 0..NAMES {
         use_once(
             &client,
@@ -61,7 +67,7 @@ pub async fn state_is_collected(h: &dyn Harness) -> CaseResult {
 pub async fn token_rises_after_state_collected(h: &dyn Harness) -> CaseResult {
     let s = Scope::new(h, "token_rises_after_state_collected");
     let client = h.client_with_state_ttl(STATE_TTL).await?;
-    let (caps, key, opts) = (h.capabilities(), s.key("reused")?, s.short());
+    let (caps, key, opts) = (h.capabilities(), s.key("reused")?, lease_options(&s));
     let mut before: Vec<Vec<FencingToken>> = Vec::new();
     for _ in 0..3 {
         before.push(use_once(&client, &caps, &key, &opts).await?);
@@ -109,6 +115,11 @@ async fn use_once(
     Ok(tokens)
 }
 
+/// Options with the backend's shortest ttl, raised to [`LEASE_TTL`].
+fn lease_options(s: &Scope<'_>) -> AcquireOptions {
+    s.long().ttl(s.short_ttl().max(LEASE_TTL))
+}
+
 /// How many per-name records the servers hold under the case's prefix.
 async fn state_records(s: &Scope<'_>) -> Result<usize, CaseError> {
     let inspector = s.h.inspector().await?;
@@ -127,7 +138,7 @@ async fn state_records(s: &Scope<'_>) -> Result<usize, CaseError> {
 /// look, `client` uses one new name, outside the prefix, as every primitive.
 async fn await_collected(s: &Scope<'_>, client: &DynLock, within: Duration) -> CaseResult {
     let deadline = Instant::now() + within;
-    let (caps, opts) = (s.h.capabilities(), s.short());
+    let (caps, opts) = (s.h.capabilities(), lease_options(s));
     let elsewhere = format!("{}-later/", s.prefix().trim_end_matches('/'));
     for round in 0_u64.. {
         let name = LockKey::new(format!("{elsewhere}{round}"))?;

@@ -34,6 +34,7 @@ mod inspect;
 mod keys;
 mod protocol;
 mod registration;
+mod share_entry;
 mod shares;
 mod sightings;
 mod signal;

@@ -25,7 +25,7 @@ use crate::epoch::EpochCache;
 use crate::error::Servers;
 use crate::keys::{FENCE_PREFIX, lock_prefix};
 use crate::protocol::{self, Epoch, Record};
-use crate::shares::entry::{Entry, Kind};
+use crate::share_entry::{Entry, Kind};
 use async_nats::jetstream::kv::Store;
 use async_nats::jetstream::stream::DirectGetErrorKind;
 use distlock_core::LockError;

@@ -2,7 +2,7 @@
 //! for `state_ttl` are deleted by later acquires, a bounded number each,
 //! never the counter of a name held, and a name used again afterwards gets
 //! tokens above all its earlier ones, even when the server clock is now below
-//! them.
+//! them, or a session's clock is.
 // Test code: a failed expectation should panic with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -13,9 +13,11 @@ use distlock_core::{AcquireOptions, BoxError, DynLock, HolderMeta, LockKey};
 use distlock_mysql::{MySqlConfig, Strategy};
 use distlock_testkit::servers::{MariaDbServer, MovableClock};
 use distlock_testkit::state_rows::{
-    RowDatabase, a_held_name_keeps_its_counter, collected_name_rises_after_the_clock_steps_back,
-    collected_names_rise_above_a_clock_behind, holder_column_is_named_then_used,
+    RowDatabase, a_held_name_keeps_its_counter, collect,
+    collected_name_rises_after_the_clock_steps_back, collected_names_rise_above_a_clock_behind,
+    holder_column_is_named_then_used,
 };
+use sqlx::{Connection, MySqlConnection};
 use std::time::Duration;
 use support::{root_value, server};
 
@@ -133,6 +135,83 @@ async fn a_held_unique_insert_name_keeps_its_counter() {
     a_held_name_keeps_its_counter(&lock, &Rows(&server, "distlock_locks"), STATE_TTL)
         .await
         .unwrap();
+}
+
+/// The seed's clock is the server's, which no session can move: a client
+/// whose sessions start an hour back with another time zone (the server's
+/// `init_connect`, which runs for every session of a user without SUPER)
+/// gets tokens above a name's earlier ones after its rows were collected
+/// (the floor decides) and again after an operator deleted them, which
+/// raises no floor (the clock decides: a seed from `NOW(6)`, the session's
+/// clock, would go an hour back).
+#[tokio::test(flavor = "multi_thread")]
+async fn tokens_rise_for_a_client_whose_sessions_move_their_clock() {
+    let server = server().await;
+    for (strategy, table) in [
+        (Strategy::VersionCas, "distlock_locks"),
+        (Strategy::UniqueInsert, "distlock_unique"),
+    ] {
+        server
+            .exec_root("SET GLOBAL init_connect = '';")
+            .await
+            .unwrap();
+        let client = |table| {
+            let config = MySqlConfig::from_url(&server.url()).unwrap();
+            config
+                .strategy(strategy)
+                .table(table)
+                .state_ttl(STATE_TTL)
+                .connect()
+        };
+        let lock = client(table).await.unwrap();
+        let rows = Rows(&server, table);
+        let mut last = 0;
+        for _ in 0..3 {
+            last = use_once(&lock, "moved").await;
+        }
+        collect(&lock, &rows, &["moved"], STATE_TTL).await.unwrap();
+        let moved_clock = "SET GLOBAL init_connect = \
+             'SET timestamp = UNIX_TIMESTAMP() - 3600, time_zone = ''+13:00''';";
+        server.exec_root(moved_clock).await.unwrap();
+        let mut probe = MySqlConnection::connect(&server.url()).await.unwrap();
+        let behind: f64 = sqlx::query_scalar(
+            "SELECT CAST(UNIX_TIMESTAMP(SYSDATE(6)) - UNIX_TIMESTAMP(NOW(6)) AS DOUBLE)",
+        )
+        .fetch_one(&mut probe)
+        .await
+        .unwrap();
+        assert!(behind > 3000.0, "a session's NOW(6) is {behind} s behind");
+        let moved = client(table).await.unwrap();
+        let after_collection = use_once(&moved, "moved").await;
+        assert!(
+            after_collection > last,
+            "{strategy:?}: {after_collection} after {last}"
+        );
+        let delete =
+            format!("DELETE FROM distlock.{table} WHERE name IN ('moved', CONCAT('moved', 0x1E));");
+        server.exec_root(&delete).await.unwrap();
+        let after_delete = use_once(&moved, "moved").await;
+        assert!(
+            after_delete > after_collection,
+            "{strategy:?}: {after_delete} after {after_collection}, deleted by hand"
+        );
+    }
+    server
+        .exec_root("SET GLOBAL init_connect = '';")
+        .await
+        .unwrap();
+}
+
+/// Takes and releases `name` once on `lock`; its token.
+async fn use_once(lock: &DynLock, name: &str) -> u64 {
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(1));
+    let lease = lock
+        .acquire(&LockKey::new(name).unwrap(), &opts)
+        .await
+        .unwrap();
+    let token = lease.token().get();
+    lease.release().await.unwrap();
+    token
 }
 
 /// Rows an earlier release left (no expiry stamp) are collected too, and the

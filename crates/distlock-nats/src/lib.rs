@@ -35,6 +35,7 @@ mod keys;
 mod protocol;
 mod registration;
 mod replication;
+mod share_entry;
 mod shares;
 mod sightings;
 mod signal;

@@ -8,9 +8,11 @@
 //! (every key but a fenced store's `fence.` records, which belong to their
 //! resource), oldest first (a bucket keeps one record per key, so the stream's
 //! order is the order of last writes; a live holder's renewals move its record
-//! to the end). A lock record left unrenewed for its ttl plus `state_ttl`, and
-//! a marker (of a lock, or of a semaphore's or read-write lock's emptied
-//! entry) older than [`MARKER_AGE`], is purged *up to its own sequence*: a
+//! to the end). A lock record left unrenewed for its ttl plus `state_ttl`, a
+//! semaphore's or read-write lock's entry left unwritten for its longest
+//! member's ttl plus `state_ttl` (every member rewrites the entry when it
+//! renews, so its last members crashed), and a marker (of a lock, or of an
+//! emptied entry) older than [`MARKER_AGE`], is purged *up to its own sequence*: a
 //! holder that renewed or took the name since keeps its newer record, so the
 //! purge is conditional on the revision the sweep saw. Ages are measured on
 //! the server's clock alone: a record's write time against the stream's last
@@ -23,6 +25,7 @@ use crate::epoch::EpochCache;
 use crate::error::Servers;
 use crate::keys::{FENCE_PREFIX, lock_prefix};
 use crate::protocol::{self, Epoch, Record};
+use crate::share_entry::{Entry, Kind};
 use async_nats::jetstream::kv::Store;
 use async_nats::jetstream::stream::DirectGetErrorKind;
 use distlock_core::LockError;
@@ -125,12 +128,8 @@ impl Sweep {
                 continue;
             };
             let marker = message.headers.get("KV-Operation").is_some();
-            let record = match key.starts_with(&lock_prefix("")) {
-                true => Record::decode(&message.payload),
-                false => None,
-            };
-            if !key.starts_with(FENCE_PREFIX) && idle(marker, record.as_ref(), age, self.state_ttl)
-            {
+            let lifetime = lifetime(key, &message.payload, message.sequence);
+            if !key.starts_with(FENCE_PREFIX) && idle(marker, lifetime, age, self.state_ttl) {
                 protocol::collect(kv, servers, key, message.sequence).await?;
             }
         }
@@ -138,13 +137,36 @@ impl Sweep {
     }
 }
 
-/// Whether a lock record `age` old (on the server's clock) is left behind: a
-/// release marker older than [`MARKER_AGE`], or a lease's record unrenewed for
-/// its ttl plus `state_ttl`. Bytes distlock did not write are left alone.
-fn idle(marker: bool, record: Option<&Record>, age: Duration, state_ttl: Duration) -> bool {
-    match record {
+/// How long after its last write a record of `key` may still be live,
+/// when distlock wrote it: a lock record's ttl; for a semaphore's or
+/// read-write lock's entry, the longest ttl (or place lifetime) of its
+/// members, every one of which rewrites the entry when it renews.
+fn lifetime(key: &str, value: &[u8], sequence: u64) -> Option<Duration> {
+    if key.starts_with(&lock_prefix("")) {
+        return Record::decode(value).map(|record| record.ttl);
+    }
+    let kind = [Kind::Semaphore, Kind::RwLock]
+        .into_iter()
+        .find(|kind| key.starts_with(&format!("{}.", kind.word())))?;
+    let entry = Entry::decode(value, sequence, kind).ok()?;
+    Some(
+        entry
+            .members
+            .iter()
+            .map(|m| m.ttl)
+            .max()
+            .unwrap_or_default(),
+    )
+}
+
+/// Whether a record `age` old (on the server's clock) is left behind: a
+/// release marker older than [`MARKER_AGE`], or a record unwritten for its
+/// [`lifetime`] plus `state_ttl` (a crashed lock holder's, or a share entry
+/// whose last members crashed). Bytes distlock did not write are left alone.
+fn idle(marker: bool, lifetime: Option<Duration>, age: Duration, state_ttl: Duration) -> bool {
+    match lifetime {
         _ if marker => age >= MARKER_AGE,
-        Some(record) => age > record.ttl + state_ttl,
+        Some(lifetime) => age > lifetime + state_ttl,
         None => false,
     }
 }
@@ -155,17 +177,32 @@ mod tests {
 
     #[test]
     fn only_markers_and_records_idle_past_their_ttl_are_collected() {
+        let state_ttl = Duration::from_secs(2);
+        let (s, ttl) = (Duration::from_secs, Some(Duration::from_secs(10)));
+        assert!(idle(true, None, s(1), state_ttl));
+        assert!(!idle(true, None, Duration::from_millis(999), state_ttl));
+        assert!(!idle(false, ttl, s(12), state_ttl), "ttl + state_ttl");
+        assert!(idle(false, ttl, s(13), state_ttl));
+        assert!(!idle(false, None, s(1_000), state_ttl), "not distlock's");
+    }
+
+    #[test]
+    fn a_record_lives_as_long_as_its_longest_member() {
         let record = Record {
             owner: "o".to_owned(),
             granted: 0,
             ttl: Duration::from_secs(10),
         };
-        let state_ttl = Duration::from_secs(2);
-        let (s, record) = (Duration::from_secs, Some(&record));
-        assert!(idle(true, None, s(1), state_ttl));
-        assert!(!idle(true, None, Duration::from_millis(999), state_ttl));
-        assert!(!idle(false, record, s(12), state_ttl), "ttl + state_ttl");
-        assert!(idle(false, record, s(13), state_ttl));
-        assert!(!idle(false, None, s(1_000), state_ttl), "not distlock's");
+        let lock = lock_prefix("a");
+        assert_eq!(
+            lifetime(&lock, &record.encode(), 1),
+            Some(Duration::from_secs(10))
+        );
+        let entry = b"v1 sem 2\nHP 0 1500 0 0 a\nHP 1 3000 4 2 b";
+        assert_eq!(lifetime("sem.a", entry, 5), Some(Duration::from_secs(3)));
+        assert_eq!(lifetime("rw.a", b"v1 rw 0", 5), Some(Duration::ZERO));
+        assert_eq!(lifetime("rw.a", entry, 5), None, "a semaphore's value");
+        assert_eq!(lifetime("sem.a", b"other bytes", 5), None);
+        assert_eq!(lifetime("fence.a", entry, 5), None);
     }
 }

@@ -78,7 +78,7 @@ pub async fn collected_names_rise_above_a_clock_behind(
 
 /// Uses new names (`fresh/<n>`) until the names under `prefixes` have no row
 /// left (each new name's acquire collects up to 16 idle rows); how many.
-async fn collect(
+pub async fn collect(
     lock: &DynLock,
     db: &dyn RowDatabase,
     prefixes: &[&str],

@@ -11,9 +11,9 @@
 //! keeps its place the same way, raising its count every third of its place's
 //! lifetime.
 
-use super::entry::{Entry, Member, Mode};
 use super::{NatsShare, Place, Read};
 use crate::error::Written;
+use crate::share_entry::{Entry, Member, Mode};
 use distlock_core::adapter::{AcquireRequest, Acquired, WaitUntil, clock_drift};
 use distlock_core::toolkit::CancelGuard;
 use distlock_core::{FencingToken, LockError};

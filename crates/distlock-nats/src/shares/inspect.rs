@@ -1,11 +1,11 @@
 //! What an operator sees of the semaphores and read-write locks: the holders
 //! of one entry with their tokens, and every member left under a prefix.
 
-use super::entry::{Kind, Member};
 use super::{Place, Read};
 use crate::backend::NatsBackend;
 use crate::keys::{escape, unescape};
 use crate::protocol;
+use crate::share_entry::{Kind, Member};
 use distlock_core::{FencingToken, LockError};
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //!
 //! KV has no multi-key transaction, so the whole state of one name lives in
 //! ONE entry, `sem.<escaped name>` or `rw.<escaped name>` (its value:
-//! [`entry`]), and every change to it (a grant, a renewal, a release, a
+//! [`share_entry`](crate::share_entry)), and every change to it (a grant, a renewal, a release, a
 //! queued place, the removal of an expired member) is one compare-and-set on
 //! the entry's last revision: `update(key, value, revision read)`, or the
 //! revision-conditional delete of an entry left with no member (collected a
@@ -20,18 +20,17 @@ use crate::backend::NatsBackend;
 use crate::error::Written;
 use crate::keys::escape;
 use crate::protocol;
+use crate::share_entry::{Entry, Kind, Member};
 use async_nats::jetstream::kv::Operation;
 use async_trait::async_trait;
 use distlock_core::adapter::{Holding, Ownership};
 use distlock_core::toolkit::UndoFuture;
 use distlock_core::{FencingToken, LockError, LockKey};
-use entry::{Entry, Kind, Member};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 mod contend;
-pub(crate) mod entry;
 mod inspect;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;

@@ -12,10 +12,10 @@
 //! holds the queue no longer than that lifetime.
 
 use super::contend::{self, Verdict};
-use super::entry::{Entry, Kind, Mode};
 use super::{NatsShare, Place, inspect};
 use crate::backend::NatsBackend;
 use crate::error::BACKEND;
+use crate::share_entry::{Entry, Kind, Mode};
 use async_trait::async_trait;
 use distlock_core::adapter::{
     AcquireRequest, Acquired, BackendRwLock, RwLockBackend, RwLockInspect, ShareInfo,
@@ -135,7 +135,7 @@ impl RwLockInspect for NatsRwLockBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shares::entry::Member;
+    use crate::share_entry::Member;
     use std::time::Duration;
 
     fn entry(members: &[(bool, Mode, &str)]) -> Entry {

@@ -8,10 +8,10 @@
 //! take no place: not FIFO, whoever writes first after a release wins.
 
 use super::contend::{self, Verdict};
-use super::entry::{Entry, Kind, Mode};
 use super::{NatsShare, Place, inspect};
 use crate::backend::NatsBackend;
 use crate::error::BACKEND;
+use crate::share_entry::{Entry, Kind, Mode};
 use async_trait::async_trait;
 use distlock_core::adapter::{
     AcquiredPermit, BackendSemaphore, PermitInfo, PermitRequest, SemaphoreBackend, SemaphoreInspect,

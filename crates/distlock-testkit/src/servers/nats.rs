@@ -16,9 +16,11 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 /// process is killed when this value is dropped.
 pub type NatsServer = Server<Nats>;
 
-/// What a NATS [`Server`] adds: nothing yet.
+/// What a NATS [`Server`] adds: its HTTP monitoring port (`/varz`).
 #[derive(Debug)]
-pub struct Nats;
+pub struct Nats {
+    monitor: u16,
+}
 
 impl NatsServer {
     /// Starts the server and waits until it greets clients with JetStream on.
@@ -30,8 +32,8 @@ impl NatsServer {
             .tempdir()
             .map_err(ServerError::io("create a temp dir for nats-server"))?;
         let store = dir.path().join("jetstream");
-        let (port, process) = retry_on_exit(async || {
-            let port = free_port()?;
+        let (port, monitor, process) = retry_on_exit(async || {
+            let (port, monitor) = (free_port()?, free_port()?);
             let args: Vec<OsString> = vec![
                 "-js".into(),
                 "-sd".into(),
@@ -43,12 +45,15 @@ impl NatsServer {
                 // A fixed name: JetStream keeps its streams under it across restarts.
                 "-n".into(),
                 "distlock-nats".into(),
+                // The server's own counters (`/varz`), which benchmarks read.
+                "-m".into(),
+                monitor.to_string().into(),
             ];
             let process =
                 ServerProcess::start_at(&placement, "nats-server", &binary, args, dir.path())?;
             let addr = SocketAddr::new(placement.host(), port);
             process.wait_ready(READY_TIMEOUT, || ready(addr)).await?;
-            Ok((port, process))
+            Ok((port, monitor, process))
         })
         .await?;
         Ok(Server::new(
@@ -56,13 +61,19 @@ impl NatsServer {
             (port, None),
             process,
             dir,
-            Nats,
+            Nats { monitor },
         ))
     }
 
     /// The client URL, `nats://<host>:<port>`.
     pub fn url(&self) -> String {
         format!("nats://{}", self.addr())
+    }
+
+    /// The HTTP monitoring address, whose `/varz` has the server's counters
+    /// (`in_msgs`: every message clients sent it).
+    pub fn monitor_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.addr().ip(), self.kind.monitor)
     }
 
     /// Shuts the server down cleanly (SIGTERM), killing it if that takes too long.

@@ -14,7 +14,7 @@ use crate::keys::row_name;
 use crate::pool::{Conn, Statement};
 use crate::protocol::{BELL_GIVE_BACK, BELL_KEEP, BELL_WAIT};
 use distlock_core::LockKey;
-use distlock_sql::bell::{Doorbell, Ringer, Rung};
+use distlock_sql::bell::{Doorbell, Keeper, Ringer, Rung};
 use distlock_sql::pool::BoxFuture;
 use sha2::{Digest, Sha256};
 use sqlx::Row;
@@ -43,9 +43,11 @@ impl Table {
 
 impl Doorbell for Table {
     fn keep(&self, key: &LockKey) -> Ringer {
-        let (ringer, rung) = Ringer::new();
+        let (ringer, Keeper { rung, done }) = Ringer::new();
         let (holders, bell) = (self.holders.clone(), self.bell(key));
         tokio::spawn(async move {
+            // Dropped when this ends: the release that rang stops waiting.
+            let _done = done;
             let Some(Ok(mut conn)) = holders.try_get().await else {
                 return;
             };

@@ -1,6 +1,6 @@
 //! Round trips per uncontended cycle, counted by the server (`Questions`, and
 //! the writes among them), not timed. `version_cas` must cost 2 statements in
-//! steady state, beside its doorbell's two in the background.
+//! steady state, beside its doorbell's two `SELECT`s.
 // Test code: a failed expectation should panic with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -49,9 +49,9 @@ async fn writes(conn: &mut MySqlConnection) -> u64 {
         .sum()
 }
 
-/// The doorbell's statements per cycle, beside the strategy's own: kept and
-/// given back (two `SELECT`s, in the background, so the last cycle's may not
-/// be counted yet), and now and then a new holder connection's `SELECT
+/// The doorbell's statements per cycle, beside the strategy's own: kept (in
+/// the background, so the last cycle's may not be counted yet) and given back
+/// (two `SELECT`s), and now and then a new holder connection's `SELECT
 /// CONNECTION_ID()` when a keeper had not given its connection back yet.
 fn assert_doorbell_statements(all: f64, writes: f64) {
     let doorbell = all - writes;

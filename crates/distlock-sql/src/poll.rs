@@ -215,7 +215,7 @@ impl<A: LockTable + Inspect, C: Contender<A>> Backend for Polling<A, C> {
         let release = || owner_checked(&self.rows, &self.rows.release, None, handle);
         let released = compare_owner(self.table.pool(), release).await;
         if let Some(bell) = &handle.bell {
-            bell.ring();
+            bell.ring(self.table.pool().timeout()).await;
         }
         released
     }
@@ -244,6 +244,8 @@ impl<A: LockTable, C: Contender<A>> Polling<A, C> {
         let waiter = table.waiter(req.key, None);
         let mut contender = self.contender.clone();
         let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
+        // The last wait ended with the holder's doorbell.
+        let mut rang = false;
         let (row, meta) = (table.key(req.key), req.meta.encode());
         loop {
             // Armed before the attempt: a release between the attempt's reply
@@ -329,7 +331,13 @@ impl<A: LockTable, C: Contender<A>> Polling<A, C> {
                         };
                         if rung != Rung::Unkept {
                             backoff.reset();
+                            rang = true;
                             continue;
+                        }
+                        // Rung, then beaten to the row: the winner keeps its bell
+                        // a round trip after its win, so look again soon.
+                        if std::mem::take(&mut rang) {
+                            backoff.reset();
                         }
                     }
                     tokio::select! {

@@ -9,10 +9,8 @@
 //! server's own `in_msgs` from its monitoring port (`/varz`), every message
 //! clients sent it.
 
-use crate::peers::Peer;
 use async_nats::jetstream::kv::{CreateErrorKind, Operation, Store};
 use async_nats::jetstream::stream::{Config as StreamConfig, DiscardPolicy, StorageType};
-use async_trait::async_trait;
 use futures_util::StreamExt;
 use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -67,9 +65,14 @@ pub async fn prepare(url: &str) -> Result<(), String> {
         .map_err(|e| format!("nats bucket: {e}"))
 }
 
-#[async_trait]
-impl Peer for KvLock {
-    async fn turn(&mut self, name: &str, held: &mut (dyn FnMut() + Send)) -> Result<(), String> {
+impl KvLock {
+    /// Takes `name`, waiting on a watch while it is held, calls `held`, and
+    /// deletes it expecting the revision it was created at.
+    pub async fn turn(
+        &mut self,
+        name: &str,
+        held: &mut (dyn FnMut() + Send),
+    ) -> Result<(), String> {
         let revision = loop {
             match self.kv.create(name, self.owner.clone().into()).await {
                 Ok(revision) => break revision,

@@ -195,3 +195,10 @@ impl Peer for Advisory {
         self.unlock(name).await
     }
 }
+
+#[async_trait]
+impl Peer for KvLock {
+    async fn turn(&mut self, name: &str, held: &mut (dyn FnMut() + Send)) -> Result<(), String> {
+        KvLock::turn(self, name, held).await
+    }
+}

@@ -3,8 +3,9 @@
 //! connect), the statements they run alike, and what distlock-sql's code
 //! written once (`version_cas`, the polling wait, the semaphore and read-write
 //! lock) gets from it: its binary row names ([`row_name`]), `KILL` for a
-//! cut-off attempt's session, and no wake-ups (MySQL tells nobody of a
-//! release, so waiters poll).
+//! cut-off attempt's session, and doorbells instead of wake-ups (MySQL tells
+//! nobody of a release; a lock's holder keeps a named server lock its waiters
+//! wait on, see `bell`; a semaphore's or read-write lock's waiters poll).
 //!
 //! Invariant of every strategy: a table belongs to one strategy (its comment
 //! says which), every expiry is compared with `NOW(6)` on the server, and a
@@ -25,6 +26,7 @@ use crate::protocol::{
 use distlock_core::adapter::WaitUntil;
 use distlock_core::toolkit::Backoff;
 use distlock_core::{Capabilities, LockError, LockKey};
+use distlock_sql::bell::Doorbell;
 use distlock_sql::cas::{CasStatements, HELD_FLAG};
 use distlock_sql::pool::BoxFuture;
 pub(crate) use distlock_sql::settle::{Settle, retry_until};
@@ -52,8 +54,8 @@ pub(crate) struct Table {
     pub counters: Collector,
     /// Autocommit connections for single statements.
     pub pool: Pool,
-    /// Connections that hold a `for_update` lock's transaction, one per held
-    /// or waiting lock.
+    /// Connections that hold a `for_update` lock's transaction, or the other
+    /// strategies' doorbells (autocommit on), one per held or waiting lock.
     pub holders: Pool,
     /// The server, without credentials, for messages.
     pub endpoint: String,
@@ -271,6 +273,11 @@ impl LockTable for Table {
 
     fn waiter(&self, _: &LockKey, _: Option<Primitive>) -> Option<Arc<Notify>> {
         None
+    }
+
+    /// The polling strategies' (see `bell`); `for_update` waits in InnoDB's queue.
+    fn doorbell(&self) -> Option<&dyn Doorbell> {
+        (self.strategy != Strategy::ForUpdate).then_some(self as &dyn Doorbell)
     }
 }
 

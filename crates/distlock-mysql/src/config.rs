@@ -169,10 +169,16 @@ impl MySqlConfig {
     async fn open(self) -> Result<(Table, SqlConfig<MySql, Strategy>), LockError> {
         let base = self.base;
         let table = base.validate(&URL)?;
-        // Only for_update takes connections from the holders' pool, one per
-        // held or waiting lock.
-        let holder_setup = &[HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT];
-        let (pool, holders) = base.pools::<Thread>(&[ROW_LOCK_WAIT], holder_setup, true);
+        // One connection of the holders' pool per held or waiting lock: a
+        // for_update transaction (autocommit off), or a polling strategy's
+        // doorbell.
+        let (pool, holders) = match base.strategy {
+            Strategy::ForUpdate => {
+                let holder_setup = &[HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT];
+                base.pools::<Thread>(&[ROW_LOCK_WAIT], holder_setup, true)
+            }
+            _ => base.pools::<Thread>(&[ROW_LOCK_WAIT], &[], false),
+        };
         let create = base.settings.create_table;
         let (endpoint, state_ttl) = (base.endpoint(), base.settings.state_ttl);
         let table = Table::open(

@@ -27,8 +27,10 @@
 //!   `UPDATE` on a free or expired row that raises `fence` with
 //!   `LAST_INSERT_ID(fence + 1)`, so the token arrives in the same round trip.
 //!   Release clears the owner and keeps the row. Two statements per uncontended
-//!   cycle; waiters poll with jittered backoff (≤ 250 ms, never past the holder's
-//!   expiry).
+//!   cycle. A holder keeps a named server lock (`GET_LOCK`, its doorbell) while
+//!   it holds, which waiters wait on, so a release wakes them within a round
+//!   trip; where none is kept, they poll with jittered backoff (≤ 250 ms, never
+//!   past the holder's expiry).
 //! - [`Strategy::UniqueInsert`]: the row exists only while held. `INSERT`
 //!   acquires, an expired row is taken over by one guarded `UPDATE`, `DELETE …
 //!   WHERE owner` releases; tokens come from a counter row never deleted.
@@ -99,6 +101,7 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod bell;
 mod config;
 mod error;
 mod floor;

@@ -72,9 +72,11 @@ impl Strategy {
 
     /// What a client of this strategy guarantees.
     pub fn capabilities(self) -> Capabilities {
+        // The holder's doorbell wakes a waiter of version_cas and
+        // unique_insert (see `bell`), InnoDB's lock queue one of for_update.
         let polling = Capabilities::new()
             .fencing(FencingGuarantee::Strict)
-            .wake(Wake::Poll)
+            .wake(Wake::Push)
             .token_durability(TokenDurability::Persisted)
             .min_ttl(MIN_POLLING_TTL)
             .ttl_granularity(Duration::from_micros(1))
@@ -83,10 +85,9 @@ impl Strategy {
         match self {
             Strategy::VersionCas => polling.state_collection(Support::Offered),
             Strategy::UniqueInsert => polling.state_collection(Support::Offered),
-            // InnoDB's lock queue wakes the waiter; the server ends an idle holder's
-            // session after `wait_timeout`, whole seconds: the lock's server expiry.
+            // The server ends an idle holder's session after `wait_timeout`,
+            // whole seconds: the lock's server expiry.
             Strategy::ForUpdate => polling
-                .wake(Wake::Push)
                 .session_bound(true)
                 .min_hold(Support::NotOffered(
                     "strategy=for_update holds a row lock that ends with its holder's connection; use strategy=version_cas for a minimum hold",
@@ -124,6 +125,16 @@ pub(crate) const CREATE_TABLE: &str = include_str!("sql/create_table.sql");
 pub(crate) const TABLE_COMMENT: &str = include_str!("sql/table_comment.sql");
 
 // version_cas's statements are distlock-sql's (`sql/mysql/cas_*.sql` there).
+
+/// A new holder keeps its doorbell (see `bell`): the bell's name, how many
+/// seconds to wait for it. 1 when kept.
+pub(crate) const BELL_KEEP: &str = include_str!("sql/bell_keep.sql");
+/// The holder gives its doorbell back, after its release: the bell's name.
+pub(crate) const BELL_GIVE_BACK: &str = include_str!("sql/bell_give_back.sql");
+/// A waiter waits for the doorbell to be given back, and gives it back at once
+/// if it got it: the bell's name, the name, the seconds to wait, the name. 2
+/// when nobody kept it, 1 when given back, 0 when still kept at the end.
+pub(crate) const BELL_WAIT: &str = include_str!("sql/bell_wait.sql");
 
 /// unique_insert acquire: the primary key rejects a second holder (error 1062).
 pub(crate) const UNIQUE_INSERT: &str = include_str!("sql/unique_insert.sql");

@@ -4,10 +4,10 @@
 use crate::backend::NatsBackend;
 use crate::error::Written;
 use crate::keys::{escape as escape_name, lock_key, lock_name, lock_prefix};
-use crate::protocol::{self, Slot};
+use crate::protocol::{self, Record, Slot};
 use async_nats::jetstream::stream::StorageType;
 use async_trait::async_trait;
-use distlock_core::toolkit::{Holder, Inspect};
+use distlock_core::toolkit::{Floor, Holder, Inspect, random_owner};
 use distlock_core::{HolderMeta, LockError, LockKey};
 use futures_util::TryStreamExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -153,5 +153,44 @@ impl Inspect for NatsBackend {
         protocol::epoch(&self.kv.stream, &self.servers)
             .await
             .map(|_| ())
+    }
+
+    fn floor(&self) -> Option<Floor> {
+        Some(Floor {
+            name: "read + compare-and-set put + release marker",
+            requests: 3,
+        })
+    }
+
+    /// A lock cycle's writes with nothing around them: the read that learns
+    /// the revision to expect, the granting write, and the release marker
+    /// (collected later, as a release's is). No watch, no token, no sweep.
+    async fn floor_cycle(&self, key: &LockKey, ttl: Duration) -> Result<(), LockError> {
+        let busy = || LockError::Busy {
+            key: key.clone(),
+            holder: None,
+        };
+        let name = lock_key(key);
+        let slot = protocol::read(&self.kv, &self.servers, &name).await?;
+        if matches!(slot, Slot::Held { .. }) {
+            return Err(busy());
+        }
+        let record = Record {
+            owner: random_owner(),
+            granted: 0,
+            ttl,
+        };
+        let expected = slot.revision();
+        let revision =
+            match protocol::write(&self.kv, &self.servers, &name, &record, expected).await {
+                Written::At(revision) => revision,
+                Written::Conflict => return Err(busy()),
+                Written::Unknown(e) => return Err(e),
+            };
+        match self.remove(&name, revision).await {
+            Written::At(()) => Ok(()),
+            Written::Conflict => Err(busy()),
+            Written::Unknown(e) => Err(e),
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! users would otherwise pick, on the same servers in one run, as one table:
 //! etcd's server-side Lock API (its gRPC `Lock`/`Unlock`), rslock (Redlock, and on one
 //! node), zookeeper-client's lock recipe, hand-written statements on PostgreSQL,
-//! and distlock on every backend.
+//! hand-written KV calls on NATS, and distlock on every backend.
 //!
 //! Each implementation runs an uncontended cycle (every client acquires and
 //! releases a key of its own, as fast as it goes) and a hand-off (all clients
@@ -11,12 +11,14 @@
 //! implementations taking turns (the table shows medians, and the process's
 //! own CPU time per operation). The servers are the testkit's
 //! native launchers on loopback; the request counts come from the servers'
-//! own counters, read through distlock's `Inspect::server_requests`.
+//! own counters, read through distlock's `Inspect::server_requests` (on NATS,
+//! which has none a client can read, from the server's monitoring port).
 //!
 //! `--write docs/performance.md` replaces the page's generated section (between
 //! two marker comments) with the table and its notes.
 
 mod measure;
+mod nats;
 mod peers;
 mod postgres;
 mod servers;
@@ -25,6 +27,7 @@ mod table;
 use clap::Parser;
 use distlock::DynLock;
 use peers::Kind;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -34,7 +37,9 @@ use table::{Measured, Row};
 const DEFAULT_RUNS: usize = 5;
 
 #[derive(Debug, Parser)]
-#[command(about = "distlock next to etcd's Lock API, rslock and zookeeper-client's lock recipe")]
+#[command(
+    about = "distlock next to etcd's Lock API, rslock, zookeeper-client's lock recipe and hand-written PostgreSQL and NATS locks"
+)]
 struct Args {
     /// How long each cell of the table runs.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
@@ -46,7 +51,7 @@ struct Args {
     /// Client counts; a hand-off needs at least 2, so 1 becomes 2 there.
     #[arg(long, value_delimiter = ',', default_value = "1,8")]
     clients: Vec<usize>,
-    /// Backends to run, of redis, redlock, etcd, zookeeper, mysql, postgres.
+    /// Backends to run, of redis, redlock, etcd, zookeeper, mysql, postgres, nats.
     #[arg(long, value_delimiter = ',', default_values_t = servers::BACKENDS.map(String::from))]
     only: Vec<String>,
     /// Replace the generated section of this page with the table.
@@ -137,7 +142,10 @@ async fn run(args: Args) -> Result<(), String> {
                             .collect();
                         cells += 1;
                         let cell = Setup {
-                            observer: &observer,
+                            counter: Counter {
+                                observer: &observer,
+                                varz: target.varz,
+                            },
                             kind: *kind,
                             connect_to,
                             names: &names,
@@ -183,7 +191,7 @@ async fn run(args: Args) -> Result<(), String> {
 
 /// One cell to measure: clients of one implementation on one operation.
 struct Setup<'a> {
-    observer: &'a DynLock,
+    counter: Counter<'a>,
     kind: Kind,
     connect_to: &'a str,
     /// A key per client (a hand-off shares one derived from the first).
@@ -201,13 +209,13 @@ impl Setup<'_> {
         }
         measure::warm_up(&mut peers, self.names).await?;
         let shared = self.handoff.then(|| format!("{}-shared", self.names[0]));
-        let before = requests(self.observer).await;
+        let before = self.counter.requests().await;
         let mut cell = measure::run(peers, self.names, shared.as_deref(), self.length).await;
-        let after = requests(self.observer).await;
+        let after = self.counter.requests().await;
         if let Some(e) = &cell.first_error {
             eprintln!("  {} errors, first: {e}", cell.errors);
         }
-        let per_read = read_cost(self.observer).await;
+        let per_read = self.counter.read_cost().await;
         let turns = cell.turns.max(1);
         let requests = match (before, after, per_read) {
             (Some(b), Some(a), Some(r)) if cell.turns > 0 => {
@@ -226,14 +234,27 @@ impl Setup<'_> {
     }
 }
 
-/// The server's request counter, through distlock's inspection of it.
-async fn requests(observer: &DynLock) -> Option<u64> {
-    observer.inspect()?.server_requests().await.ok()?
+/// Where the server's request counter is read.
+struct Counter<'a> {
+    /// distlock's inspection of the server.
+    observer: &'a DynLock,
+    /// nats-server's monitoring port, read instead when given.
+    varz: Option<SocketAddr>,
 }
 
-/// What one reading of the counter adds to it: two readings in a row.
-async fn read_cost(observer: &DynLock) -> Option<u64> {
-    let first = requests(observer).await?;
-    let second = requests(observer).await?;
-    Some(second.saturating_sub(first))
+impl Counter<'_> {
+    /// The server's request counter.
+    async fn requests(&self) -> Option<u64> {
+        match self.varz {
+            Some(monitor) => nats::messages_received(monitor).await,
+            None => self.observer.inspect()?.server_requests().await.ok()?,
+        }
+    }
+
+    /// What one reading of the counter adds to it: two readings in a row.
+    async fn read_cost(&self) -> Option<u64> {
+        let first = self.requests().await?;
+        let second = self.requests().await?;
+        Some(second.saturating_sub(first))
+    }
 }

@@ -1,10 +1,11 @@
 //! The lock implementations side by side, each behind one trait: distlock
 //! (through `distlock::connect`, as users call it), etcd's server-side Lock
 //! API (its `Lock`/`Unlock` RPCs, through distlock-etcd's small gRPC client),
-//! rslock's Redlock, zookeeper-client's lock recipe and, on PostgreSQL, the
-//! statements a user would write by hand (`postgres.rs`), each used the way its
-//! documentation shows, with its default settings.
+//! rslock's Redlock, zookeeper-client's lock recipe and, on PostgreSQL and
+//! NATS, the calls a user would write by hand (`postgres.rs`, `nats.rs`), each
+//! used the way its documentation shows, with its default settings.
 
+use crate::nats::KvLock;
 use crate::postgres::{Advisory, LeaseTable};
 use async_trait::async_trait;
 use distlock::{AcquireOptions, DynLock, LockKey, Wait};
@@ -37,6 +38,8 @@ pub enum Kind {
     PgLeaseTable,
     /// A hand-written session advisory lock on PostgreSQL (sqlx).
     PgAdvisory,
+    /// A hand-written lock on a NATS KV bucket (async-nats).
+    NatsKv,
 }
 
 impl Kind {
@@ -49,12 +52,14 @@ impl Kind {
             Kind::ZkRecipe => "zookeeper-client lock recipe",
             Kind::PgLeaseTable => "hand-written lease table (sqlx)",
             Kind::PgAdvisory => "hand-written pg_advisory_lock (sqlx)",
+            Kind::NatsKv => "hand-written KV create + delete (async-nats)",
         }
     }
 
     /// A new client of the servers `target` names: a distlock URL, `host:port`
     /// for etcd and ZooKeeper, `redis://` URLs separated by commas for rslock,
-    /// a `postgres://` URL for the hand-written PostgreSQL locks.
+    /// a `postgres://` URL for the hand-written PostgreSQL locks, a `nats://`
+    /// URL for the hand-written KV lock.
     pub async fn connect(self, target: &str) -> Result<Box<dyn Peer>, String> {
         Ok(match self {
             Kind::Distlock => Box::new(Distlock {
@@ -90,6 +95,7 @@ impl Kind {
             }
             Kind::PgLeaseTable => Box::new(LeaseTable::connect(target).await?),
             Kind::PgAdvisory => Box::new(Advisory::connect(target).await?),
+            Kind::NatsKv => Box::new(KvLock::connect(target).await?),
         })
     }
 }
@@ -187,5 +193,12 @@ impl Peer for Advisory {
         self.lock(name).await?;
         held();
         self.unlock(name).await
+    }
+}
+
+#[async_trait]
+impl Peer for KvLock {
+    async fn turn(&mut self, name: &str, held: &mut (dyn FnMut() + Send)) -> Result<(), String> {
+        KvLock::turn(self, name, held).await
     }
 }

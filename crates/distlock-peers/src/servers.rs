@@ -4,12 +4,21 @@
 
 use crate::peers::Kind;
 use distlock_testkit::servers::{
-    EtcdServer, MariaDbServer, PostgresServer, RedisServer, ZooKeeperServer,
+    EtcdServer, MariaDbServer, NatsServer, PostgresServer, RedisServer, ZooKeeperServer,
 };
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// The backends, in table order.
-pub const BACKENDS: [&str; 6] = ["redis", "redlock", "etcd", "zookeeper", "mysql", "postgres"];
+pub const BACKENDS: [&str; 7] = [
+    "redis",
+    "redlock",
+    "etcd",
+    "zookeeper",
+    "mysql",
+    "postgres",
+    "nats",
+];
 
 /// One backend's servers, kept running until it is dropped.
 pub struct Target {
@@ -21,6 +30,9 @@ pub struct Target {
     pub url: String,
     /// The implementations to run, each with what its clients connect to.
     pub runs: Vec<(Kind, String)>,
+    /// Where the request counter is read when distlock's inspection has none:
+    /// nats-server's monitoring port.
+    pub varz: Option<SocketAddr>,
     _servers: Servers,
 }
 
@@ -31,6 +43,7 @@ enum Servers {
     ZooKeeper(ZooKeeperServer),
     MariaDb(MariaDbServer),
     Postgres(Arc<PostgresServer>),
+    Nats(NatsServer),
 }
 
 fn failed(what: &str) -> impl FnOnce(distlock_testkit::servers::ServerError) -> String {
@@ -53,6 +66,7 @@ pub async fn launch(backend: &str) -> Result<Vec<Target>, String> {
                 version: redis_version(&url).await?,
                 runs: vec![(Kind::Distlock, url.clone()), (Kind::Rslock, url.clone())],
                 url,
+                varz: None,
                 _servers: Servers::Redis(vec![server]),
             }
         }
@@ -74,6 +88,7 @@ pub async fn launch(backend: &str) -> Result<Vec<Target>, String> {
                     (Kind::Rslock, urls.join(",")),
                 ],
                 url,
+                varz: None,
                 _servers: Servers::Redis(nodes),
             }
         }
@@ -95,6 +110,7 @@ pub async fn launch(backend: &str) -> Result<Vec<Target>, String> {
                     (Kind::EtcdLockApi, addr.clone()),
                 ],
                 url: format!("etcd://{addr}/peers/"),
+                varz: None,
                 _servers: Servers::Etcd(server),
             }
         }
@@ -124,6 +140,7 @@ pub async fn launch(backend: &str) -> Result<Vec<Target>, String> {
                     (Kind::ZkRecipe, server.url()),
                 ],
                 url,
+                varz: None,
                 _servers: Servers::ZooKeeper(server),
             }
         }
@@ -142,7 +159,24 @@ pub async fn launch(backend: &str) -> Result<Vec<Target>, String> {
                 ),
                 runs: vec![(Kind::Distlock, url.clone())],
                 url,
+                varz: None,
                 _servers: Servers::MariaDb(server),
+            }
+        }
+        "nats" => {
+            let server = NatsServer::start().await.map_err(failed("nats-server"))?;
+            let plain = server.url();
+            crate::nats::prepare(&plain).await?;
+            Target {
+                label: "NATS JetStream KV".into(),
+                version: nats_version(&server).await,
+                runs: vec![
+                    (Kind::Distlock, plain.clone()),
+                    (Kind::NatsKv, plain.clone()),
+                ],
+                url: plain,
+                varz: Some(server.monitor_addr()),
+                _servers: Servers::Nats(server),
             }
         }
         other => return Err(format!("unknown backend {other:?}; pick from {BACKENDS:?}")),
@@ -170,6 +204,7 @@ async fn postgres() -> Result<Vec<Target>, String> {
             version: version.clone(),
             runs: vec![(Kind::Distlock, url.clone()), (peer, plain.clone())],
             url,
+            varz: None,
             _servers: Servers::Postgres(server.clone()),
         }
     };
@@ -196,4 +231,14 @@ async fn redis_version(url: &str) -> Result<String, String> {
         .find_map(|l| l.strip_prefix("redis_version:"))
         .unwrap_or("unknown");
     Ok(format!("Redis {}", version.trim()))
+}
+
+/// `nats-server <version>` from the server's `/varz`.
+async fn nats_version(server: &NatsServer) -> String {
+    let varz = crate::nats::varz(server.monitor_addr()).await;
+    let version = varz.as_deref().and_then(|v| {
+        let (_, after) = v.split_once("\"version\":")?;
+        after.trim_start().strip_prefix('"')?.split('"').next()
+    });
+    format!("nats-server {}", version.unwrap_or("unknown"))
 }

@@ -13,7 +13,7 @@ pub const END: &str = "<!-- bench-peers:end -->";
 /// The workspace's lock file, read at build time: the crate versions that ran.
 const LOCK_FILE: &str = include_str!("../../../Cargo.lock");
 /// The crates whose versions the notes name.
-const CRATES: [&str; 4] = ["rslock", "zookeeper-client", "redis", "sqlx"];
+const CRATES: [&str; 5] = ["rslock", "zookeeper-client", "redis", "sqlx", "async-nats"];
 
 /// What one run of one cell measured.
 #[derive(Debug, Clone)]

@@ -2,12 +2,14 @@
 //! `unique_insert`), written once: a [`Backend`] over one [`Contender`]'s
 //! attempts, waiting by polling. One attempt, then a jittered exponential
 //! backoff capped at 250 ms and never past the holder's remaining ttl, cut
-//! short by a release's wake-up where the adapter has them (otherwise
+//! short by a release's wake-up where the adapter has them, or first a wait
+//! on the holder's doorbell ([`crate::bell`]) where it has those (otherwise
 //! waiters poll alone), until the lock is won or the wait ends. An attempt
 //! refused for row-lock contention (deadlock, lock wait timeout,
 //! serialization failure) was rolled back whole; it is undone and tried again
 //! the same way within the caller's wait. Not a stable API.
 
+use crate::bell::{Ringer, Rung};
 use crate::db_error::DbError;
 use crate::pool::{Conn, PoolDialect, Statement};
 use crate::settle::retry_until;
@@ -47,12 +49,14 @@ pub enum Attempt {
 }
 
 /// What a lock held in a row keeps: the values naming its row, the owner
-/// value the compare-owner statements check, and the token.
+/// value the compare-owner statements check, the token, and the doorbell it
+/// rings once released.
 #[derive(Debug)]
 pub struct RowHandle {
     key: Vec<Value>,
     owner: String,
     fence: u64,
+    bell: Option<Ringer>,
 }
 
 /// What one attempt binds.
@@ -179,6 +183,7 @@ pub async fn floor_cycle<A: LockTable, C: Contender<A>>(
         key: bid.row,
         owner: bid.owner,
         fence,
+        bell: None,
     };
     let release = owner_checked(rows, &rows.release, None, &handle);
     Db::<A>::run(&mut conn, release).await?;
@@ -208,7 +213,11 @@ impl<A: LockTable + Inspect, C: Contender<A>> Backend for Polling<A, C> {
 
     async fn release(&self, handle: &RowHandle) -> Result<Ownership, LockError> {
         let release = || owner_checked(&self.rows, &self.rows.release, None, handle);
-        compare_owner(self.table.pool(), release).await
+        let released = compare_owner(self.table.pool(), release).await;
+        if let Some(bell) = &handle.bell {
+            bell.ring(self.table.pool().timeout()).await;
+        }
+        released
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {
@@ -235,6 +244,8 @@ impl<A: LockTable, C: Contender<A>> Polling<A, C> {
         let waiter = table.waiter(req.key, None);
         let mut contender = self.contender.clone();
         let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
+        // The last wait ended with the holder's doorbell.
+        let mut rang = false;
         let (row, meta) = (table.key(req.key), req.meta.encode());
         loop {
             // Armed before the attempt: a release between the attempt's reply
@@ -297,6 +308,7 @@ impl<A: LockTable, C: Contender<A>> Polling<A, C> {
                         key: bid.row,
                         owner: bid.owner,
                         fence: token,
+                        bell: table.doorbell().map(|bell| bell.keep(req.key)),
                     };
                     let token = FencingToken::new(token);
                     return Ok(Acquired {
@@ -312,6 +324,22 @@ impl<A: LockTable, C: Contender<A>> Polling<A, C> {
                     // Never sleep past the holder's expiry: a crashed holder is
                     // taken over as soon as the server lets us.
                     let bound = remaining + Duration::from_millis(1);
+                    if let Some(bell) = table.doorbell() {
+                        let rung = tokio::select! {
+                            rung = bell.wait(req.key, bound) => rung,
+                            _ = req.wait.reached() => return Err(req.not_acquired()),
+                        };
+                        if rung != Rung::Unkept {
+                            backoff.reset();
+                            rang = true;
+                            continue;
+                        }
+                        // Rung, then beaten to the row: the winner keeps its bell
+                        // a round trip after its win, so look again soon.
+                        if std::mem::take(&mut rang) {
+                            backoff.reset();
+                        }
+                    }
                     tokio::select! {
                         () = woken(notified.as_mut().map(Pin::as_mut)) => backoff.reset(),
                         more = backoff.pause(bound, req.wait) => if !more {

@@ -197,6 +197,25 @@ impl<D: PoolDialect> Pool<D> {
                 .await
                 .map_err(|_| sqlx::Error::PoolTimedOut)?
                 .map_err(|_| sqlx::Error::PoolClosed)?;
+        self.with_permit(permit).await
+    }
+
+    /// [`Pool::get`] when a slot is free now; `None` when every one is taken.
+    pub async fn try_get(&self) -> Option<Result<Conn<D>, DbError>>
+    where
+        for<'c> &'c mut <D::Database as Database>::Connection: Executor<'c, Database = D::Database>,
+        <D::Database as Database>::Arguments: IntoArguments<D::Database>,
+    {
+        let permit = self.0.permits.clone().try_acquire_owned().ok()?;
+        Some(self.with_permit(permit).await)
+    }
+
+    async fn with_permit(&self, permit: OwnedSemaphorePermit) -> Result<Conn<D>, DbError>
+    where
+        for<'c> &'c mut <D::Database as Database>::Connection: Executor<'c, Database = D::Database>,
+        <D::Database as Database>::Arguments: IntoArguments<D::Database>,
+    {
+        let inner = &self.0;
         // A new connection already ran its setup and session statements, which
         // on an autocommit-off connection may have opened a transaction.
         let (conn, session, holding) = match self.pop_idle() {

@@ -182,7 +182,7 @@ impl Inspect for ZkBackend {
 
     fn floor(&self) -> Option<Floor> {
         Some(Floor {
-            name: "create ephemeral-sequential + getChildren + delete",
+            name: "create ephemeral-sequential with getChildren pipelined, then delete",
             requests: 3,
         })
     }

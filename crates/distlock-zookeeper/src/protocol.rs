@@ -258,9 +258,10 @@ impl Requests {
     }
 }
 
-/// The benchmarks' floor: the recipe's three requests with nothing around them
-/// (create our node, list the queue, delete our node). Returns whether our node
-/// came first; the directory is created once when missing.
+/// The benchmarks' floor: the recipe's three requests with nothing around them,
+/// in two round trips (create our node and list the queue behind it, then
+/// delete our node). Returns whether our node came first; the directory is
+/// created once when missing.
 pub(crate) async fn floor_cycle(
     requests: &Requests,
     client: &zk::Client,
@@ -268,17 +269,16 @@ pub(crate) async fn floor_cycle(
 ) -> Result<bool, ZkError> {
     let marker = keys::protected_marker(&uuid::Uuid::new_v4());
     let create = || requests.create_node(client, dir, &marker, NodeKind::Lock, &[]);
-    let own = match create().await {
-        Err(e) if e.code() == Some(&zk::Error::NoNode) => {
+    let list = || requests.list_queue(client, dir, NodeKind::Lock.queue());
+    // Joined, both go out before either reply is awaited, in order.
+    let (own, queue) = match tokio::join!(create(), list()) {
+        (Err(e), _) if e.code() == Some(&zk::Error::NoNode) => {
             requests.create_lock_dir(client, dir).await?;
-            create().await?
+            tokio::join!(create(), list())
         }
-        other => other?,
+        both => both,
     };
-    let queue = (requests
-        .list_queue(client, dir, NodeKind::Lock.queue())
-        .await?)
-        .unwrap_or_default();
+    let (own, queue) = (own?, queue?.unwrap_or_default());
     requests
         .delete_node(client, &keys::node_path(dir, &own.name))
         .await?;

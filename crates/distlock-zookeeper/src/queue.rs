@@ -183,17 +183,34 @@ async fn step(
     also: Option<&str>,
     ended: &mut (impl Future<Output = zk::SessionState> + Unpin),
 ) -> Result<Step, ZkError> {
-    let own = match &node.state {
-        NodeState::Created(own) => own.clone(),
-        _ => create(requests, node).await?,
+    let sent_at = Instant::now();
+    let (own, listed) = match (&node.state, also) {
+        (NodeState::Created(own), _) => (own.clone(), None),
+        // A first create and the listing behind it, in one round trip: a
+        // session's requests are served in order, so the listing sees the node.
+        (_, None) => {
+            let (client, dir, kinds) = (node.session.client.clone(), node.dir.clone(), node.kind);
+            let listing = requests.list_queue(&client, &dir, kinds.queue());
+            let (own, listed) = tokio::join!(create(requests, node), listing);
+            (own?, listed.ok().flatten())
+        }
+        (_, Some(_)) => (create(requests, node).await?, None),
     };
     let client = &node.session.client;
-    let sent_at = Instant::now();
-    let listing = requests.list_queue(client, &node.dir, node.kind.queue());
-    // Joined, both requests go out before either reply is awaited, in order.
-    let (queue, also) = match also {
-        None => (listing.await?, None),
-        Some(dir) => {
+    // A listing sent before a create that had to be retried (a missing
+    // directory, a lost reply) may not show the node: list again.
+    let listed = listed.filter(|queue| queue.contains(&own.name));
+    let (queue, also) = match (listed, also) {
+        (Some(queue), _) => (Some(queue), None),
+        (None, None) => (
+            requests
+                .list_queue(client, &node.dir, node.kind.queue())
+                .await?,
+            None,
+        ),
+        // Joined, both requests go out before either reply is awaited, in order.
+        (None, Some(dir)) => {
+            let listing = requests.list_queue(client, &node.dir, node.kind.queue());
             let (queue, also) = tokio::join!(listing, requests.children(client, dir));
             (queue?, also?)
         }

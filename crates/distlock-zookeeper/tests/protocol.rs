@@ -93,11 +93,11 @@ async fn lost_create_reply_recovers(cut: Fault, name: &str) {
         .unwrap()
         .unwrap();
     assert_eq!(lease.token().get(), u64::try_from(stat.czxid).unwrap());
-    // create (reply lost), list to find our uuid, exists for the czxid, list for
-    // our place in line.
+    // create and the listing pipelined behind it (replies lost), list to find
+    // our uuid, exists for the czxid, list for our place in line.
     assert_eq!(
         lock.backend().requests_sent() - requests_before,
-        4,
+        5,
         "recovery path not taken"
     );
     lease.release().await.unwrap();

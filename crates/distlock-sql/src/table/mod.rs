@@ -10,6 +10,7 @@ mod db;
 
 pub use db::{TableDb, Value};
 
+use crate::bell::Doorbell;
 use crate::db::BoxFuture;
 use crate::db_error::DbError;
 use crate::pool::{Pool, PoolDialect, Statement};
@@ -86,6 +87,11 @@ pub trait LockTable: fmt::Debug + Send + Sync + 'static {
     /// `primitive` is released, if the database can tell (otherwise waiters
     /// poll alone).
     fn waiter(&self, key: &LockKey, primitive: Option<Primitive>) -> Option<Self::Waiter>;
+    /// The bells a lock's holders keep and its waiters wait on, where a
+    /// release notifies nobody (see [`crate::bell`]); `None` by default.
+    fn doorbell(&self) -> Option<&dyn Doorbell> {
+        None
+    }
 }
 
 /// The database of table `A`.

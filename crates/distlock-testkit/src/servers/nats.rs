@@ -18,10 +18,11 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 pub type NatsServer = Server<Nats>;
 
 /// What a NATS [`Server`] adds: its server name, as JetStream reports a
-/// stream's leader.
+/// stream's leader, and its HTTP monitoring port (`/varz`).
 #[derive(Debug)]
 pub struct Nats {
     name: String,
+    monitor: u16,
 }
 
 impl NatsServer {
@@ -41,6 +42,12 @@ impl NatsServer {
     /// The client URL, `nats://<host>:<port>`.
     pub fn url(&self) -> String {
         format!("nats://{}", self.addr())
+    }
+
+    /// The HTTP monitoring address, whose `/varz` has the server's counters
+    /// (`in_msgs`: every message clients sent it).
+    pub fn monitor_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.addr().ip(), self.kind.monitor)
     }
 
     /// Shuts the server down cleanly (SIGTERM), killing it if that takes too long.
@@ -128,13 +135,13 @@ async fn start_servers(size: usize) -> Result<Vec<NatsServer>, ServerError> {
     };
     retry_on_exit(async || {
         let specs = (placements.iter())
-            .map(|placement| Ok((placement, free_port()?, free_port()?)))
+            .map(|placement| Ok((placement, free_port()?, free_port()?, free_port()?)))
             .collect::<Result<Vec<_>, ServerError>>()?;
         let routes: Vec<String> = (specs.iter())
-            .map(|(at, _, route)| format!("nats://{}", SocketAddr::new(at.host(), *route)))
+            .map(|(at, _, route, _)| format!("nats://{}", SocketAddr::new(at.host(), *route)))
             .collect();
         let mut spawned = Vec::with_capacity(size);
-        for (index, (placement, port, route)) in specs.into_iter().enumerate() {
+        for (index, (placement, port, route, monitor)) in specs.into_iter().enumerate() {
             let dir = tempfile::Builder::new()
                 .prefix("distlock-nats-")
                 .tempdir()
@@ -154,6 +161,9 @@ async fn start_servers(size: usize) -> Result<Vec<NatsServer>, ServerError> {
                 port.to_string().into(),
                 "-n".into(),
                 name.clone().into(),
+                // The server's own counters (`/varz`), which benchmarks read.
+                "-m".into(),
+                monitor.to_string().into(),
             ];
             if size > 1 {
                 let listen = SocketAddr::new(placement.bind(), route);
@@ -170,13 +180,13 @@ async fn start_servers(size: usize) -> Result<Vec<NatsServer>, ServerError> {
                 );
             }
             let process = ServerProcess::start_at(placement, &name, &binary, args, dir.path())?;
-            spawned.push((placement.host(), port, process, dir, name));
+            spawned.push((placement.host(), port, process, dir, Nats { name, monitor }));
         }
         let mut servers = Vec::with_capacity(size);
-        for (host, port, process, dir, name) in spawned {
+        for (host, port, process, dir, kind) in spawned {
             let addr = SocketAddr::new(host, port);
             process.wait_ready(READY_TIMEOUT, || ready(addr)).await?;
-            servers.push(Server::new(host, (port, None), process, dir, Nats { name }));
+            servers.push(Server::new(host, (port, None), process, dir, kind));
         }
         if let Some(first) = servers.first().filter(|_| size > 1) {
             let addr = first.addr();

@@ -190,7 +190,7 @@ pub mod cluster {
     //! no takeover), and once it restarts from its file store the lock is granted
     //! again with a higher token.
 
-    use crate::topologies::{Case, Topology, check_history, key};
+    use crate::topologies::{Case, Topology, check_history, key, spawn_waiter};
     use distlock_core::{AcquireOptions, BoxError, DistributedLock, LockError, Wait};
     use distlock_nats::{NatsConfig, NatsLock};
     use distlock_testkit::history::History;
@@ -255,16 +255,10 @@ pub mod cluster {
         let lease = holder
             .acquire(&key, &AcquireOptions::new().ttl(TTL))
             .await?;
-        let waiting = {
-            let key = key.clone();
-            let options = AcquireOptions::new()
-                .ttl(TTL)
-                .wait(Wait::For(Duration::from_secs(60)));
-            tokio::spawn(async move {
-                let lease = waiter.acquire(&key, &options).await;
-                (lease, Instant::now())
-            })
-        };
+        let options = AcquireOptions::new()
+            .ttl(TTL)
+            .wait(Wait::For(Duration::from_secs(60)));
+        let waiting = spawn_waiter(waiter, key.clone(), options, Duration::ZERO);
         nats.servers()[other].kill();
         let killed = Instant::now();
         while killed.elapsed() < TTL * 3 {
@@ -279,8 +273,7 @@ pub mod cluster {
         let token = lease.token();
         lease.release().await?;
         let released = Instant::now();
-        let (next, granted) = waiting.await?;
-        let next = next?;
+        let (next, granted) = waiting.await??;
         let after = granted.duration_since(released);
         if next.token() <= token {
             return Err(format!("token {} after {token} did not rise", next.token()).into());
@@ -360,16 +353,10 @@ pub mod cluster {
             .acquire(&key, &AcquireOptions::new().ttl(TTL))
             .await?;
         let entered = Instant::now();
-        let waiting = {
-            let key = key.clone();
-            let options = AcquireOptions::new()
-                .ttl(TTL)
-                .wait(Wait::For(Duration::from_secs(30)));
-            tokio::spawn(async move {
-                let lease = waiter.acquire(&key, &options).await;
-                (lease, Instant::now())
-            })
-        };
+        let options = AcquireOptions::new()
+            .ttl(TTL)
+            .wait(Wait::For(Duration::from_secs(30)));
+        let waiting = spawn_waiter(waiter, key.clone(), options, Duration::ZERO);
         // Let the waiter see the holder's record before the cut.
         tokio::time::sleep(Duration::from_millis(300)).await;
         nats.servers()[cut].disconnect()?;
@@ -379,8 +366,7 @@ pub mod cluster {
             .map_err(|_| "lost() did not fire on the cut-off holder")?;
         let lost_after = cut_at.elapsed();
         history.record_lease(0, &lease, entered);
-        let (next, granted) = waiting.await?;
-        let next = next?;
+        let (next, granted) = waiting.await??;
         history.record_lease(1, &next, granted);
         nats.servers()[cut].reconnect()?;
         check_history(&history)?;

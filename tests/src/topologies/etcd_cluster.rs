@@ -2,7 +2,7 @@
 //! while a lock is held and others queue, the leader partitioned away from its
 //! holder, a member restarted.
 
-use super::{Case, check_history, hold, key, until};
+use super::{Case, check_history, hold, key, spawn_waiter, until};
 use distlock_core::{AcquireOptions, BoxError, DistributedLock, Wait};
 use distlock_etcd::{EtcdConfig, EtcdLock};
 use distlock_testkit::history::History;
@@ -125,24 +125,12 @@ async fn partitioned_leader_loses_its_holder() -> Result<(), BoxError> {
     let options = AcquireOptions::new().ttl(TTL);
     let lease = holder.acquire(&key, &options).await?;
     let entered = Instant::now();
-    let waiting = {
-        let key = key.clone();
-        // The waiter's own lease must outlive the election the cut starts; an
-        // acquire that fails during it (its session could not be kept) queues again.
-        let options = AcquireOptions::new()
-            .ttl(TTL * 3)
-            .wait(Wait::For(Duration::from_secs(20)));
-        tokio::spawn(async move {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                match waiter.acquire(&key, &options).await {
-                    Ok(lease) => return Ok((lease, Instant::now())),
-                    Err(error) if Instant::now() >= deadline => return Err(error),
-                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                }
-            }
-        })
-    };
+    // The waiter's own lease must outlive the election the cut starts; an
+    // acquire that fails during it (its session could not be kept) queues again.
+    let options = AcquireOptions::new()
+        .ttl(TTL * 3)
+        .wait(Wait::For(Duration::from_secs(20)));
+    let waiting = spawn_waiter(waiter, key.clone(), options, Duration::from_secs(60));
     // Let the waiter queue behind the holder before the cut.
     tokio::time::sleep(Duration::from_millis(300)).await;
     etcd.members()[leader].disconnect()?;

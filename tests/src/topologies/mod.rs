@@ -8,7 +8,7 @@
 //! backend's own topologies come from its `TestBackend::topologies`, so a new
 //! one adds no line here.
 
-use distlock_core::{BoxError, Lease, LockKey};
+use distlock_core::{AcquireOptions, BoxError, DistributedLock, Lease, LockError, LockKey};
 use distlock_testkit::history::History;
 use distlock_testkit::servers::{LauncherKind, launcher, set_default_launcher};
 use libtest_mimic::{Failed, Trial};
@@ -16,6 +16,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
 
 #[cfg(feature = "etcd")]
 mod etcd_cluster;
@@ -155,4 +156,26 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(())
+}
+
+/// Spawns `waiter` acquiring `key` with `options` and returns the lease with
+/// the instant it was granted. An acquire that fails is sent again, after
+/// 100 ms, until `retry_for` has passed since the start (`Duration::ZERO`:
+/// one attempt, whose error is returned).
+pub(crate) fn spawn_waiter<L: DistributedLock + 'static>(
+    waiter: L,
+    key: LockKey,
+    options: AcquireOptions,
+    retry_for: Duration,
+) -> JoinHandle<Result<(Lease, Instant), LockError>> {
+    tokio::spawn(async move {
+        let deadline = Instant::now() + retry_for;
+        loop {
+            match waiter.acquire(&key, &options).await {
+                Ok(lease) => return Ok((lease, Instant::now())),
+                Err(error) if Instant::now() >= deadline => return Err(error),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    })
 }

@@ -8,7 +8,7 @@
 //! from the client, which is no earlier than that last renewal. So `lost()`
 //! fires first, and a waiter elsewhere is granted the lock only after it.
 
-use super::{Case, check_history, hold, key, until};
+use super::{Case, check_history, hold, key, spawn_waiter, until};
 use distlock_core::{AcquireOptions, BoxError, DistributedLock, Wait};
 use distlock_testkit::history::History;
 use distlock_testkit::servers::zookeeper::Mode;
@@ -61,24 +61,12 @@ async fn minority_holder_loses_first() -> Result<(), BoxError> {
     let options = AcquireOptions::new().ttl(TTL);
     let lease = holder.acquire(&key, &options).await?;
     let entered = Instant::now();
-    let waiting = {
-        let key = key.clone();
-        // The waiter's own lease must outlive the election the cut starts; an
-        // acquire that fails during it (its session could not be kept) queues again.
-        let options = AcquireOptions::new()
-            .ttl(TTL * 3)
-            .wait(Wait::For(Duration::from_secs(20)));
-        tokio::spawn(async move {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                match waiter.acquire(&key, &options).await {
-                    Ok(lease) => return Ok((lease, Instant::now())),
-                    Err(error) if Instant::now() >= deadline => return Err(error),
-                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                }
-            }
-        })
-    };
+    // The waiter's own lease must outlive the election the cut starts; an
+    // acquire that fails during it (its session could not be kept) queues again.
+    let options = AcquireOptions::new()
+        .ttl(TTL * 3)
+        .wait(Wait::For(Duration::from_secs(20)));
+    let waiting = spawn_waiter(waiter, key.clone(), options, Duration::from_secs(60));
     tokio::time::sleep(Duration::from_millis(300)).await;
     zk.members()[minority].disconnect()?;
     let cut = Instant::now();

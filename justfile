@@ -34,7 +34,8 @@ test-fences:
 # seconds with random server, proxy and holder faults, and a 3-member etcd and a ZooKeeper ensemble
 # (`etcd_cluster::chaos`, `zk_ensemble::chaos`) under partitions, kills and pauses of a member, a Redis
 # Cluster with replicas failed over (`redis_cluster::chaos`), a MariaDB and a PostgreSQL primary
-# failed over to their asynchronous replica (`mysql_replica::chaos`, `postgres_replica::chaos`),
+# failed over to their asynchronous replica (`mysql_replica::chaos`, `postgres_replica::chaos`; in
+# `::lagging` the replica runs 500 ms behind),
 # Redlock's node clocks jumped forward (`redlock::clock_jump`), and server clocks stepped back after
 # names were collected (`<backend>::clock_step_back`); prints each history file and the table.
 chaos SECS="60" *FILTER:

@@ -41,7 +41,7 @@ fn main() -> ExitCode {
                     runtime().block_on(chaos::run_spec(&spec, holder, duration, &dir));
                 rows.lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .extend(row);
+                    .push(row);
                 Ok(verdict?)
             })
             .with_ignored_flag(ignored)
@@ -78,7 +78,15 @@ fn restart_window_trial(
     Trial::test("redis::restart_window", move || {
         let (bare, guarded) = runtime()
             .block_on(chaos::restart::restart_window(duration, &dir))
-            .map_err(|e| libtest_mimic::Failed::from(format!("redis::restart_window: {e}")))?;
+            .map_err(|e| {
+                rows.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(Row::not_run(
+                        "redis::restart_window",
+                        distlock_testkit::chaos::Requirement::Measured,
+                    ));
+                libtest_mimic::Failed::from(format!("redis::restart_window: {e}"))
+            })?;
         println!("{}\n{}", bare.text(), guarded.text());
         rows.lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -74,8 +74,7 @@ impl RedlockHarness {
     }
 
     /// A harness on `nodes` nodes of its own, each with a wall clock the test
-    /// can move (`redlock::clock_jump`); always native processes, since the
-    /// clock is a shim preloaded into each.
+    /// can move (`redlock::clock_jump`).
     pub async fn launch_with_clocks(nodes: usize) -> Result<Self, BoxError> {
         let runtime = tokio::runtime::Handle::current();
         // Not `Send` (the launcher's retry helper), as in `launch_servers`.

@@ -167,7 +167,10 @@ impl Lease {
 
     /// Stops renewal and frees the lock if this lease still owns it (owner and
     /// token are compared atomically on the server, so a newer holder is never
-    /// touched). A lease that was already lost gives `LockError::Lost`.
+    /// touched). A lease that was already lost, or is past its local
+    /// deadline (even if its watchdog has not run since, as in a stalled
+    /// process), gives `LockError::Lost`; the lock is then still given back
+    /// in the background if the server kept it.
     ///
     /// With reentrant holders, only the last release frees the lock. The release
     /// runs to completion even if this future is dropped. Before the
@@ -188,6 +191,15 @@ impl Lease {
         let shared = self.shared.clone();
         if !shared.leave() {
             return shared.check_held();
+        }
+        // Past its local deadline the lease is lost, whether or not its
+        // watchdog has run since (a stalled process runs neither on time):
+        // its loss is reported now, never a successful release, and the lock
+        // is still given back in case the server kept it.
+        if Instant::now() >= shared.deadline() && shared.mark_lost(LossReason::Expired) {
+            let error = shared.lost_error(LossReason::Expired);
+            tokio::spawn(async move { shared.release_after_loss().await });
+            return Err(error);
         }
         match shared.transition(Status::Held, Status::Releasing) {
             Status::Held => {}

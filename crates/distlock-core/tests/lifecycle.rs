@@ -112,3 +112,39 @@ async fn renewals_and_releases_are_counted() {
     let dynamic: distlock_core::DynLock = std::sync::Arc::new(a);
     assert_eq!(dynamic.metrics(), Some(m));
 }
+
+#[tokio::test]
+async fn a_release_past_the_local_deadline_reports_the_loss_even_if_the_watchdog_never_ran() {
+    let store = MemoryStore::new();
+    let a = store.client();
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_millis(400))
+        .renewal(Renewal::Manual);
+    let lease = a.acquire(&key(), &opts).await.unwrap();
+    // A renewal that reaches the store 250 ms after it was sent: the store
+    // keeps the lock 250 ms past the lease's local deadline.
+    a.backend().set_fault(MemoryFault::Unreachable);
+    let heal = async {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        a.backend().set_fault(MemoryFault::None);
+    };
+    let (renewed, ()) = tokio::join!(lease.renew(), heal);
+    renewed.unwrap();
+    // The whole process stalls past the local deadline: on this one-thread
+    // runtime the watchdog cannot run, as on a starved machine.
+    std::thread::sleep(lease.remaining() + Duration::from_millis(50));
+    assert!(store.holder(&key()).is_some(), "the store still holds it");
+    let lost = lease.lost();
+    match lease.release().await {
+        Err(LockError::Lost {
+            reason: LossReason::Expired,
+            ..
+        }) => {}
+        other => panic!("a release past the deadline reported {other:?}"),
+    }
+    let reason = tokio::time::timeout(Duration::from_secs(1), lost)
+        .await
+        .expect("lost() fired at the release");
+    assert_eq!(reason, LossReason::Expired);
+    assert_eq!((a.metrics().released, a.metrics().lost), (0, 1));
+}

@@ -8,7 +8,7 @@ use crate::fault::{Fault, FaultControl};
 use crate::servers::ServerError;
 use async_trait::async_trait;
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -30,7 +30,14 @@ impl FaultProxy {
     /// Starts a proxy to `upstream` with [`Fault::None`]. Clients connect to
     /// [`addr`](Self::addr). Must be called within a tokio runtime.
     pub async fn start(upstream: SocketAddr) -> Result<Self, ServerError> {
-        let listener = TcpListener::bind(("127.0.0.1", 0))
+        Self::start_on(IpAddr::V4(Ipv4Addr::LOCALHOST), upstream).await
+    }
+
+    /// Like [`start`](Self::start), listening on a free port of `host`: a
+    /// server in a container dials the proxy at the host's own address on
+    /// its network ([`Server::test_host`](crate::servers::Server::test_host)).
+    pub async fn start_on(host: IpAddr, upstream: SocketAddr) -> Result<Self, ServerError> {
+        let listener = TcpListener::bind((host, 0))
             .await
             .map_err(ServerError::io("bind the fault proxy"))?;
         let addr = listener

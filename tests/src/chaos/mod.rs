@@ -28,7 +28,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Starts a harness on servers of its own (the run kills them).
-pub type Start = fn() -> Pin<Box<dyn Future<Output = Result<Arc<dyn Harness>, BoxError>> + Send>>;
+pub type Start = fn() -> StartFuture;
+/// What a [`Start`] returns.
+pub type StartFuture = Pin<Box<dyn Future<Output = Result<Arc<dyn Harness>, BoxError>> + Send>>;
 
 /// One chaos trial.
 #[derive(Debug, Clone)]
@@ -159,18 +161,18 @@ pub fn holder_command(harness: &dyn Harness, binary: &'static str) -> Option<Hol
     }))
 }
 
-/// Runs `spec` for `duration`. Returns its row once the run completed (a
-/// failed trial's too, so that the table shows every trial), and the account
-/// of what failed, if anything did.
+/// Runs `spec` for `duration`. Returns its row (a failed trial's too, and
+/// one saying it did not run if it could not, so that the table shows every
+/// trial), and the account of what failed, if anything did.
 pub async fn run_spec(
     spec: &Spec,
     holder: &'static str,
     duration: Duration,
     dir: &Path,
-) -> (Option<Row>, Result<(), String>) {
+) -> (Row, Result<(), String>) {
     let (report, harness) = match run_report(spec, holder, duration, dir).await {
         Ok(done) => done,
-        Err(why) => return (None, Err(why)),
+        Err(why) => return (Row::not_run(spec.trial, spec.exclusion), Err(why)),
     };
     // One print per trial, so parallel trials do not interleave their lines.
     println!("{}", report.text());
@@ -183,7 +185,7 @@ pub async fn run_spec(
             harness.server_logs()
         ))
     };
-    (Some(report.row()), verdict)
+    (report.row(), verdict)
 }
 
 /// Starts `spec`'s harness and runs its plan.

@@ -7,31 +7,42 @@
 //! adapters claim `Strict` fencing on ONE server; what the replica had not
 //! received when the primary died is lost, so overlaps and token order are
 //! measured here, and the fence (no stale write admitted) and `lost()` are
-//! still required.
+//! still required. The replica reaches its primary through a relay (a fault
+//! proxy): in `<backend>_replica::lagging` it holds every byte back [`LAG`],
+//! so the replica is that far behind when the primary dies, and what the
+//! relay still held dies with it.
 
 use super::Spec;
 use crate::sql::{SqlBackend, table};
 use async_trait::async_trait;
 use distlock_core::{BoxError, Capabilities, DynLock, FencingGuarantee};
 use distlock_testkit::chaos::{FaultKind, Requirement};
+use distlock_testkit::fault::{Fault, FaultControl};
 use distlock_testkit::harness::{Failover, Harness, Hooks};
 use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::servers::{Launched, ServerError};
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::Mutex;
 
 /// The one fault of these trials, so that it explains whatever the history shows.
 pub const FAILOVER: &[FaultKind] = &[FaultKind::Failover];
+/// How far behind the lagging trials' replicas run: half the ttl, so that
+/// a grant, renewal or release of the last half ttl before a kill is lost.
+pub const LAG: Duration = Duration::from_millis(500);
 
 /// A server that can be a primary with an asynchronous replica.
 pub trait Replicated: Launched + Send + Sync + Sized + 'static {
-    /// A primary, natively.
+    /// A primary.
     fn start_primary() -> impl Future<Output = Result<Self, ServerError>>;
-    /// A new replica of this server, replicating.
-    fn start_replica(&self) -> impl Future<Output = Result<Self, ServerError>>;
+    /// A new replica of this server, which it reaches at `via`, replicating.
+    fn start_replica(&self, via: SocketAddr) -> impl Future<Output = Result<Self, ServerError>>;
     /// Makes this replica a primary.
     fn promote(&self) -> impl Future<Output = Result<(), ServerError>>;
+    /// Where the server reaches a relay of the test process.
+    fn test_host(&self) -> IpAddr;
 }
 
 #[cfg(feature = "postgres")]
@@ -39,11 +50,14 @@ impl Replicated for distlock_testkit::servers::PostgresServer {
     fn start_primary() -> impl Future<Output = Result<Self, ServerError>> {
         Self::start_primary()
     }
-    fn start_replica(&self) -> impl Future<Output = Result<Self, ServerError>> {
-        self.start_standby()
+    fn start_replica(&self, via: SocketAddr) -> impl Future<Output = Result<Self, ServerError>> {
+        self.start_standby(via)
     }
     fn promote(&self) -> impl Future<Output = Result<(), ServerError>> {
         Self::promote(self)
+    }
+    fn test_host(&self) -> IpAddr {
+        Self::test_host(self)
     }
 }
 
@@ -52,44 +66,67 @@ impl Replicated for distlock_testkit::servers::MariaDbServer {
     fn start_primary() -> impl Future<Output = Result<Self, ServerError>> {
         Self::start_primary()
     }
-    fn start_replica(&self) -> impl Future<Output = Result<Self, ServerError>> {
-        Self::start_replica(self)
+    fn start_replica(&self, via: SocketAddr) -> impl Future<Output = Result<Self, ServerError>> {
+        Self::start_replica(self, via)
     }
     fn promote(&self) -> impl Future<Output = Result<(), ServerError>> {
         Self::promote(self)
     }
+    fn test_host(&self) -> IpAddr {
+        Self::test_host(self)
+    }
 }
 
-/// `postgres_replica::chaos`.
+/// `postgres_replica::chaos`, or with the replica lagging [`LAG`] behind,
+/// `postgres_replica::lagging`.
 #[cfg(feature = "postgres")]
-pub fn postgres() -> Spec {
+pub fn postgres(lagging: bool) -> Spec {
     use crate::postgres::Postgres;
     use distlock_postgres::Strategy;
+    fn start(lag: Option<Duration>) -> super::StartFuture {
+        Box::pin(async move {
+            Ok(Arc::new(ReplicaHarness::<Postgres>::launch(Strategy::VersionCas, lag).await?) as _)
+        })
+    }
     Spec {
-        trial: "postgres_replica::chaos",
+        trial: if lagging {
+            "postgres_replica::lagging"
+        } else {
+            "postgres_replica::chaos"
+        },
         backend: "postgres",
-        start: || {
-            Box::pin(async {
-                Ok(Arc::new(ReplicaHarness::<Postgres>::launch(Strategy::VersionCas).await?) as _)
-            })
+        start: if lagging {
+            || start(Some(LAG))
+        } else {
+            || start(None)
         },
         faults: FAILOVER,
         exclusion: Requirement::Measured,
     }
 }
 
-/// `mysql_replica::chaos`.
+/// `mysql_replica::chaos`, or with the replica lagging [`LAG`] behind,
+/// `mysql_replica::lagging`.
 #[cfg(feature = "mysql")]
-pub fn mysql() -> Spec {
+pub fn mysql(lagging: bool) -> Spec {
     use crate::mysql::MySql;
     use distlock_mysql::Strategy;
+    fn start(lag: Option<Duration>) -> super::StartFuture {
+        Box::pin(async move {
+            Ok(Arc::new(ReplicaHarness::<MySql>::launch(Strategy::VersionCas, lag).await?) as _)
+        })
+    }
     Spec {
-        trial: "mysql_replica::chaos",
+        trial: if lagging {
+            "mysql_replica::lagging"
+        } else {
+            "mysql_replica::chaos"
+        },
         backend: "mysql",
-        start: || {
-            Box::pin(async {
-                Ok(Arc::new(ReplicaHarness::<MySql>::launch(Strategy::VersionCas).await?) as _)
-            })
+        start: if lagging {
+            || start(Some(LAG))
+        } else {
+            || start(None)
         },
         faults: FAILOVER,
         exclusion: Requirement::Measured,
@@ -105,11 +142,14 @@ struct Pair<S> {
 }
 
 /// A primary with a replica behind one address (a relay the failover
-/// retargets).
+/// retargets); the replica follows through another relay, `link`.
 #[derive(Debug)]
 pub struct ReplicaHarness<B: SqlBackend> {
     strategy: B::Strategy,
     front: FaultProxy,
+    /// The replica's way to its primary: delayed by `lag`, if any.
+    link: FaultProxy,
+    lag: Option<Duration>,
     /// The test user's URL (the same on both: the replica takes the password).
     url: String,
     pair: Mutex<Pair<B::Server>>,
@@ -120,29 +160,46 @@ impl<B: SqlBackend> ReplicaHarness<B>
 where
     B::Server: Replicated,
 {
-    /// A primary, its replica and the address in front of the primary.
-    pub async fn launch(strategy: B::Strategy) -> Result<Self, BoxError> {
-        let (primary, replica) = blocking(|| async {
-            let primary = B::Server::start_primary().await?;
-            let replica = primary.start_replica().await?;
-            Ok((primary, replica))
-        })
-        .await?;
+    /// A primary, its replica (lagging `lag` behind, if given) and the
+    /// address in front of the primary.
+    pub async fn launch(strategy: B::Strategy, lag: Option<Duration>) -> Result<Self, BoxError> {
+        let primary = blocking(B::Server::start_primary).await?;
+        let link = FaultProxy::start_on(primary.test_host(), B::addr(&primary)).await?;
+        let primary = Arc::new(primary);
+        let replica = start_replica(&primary, &link, lag).await?;
         let front = FaultProxy::start(B::addr(&primary)).await?;
         let url = B::url(&primary);
         let inspector = connect::<B>(&url, &front, strategy).await?;
         Ok(ReplicaHarness {
             strategy,
             front,
+            link,
+            lag,
             url,
             pair: Mutex::new(Pair {
-                primary: Arc::new(primary),
+                primary,
                 replica: Arc::new(replica),
                 generation: 0,
             }),
             inspector,
         })
     }
+}
+
+/// A new replica of `primary` through `link`, which then holds every byte
+/// back `lag` (the copy itself is not delayed).
+async fn start_replica<S: Replicated>(
+    primary: &Arc<S>,
+    link: &FaultProxy,
+    lag: Option<Duration>,
+) -> Result<S, BoxError> {
+    link.set_fault(Fault::None).await;
+    let (primary, via) = (primary.clone(), link.addr());
+    let replica = blocking(move || async move { primary.start_replica(via).await }).await?;
+    if let Some(lag) = lag {
+        link.set_fault(Fault::Delay(lag)).await;
+    }
+    Ok(replica)
 }
 
 /// Runs `work` on a blocking thread of this runtime: the launchers' futures
@@ -174,14 +231,18 @@ where
     async fn fail_over(&self) -> Result<String, BoxError> {
         let mut pair = self.pair.lock().await;
         pair.primary.process().kill();
+        // What the link still holds back dies with the primary, as the
+        // bytes a primary had not sent yet do. (Reset after the kill: a
+        // commit made in between would be lost to the reset, not the lag.)
+        self.link.set_fault(Fault::Reset).await;
         let promoted = pair.replica.clone();
         blocking(move || async move { promoted.promote().await }).await?;
         // Meanwhile the clients' connections were refused, as during any
         // failover; now the address moves.
         self.front.retarget(B::addr(&pair.replica));
         // A new replica of the promoted one, so the next failover has one.
-        let promoted = pair.replica.clone();
-        let replica = blocking(move || async move { promoted.start_replica().await }).await?;
+        self.link.retarget(B::addr(&pair.replica));
+        let replica = start_replica(&pair.replica, &self.link, self.lag).await?;
         pair.primary = std::mem::replace(&mut pair.replica, Arc::new(replica));
         pair.generation += 1;
         Ok(format!("primary{}", pair.generation))

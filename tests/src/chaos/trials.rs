@@ -151,7 +151,8 @@ pub fn mysql() -> Vec<Spec> {
             exclusion: Requirement::Measured,
         },
         super::clock::mysql(),
-        super::replica::mysql(),
+        super::replica::mysql(false),
+        super::replica::mysql(true),
     ]
 }
 
@@ -188,6 +189,7 @@ pub fn postgres() -> Vec<Spec> {
             exclusion: Requirement::Measured,
         },
         super::clock::postgres(),
-        super::replica::postgres(),
+        super::replica::postgres(false),
+        super::replica::postgres(true),
     ]
 }

@@ -39,6 +39,28 @@ pub struct Row {
     pub exclusion: Requirement,
 }
 
+impl Row {
+    /// The row of a trial that did not run to its end (its servers did not
+    /// start, say): FAILED, with nothing counted, so that the table still
+    /// lists every trial.
+    pub fn not_run(trial: &str, exclusion: Requirement) -> Row {
+        Row {
+            trial: trial.to_owned(),
+            passed: false,
+            cycles: 0,
+            faults: "(did not run)".into(),
+            admitted: 0,
+            refused: 0,
+            overlaps: 0,
+            stale_admitted: 0,
+            token_order: 0,
+            missed_lost: 0,
+            max_overlap: "-".into(),
+            exclusion,
+        }
+    }
+}
+
 impl Report {
     /// True when no required property was violated and nothing else went
     /// wrong (see [`Report::errors`]).

@@ -2,8 +2,9 @@
 //! its minimal window, and a history survives the trip through its file. The
 //! missed-lost cases are in `tests/lost.rs`, the file's trip in `tests/file.rs`,
 //! histories recorded on a cluster in `tests/cluster.rs`, one recorded
-//! around a Redlock node's clock jump in `tests/clock.rs`, and one around a
-//! Sentinel failover in `tests/failover.rs`.
+//! around a Redlock node's clock jump in `tests/clock.rs`, and ones around a
+//! Sentinel failover and a failover to a lagging MariaDB replica in
+//! `tests/failover.rs`.
 
 use super::FaultKind;
 use super::check::{Order, Overlap, Violation, check};

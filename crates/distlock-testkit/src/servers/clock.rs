@@ -10,7 +10,10 @@
 //! allocates through jemalloc, which calls `clock_gettime` before libfaketime
 //! is ready, and the server hangs (libfaketime issue #130). The shim uses
 //! system calls only. It is compiled at run time with `cc`, which every Rust
-//! toolchain already needs as its linker.
+//! toolchain already needs as its linker. A server in a container
+//! (`DISTLOCK_LAUNCHER=docker`) gets the clock's directory mounted at the same
+//! path, so the images need nothing for it: the shim links no libc symbol
+//! newer than the images' glibc.
 
 use super::ServerError;
 use std::ffi::OsString;
@@ -30,7 +33,7 @@ const SHIM: &str = include_str!("clock_offset.c");
 pub struct MovableClock {
     shim: PathBuf,
     offset: PathBuf,
-    _dir: Arc<tempfile::TempDir>,
+    dir: Arc<tempfile::TempDir>,
 }
 
 impl MovableClock {
@@ -65,10 +68,16 @@ impl MovableClock {
         let clock = MovableClock {
             shim,
             offset: dir.path().join("offset"),
-            _dir: Arc::new(dir),
+            dir: Arc::new(dir),
         };
         clock.set(0)?;
         Ok(clock)
+    }
+
+    /// The directory of the shim and the offset file, which a container
+    /// running under this clock mounts.
+    pub(crate) fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// Sets the servers' wall clocks `back` behind the real time, at once.

@@ -2,7 +2,9 @@
  * read the real time plus an offset in microseconds read from the file named
  * by DISTLOCK_CLOCK_OFFSET_FILE (absent or unreadable: no offset). Monotonic
  * clocks are untouched. Only system calls are used, never malloc or dlsym, so
- * it works under jemalloc, where libfaketime recurses at start-up. */
+ * it works under jemalloc, where libfaketime recurses at start-up; the number
+ * is parsed here rather than by strtoll, which a newer glibc's headers bind to
+ * a symbol an older one (a container image's) lacks. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdlib.h>
@@ -21,7 +23,12 @@ static long long offset_us(void) {
     syscall(SYS_close, fd);
     if (n <= 0) return 0;
     text[n] = 0;
-    return strtoll(text, NULL, 10);
+    const char *c = text;
+    int negative = *c == '-';
+    if (negative) c++;
+    long long value = 0;
+    for (; *c >= '0' && *c <= '9'; c++) value = value * 10 + (*c - '0');
+    return negative ? -value : value;
 }
 
 int clock_gettime(clockid_t id, struct timespec *ts) {

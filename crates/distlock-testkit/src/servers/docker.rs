@@ -96,6 +96,12 @@ impl DockerRun {
         &self.run_id
     }
 
+    /// The host's own address on the run's network (its bridge), where a
+    /// container reaches a listener of the test process.
+    pub fn gateway(&self) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(10, self.octet, 0, 1))
+    }
+
     /// The run's network name.
     pub fn network(&self) -> &str {
         &self.network

@@ -59,8 +59,8 @@ impl MariaDbServer {
         Self::start_inner(None, None).await
     }
 
-    /// Like [`start`](Self::start), natively, with a wall clock the test
-    /// moves (see [`MovableClock`]).
+    /// Like [`start`](Self::start), with a wall clock the test moves (see
+    /// [`MovableClock`]).
     pub async fn start_with_clock(clock: &MovableClock) -> Result<Self, ServerError> {
         Self::start_inner(None, Some(clock)).await
     }

@@ -9,7 +9,7 @@
 use super::docker::{self, DockerRun};
 use super::{ServerError, find_binary};
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The environment variable choosing the launcher: `native` (default) or `docker`.
@@ -57,19 +57,26 @@ fn parse_launcher(value: Option<&str>, default: LauncherKind) -> Result<Launcher
 pub struct Placement {
     host: IpAddr,
     docker: Option<(Arc<DockerRun>, String)>,
+    /// Directories of this machine the container mounts at the same path,
+    /// beside the server's scratch dir.
+    mounts: Vec<PathBuf>,
 }
 
-/// [`place`], except natively whatever the launcher when the server runs under
-/// a [`MovableClock`](super::MovableClock): the clock's shim is built on this
-/// machine and preloaded into the process.
+/// [`place`] for a server running under `clock` if given: in a container,
+/// the clock's directory (its shim, built on this machine, and its offset
+/// file) is mounted at the same path, so the preloaded shim reads the
+/// offset the test moves.
 pub(crate) fn place_under(
     server: &str,
     clock: Option<&super::MovableClock>,
 ) -> Result<Placement, ServerError> {
-    match clock {
-        Some(_) => Ok(Placement::native()),
-        None => place(server),
+    let mut placement = place(server)?;
+    if placement.is_container() {
+        placement
+            .mounts
+            .extend(clock.map(|clock| clock.dir().to_owned()));
     }
+    Ok(placement)
 }
 
 /// A place for one server of kind `server` (`redis`, `etcd`, `zookeeper`,
@@ -84,6 +91,7 @@ pub fn place(server: &str) -> Result<Placement, ServerError> {
             Ok(Placement {
                 host,
                 docker: Some((run, docker::image(server))),
+                mounts: Vec::new(),
             })
         }
     }
@@ -95,6 +103,7 @@ impl Placement {
         Placement {
             host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             docker: None,
+            mounts: Vec::new(),
         }
     }
 
@@ -124,6 +133,11 @@ impl Placement {
             None => find_binary(binary, package),
             Some(_) => Ok(PathBuf::from(binary)),
         }
+    }
+
+    /// The directories the container mounts beside the scratch dir.
+    pub(crate) fn mounts(&self) -> impl Iterator<Item = &Path> {
+        self.mounts.iter().map(PathBuf::as_path)
     }
 
     pub(crate) fn docker(&self) -> Option<(&Arc<DockerRun>, &str)> {

@@ -70,8 +70,8 @@ impl PostgresServer {
         Self::start_inner(None, None).await
     }
 
-    /// Like [`start`](Self::start), natively, with a wall clock the test
-    /// moves (see [`MovableClock`]).
+    /// Like [`start`](Self::start), with a wall clock the test moves (see
+    /// [`MovableClock`]).
     pub async fn start_with_clock(clock: &MovableClock) -> Result<Self, ServerError> {
         Self::start_inner(None, Some(clock)).await
     }
@@ -100,11 +100,7 @@ impl PostgresServer {
         tls: Option<&ServerTls>,
         clock: Option<&MovableClock>,
     ) -> Result<Self, ServerError> {
-        let bin = if placement.is_container() {
-            PathBuf::from(IMAGE_BIN_DIR)
-        } else {
-            server_bin_dir()?
-        };
+        let bin = bin_dir(&placement)?;
         let initdb = bin.join("initdb");
         let runner = Runner::current()?;
         let dir = tempfile::Builder::new()
@@ -132,7 +128,8 @@ impl PostgresServer {
             let hba = data.join("pg_hba.conf");
             let mut text =
                 std::fs::read_to_string(&hba).map_err(ServerError::io("read pg_hba.conf"))?;
-            text.push_str("host all all 0.0.0.0/0 md5\n");
+            // A standby copies it and streams from the primary that way too.
+            text.push_str("host all all 0.0.0.0/0 md5\nhost replication all 0.0.0.0/0 md5\n");
             std::fs::write(&hba, text).map_err(ServerError::io("write pg_hba.conf"))?;
         }
         let tls_settings = match tls {
@@ -217,6 +214,15 @@ impl PostgresServer {
         let mut psql = self.kind.engine.login.tool(&self.process, "psql", database);
         psql.args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"]);
         run_sql(&mut psql, sql, "psql (as the superuser)").await
+    }
+}
+
+/// Where the server's programs are: this machine's, or the image's.
+fn bin_dir(placement: &super::Placement) -> Result<PathBuf, ServerError> {
+    if placement.is_container() {
+        Ok(PathBuf::from(IMAGE_BIN_DIR))
+    } else {
+        server_bin_dir()
     }
 }
 

@@ -81,7 +81,8 @@ impl ServerProcess {
         let Some((run, image)) = placement.docker() else {
             return Self::start(name, program, args, dir);
         };
-        let container = Container::run(run, image, placement.host(), program, &args, dir)?;
+        let mounts: Vec<&Path> = placement.mounts().collect();
+        let container = Container::run(run, image, placement.host(), program, &args, dir, &mounts)?;
         Ok(Self::new(name, program, args, dir, Some(container)))
     }
 

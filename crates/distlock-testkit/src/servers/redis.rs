@@ -33,9 +33,8 @@ pub struct RedisOptions {
     /// in the data dir so a restart keeps its identity and slots); see
     /// [`super::RedisCluster`], which joins such nodes into a cluster.
     pub cluster: bool,
-    /// Run with this wall clock, which the test can move: always natively,
-    /// whatever `DISTLOCK_LAUNCHER` says (the shim is built on this machine
-    /// and preloaded into the process).
+    /// Run with this wall clock, which the test can move (the shim preloaded
+    /// into the process; in a container, the clock's directory mounted).
     pub clock: Option<MovableClock>,
 }
 

@@ -45,6 +45,16 @@ impl<K> Server<K> {
         SocketAddr::new(self.host, self.port)
     }
 
+    /// The address at which the server reaches a listener of the test
+    /// process (a relay it is to dial): loopback, or the host's own on the
+    /// containers' network.
+    pub fn test_host(&self) -> IpAddr {
+        match self.process.container() {
+            Some(container) => container.gateway(),
+            None => self.host,
+        }
+    }
+
     /// The client port; it stays the same across restarts.
     pub fn port(&self) -> u16 {
         self.port

@@ -141,7 +141,9 @@ pub(super) async fn run_setup(
 ) -> Result<(), ServerError> {
     let run = async {
         match placement.docker() {
-            Some((_, image)) => super::docker::run_once(image, program, args, scratch, env).await,
+            Some((run, image)) => {
+                super::docker::run_once(run, image, program, args, scratch, env).await
+            }
             None => tokio::process::Command::new(program)
                 .args(args)
                 .envs(env.iter().copied())

@@ -266,7 +266,7 @@ async fn super_digest(
     args.push("org.apache.zookeeper.server.auth.DigestAuthenticationProvider".into());
     args.push(format!("super:{password}").into());
     let output = match placement.docker() {
-        Some((_, image)) => super::docker::run_once(image, java, &args, dir, &[]).await?,
+        Some((run, image)) => super::docker::run_once(run, image, java, &args, dir, &[]).await?,
         None => tokio::process::Command::new(java)
             .args(&args)
             .kill_on_drop(true)

@@ -19,7 +19,7 @@ pub struct Container {
 
 impl Container {
     /// Starts `program args` in `image` on the run's network at `address`, with
-    /// `dir` mounted at the same path and the test's uid and gid.
+    /// `dir` and `mounts` mounted at the same paths and the test's uid and gid.
     pub fn run(
         run: &Arc<DockerRun>,
         image: &str,
@@ -27,6 +27,7 @@ impl Container {
         program: &Path,
         args: &[OsString],
         dir: &Path,
+        mounts: &[&Path],
     ) -> Result<Self, ServerError> {
         docker(&["image", "inspect", "--format", "{{.Id}}", image]).map_err(|_| {
             ServerError::Missing {
@@ -40,12 +41,6 @@ impl Container {
             address.to_string().replace('.', "-")
         );
         let entrypoint = program.file_name().unwrap_or(program.as_os_str());
-        let mount = {
-            let mut mount = dir.as_os_str().to_owned();
-            mount.push(":");
-            mount.push(dir);
-            mount
-        };
         let mut command: Vec<OsString> = [
             "run",
             "-d",
@@ -67,8 +62,10 @@ impl Container {
         .map(OsString::from)
         .collect();
         command.push(dir.into());
-        command.push("-v".into());
-        command.push(mount);
+        for dir in std::iter::once(dir).chain(mounts.iter().copied()) {
+            command.push("-v".into());
+            command.push(same_path(dir));
+        }
         command.push("--entrypoint".into());
         command.push(entrypoint.into());
         command.push(image.into());
@@ -90,6 +87,12 @@ impl Container {
     /// Its address on the run's network.
     pub fn address(&self) -> IpAddr {
         self.address
+    }
+
+    /// The address at which it reaches a listener of the test process: the
+    /// host's own on the run's network.
+    pub fn gateway(&self) -> IpAddr {
+        self.run.gateway()
     }
 
     /// `running`, `paused`, `exited`... and the exit code and host pid.
@@ -229,10 +232,21 @@ pub fn exec_command(container: &Container, program: &str) -> tokio::process::Com
     command
 }
 
-/// Runs `program args` to its end in a throwaway container of `placement`'s image
-/// (no network, `dir` mounted at the same path, the test's uid), and returns its
-/// output. For one-shot helpers: `mariadb-install-db`, a ZooKeeper digest.
+/// `dir:dir`, a bind mount of `dir` at the same path.
+fn same_path(dir: &Path) -> OsString {
+    let mut mount = dir.as_os_str().to_owned();
+    mount.push(":");
+    mount.push(dir);
+    mount
+}
+
+/// Runs `program args` to its end in a throwaway container of `image` (on the
+/// run's network at an address of its own, `dir` mounted at the same path, the
+/// test's uid), and returns its output. For one-shot helpers:
+/// `mariadb-install-db`, a ZooKeeper digest, a PostgreSQL standby's base
+/// backup, which copies its primary over the network.
 pub async fn run_once(
+    run: &DockerRun,
     image: &str,
     program: &Path,
     args: &[OsString],
@@ -240,12 +254,13 @@ pub async fn run_once(
     env: &[(&str, &OsString)],
 ) -> Result<std::process::Output, ServerError> {
     let entrypoint = program.file_name().unwrap_or(program.as_os_str());
-    let mut mount = dir.as_os_str().to_owned();
-    mount.push(":");
-    mount.push(dir);
     let mut command = tokio::process::Command::new("docker");
     command
-        .args(["run", "--rm", "--network", "none", "--label"])
+        .args(["run", "--rm", "--network", run.network(), "--ip"])
+        .arg(run.next_address()?.to_string())
+        .arg("--label")
+        .arg(format!("{RUN_LABEL}={}", run.run_id()))
+        .arg("--label")
         .arg(format!("{PID_LABEL}={}", std::process::id()))
         .arg("--user")
         .arg(format!(
@@ -254,7 +269,7 @@ pub async fn run_once(
             nix::unistd::getgid()
         ))
         .arg("-v")
-        .arg(mount);
+        .arg(same_path(dir));
     for (key, value) in env {
         let mut pair = OsString::from(*key);
         pair.push("=");

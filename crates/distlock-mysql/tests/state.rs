@@ -94,35 +94,50 @@ async fn tokens_rise_after_a_collection_even_when_the_server_clock_steps_back() 
     }
 }
 
-/// The same for `unique_insert`'s and `for_update`'s lock and counter rows.
+/// The same for `unique_insert`'s lock and counter rows.
 #[tokio::test(flavor = "multi_thread")]
-async fn idle_counters_are_collected_and_tokens_still_rise() {
+async fn idle_unique_insert_counters_are_collected_and_tokens_still_rise() {
     let server = server().await;
-    for (strategy, table) in [
-        (Strategy::UniqueInsert, "distlock_locks"),
-        (Strategy::ForUpdate, "distlock_for_update"),
-    ] {
-        let lock = client_on(&server, strategy, table).await;
-        collected_names_rise_above_a_clock_behind(&lock, &rows(&server, table), STATE_TTL)
-            .await
-            .unwrap_or_else(|e| panic!("{strategy:?}: {e}"));
-    }
+    let lock = client_on(&server, Strategy::UniqueInsert, "distlock_locks").await;
+    let rows = rows(&server, "distlock_locks");
+    collected_names_rise_above_a_clock_behind(&lock, &rows, STATE_TTL)
+        .await
+        .unwrap();
 }
 
-/// A `unique_insert` or `for_update` name held for longer than `state_ttl`
-/// keeps its lock and counter rows while new names collect idle ones.
+/// The same for `for_update`'s lock and counter rows.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_held_name_keeps_its_counter_rows() {
+async fn idle_for_update_rows_are_collected_and_tokens_still_rise() {
     let server = server().await;
-    for (strategy, table) in [
-        (Strategy::UniqueInsert, "distlock_locks"),
-        (Strategy::ForUpdate, "distlock_for_update"),
-    ] {
-        let lock = client_on(&server, strategy, table).await;
-        a_held_name_keeps_its_counter(&lock, &rows(&server, table), STATE_TTL)
-            .await
-            .unwrap_or_else(|e| panic!("{strategy:?}: {e}"));
-    }
+    let lock = client_on(&server, Strategy::ForUpdate, "distlock_for_update").await;
+    let rows = rows(&server, "distlock_for_update");
+    collected_names_rise_above_a_clock_behind(&lock, &rows, STATE_TTL)
+        .await
+        .unwrap();
+}
+
+/// A `unique_insert` name held for longer than `state_ttl` keeps its lock
+/// and counter rows while new names collect idle ones.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_unique_insert_name_keeps_its_counter() {
+    let server = server().await;
+    let lock = client_on(&server, Strategy::UniqueInsert, "distlock_locks").await;
+    let rows = rows(&server, "distlock_locks");
+    a_held_name_keeps_its_counter(&lock, &rows, STATE_TTL)
+        .await
+        .unwrap();
+}
+
+/// The same for a `for_update` name: its lock row is skipped, never waited
+/// for, and its counter kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_for_update_name_keeps_its_rows() {
+    let server = server().await;
+    let lock = client_on(&server, Strategy::ForUpdate, "distlock_for_update").await;
+    let rows = rows(&server, "distlock_for_update");
+    a_held_name_keeps_its_counter(&lock, &rows, STATE_TTL)
+        .await
+        .unwrap();
 }
 
 /// More `for_update` names held for longer than `state_ttl` than one

@@ -18,8 +18,8 @@
 //! `Timeout` (`Busy` for `Wait::No`), like any other.
 
 use crate::error::{BACKEND, DbError, code};
-use crate::keys::{TableName, counter_name, exact_range, prefix_range, row_name};
-use crate::pool::{Conn, Pool, Statement, Thread};
+use crate::keys::{TableName, exact_range, prefix_range, row_name};
+use crate::pool::{Pool, Statement, Thread};
 use crate::protocol::{
     COUNTER_IDLE, KILL_CONNECTION, SESSION_LISTED, Statements, Strategy, TABLE_COMMENT,
 };
@@ -27,7 +27,7 @@ use distlock_core::adapter::WaitUntil;
 use distlock_core::toolkit::Backoff;
 use distlock_core::{Capabilities, LockError, LockKey};
 use distlock_sql::bell::Doorbell;
-use distlock_sql::cas::{CasStatements, HELD_FLAG};
+use distlock_sql::cas::CasStatements;
 use distlock_sql::pool::BoxFuture;
 pub(crate) use distlock_sql::settle::{Settle, retry_until};
 use distlock_sql::state::{self, Collector};
@@ -50,8 +50,12 @@ pub(crate) struct Table {
     pub sql: Statements,
     /// `version_cas`'s statements (distlock-sql's).
     pub cas: CasStatements,
-    /// `unique_insert`'s collection of idle lock and counter rows.
+    /// The collection of idle rows of the lock table: `unique_insert`'s
+    /// lock and counter rows, and the floor `for_update`'s collection
+    /// (`counter`) raises.
     pub counters: Collector,
+    /// How long a name's rows outlive its last lease.
+    pub state_ttl: Duration,
     /// Autocommit connections for single statements.
     pub pool: Pool,
     /// Connections that hold a `for_update` lock's transaction, or the other
@@ -125,11 +129,9 @@ impl Table {
                 state::no_holder_column(&name, &endpoint, &add),
             ));
         }
-        if strategy != Strategy::ForUpdate {
-            state::prepare(&pool, name.as_str(), name.as_str(), vec![], create)
-                .await
-                .map_err(err)?;
-        }
+        state::prepare(&pool, name.as_str(), name.as_str(), vec![], create)
+            .await
+            .map_err(err)?;
         Ok(Table {
             strategy,
             sql: Statements::new(&name),
@@ -140,6 +142,7 @@ impl Table {
                 state_ttl,
                 COUNTER_IDLE,
             ),
+            state_ttl,
             name,
             pool,
             holders,
@@ -159,73 +162,6 @@ impl Table {
         run_settled(&self.pool, build)
             .await
             .map_err(|e| self.error(e))
-    }
-
-    /// unique_insert: raises the counter row of `row` on `conn` and returns
-    /// the new token; a missing row (a new name, or one collected) is
-    /// created first, on a connection of its own, in distlock-sql's `state`
-    /// transaction, which collects idle rows and seeds it above the floor.
-    /// Row-lock contention is retried until `until`.
-    pub async fn raise_counter(
-        &self,
-        conn: &mut Conn,
-        row: &[u8],
-        until: WaitUntil,
-    ) -> Result<u64, DbError> {
-        let counter = counter_name(row);
-        let bump = || sqlx::query(self.sql.counter_bump.clone()).bind(counter.clone());
-        let mut retry = Settle::new(until);
-        let raised = async |conn: &mut Conn| {
-            let done = conn.execute(bump()).await?;
-            if done.last_insert_id() != 0 {
-                return Ok(done.last_insert_id());
-            }
-            let insert = |floor: u64| {
-                let insert = sqlx::query(self.sql.counter_insert.clone());
-                insert.bind(counter.clone()).bind(floor)
-            };
-            let mut own = self.pool.get().await?;
-            self.counters.create_row(self, &mut own, insert).await?;
-            Ok::<_, DbError>(conn.execute(bump()).await?.last_insert_id())
-        };
-        let token = loop {
-            match raised(conn).await {
-                Ok(token) => break token,
-                Err(e) => retry.again(e).await?,
-            }
-        };
-        checked_token(token)
-    }
-
-    /// for_update and `lock_in`: raises the counter row of `row` on `conn`
-    /// and returns the new token, retrying under row-lock contention until
-    /// `until`.
-    pub async fn bump_counter(
-        &self,
-        conn: &mut Conn,
-        row: &[u8],
-        until: WaitUntil,
-    ) -> Result<u64, DbError> {
-        let counter = counter_name(row);
-        let bump = || sqlx::query(self.sql.bump_counter.clone()).bind(counter.clone());
-        let mut retry = Settle::new(until);
-        let done = loop {
-            match conn.execute(bump()).await {
-                Ok(done) => break done,
-                Err(e) => retry.again(e).await?,
-            }
-        };
-        checked_token(done.last_insert_id())
-    }
-}
-
-/// A counter's new value, as its statement's insert id: never 0 nor flagged.
-fn checked_token(token: u64) -> Result<u64, DbError> {
-    match token {
-        token if token != 0 && token & HELD_FLAG == 0 => Ok(token),
-        other => Err(DbError::Protocol(format!(
-            "the fence counter returned {other}"
-        ))),
     }
 }
 

@@ -26,7 +26,7 @@ impl Strategy {
         let (name, requests) = match self {
             Strategy::VersionCas => ("CAS UPDATE + release UPDATE", 2),
             Strategy::UniqueInsert => ("INSERT + counter bump + DELETE", 3),
-            Strategy::ForUpdate => ("locking UPDATE + counter bump + ROLLBACK", 3),
+            Strategy::ForUpdate => ("locking UPDATE + counter raise + ROLLBACK", 3),
         };
         Floor { name, requests }
     }
@@ -56,7 +56,7 @@ impl Table {
     }
 
     /// `for_update`'s: the locking `UPDATE` on a holder connection, the counter
-    /// bump on an autocommit one, and the `ROLLBACK` that frees the row, as a
+    /// raise on an autocommit one, and the `ROLLBACK` that frees the row, as a
     /// lock cycle sends them. A held row is waited for (InnoDB's queue, up to
     /// the session's lock wait timeout), so give it a key nobody holds.
     async fn for_update_floor_cycle(&self, key: &LockKey) -> Result<(), DbError> {
@@ -79,7 +79,9 @@ impl Table {
         }
         let until = WaitUntil::Deadline(Instant::now() + limit);
         let mut other = table.pool.get().await?;
-        table.bump_counter(&mut other, &row, until).await?;
+        table
+            .raise_counter(&mut other, &row, Duration::ZERO, until)
+            .await?;
         conn.execute(sqlx::query(END_TRANSACTION)).await?;
         conn.holds_nothing();
         Ok(())

@@ -168,7 +168,7 @@ impl ForUpdate {
         let bumped = async {
             let mut other = self.table.pool.get().await?;
             self.table
-                .bump_counter(&mut other, &row, retry_until(req))
+                .raise_counter(&mut other, &row, req.ttl, retry_until(req))
                 .await
         };
         let bumped = tokio::select! {

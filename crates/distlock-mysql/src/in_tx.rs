@@ -9,7 +9,11 @@
 //!   this client's own autocommit connection), so the read always locks a
 //!   row, never a gap two transactions could both lock (and then deadlock
 //!   inserting it). The insert is tried only when a plain read finds no row:
-//!   an `INSERT IGNORE` of an existing row waits for its holder.
+//!   an `INSERT IGNORE` of an existing row waits for its holder. Before
+//!   that read, the name's counter is stamped with now, so no collection of
+//!   idle names (see `counter`) deletes the row in between; should the read
+//!   in the caller's transaction still find none (this call paused for
+//!   longer than `state_ttl`), it fails, and nothing is held.
 //! - The token is raised on this client's own connection, outside the
 //!   caller's transaction, on the name's counter row (not the locked row) once
 //!   the lock is held: a rollback never takes it back, so the next holder's
@@ -20,12 +24,12 @@
 
 use crate::backend::Table;
 use crate::error::DbError;
-use crate::keys::row_name;
+use crate::keys::{counter_name, row_name};
 use distlock_core::adapter::WaitUntil;
 use distlock_core::{FencingToken, LockError, LockKey};
 use distlock_sql::table::run_settled;
 use sqlx::{MySql, Transaction};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Takes locks inside transactions of the caller's own (see
 /// [`TxLock::lock_in`]). Made by [`MySqlConfig::connect_tx_lock`](crate::MySqlConfig::connect_tx_lock).
@@ -72,6 +76,8 @@ impl TxLock {
     ) -> Result<FencingToken, LockError> {
         let table = &self.table;
         let row = row_name(key);
+        let touch = || sqlx::query(table.sql.counter_touch.clone()).bind(counter_name(&row));
+        table.run_settled(touch).await?;
         let exists = sqlx::query(table.sql.tx_row_exists.clone()).bind(row.clone());
         if table.pool.fetch_all(exists).await?.is_empty() {
             let insert = || sqlx::query(table.sql.for_update_insert_row.clone()).bind(row.clone());
@@ -80,13 +86,19 @@ impl TxLock {
                 .map_err(|e| table.error(e))?;
         }
         let lock = sqlx::query(table.sql.tx_lock_row.clone()).bind(row.clone());
-        lock.fetch_optional(&mut **tx)
-            .await
-            .map_err(|e| table.error(DbError::Sql(e)))?;
+        let locked = lock.fetch_optional(&mut **tx).await;
+        if locked.map_err(|e| table.error(DbError::Sql(e)))?.is_none() {
+            return Err(table.error(DbError::Protocol(format!(
+                "the row of `{key}` was collected as idle while lock_in ran (it paused for longer \
+                 than state_ttl): nothing is locked; roll the transaction back and try again"
+            ))));
+        }
         let until = WaitUntil::Deadline(Instant::now() + table.pool.timeout());
         let bumped = async {
             let mut conn = table.pool.get().await?;
-            table.bump_counter(&mut conn, &row, until).await
+            table
+                .raise_counter(&mut conn, &row, Duration::ZERO, until)
+                .await
         };
         let token = bumped.await.map_err(|e| table.error(e))?;
         Ok(FencingToken::new(token))

@@ -14,7 +14,7 @@
 //! are the sessions that `PROCESSLIST` shows running the locking statement,
 //! whose text names the row in hex.
 
-use crate::backend::Table;
+use crate::backend::{Settle, Table};
 use crate::error::{DbError, code};
 use crate::keys::{counter_name, display_name, exact_range, name_in_text, prefix_range, row_name};
 use crate::protocol::inspect::*;
@@ -25,7 +25,7 @@ use distlock_core::toolkit::{Backoff, Floor, Holder, Inspect};
 use distlock_core::{FencingToken, HolderMeta, LockError, LockKey};
 use sqlx::Row;
 use sqlx::mysql::MySqlRow;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often a force-unlock looks at a row that is locked but names no
 /// session before it reports a foreign transaction, and the pause between.
@@ -89,11 +89,8 @@ impl Inspect for Table {
     }
 
     /// The rows of the lock table (lock and counter rows) and its share
-    /// tables; none counted for `for_update`, whose rows stay.
+    /// tables.
     async fn state_records(&self, prefix: &str) -> Result<Option<usize>, LockError> {
-        if self.strategy == Strategy::ForUpdate {
-            return Ok(None);
-        }
         distlock_sql::state::records(self, self.name.as_str(), prefix, true)
             .await
             .map(Some)
@@ -205,12 +202,40 @@ impl Table {
     /// for_update: the lock rows in `[low, high)` that a transaction holds: the
     /// rows there less those a locking read can take, each with the session id
     /// its holder wrote (read uncommitted).
+    ///
+    /// A collection of idle names (`counter`) locks the rows it deletes, for
+    /// a few statements, and writes no session id: a row locked without one
+    /// may be such a collection's. Every collection holds the namespace's
+    /// floor exclusively from before it locks rows until it commits, so a
+    /// shared read of the floor returns once those running now are done; the
+    /// rows read after it show no collection that was seen before.
     async fn locked_rows(&self, low: Vec<u8>, high: Vec<u8>) -> Result<Vec<LockedRow>, LockError> {
+        let locked = self.locked_rows_now(&low, &high).await?;
+        if locked.iter().all(|row| row.session.is_some()) {
+            return Ok(locked);
+        }
+        let settled = async {
+            let until = WaitUntil::Deadline(Instant::now() + self.pool.timeout());
+            let mut retry = Settle::new(until);
+            loop {
+                let mut conn = self.pool.get().await?;
+                match self.counters.floor(self, &mut conn, false).await {
+                    Ok(_) => return Ok(()),
+                    Err(e) => retry.again(e).await?,
+                }
+            }
+        };
+        settled.await.map_err(|e| self.error(e))?;
+        self.locked_rows_now(&low, &high).await
+    }
+
+    /// One look of [`Table::locked_rows`].
+    async fn locked_rows_now(&self, low: &[u8], high: &[u8]) -> Result<Vec<LockedRow>, LockError> {
         let mut conn = self.pool.get().await.map_err(|e| self.error(e))?;
         let range = |template| {
             sqlx::query(self.sql(template))
-                .bind(low.clone())
-                .bind(high.clone())
+                .bind(low.to_vec())
+                .bind(high.to_vec())
         };
         let found = async {
             conn.execute(sqlx::query(NEXT_READ_UNCOMMITTED)).await?;

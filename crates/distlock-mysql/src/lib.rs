@@ -103,6 +103,7 @@
 mod backend;
 mod bell;
 mod config;
+mod counter;
 mod error;
 mod floor;
 mod for_update;

@@ -81,10 +81,10 @@ impl Strategy {
             .min_ttl(MIN_POLLING_TTL)
             .ttl_granularity(Duration::from_micros(1))
             .primitives(Primitives::ALL)
-            .min_hold(Support::Offered);
+            .min_hold(Support::Offered)
+            .state_collection(Support::Offered);
         match self {
-            Strategy::VersionCas => polling.state_collection(Support::Offered),
-            Strategy::UniqueInsert => polling.state_collection(Support::Offered),
+            Strategy::VersionCas | Strategy::UniqueInsert => polling,
             // The server ends an idle holder's session after `wait_timeout`,
             // whole seconds: the lock's server expiry.
             Strategy::ForUpdate => polling
@@ -149,17 +149,31 @@ pub(crate) const UNIQUE_RENEW: &str = include_str!("sql/unique_renew.sql");
 /// `CLIENT_FOUND_ROWS` says.
 pub(crate) const UNIQUE_RELEASE: &str = include_str!("sql/unique_release.sql");
 
-/// for_update (and `lock_in`): raises the counter row of a name, created if
-/// missing, and returns the new value as the insert id (never 0). Their
-/// counter rows are never deleted.
-pub(crate) const BUMP_COUNTER: &str = include_str!("sql/bump_counter.sql");
-
-/// unique_insert: raises an existing counter row and stamps it with its last
-/// use; the new value is the insert id, 0 when the name has no counter row.
+/// unique_insert, for_update, `lock_in`: raises an existing counter row and
+/// stamps it with the end of the lease it is raised for (`unique_insert`,
+/// `lock_in`: 0 µs, the raise itself); the new value is the insert id, 0 when
+/// the name has no counter row. Binds: µs, counter name.
 pub(crate) const COUNTER_BUMP: &str = include_str!("sql/counter_bump.sql");
-/// unique_insert: creates a missing counter row above the floor (see
-/// [`COUNTER_IDLE`]). Binds: counter name, floor.
+/// Creates a missing counter row above the floor (see [`COUNTER_IDLE`] and
+/// `counter`). Binds: counter name, floor.
 pub(crate) const COUNTER_INSERT: &str = include_str!("sql/counter_insert.sql");
+/// `lock_in`: stamps a counter row with now, before its name's row is locked,
+/// so that no collection deletes the row meanwhile. Binds: counter name.
+pub(crate) const COUNTER_TOUCH: &str = include_str!("sql/counter_touch.sql");
+/// for_update's collection (see `counter`): up to `limit` counters idle for
+/// `state_ttl`, each with whether its lock row exists. Binds: µs, limit.
+pub(crate) const HELD_IDLE: &str = include_str!("sql/held_idle.sql");
+/// for_update's collection: locks the rows named (`{names}`: one `?` each)
+/// that no transaction holds, skipping the others; each with its fence and
+/// whether it is idle. Binds: `state_ttl` µs, the names.
+pub(crate) const HELD_LOCK: &str = include_str!("sql/held_lock.sql");
+/// for_update's collection: stamps the counters of held names with now, so
+/// that they leave the oldest idle rows the next collection looks at. Binds:
+/// the names.
+pub(crate) const HELD_RESTAMP: &str = include_str!("sql/held_restamp.sql");
+/// for_update's collection: deletes the rows named, at or below the floor.
+/// Binds: the names, the floor.
+pub(crate) const HELD_DELETE: &str = include_str!("sql/held_delete.sql");
 /// unique_insert: how the sweep finds idle rows, lock rows and counter rows
 /// alike: last used (a counter's last raise, a lock row's expiry) more than
 /// `state_ttl` ago, and never the counter of a name whose lock row is live.
@@ -220,9 +234,10 @@ pub(crate) struct Statements {
     pub unique_takeover: SqlStr,
     pub unique_renew: SqlStr,
     pub unique_release: SqlStr,
-    pub bump_counter: SqlStr,
     pub counter_bump: SqlStr,
     pub counter_insert: SqlStr,
+    pub counter_touch: SqlStr,
+    pub held_idle: SqlStr,
     /// [`LOCK_ROW`] for this table; `{name}` is filled in per row.
     lock_row: String,
     pub for_update_nowait: SqlStr,
@@ -243,9 +258,10 @@ impl Statements {
             unique_takeover: build(UNIQUE_TAKEOVER),
             unique_renew: build(UNIQUE_RENEW),
             unique_release: build(UNIQUE_RELEASE),
-            bump_counter: build(BUMP_COUNTER),
             counter_bump: build(COUNTER_BUMP),
             counter_insert: build(COUNTER_INSERT),
+            counter_touch: build(COUNTER_TOUCH),
+            held_idle: build(HELD_IDLE),
             lock_row: LOCK_ROW.replace("{table}", table.as_str()),
             for_update_nowait: build(FOR_UPDATE_NOWAIT),
             for_update_insert_row: build(FOR_UPDATE_INSERT_ROW),
@@ -299,6 +315,13 @@ impl Statements {
 /// ever spliced into SQL.
 pub(crate) fn for_table(template: &str, table: &TableName) -> SqlStr {
     AssertSqlSafe(template.replace("{table}", table.as_str())).into_sql_str()
+}
+
+/// `template` for `table`, with `{names}` replaced by `count` placeholders.
+pub(crate) fn for_names(template: &str, table: &TableName, count: usize) -> SqlStr {
+    let names = vec!["?"; count].join(", ");
+    let sql = template.replace("{names}", &names);
+    AssertSqlSafe(sql.replace("{table}", table.as_str())).into_sql_str()
 }
 
 /// What an operator (and the test suite) asks of the table beyond the lock

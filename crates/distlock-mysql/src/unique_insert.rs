@@ -105,7 +105,9 @@ async fn won(
     conn: &mut Conn,
     sent_at: Instant,
 ) -> Result<Attempt, DbError> {
-    let token = table.raise_counter(conn, row, bid.until).await?;
+    let token = table
+        .raise_counter(conn, row, Duration::ZERO, bid.until)
+        .await?;
     Ok(Attempt::Won { token, sent_at })
 }
 

@@ -6,6 +6,7 @@ mod support;
 
 use distlock_core::{AcquireOptions, LockError, LockKey, LossReason, Wait};
 use distlock_mysql::{MySqlConfig, Strategy};
+use sqlx::{Connection, MySqlConnection};
 use std::time::{Duration, Instant};
 use support::{
     client, eventually, holder_session, queued_sessions, root_value, row_locked, server,
@@ -304,4 +305,48 @@ async fn a_holder_session_ended_before_handover_is_replaced() {
         "nobody holds the row lock after the acquire returned"
     );
     lease.release().await.unwrap();
+}
+
+/// A collection of idle names locks the rows it deletes and names no session
+/// in them, for a few statements: `Inspect::holder` waits for it to commit
+/// (every collection holds the floor row meanwhile) instead of reporting a
+/// holder that is not one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_collection_in_progress_is_not_reported_as_a_holder() {
+    let server = server().await;
+    let lock = client(&server, Strategy::ForUpdate, "swept").await;
+    let key = LockKey::new("jobs/swept").unwrap();
+    let lease = lock.acquire(&key, &AcquireOptions::new()).await.unwrap();
+    lease.release().await.unwrap();
+    // The collection's statements, as the client sends them.
+    let mut collection = MySqlConnection::connect(&server.url()).await.unwrap();
+    let steps = [
+        "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        "BEGIN",
+        "SELECT floor FROM swept_hw WHERE id = 0 FOR UPDATE",
+        "SELECT name FROM swept WHERE name IN ('jobs/swept', CONCAT('jobs/swept', 0x1E)) \
+         FOR UPDATE SKIP LOCKED",
+    ];
+    for step in steps {
+        sqlx::raw_sql(step).execute(&mut collection).await.unwrap();
+    }
+    let inspector = lock.clone();
+    let holder = tokio::spawn(async move {
+        let inspect = inspector.inspect().expect("an inspector");
+        inspect.holder(&key).await
+    });
+    let floor_waits = "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+                       WHERE INFO LIKE 'SELECT floor FROM `swept_hw`%LOCK IN SHARE MODE%';";
+    eventually(Duration::from_secs(10), "the look waits", async || {
+        holder.is_finished() || root_value(&server, floor_waits).await == "1"
+    })
+    .await;
+    let delete = "DELETE FROM swept WHERE name IN ('jobs/swept', CONCAT('jobs/swept', 0x1E)); \
+                  COMMIT";
+    sqlx::raw_sql(delete)
+        .execute(&mut collection)
+        .await
+        .unwrap();
+    let seen = holder.await.unwrap().unwrap();
+    assert!(seen.is_none(), "a collection reported as {seen:?}");
 }

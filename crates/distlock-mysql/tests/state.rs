@@ -1,4 +1,4 @@
-//! Bounded state of `version_cas` and `unique_insert`: rows of names idle
+//! Bounded state of every strategy: rows of names idle
 //! for `state_ttl` are deleted by later acquires, a bounded number each,
 //! never the counter of a name held, and a name used again afterwards gets
 //! tokens above all its earlier ones, even when the server clock is now below
@@ -8,12 +8,11 @@
 
 mod support;
 
-use async_trait::async_trait;
-use distlock_core::{AcquireOptions, BoxError, DynLock, HolderMeta, LockKey};
+use distlock_core::{AcquireOptions, DynLock, HolderMeta, LockKey};
 use distlock_mysql::{MySqlConfig, Strategy};
 use distlock_testkit::servers::{MariaDbServer, MovableClock};
 use distlock_testkit::state_rows::{
-    RowDatabase, a_held_name_keeps_its_counter, collect,
+    RowDatabase, SqlRows, a_held_name_keeps_its_counter, collect,
     collected_name_rises_after_the_clock_steps_back, collected_names_rise_above_a_clock_behind,
     holder_column_is_named_then_used,
 };
@@ -24,51 +23,30 @@ use support::{root_value, server};
 const STATE_TTL: Duration = Duration::from_secs(2);
 
 async fn client(server: &MariaDbServer) -> DynLock {
-    client_of(server, Strategy::VersionCas).await
+    client_on(server, Strategy::VersionCas, "distlock_locks").await
 }
 
-async fn client_of(server: &MariaDbServer, strategy: Strategy) -> DynLock {
+async fn client_on(server: &MariaDbServer, strategy: Strategy, table: &str) -> DynLock {
     MySqlConfig::from_url(&server.url())
         .unwrap()
         .strategy(strategy)
+        .table(table)
         .state_ttl(STATE_TTL)
         .connect()
         .await
         .unwrap()
 }
 
-/// The server, as the scenario reads and changes it: a lock table.
-struct Rows<'a>(&'a MariaDbServer, &'static str);
-
-#[async_trait]
-impl RowDatabase for Rows<'_> {
-    async fn rows(&self, prefix: &str) -> Result<u64, BoxError> {
-        let sql = format!(
-            "SELECT COUNT(*) FROM distlock.{} WHERE name LIKE '{prefix}%';",
-            self.1
-        );
-        Ok(root_value(self.0, &sql).await.parse()?)
-    }
-
-    async fn push_ahead(&self, name: &str, by: u64) -> Result<(), BoxError> {
-        // The lock row (version_cas) or the counter row (unique_insert).
-        let sql = format!(
-            "UPDATE distlock.{} SET fence = fence + {by} \
-             WHERE name IN ('{name}', CONCAT('{name}', 0x1E));",
-            self.1
-        );
-        self.0.exec_root(&sql).await?;
-        Ok(())
-    }
-
-    async fn floor(&self) -> Result<u64, BoxError> {
-        let sql = format!("SELECT floor FROM distlock.{}_hw;", self.1);
-        Ok(root_value(self.0, &sql).await.parse()?)
-    }
-
-    async fn clock_micros(&self) -> Result<u64, BoxError> {
-        let sql = "SELECT CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS UNSIGNED);";
-        Ok(root_value(self.0, sql).await.parse()?)
+/// The lock table `table` of `server`, as the scenarios read and change it:
+/// a name's fence is in its lock row (`version_cas`) or its counter row, and
+/// `for_update` keeps both rows of a name (its table is `distlock_for_update`).
+fn rows<'a>(server: &'a MariaDbServer, table: &str) -> SqlRows<'a> {
+    SqlRows {
+        per_name: if table == "distlock_for_update" { 2 } else { 1 },
+        operator: server,
+        table: format!("distlock.{table}"),
+        fence_rows: "name IN ('{name}', CONCAT('{name}', 0x1E))",
+        clock: "SELECT CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS UNSIGNED);",
     }
 }
 
@@ -79,14 +57,13 @@ impl RowDatabase for Rows<'_> {
 async fn idle_rows_are_collected_and_tokens_still_rise() {
     let server = server().await;
     let lock = client(&server).await;
-    collected_names_rise_above_a_clock_behind(&lock, &Rows(&server, "distlock_locks"), STATE_TTL)
+    collected_names_rise_above_a_clock_behind(&lock, &rows(&server, "distlock_locks"), STATE_TTL)
         .await
         .unwrap();
 }
 
 /// A name collected and then used again after the server clock stepped back
-/// an hour gets a token above its earlier ones, on both strategies that
-/// collect.
+/// an hour gets a token above its earlier ones, on every strategy.
 #[tokio::test(flavor = "multi_thread")]
 async fn tokens_rise_after_a_collection_even_when_the_server_clock_steps_back() {
     let clock = MovableClock::new().expect("cc builds the clock shim");
@@ -94,6 +71,7 @@ async fn tokens_rise_after_a_collection_even_when_the_server_clock_steps_back() 
     for (strategy, table) in [
         (Strategy::VersionCas, "distlock_locks"),
         (Strategy::UniqueInsert, "distlock_unique"),
+        (Strategy::ForUpdate, "distlock_for_update"),
     ] {
         clock.set_back(Duration::ZERO).unwrap();
         let lock = MySqlConfig::from_url(&server.url())
@@ -107,7 +85,7 @@ async fn tokens_rise_after_a_collection_even_when_the_server_clock_steps_back() 
         let step_back = || Ok(clock.set_back(Duration::from_secs(3600))?);
         collected_name_rises_after_the_clock_steps_back(
             &lock,
-            &Rows(&server, table),
+            &rows(&server, table),
             STATE_TTL,
             step_back,
         )
@@ -120,8 +98,20 @@ async fn tokens_rise_after_a_collection_even_when_the_server_clock_steps_back() 
 #[tokio::test(flavor = "multi_thread")]
 async fn idle_unique_insert_counters_are_collected_and_tokens_still_rise() {
     let server = server().await;
-    let lock = client_of(&server, Strategy::UniqueInsert).await;
-    collected_names_rise_above_a_clock_behind(&lock, &Rows(&server, "distlock_locks"), STATE_TTL)
+    let lock = client_on(&server, Strategy::UniqueInsert, "distlock_locks").await;
+    let rows = rows(&server, "distlock_locks");
+    collected_names_rise_above_a_clock_behind(&lock, &rows, STATE_TTL)
+        .await
+        .unwrap();
+}
+
+/// The same for `for_update`'s lock and counter rows.
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_for_update_rows_are_collected_and_tokens_still_rise() {
+    let server = server().await;
+    let lock = client_on(&server, Strategy::ForUpdate, "distlock_for_update").await;
+    let rows = rows(&server, "distlock_for_update");
+    collected_names_rise_above_a_clock_behind(&lock, &rows, STATE_TTL)
         .await
         .unwrap();
 }
@@ -131,10 +121,51 @@ async fn idle_unique_insert_counters_are_collected_and_tokens_still_rise() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_held_unique_insert_name_keeps_its_counter() {
     let server = server().await;
-    let lock = client_of(&server, Strategy::UniqueInsert).await;
-    a_held_name_keeps_its_counter(&lock, &Rows(&server, "distlock_locks"), STATE_TTL)
+    let lock = client_on(&server, Strategy::UniqueInsert, "distlock_locks").await;
+    let rows = rows(&server, "distlock_locks");
+    a_held_name_keeps_its_counter(&lock, &rows, STATE_TTL)
         .await
         .unwrap();
+}
+
+/// The same for a `for_update` name: its lock row is skipped, never waited
+/// for, and its counter kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_for_update_name_keeps_its_rows() {
+    let server = server().await;
+    let lock = client_on(&server, Strategy::ForUpdate, "distlock_for_update").await;
+    let rows = rows(&server, "distlock_for_update");
+    a_held_name_keeps_its_counter(&lock, &rows, STATE_TTL)
+        .await
+        .unwrap();
+}
+
+/// More `for_update` names held for longer than `state_ttl` than one
+/// collection reads (16 idle-looking counters, oldest first) do not stop
+/// collection: a held name's counter is stamped again, leaving the oldest
+/// rows, so the idle names behind them are collected, and the held ones keep
+/// their rows.
+#[tokio::test(flavor = "multi_thread")]
+async fn names_held_for_long_do_not_stop_collection() {
+    let server = server().await;
+    let table = "distlock_for_update";
+    let lock = client_on(&server, Strategy::ForUpdate, table).await;
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(1));
+    let mut leases = Vec::new();
+    for i in 0..20 {
+        let key = LockKey::new(format!("held/{i}")).unwrap();
+        leases.push(lock.acquire(&key, &opts).await.unwrap());
+    }
+    for i in 0..20 {
+        use_once(&lock, &format!("idle/{i}")).await;
+    }
+    let rows = rows(&server, table);
+    collect(&lock, &rows, &["idle/"], STATE_TTL).await.unwrap();
+    assert_eq!(rows.rows("held/").await.unwrap(), 40);
+    for lease in leases {
+        assert!(lease.is_held());
+        lease.release().await.unwrap();
+    }
 }
 
 /// The seed's clock is the server's, which no session can move: a client
@@ -164,7 +195,7 @@ async fn tokens_rise_for_a_client_whose_sessions_move_their_clock() {
                 .connect()
         };
         let lock = client(table).await.unwrap();
-        let rows = Rows(&server, table);
+        let rows = rows(&server, table);
         let mut last = 0;
         for _ in 0..3 {
             last = use_once(&lock, "moved").await;
@@ -238,7 +269,7 @@ async fn rows_of_the_previous_release_are_collected() {
     assert_eq!(holder.meta, Some(HolderMeta::this_process()), "{holder:?}");
     lease.release().await.unwrap();
     assert_eq!(
-        Rows(&server, "distlock_locks").rows("old/").await.unwrap(),
+        rows(&server, "distlock_locks").rows("old/").await.unwrap(),
         0
     );
     let floor = root_value(&server, "SELECT floor FROM distlock.distlock_locks_hw;").await;

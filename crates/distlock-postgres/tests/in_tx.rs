@@ -10,11 +10,11 @@ mod support;
 use distlock_core::{FencingToken, LockKey};
 use distlock_postgres::{PostgresConfig, TxLock};
 use distlock_testkit::servers::{PgBouncerServer, PostgresServer};
+use distlock_testkit::support as shared;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection};
 use std::str::FromStr;
-use std::time::Duration;
-use support::{admin_value, eventually, server};
+use support::{admin_value, server};
 
 async fn tx_lock(url: &str) -> TxLock {
     let config = PostgresConfig::from_url(url).unwrap().table("in_tx");
@@ -34,17 +34,31 @@ async fn waiting(server: &PostgresServer) -> String {
     admin_value(server, sql).await
 }
 
-/// `locks.lock_in` in a transaction on `conn`, and the token.
+/// `locks.lock_in` in a transaction on `conn` that commits, and the token.
 async fn lock_in(locks: &TxLock, conn: &mut PgConnection, key: &LockKey) -> FencingToken {
+    lock_in_ending(locks, conn, key, true).await
+}
+
+/// `locks.lock_in` in a transaction on `conn` that commits (or rolls back),
+/// and the token.
+async fn lock_in_ending(
+    locks: &TxLock,
+    conn: &mut PgConnection,
+    key: &LockKey,
+    commit: bool,
+) -> FencingToken {
     let mut tx = conn.begin().await.unwrap();
     let token = locks.lock_in(&mut tx, key).await.unwrap();
-    tx.commit().await.unwrap();
+    match commit {
+        true => tx.commit().await.unwrap(),
+        false => tx.rollback().await.unwrap(),
+    }
     token
 }
 
-/// Exclusion: `second` waits (the server shows its wait) until `first`'s
+/// Exclusion: the second waits (the server shows its wait) until the first's
 /// transaction commits, then gets a higher token.
-async fn second_waits_for_the_first(server: &PostgresServer, url: &str) {
+async fn second_waits(server: &PostgresServer, url: &str) {
     let locks = std::sync::Arc::new(tx_lock(url).await);
     let key = LockKey::new("jobs/exclusive").unwrap();
     let mut first = own_connection(url).await;
@@ -54,24 +68,17 @@ async fn second_waits_for_the_first(server: &PostgresServer, url: &str) {
         let (locks, key, url) = (locks.clone(), key.clone(), url.to_owned());
         async move { lock_in(&locks, &mut own_connection(&url).await, &key).await }
     });
-    let limit = Duration::from_secs(10);
-    eventually(limit, "the second waits", async || {
-        waiting(server).await == "1"
-    })
-    .await;
-    assert!(
-        !second.is_finished(),
-        "the second got the lock while the first held it"
-    );
-    tx.commit().await.unwrap();
-    let next = second.await.unwrap();
-    assert!(next > held, "{next} after {held}");
+    let waits = async || waiting(server).await == "1";
+    let end_first = async { Ok(tx.commit().await?) };
+    shared::second_waits_for_the_first(held, second, waits, end_first)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_transaction_waits_until_the_first_ends() {
     let server = server().await;
-    second_waits_for_the_first(&server, &server.url()).await;
+    second_waits(&server, &server.url()).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -80,13 +87,11 @@ async fn tokens_rise_across_commit_and_rollback() {
     let locks = tx_lock(&server.url()).await;
     let key = LockKey::new("jobs/rising").unwrap();
     let mut conn = own_connection(&server.url()).await;
-    let mut tx = conn.begin().await.unwrap();
-    let rolled_back = locks.lock_in(&mut tx, &key).await.unwrap();
-    tx.rollback().await.unwrap();
-    let committed = lock_in(&locks, &mut conn, &key).await;
-    assert!(committed > rolled_back, "{committed} after {rolled_back}");
-    let next = lock_in(&locks, &mut conn, &key).await;
-    assert!(next > committed, "{next} after {committed}");
+    shared::tokens_rise_across_commit_and_rollback(async |commit| {
+        Ok(lock_in_ending(&locks, &mut conn, &key, commit).await)
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -115,5 +120,5 @@ async fn through_pgbouncer_a_second_transaction_waits_until_the_first_ends() {
         Err(e) => panic!("cannot start PgBouncer for the test: {e}"),
     };
     let url = format!("{}?pooler=transaction", bouncer.url());
-    second_waits_for_the_first(bouncer.postgres(), &url).await;
+    second_waits(bouncer.postgres(), &url).await;
 }

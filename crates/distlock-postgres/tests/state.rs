@@ -7,13 +7,13 @@
 
 mod support;
 
-use async_trait::async_trait;
-use distlock_core::{AcquireOptions, BoxError, DynLock, HolderMeta, LockKey};
+use distlock_core::{AcquireOptions, DynLock, HolderMeta, LockKey};
 use distlock_postgres::{PostgresConfig, Strategy};
 use distlock_testkit::servers::{MovableClock, PostgresServer};
 use distlock_testkit::state_rows::{
-    RowDatabase, a_held_name_keeps_its_counter, collected_name_rises_after_the_clock_steps_back,
-    collected_names_rise_above_a_clock_behind, holder_column_is_named_then_used,
+    RowDatabase, SqlRows, a_held_name_keeps_its_counter,
+    collected_name_rises_after_the_clock_steps_back, collected_names_rise_above_a_clock_behind,
+    holder_column_is_named_then_used,
 };
 use std::time::Duration;
 use support::{admin_value, server};
@@ -34,36 +34,14 @@ async fn client_of(server: &PostgresServer, strategy: Strategy) -> DynLock {
         .unwrap()
 }
 
-/// The server, as the scenario reads and changes it: a lock table.
-struct Rows<'a>(&'a PostgresServer, &'static str);
-
-#[async_trait]
-impl RowDatabase for Rows<'_> {
-    async fn rows(&self, prefix: &str) -> Result<u64, BoxError> {
-        let sql = format!(
-            "SELECT COUNT(*) FROM {} WHERE name LIKE '{prefix}%';",
-            self.1
-        );
-        Ok(admin_value(self.0, &sql).await.parse()?)
-    }
-
-    async fn push_ahead(&self, name: &str, by: u64) -> Result<(), BoxError> {
-        let sql = format!(
-            "UPDATE {} SET fence = fence + {by} WHERE name = '{name}';",
-            self.1
-        );
-        self.0.exec_admin(&sql).await?;
-        Ok(())
-    }
-
-    async fn floor(&self) -> Result<u64, BoxError> {
-        let sql = format!("SELECT floor FROM {}_hw;", self.1);
-        Ok(admin_value(self.0, &sql).await.parse()?)
-    }
-
-    async fn clock_micros(&self) -> Result<u64, BoxError> {
-        let sql = "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT;";
-        Ok(admin_value(self.0, sql).await.parse()?)
+/// The lock table `table` of `server`, as the scenarios read and change it.
+fn rows<'a>(server: &'a PostgresServer, table: &str) -> SqlRows<'a> {
+    SqlRows {
+        operator: server,
+        table: table.to_owned(),
+        fence_rows: "name = '{name}'",
+        clock: "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT;",
+        per_name: 1,
     }
 }
 
@@ -74,7 +52,7 @@ impl RowDatabase for Rows<'_> {
 async fn idle_rows_are_collected_and_tokens_still_rise() {
     let server = server().await;
     let lock = client(&server).await;
-    collected_names_rise_above_a_clock_behind(&lock, &Rows(&server, "distlock_locks"), STATE_TTL)
+    collected_names_rise_above_a_clock_behind(&lock, &rows(&server, "distlock_locks"), STATE_TTL)
         .await
         .unwrap();
 }
@@ -94,7 +72,7 @@ async fn tokens_rise_after_a_collection_even_when_the_server_clock_steps_back() 
         let step_back = || Ok(clock.set_back(Duration::from_secs(3600))?);
         collected_name_rises_after_the_clock_steps_back(
             &lock,
-            &Rows(&server, table),
+            &rows(&server, table),
             STATE_TTL,
             step_back,
         )
@@ -108,7 +86,7 @@ async fn tokens_rise_after_a_collection_even_when_the_server_clock_steps_back() 
 async fn idle_advisory_counters_are_collected_and_tokens_still_rise() {
     let server = server().await;
     let lock = client_of(&server, Strategy::Advisory).await;
-    let rows = Rows(&server, "distlock_advisory");
+    let rows = rows(&server, "distlock_advisory");
     collected_names_rise_above_a_clock_behind(&lock, &rows, STATE_TTL)
         .await
         .unwrap();
@@ -120,7 +98,7 @@ async fn idle_advisory_counters_are_collected_and_tokens_still_rise() {
 async fn a_held_advisory_name_keeps_its_counter() {
     let server = server().await;
     let lock = client_of(&server, Strategy::Advisory).await;
-    let rows = Rows(&server, "distlock_advisory");
+    let rows = rows(&server, "distlock_advisory");
     a_held_name_keeps_its_counter(&lock, &rows, STATE_TTL)
         .await
         .unwrap();
@@ -150,7 +128,7 @@ async fn rows_of_the_previous_release_are_collected() {
     assert_eq!(holder.meta, Some(HolderMeta::this_process()), "{holder:?}");
     lease.release().await.unwrap();
     assert_eq!(
-        Rows(&server, "distlock_locks").rows("old/").await.unwrap(),
+        rows(&server, "distlock_locks").rows("old/").await.unwrap(),
         0
     );
     let floor = admin_value(&server, "SELECT floor FROM distlock_locks_hw;").await;

@@ -205,34 +205,16 @@ impl Collector {
         conn: &mut Conn<A::Dialect>,
         insert: impl FnOnce(u64) -> Statement<Db<A>>,
     ) -> Result<(), DbError> {
-        let namespace = table.namespace();
-        let with = |more: &[Value]| {
-            let mut values = namespace.clone();
-            values.extend_from_slice(more);
-            values
-        };
+        let with = |more: &[Value]| [table.namespace(), more.to_vec()].concat();
         let ttl = Value::Int(micros(self.state_ttl));
-        let missing = || {
-            DbError::Protocol(
-                "the namespace's high-water row is missing; connect again to create it".into(),
-            )
-        };
         // Looked for without locks: most creations find nothing idle and
         // only share the floor's lock with each other.
         let idle = statement(&self.idle_max, with(&[ttl.clone(), Value::Int(SWEEP)]));
         let floor = match number(conn, idle).await? {
-            None => {
-                let read = statement(&self.share_floor, with(&[]));
-                number(conn, read).await?.ok_or_else(missing)?
-            }
+            None => self.floor(table, conn, false).await?,
             Some(highest) => {
-                let read = statement(&self.lock_floor, with(&[]));
-                let mut floor = number(conn, read).await?.ok_or_else(missing)?;
-                if highest > floor {
-                    let raise = statement(&self.raise, with(&[Value::Int(highest)]));
-                    Db::<A>::run(conn, raise).await?;
-                    floor = highest;
-                }
+                let floor = self.floor(table, conn, true).await?;
+                let floor = self.raise(table, conn, floor, highest).await?;
                 let values = [ttl, Value::Int(floor), Value::Int(SWEEP)];
                 Db::<A>::run(conn, statement(&self.sweep, with(&values))).await?;
                 floor
@@ -240,6 +222,43 @@ impl Collector {
         };
         Db::<A>::run(conn, insert(floor)).await?;
         Ok(())
+    }
+
+    /// The namespace's floor, read on `conn`: under an exclusive lock when
+    /// `raising` (inside the transaction that raises it and deletes rows), or
+    /// else a shared one. Outside a transaction, a shared read waits until
+    /// every collection running now has committed.
+    pub async fn floor<A: StateTable>(
+        &self,
+        table: &A,
+        conn: &mut Conn<A::Dialect>,
+        raising: bool,
+    ) -> Result<u64, DbError> {
+        let read = [&self.share_floor, &self.lock_floor][usize::from(raising)];
+        let floor = number(conn, statement(read, table.namespace())).await?;
+        floor.ok_or_else(|| {
+            DbError::Protocol(
+                "the namespace's high-water row is missing; connect again to create it".into(),
+            )
+        })
+    }
+
+    /// Raises the floor, locked on `conn` at `floor`, to `highest` if that is
+    /// above it; the floor now.
+    pub async fn raise<A: StateTable>(
+        &self,
+        table: &A,
+        conn: &mut Conn<A::Dialect>,
+        floor: u64,
+        highest: u64,
+    ) -> Result<u64, DbError> {
+        if highest <= floor {
+            return Ok(floor);
+        }
+        let mut values = table.namespace();
+        values.push(Value::Int(highest));
+        Db::<A>::run(conn, statement(&self.raise, values)).await?;
+        Ok(highest)
     }
 }
 

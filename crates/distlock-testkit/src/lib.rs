@@ -16,7 +16,8 @@
 //! - [`fences`]: the fence conformance cases, `<store>::<case>`, for every
 //!   fenced store.
 //! - [`state_rows`]: collection of idle per-name rows, seen behind the
-//!   client's back, for the SQL adapters' own tests.
+//!   client's back, for the SQL adapters' own tests; [`support`]: what those
+//!   tests share besides (a server of their own, waiting for a condition).
 //!
 //! A third-party adapter runs the same suite by implementing [`Harness`] and
 //! passing a [`runner::BackendSpec`] to [`runner::trials`] in a
@@ -35,6 +36,7 @@ pub mod proxy;
 pub mod runner;
 pub mod servers;
 pub mod state_rows;
+pub mod support;
 
 pub use cases::{CaseError, CaseResult, Scope};
 pub use fault::{Fault, FaultControl};

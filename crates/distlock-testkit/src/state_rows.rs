@@ -5,6 +5,7 @@
 //! back) still gets a higher token after its rows were collected. And the
 //! upgrade of a lock table made by hand before the `holder` column.
 
+use crate::servers::{MariaDbServer, PostgresServer};
 use async_trait::async_trait;
 use distlock_core::{AcquireOptions, BoxError, DynLock, LockError, LockKey};
 use std::future::Future;
@@ -15,12 +16,96 @@ use std::time::{Duration, Instant};
 pub trait RowDatabase: Send + Sync {
     /// How many lock rows names starting with `prefix` have.
     async fn rows(&self, prefix: &str) -> Result<u64, BoxError>;
+    /// How many rows a name just used and released keeps.
+    fn rows_per_name(&self) -> u64;
     /// Raises the fence of `name`'s lock row by `by`.
     async fn push_ahead(&self, name: &str, by: u64) -> Result<(), BoxError>;
     /// The namespace's floor in the high-water table.
     async fn floor(&self) -> Result<u64, BoxError>;
     /// The server's wall clock, in µs since the epoch.
     async fn clock_micros(&self) -> Result<u64, BoxError>;
+}
+
+/// A SQL server as its operator reaches it.
+#[async_trait]
+pub trait Operator: Send + Sync {
+    /// Runs `sql` as the server's superuser; the first field of its first row.
+    async fn value(&self, sql: &str) -> Result<String, BoxError>;
+}
+
+#[async_trait]
+impl Operator for MariaDbServer {
+    async fn value(&self, sql: &str) -> Result<String, BoxError> {
+        let out = self.exec_root(sql).await?;
+        let first = out.lines().next().and_then(|line| line.split('\t').next());
+        Ok(first.unwrap_or_default().to_owned())
+    }
+}
+
+#[async_trait]
+impl Operator for PostgresServer {
+    async fn value(&self, sql: &str) -> Result<String, BoxError> {
+        let out = self.exec_admin(sql).await?;
+        let first = out.lines().next().and_then(|line| line.split('|').next());
+        Ok(first.unwrap_or_default().trim().to_owned())
+    }
+}
+
+/// A lock table of a SQL server, read and changed with operator SQL.
+pub struct SqlRows<'a> {
+    /// Who runs the SQL.
+    pub operator: &'a dyn Operator,
+    /// The table, as the operator names it.
+    pub table: String,
+    /// The rows that hold the fence of the name `{name}`: an SQL condition.
+    pub fence_rows: &'static str,
+    /// SQL that reads the server's wall clock, in µs since the epoch.
+    pub clock: &'static str,
+    /// How many rows a name just used and released keeps (its lock row, its
+    /// counter row, or both).
+    pub per_name: u64,
+}
+
+impl std::fmt::Debug for SqlRows<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlRows")
+            .field("table", &self.table)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl RowDatabase for SqlRows<'_> {
+    async fn rows(&self, prefix: &str) -> Result<u64, BoxError> {
+        let sql = format!(
+            "SELECT COUNT(*) FROM {} WHERE name LIKE '{prefix}%';",
+            self.table
+        );
+        Ok(self.operator.value(&sql).await?.parse()?)
+    }
+
+    fn rows_per_name(&self) -> u64 {
+        self.per_name
+    }
+
+    async fn push_ahead(&self, name: &str, by: u64) -> Result<(), BoxError> {
+        let rows = self.fence_rows.replace("{name}", name);
+        let sql = format!(
+            "UPDATE {} SET fence = fence + {by} WHERE {rows};",
+            self.table
+        );
+        self.operator.value(&sql).await?;
+        Ok(())
+    }
+
+    async fn floor(&self) -> Result<u64, BoxError> {
+        let sql = format!("SELECT floor FROM {}_hw;", self.table);
+        Ok(self.operator.value(&sql).await?.parse()?)
+    }
+
+    async fn clock_micros(&self) -> Result<u64, BoxError> {
+        Ok(self.operator.value(self.clock).await?.parse()?)
+    }
 }
 
 /// Takes and releases `name` once; its token.
@@ -53,7 +138,7 @@ pub async fn collected_names_rise_above_a_clock_behind(
     // The last names' rows are younger than the ttl plus `state_ttl` (the
     // first ones' may be gone already on a slow machine).
     let used = db.rows("used/").await?;
-    if used == 0 || used > 100 {
+    if used == 0 || used > 100 * db.rows_per_name() {
         return Err(format!("{used} rows for 100 names just used").into());
     }
     let ahead = 10 * 24 * 3600 * 1_000_000_u64;
@@ -70,7 +155,7 @@ pub async fn collected_names_rise_above_a_clock_behind(
     }
     // What is left is the recent names only.
     let left = db.rows("fresh/").await?;
-    if left > fresh {
+    if left > fresh * db.rows_per_name() {
         return Err(format!("{left} rows for {fresh} new names").into());
     }
     Ok(())
@@ -152,7 +237,7 @@ pub async fn a_held_name_keeps_its_counter(
     // Collection is live: the first new names are idle by now, and go.
     use_once(lock, "fresh/last").await?;
     let left = db.rows("fresh/").await?;
-    if left > fresh {
+    if left > fresh * db.rows_per_name() {
         return Err(format!("{left} rows for {fresh} new names: nothing collected").into());
     }
     let kept = db.rows("held").await?;

@@ -1,24 +1,24 @@
 //! Shared by the adapter's own tests: a real MariaDB server per test, clients on
 //! it, and root access for what an operator would do.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    dead_code,
+    unused_imports,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 use distlock_core::DynLock;
 use distlock_mysql::{MySqlConfig, Strategy};
 use distlock_testkit::servers::MariaDbServer;
+pub use distlock_testkit::support::eventually;
+use distlock_testkit::support::start_server;
 use sqlx::{MySqlConnection, Row};
-use std::time::{Duration, Instant};
 
 /// Starts a server of the test's own (a missing binary fails with the install
 /// command, never skips).
 pub async fn server() -> MariaDbServer {
-    // One install at a time: each is seconds of CPU and disk on a shared machine,
-    // and overlapping them only makes every start slower.
-    static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _one_at_a_time = STARTING.lock().await;
-    match MariaDbServer::start().await {
-        Ok(server) => server,
-        Err(e) => panic!("cannot start MariaDB for the test: {e}"),
-    }
+    start_server("MariaDB", MariaDbServer::start()).await
 }
 
 /// A connected client of `strategy` on `table`.
@@ -40,18 +40,6 @@ pub async fn root_value(server: &MariaDbServer, sql: &str) -> String {
         .and_then(|line| line.split('\t').next_back())
         .unwrap_or_default()
         .to_owned()
-}
-
-/// Polls `condition` every 20 ms until it holds, failing after `limit`.
-pub async fn eventually<F: AsyncFnMut() -> bool>(limit: Duration, what: &str, mut condition: F) {
-    let deadline = Instant::now() + limit;
-    while !condition().await {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not true within {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// How many sessions are running a `for_update` locking statement on `table`

@@ -1,8 +1,15 @@
 //! Shared by the crate's integration tests: one real MariaDB server per test
 //! binary, connections to it, and root access to look behind the crate's back.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    dead_code,
+    unused_imports,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 use distlock_testkit::servers::MariaDbServer;
+pub use distlock_testkit::support::eventually;
 use sqlx::MySqlConnection;
 use std::time::{Duration, Instant};
 use tokio::sync::OnceCell;
@@ -59,18 +66,6 @@ where
         .fetch_optional(&mut conn)
         .await
         .unwrap_or_else(|e| panic!("query failed: {e}\n{sql}"))
-}
-
-/// Polls `condition` every 20 ms until it holds, failing after `limit`.
-pub async fn eventually<F: AsyncFnMut() -> bool>(limit: Duration, what: &str, mut condition: F) {
-    let deadline = Instant::now() + limit;
-    while !condition().await {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not true within {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// How many sessions are running a statement whose text starts with `prefix`

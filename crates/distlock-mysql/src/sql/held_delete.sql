@@ -1,0 +1,1 @@
+DELETE FROM `{table}` WHERE name IN ({names}) AND fence <= ?

@@ -1,0 +1,73 @@
+//! What the SQL adapters' own integration tests share beside the
+//! [`state_rows`](crate::state_rows) scenarios: starting a server of the
+//! test's own, waiting for a condition, and the `lock_in` scenarios.
+
+use crate::servers::ServerError;
+use distlock_core::{BoxError, FencingToken};
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// The server `start` launches, one start at a time in the test binary (each
+/// is seconds of CPU and disk on a shared machine, and overlapping them only
+/// makes every start slower). A failure panics naming `what` and the
+/// launcher's error, which carries the install command: a missing binary
+/// fails the test, never skips it.
+#[allow(clippy::panic)]
+pub async fn start_server<S>(what: &str, start: impl Future<Output = Result<S, ServerError>>) -> S {
+    static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _one_at_a_time = STARTING.lock().await;
+    match start.await {
+        Ok(server) => server,
+        Err(e) => panic!("cannot start {what} for the test: {e}"),
+    }
+}
+
+/// Polls `condition` every 20 ms until it holds; panics after `limit`,
+/// naming `what`.
+#[allow(clippy::panic)]
+pub async fn eventually<F: AsyncFnMut() -> bool>(limit: Duration, what: &str, mut condition: F) {
+    let deadline = Instant::now() + limit;
+    while !condition().await {
+        if Instant::now() >= deadline {
+            panic!("{what}: not true within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `lock_in`'s tokens rise across commit and rollback: `lock_in(commit)`
+/// locks one name in a new transaction of the caller's, then commits it (or
+/// rolls it back), and returns the token. Three in a row rise.
+pub async fn tokens_rise_across_commit_and_rollback(
+    mut lock_in: impl AsyncFnMut(bool) -> Result<FencingToken, BoxError>,
+) -> Result<(), BoxError> {
+    let rolled_back = lock_in(false).await?;
+    let committed = lock_in(true).await?;
+    let next = lock_in(true).await?;
+    if committed <= rolled_back || next <= committed {
+        return Err(format!("tokens {rolled_back}, {committed}, {next}: not rising").into());
+    }
+    Ok(())
+}
+
+/// `lock_in` excludes: `second`, started while the first holder's
+/// transaction (which got `held`) is open, waits (`waits` sees the server
+/// show its wait) until `end_first` ends that transaction, then gets a token
+/// above `held`.
+pub async fn second_waits_for_the_first(
+    held: FencingToken,
+    second: tokio::task::JoinHandle<FencingToken>,
+    waits: impl AsyncFnMut() -> bool,
+    end_first: impl Future<Output = Result<(), BoxError>>,
+) -> Result<(), BoxError> {
+    eventually(Duration::from_secs(10), "the second waits", waits).await;
+    if second.is_finished() {
+        return Err("the second got the lock while the first held it".into());
+    }
+    end_first.await?;
+    let next = second.await?;
+    if next <= held {
+        return Err(format!("{next} after {held}").into());
+    }
+    Ok(())
+}

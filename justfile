@@ -115,7 +115,7 @@ bench:
     cargo bench --workspace --all-features
 
 # distlock next to etcd's Lock API, rslock, zookeeper-client's lock recipe and hand-written PostgreSQL on the same launched servers,
-# one markdown table (`--cell 3s`, `--runs 5` interleaved runs shown as medians, `--only etcd,postgres`); `just bench-peers --write docs/performance.md` regenerates the page's table.
+# one markdown table (`--cell 3s`, `--runs 5` interleaved runs shown as medians, `--only etcd,postgres`, `--ops N` fixed turns for callgrind, `--impls distlock,peer,floor`, `--operations cycle`); `just bench-peers --write docs/performance.md` regenerates the page's table.
 bench-peers *ARGS:
     cargo run -q --release -p distlock-peers -- {{ARGS}}
 

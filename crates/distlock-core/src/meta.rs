@@ -91,9 +91,28 @@ impl HolderMeta {
 
     /// The stored form, one line: `host=web-3 pid=4121 label=billing`.
     pub fn encode(&self) -> String {
-        match &self.label {
-            Some(label) => format!("host={} pid={} label={label}", self.host, self.pid),
-            None => format!("host={} pid={}", self.host, self.pid),
+        let mut out = String::with_capacity(self.encoded_len());
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// An upper bound of the stored form's length.
+    fn encoded_len(&self) -> usize {
+        // "host=" " pid=" (10 digits at most) " label="
+        self.host.len() + self.label.as_deref().map_or(0, str::len) + 32
+    }
+
+    /// Appends the stored form to `out`, without `format!`: every acquire
+    /// writes it, and the formatting machinery cost more than the copies.
+    fn encode_into(&self, out: &mut String) {
+        out.push_str("host=");
+        out.push_str(&self.host);
+        out.push_str(" pid=");
+        let mut pid = [0_u8; 10];
+        out.push_str(decimal(self.pid, &mut pid));
+        if let Some(label) = &self.label {
+            out.push_str(" label=");
+            out.push_str(label);
         }
     }
 
@@ -120,7 +139,11 @@ impl HolderMeta {
     /// An owner value carrying this metadata after `owner`, for layouts that
     /// store one string per holder (a Redis value): `owner host=… pid=…`.
     pub fn tag_owner(&self, owner: &str) -> String {
-        format!("{owner} {}", self.encode())
+        let mut tagged = String::with_capacity(owner.len() + 1 + self.encoded_len());
+        tagged.push_str(owner);
+        tagged.push(' ');
+        self.encode_into(&mut tagged);
+        tagged
     }
 
     /// Splits a value [`HolderMeta::tag_owner`] wrote into the owner and its
@@ -151,6 +174,20 @@ pub(crate) fn label_problem(label: &str) -> Option<String> {
     } else {
         None
     }
+}
+
+/// `n` in decimal, written into `buf` (a u32 has at most 10 digits).
+fn decimal(mut n: u32, buf: &mut [u8; 10]) -> &str {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[at..]).unwrap_or_default()
 }
 
 fn is_host_char(c: char) -> bool {
@@ -213,6 +250,25 @@ mod tests {
         assert_eq!(mine.get_label(), Some("mine"));
         let err = read("redis://h/0?label=").unwrap_err().to_string();
         assert!(err.contains("label") && err.contains("empty"), "{err}");
+    }
+
+    #[test]
+    fn every_pid_and_label_round_trip() {
+        for pid in [0, 7, 10, 4121, u32::MAX] {
+            for label in [None, Some("a b")] {
+                let meta = HolderMeta {
+                    host: "web-3".into(),
+                    pid,
+                    label: label.map(str::to_owned),
+                };
+                let stored = meta.encode();
+                assert!(stored.len() <= meta.encoded_len(), "{stored}");
+                assert_eq!(HolderMeta::decode(&stored), Some(meta.clone()));
+                let tagged = meta.tag_owner("abc");
+                assert_eq!(tagged, format!("abc {stored}"));
+                assert_eq!(HolderMeta::split_owner(&tagged), ("abc", Some(meta)));
+            }
+        }
     }
 
     #[test]

@@ -42,7 +42,10 @@ pub type NatsLock = BackendLock<NatsBackend>;
 /// The NATS adapter: one bucket, reached through one client.
 pub struct NatsBackend {
     pub(crate) js: Context,
-    pub(crate) kv: Store,
+    /// Shared with the background tasks (the loss watch, the marker
+    /// collection) rather than cloned: a `Store` carries its stream's whole
+    /// information, and cloning it cost 5k instructions a cycle.
+    pub(crate) kv: Arc<Store>,
     pub(crate) servers: Servers,
     epoch: Arc<EpochCache>,
     sweep: Arc<Sweep>,
@@ -101,7 +104,7 @@ impl NatsBackend {
         let sweep = Arc::new(Sweep::new(state_ttl));
         Ok(NatsBackend {
             js,
-            kv,
+            kv: Arc::new(kv),
             servers,
             epoch,
             sweep,

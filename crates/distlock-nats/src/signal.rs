@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// a watch that cannot be had or ends are left to the renewals, which notice a
 /// loss at the latest at the next renewal.
 pub(crate) fn loss(
-    kv: Store,
+    kv: Arc<Store>,
     key: String,
     (owner, granted): (String, u64),
     releasing: Arc<AtomicBool>,

@@ -42,7 +42,7 @@ const BATCH: usize = 16;
 
 /// Purges the release marker at `marker` once [`MARKER_AGE`] has passed, in
 /// the background; a failure leaves it to a later sweep.
-pub(crate) fn collect_later(kv: Store, servers: Servers, key: String, marker: u64) {
+pub(crate) fn collect_later(kv: Arc<Store>, servers: Servers, key: String, marker: u64) {
     tokio::spawn(async move {
         tokio::time::sleep(MARKER_AGE).await;
         if let Err(e) = protocol::collect(&kv, &servers, &key, marker).await {
@@ -70,7 +70,7 @@ impl Sweep {
     /// Starts a sweep in the background if one is due.
     pub(crate) fn after_grant(
         self: &Arc<Self>,
-        kv: &Store,
+        kv: &Arc<Store>,
         servers: &Servers,
         epoch: &Arc<EpochCache>,
     ) {

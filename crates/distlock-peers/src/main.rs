@@ -44,6 +44,14 @@ struct Args {
     /// How long each cell of the table runs.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     cell: Duration,
+    /// Instead of timing the cells: every client takes this many turns per
+    /// cell, a fixed amount of work (count instructions with callgrind).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "cell")]
+    ops: Option<u64>,
+    /// Which implementations to run: distlock, the peer, and the protocol's
+    /// floor (`Inspect::floor_cycle` raw, on the cycle rows only).
+    #[arg(long, value_delimiter = ',', default_value = "distlock,peer")]
+    impls: Vec<Side>,
     /// Runs of each cell, the implementations of a backend taking turns; the
     /// table shows the medians.
     #[arg(long, default_value_t = DEFAULT_RUNS)]
@@ -51,6 +59,9 @@ struct Args {
     /// Client counts; a hand-off needs at least 2, so 1 becomes 2 there.
     #[arg(long, value_delimiter = ',', default_value = "1,8")]
     clients: Vec<usize>,
+    /// Operations to run, of cycle and hand-off.
+    #[arg(long, value_delimiter = ',', default_value = "cycle,hand-off")]
+    operations: Vec<Operation>,
     /// Backends to run, of redis, redlock, etcd, zookeeper, mysql, postgres, nats.
     #[arg(long, value_delimiter = ',', default_values_t = servers::BACKENDS.map(String::from))]
     only: Vec<String>,
@@ -60,6 +71,31 @@ struct Args {
     /// Only launch the servers, print distlock's URL for each, and wait for Ctrl-C.
     #[arg(long)]
     serve: bool,
+}
+
+/// The two operations of the table, for `--operations`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Operation {
+    Cycle,
+    HandOff,
+}
+
+/// One side of a table row, for `--impls`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Side {
+    Distlock,
+    Peer,
+    Floor,
+}
+
+impl Side {
+    fn of(kind: Kind) -> Side {
+        match kind {
+            Kind::Distlock => Side::Distlock,
+            Kind::Floor => Side::Floor,
+            _ => Side::Peer,
+        }
+    }
 }
 
 fn parse_duration(raw: &str) -> Result<Duration, String> {
@@ -98,6 +134,17 @@ async fn run(args: Args) -> Result<(), String> {
         eprintln!("starting {backend}");
         targets.extend(servers::launch(backend).await?);
     }
+    for target in &mut targets {
+        let floor = (Kind::Floor, target.url.clone());
+        target.runs.push(floor);
+        target
+            .runs
+            .retain(|(kind, _)| args.impls.contains(&Side::of(*kind)));
+    }
+    let length = match args.ops {
+        Some(turns) => measure::Length::Turns(turns),
+        None => measure::Length::Time(args.cell),
+    };
     if args.serve {
         for target in &targets {
             println!("{}: {}", target.label, target.url);
@@ -113,7 +160,14 @@ async fn run(args: Args) -> Result<(), String> {
         let observer = distlock::connect(&target.url)
             .await
             .map_err(|e| e.to_string())?;
-        for (operation, handoff) in [("cycle", false), ("hand-off", true)] {
+        for picked in [Operation::Cycle, Operation::HandOff] {
+            if !args.operations.contains(&picked) {
+                continue;
+            }
+            let (operation, handoff) = match picked {
+                Operation::Cycle => ("cycle", false),
+                Operation::HandOff => ("hand-off", true),
+            };
             for &clients in &args.clients {
                 let clients = if handoff {
                     clients.max(2)
@@ -123,14 +177,20 @@ async fn run(args: Args) -> Result<(), String> {
                 // Each implementation's cells, interleaved: run after run, the
                 // implementations take turns, the first of one run last in the
                 // next, so that every one of them sees the same noise.
-                let mut measured: Vec<Vec<Measured>> = vec![Vec::new(); target.runs.len()];
+                // The floor is one client's raw cycle: no hand-off.
+                let kinds: Vec<&(Kind, String)> = target
+                    .runs
+                    .iter()
+                    .filter(|(kind, _)| !handoff || *kind != Kind::Floor)
+                    .collect();
+                let mut measured: Vec<Vec<Measured>> = vec![Vec::new(); kinds.len()];
                 for round in 0..runs {
-                    let mut order: Vec<usize> = (0..target.runs.len()).collect();
+                    let mut order: Vec<usize> = (0..kinds.len()).collect();
                     if round % 2 == 1 {
                         order.reverse();
                     }
                     for i in order {
-                        let (kind, connect_to) = &target.runs[i];
+                        let (kind, connect_to) = kinds[i];
                         eprintln!(
                             "{}: {} {operation}, {clients} clients, run {}/{runs}",
                             target.label,
@@ -150,12 +210,12 @@ async fn run(args: Args) -> Result<(), String> {
                             connect_to,
                             names: &names,
                             handoff,
-                            length: args.cell,
+                            length,
                         };
                         measured[i].push(cell.measure().await?);
                     }
                 }
-                for ((kind, _), cells) in target.runs.iter().zip(measured) {
+                for ((kind, _), cells) in kinds.into_iter().zip(measured) {
                     rows.push(Row::median(
                         target.label.clone(),
                         kind.label(),
@@ -171,7 +231,9 @@ async fn run(args: Args) -> Result<(), String> {
     let mut versions: Vec<String> = targets.iter().map(|t| t.version.clone()).collect();
     versions.dedup();
     let mut command = String::from("just bench-peers");
-    if args.cell != Duration::from_secs(3) {
+    if let Some(turns) = args.ops {
+        command.push_str(&format!(" --ops {turns}"));
+    } else if args.cell != Duration::from_secs(3) {
         command.push_str(&format!(" --cell {}", show(args.cell)));
     }
     if runs != DEFAULT_RUNS {
@@ -180,7 +242,7 @@ async fn run(args: Args) -> Result<(), String> {
     if let Some(page) = &args.write {
         command.push_str(&format!(" --write {}", page.display()));
     }
-    let notes = table::notes(&versions, &command, args.cell, runs);
+    let notes = table::notes(&versions, &command, &length.to_string(), runs);
     println!("{table}\n{notes}");
     if let Some(page) = &args.write {
         table::write_section(page, &format!("{table}\n{notes}"))?;
@@ -197,7 +259,7 @@ struct Setup<'a> {
     /// A key per client (a hand-off shares one derived from the first).
     names: &'a [String],
     handoff: bool,
-    length: Duration,
+    length: measure::Length,
 }
 
 impl Setup<'_> {

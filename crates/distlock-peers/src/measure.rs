@@ -8,6 +8,24 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// How long a cell runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Length {
+    /// For this long.
+    Time(Duration),
+    /// Until every client took this many turns.
+    Turns(u64),
+}
+
+impl std::fmt::Display for Length {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Length::Time(d) => f.write_str(&crate::show(*d)),
+            Length::Turns(n) => write!(f, "{n} turns of each client"),
+        }
+    }
+}
+
 /// Turns each client takes on a key of its own before the clock starts:
 /// connections, leases, sessions and scripts are set up by then.
 const WARM_UP: usize = 3;
@@ -70,19 +88,25 @@ pub async fn run(
     peers: Vec<Box<dyn Peer>>,
     names: &[String],
     shared_key: Option<&str>,
-    length: Duration,
+    length: Length,
 ) -> Cell {
     let results: Shared = Arc::default();
     let ready = peers;
     let cpu_before = cpu_time();
     let started = Instant::now();
-    let end = started + length;
+    // Counted turns have no end in time: a day stands for none.
+    let (end, turns) = match length {
+        Length::Time(d) => (started + d, u64::MAX),
+        Length::Turns(n) => (started + Duration::from_secs(86_400), n),
+    };
     let mut tasks = Vec::new();
     for (me, mut peer) in ready.into_iter().enumerate() {
         let name = shared_key.map_or_else(|| names[me].clone(), str::to_owned);
         let (results, handoff) = (results.clone(), shared_key.is_some());
         tasks.push(tokio::spawn(async move {
-            while Instant::now() < end {
+            let mut taken = 0;
+            while Instant::now() < end && taken < turns {
+                taken += 1;
                 let began = Instant::now();
                 let mut held = || {
                     let got = Instant::now();

@@ -40,6 +40,9 @@ pub enum Kind {
     PgAdvisory,
     /// A hand-written lock on a NATS KV bucket (async-nats).
     NatsKv,
+    /// distlock's protocol floor: `Inspect::floor_cycle`, the requests of one
+    /// cycle sent raw, without the lease around them.
+    Floor,
 }
 
 impl Kind {
@@ -53,13 +56,14 @@ impl Kind {
             Kind::PgLeaseTable => "hand-written lease table (sqlx)",
             Kind::PgAdvisory => "hand-written pg_advisory_lock (sqlx)",
             Kind::NatsKv => "hand-written KV create + delete (async-nats)",
+            Kind::Floor => "protocol floor (distlock's requests raw)",
         }
     }
 
     /// A new client of the servers `target` names: a distlock URL, `host:port`
     /// for etcd and ZooKeeper, `redis://` URLs separated by commas for rslock,
     /// a `postgres://` URL for the hand-written PostgreSQL locks, a `nats://`
-    /// URL for the hand-written KV lock.
+    /// URL for the hand-written KV lock, a distlock URL for the floor.
     pub async fn connect(self, target: &str) -> Result<Box<dyn Peer>, String> {
         Ok(match self {
             Kind::Distlock => Box::new(Distlock {
@@ -96,6 +100,9 @@ impl Kind {
             Kind::PgLeaseTable => Box::new(LeaseTable::connect(target).await?),
             Kind::PgAdvisory => Box::new(Advisory::connect(target).await?),
             Kind::NatsKv => Box::new(KvLock::connect(target).await?),
+            Kind::Floor => Box::new(Floor {
+                lock: distlock::connect(target).await.map_err(|e| e.to_string())?,
+            }),
         })
     }
 }
@@ -116,6 +123,23 @@ impl Peer for Distlock {
             .map_err(|e| e.to_string())?;
         held();
         lease.release().await.map_err(|e| e.to_string())
+    }
+}
+
+struct Floor {
+    lock: DynLock,
+}
+
+#[async_trait]
+impl Peer for Floor {
+    async fn turn(&mut self, name: &str, held: &mut (dyn FnMut() + Send)) -> Result<(), String> {
+        let key = LockKey::new(name).map_err(|e| e.to_string())?;
+        let inspect = self.lock.inspect().ok_or("no server-side inspection")?;
+        held();
+        inspect
+            .floor_cycle(&key, TTL)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 

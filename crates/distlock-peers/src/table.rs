@@ -122,7 +122,7 @@ pub fn markdown(rows: &[Row]) -> String {
 }
 
 /// The notes under the table: what ran where, and how to run it again.
-pub fn notes(servers: &[String], command: &str, cell: Duration, runs: usize) -> String {
+pub fn notes(servers: &[String], command: &str, cell: &str, runs: usize) -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|info| {
@@ -146,7 +146,7 @@ pub fn notes(servers: &[String], command: &str, cell: Duration, runs: usize) -> 
         "Measured {date} by `{command}`, {} per cell, each figure the median of {runs} runs \
          with the implementations taking turns, on {cores} cores ({cpu}), every server \
          on loopback on the same machine, launched by the testkit. distlock {}; {}; {}.\n",
-        crate::show(cell),
+        cell,
         env!("CARGO_PKG_VERSION"),
         crates.join(", "),
         servers.join(", "),

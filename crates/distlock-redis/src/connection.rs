@@ -167,9 +167,14 @@ impl Connection {
         let run_id = link.run_id.clone();
         match self.run(budget, link, &request).await {
             Err(CommandError::Redis(e)) if !fresh && e.is_connection_dropped() => {
-                let (link, _) = self.connection().await?;
-                let run_id = link.run_id.clone();
-                Ok((self.run(budget, link, &request).await?, run_id))
+                // Boxed: the rare retry's state would otherwise double every
+                // call's future.
+                let retry = Box::pin(async {
+                    let (link, _) = self.connection().await?;
+                    let run_id = link.run_id.clone();
+                    Ok((self.run(budget, link, &request).await?, run_id))
+                });
+                retry.await
             }
             outcome => Ok((outcome?, run_id)),
         }

@@ -79,6 +79,11 @@ pub(crate) fn validate_namespace(backend: &'static str, namespace: &str) -> Resu
 /// Escapes a lock name so that it contains no brace and stays injective.
 pub(crate) fn escape(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
+    escape_into(&mut out, name);
+    out
+}
+
+fn escape_into(out: &mut String, name: &str) {
     for c in name.chars() {
         match c {
             '%' => out.push_str("%25"),
@@ -87,16 +92,30 @@ pub(crate) fn escape(name: &str) -> String {
             c => out.push(c),
         }
     }
+}
+
+/// `base` followed by `suffix`, in one allocation.
+fn suffixed(base: &str, suffix: &str) -> String {
+    let mut out = String::with_capacity(base.len() + suffix.len());
+    out.push_str(base);
+    out.push_str(suffix);
     out
 }
 
 impl LockKeys {
-    /// The keys of `key` under `namespace`.
+    /// The keys of `key` under `namespace`. Built without `format!`: every
+    /// acquire makes them, and the formatting machinery cost more than the
+    /// copies.
     pub fn new(namespace: &str, key: &LockKey) -> Self {
-        let lock = format!("{namespace}{{{}}}", escape(key.as_str()));
+        let name = key.as_str();
+        let mut lock = String::with_capacity(namespace.len() + name.len() + 2);
+        lock.push_str(namespace);
+        lock.push('{');
+        escape_into(&mut lock, name);
+        lock.push('}');
         LockKeys {
-            fence: format!("{lock}:fence"),
-            channel: format!("{lock}:ch"),
+            fence: suffixed(&lock, ":fence"),
+            channel: suffixed(&lock, ":ch"),
             lock,
         }
     }
@@ -166,7 +185,7 @@ static SLOT_TAGS: std::sync::LazyLock<Vec<u32>> = std::sync::LazyLock::new(|| {
 pub(crate) fn high_water(name_key: &str, cluster: bool) -> String {
     let namespace = name_key.find('{').map_or(name_key, |at| &name_key[..at]);
     if !cluster {
-        return format!("{namespace}high-water");
+        return suffixed(namespace, "high-water");
     }
     let tag = SLOT_TAGS[usize::from(slot(name_key))];
     format!("{namespace}high-water:{{{{{tag}}}")

@@ -26,12 +26,21 @@ pub(crate) async fn watchdog(
     let mut failures: u32 = 0;
     loop {
         let deadline = shared.deadline();
+        // One timer, for whichever comes first of the deadline, max_hold and
+        // the next renewal: each timer is a lock and an entry in the wheel.
+        let (mut at, mut due) = (deadline, Event::Deadline);
+        for (when, event) in [
+            (max_hold_at, Event::Lost(LossReason::MaxHoldReached)),
+            (next_renewal, Event::Renew),
+        ] {
+            if let Some(when) = when.filter(|when| *when < at) {
+                (at, due) = (when, event);
+            }
+        }
         let event = tokio::select! {
             _ = status.wait_for(|s| *s != Status::Held) => return,
             reason = &mut loss => Event::Lost(reason),
-            _ = sleep_until(deadline.into()) => Event::Deadline,
-            _ = sleep_until_some(max_hold_at) => Event::Lost(LossReason::MaxHoldReached),
-            _ = sleep_until_some(next_renewal) => Event::Renew,
+            _ = sleep_until(at.into()) => due,
         };
         match event {
             // An owner-checked release even when the backend reported the key
@@ -105,13 +114,6 @@ enum Event {
     Lost(LossReason),
     Deadline,
     Renew,
-}
-
-async fn sleep_until_some(at: Option<Instant>) {
-    match at {
-        Some(at) => sleep_until(at.into()).await,
-        None => std::future::pending().await,
-    }
 }
 
 fn jittered(d: Duration) -> Duration {

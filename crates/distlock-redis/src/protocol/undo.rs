@@ -26,17 +26,19 @@ pub(super) fn release_invocation(
     invocation
 }
 
+/// The connection an unanswered acquire went out on, its keys and owner value.
+type Unanswered<'a> = (CommandConn, &'a LockKeys, &'a str);
+
 /// Undoes an acquire request that was cancelled or timed out before its reply,
 /// by queueing the compare-owner release on the same connection, behind it.
-pub(super) fn undo_on_connection(
-    mut conn: CommandConn,
-    keys: &LockKeys,
-    owner: &str,
-) -> CancelGuard<
-    redis::ScriptInvocation<'static>,
-    impl FnOnce(redis::ScriptInvocation<'static>) -> Option<UndoFuture>,
-> {
-    CancelGuard::new(release_invocation(keys, owner, &conn), move |invocation| {
+/// The release is built only if it is needed.
+pub(super) fn undo_on_connection<'a>(
+    conn: CommandConn,
+    keys: &'a LockKeys,
+    owner: &'a str,
+) -> CancelGuard<Unanswered<'a>, impl FnOnce(Unanswered<'a>) -> Option<UndoFuture>> {
+    CancelGuard::new((conn, keys, owner), |(mut conn, keys, owner)| {
+        let invocation = release_invocation(keys, owner, &conn);
         Some(Box::pin(async move {
             let undone: redis::RedisResult<i64> = invocation.invoke_async(&mut conn).await;
             if let Err(e) = undone {
@@ -46,21 +48,22 @@ pub(super) fn undo_on_connection(
     })
 }
 
-/// The servers an abandoned attempt may hold, its keys and its owner value.
-type Abandoned = (Vec<Arc<ServerClient>>, LockKeys, String);
+/// The servers an abandoned attempt may hold, its keys and its owner value,
+/// borrowed: they are copied only if the undo runs.
+type Abandoned<'a> = (&'a [Arc<ServerClient>], &'a LockKeys, &'a str);
 
 /// Releases an acquisition whose outcome the caller will never use: a request
 /// whose reply was lost, or that was cancelled mid-flight, may still have taken
 /// the lock on the servers. The release compares the owner value, so it can only
 /// ever delete this attempt's own key.
-pub(crate) fn release_on_drop(
-    servers: &[Arc<ServerClient>],
-    keys: &LockKeys,
-    owner: &str,
+pub(crate) fn release_on_drop<'a>(
+    servers: &'a [Arc<ServerClient>],
+    keys: &'a LockKeys,
+    owner: &'a str,
     budget: Duration,
-) -> CancelGuard<Abandoned, impl FnOnce(Abandoned) -> Option<UndoFuture>> {
-    let abandoned = (servers.to_vec(), keys.clone(), owner.to_owned());
-    CancelGuard::new(abandoned, move |(servers, keys, owner)| {
+) -> CancelGuard<Abandoned<'a>, impl FnOnce(Abandoned<'a>) -> Option<UndoFuture>> {
+    CancelGuard::new((servers, keys, owner), move |(servers, keys, owner)| {
+        let (servers, keys, owner) = (servers.to_vec(), keys.clone(), owner.to_owned());
         Some(Box::pin(async move {
             let mut releases = tokio::task::JoinSet::new();
             for server in servers {

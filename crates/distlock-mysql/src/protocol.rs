@@ -166,6 +166,12 @@ pub(crate) const HELD_IDLE: &str = include_str!("sql/held_idle.sql");
 /// for_update's collection: locks the rows named (`{names}`: one `?` each)
 /// that no transaction holds, skipping the others; each with its fence and
 /// whether it is idle. Binds: `state_ttl` µs, the names.
+///
+/// This statement and the two below name the primary key: on a small table
+/// the optimizer would scan it whole for a long `IN` list, and a `DELETE`
+/// that scans waits for the lock of every row it meets, a holder's included
+/// (only `UPDATE` skips rows it would not change), until the 1 s lock wait
+/// ends it, on every retry.
 pub(crate) const HELD_LOCK: &str = include_str!("sql/held_lock.sql");
 /// for_update's collection: stamps the counters of held names with now, so
 /// that they leave the oldest idle rows the next collection looks at. Binds:

@@ -8,7 +8,7 @@
 
 mod support;
 
-use distlock_core::{AcquireOptions, DynLock, HolderMeta, LockKey};
+use distlock_core::{AcquireOptions, DynLock, HolderMeta, LockKey, Wait};
 use distlock_mysql::{MySqlConfig, Strategy};
 use distlock_testkit::servers::{MariaDbServer, MovableClock};
 use distlock_testkit::state_rows::{
@@ -144,12 +144,19 @@ async fn a_held_for_update_name_keeps_its_rows() {
 /// collection reads (16 idle-looking counters, oldest first) do not stop
 /// collection: a held name's counter is stamped again, leaving the oldest
 /// rows, so the idle names behind them are collected, and the held ones keep
-/// their rows.
+/// their rows. The table's statistics are those of its creation (empty, never
+/// recounted), with which the optimizer would scan the whole table for the
+/// collection's statements: a `DELETE` that scans waits on every held row it
+/// meets, and the acquire that collects retried it until its wait ended.
 #[tokio::test(flavor = "multi_thread")]
 async fn names_held_for_long_do_not_stop_collection() {
     let server = server().await;
-    let table = "distlock_for_update";
+    let table = "distlock_held_long";
     let lock = client_on(&server, Strategy::ForUpdate, table).await;
+    let stale = format!(
+        "ALTER TABLE distlock.{table} STATS_AUTO_RECALC = 0; ANALYZE TABLE distlock.{table};"
+    );
+    server.exec_root(&stale).await.unwrap();
     let opts = AcquireOptions::new().ttl(Duration::from_secs(1));
     let mut leases = Vec::new();
     for i in 0..20 {
@@ -235,7 +242,9 @@ async fn tokens_rise_for_a_client_whose_sessions_move_their_clock() {
 
 /// Takes and releases `name` once on `lock`; its token.
 async fn use_once(lock: &DynLock, name: &str) -> u64 {
-    let opts = AcquireOptions::new().ttl(Duration::from_secs(1));
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(1))
+        .wait(Wait::For(Duration::from_secs(20)));
     let lease = lock
         .acquire(&LockKey::new(name).unwrap(), &opts)
         .await

@@ -7,7 +7,7 @@
 
 use crate::servers::{MariaDbServer, PostgresServer};
 use async_trait::async_trait;
-use distlock_core::{AcquireOptions, BoxError, DynLock, LockError, LockKey};
+use distlock_core::{AcquireOptions, BoxError, DynLock, LockError, LockKey, Wait};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -110,8 +110,11 @@ impl RowDatabase for SqlRows<'_> {
 
 /// Takes and releases `name` once; its token.
 async fn use_once(lock: &DynLock, name: &str) -> Result<u64, BoxError> {
-    // 1 s: the shortest ttl of every strategy.
-    let opts = AcquireOptions::new().ttl(Duration::from_secs(1));
+    // 1 s: the shortest ttl of every strategy; a bounded wait, so that an
+    // acquire that cannot succeed fails the case instead of hanging it.
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(1))
+        .wait(Wait::For(Duration::from_secs(20)));
     let lease = lock.acquire(&LockKey::new(name)?, &opts).await?;
     let token = lease.token().get();
     lease.release().await?;

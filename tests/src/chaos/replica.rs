@@ -81,52 +81,39 @@ impl Replicated for distlock_testkit::servers::MariaDbServer {
 /// `postgres_replica::lagging`.
 #[cfg(feature = "postgres")]
 pub fn postgres(lagging: bool) -> Spec {
-    use crate::postgres::Postgres;
-    use distlock_postgres::Strategy;
-    fn start(lag: Option<Duration>) -> super::StartFuture {
-        Box::pin(async move {
-            Ok(Arc::new(ReplicaHarness::<Postgres>::launch(Strategy::VersionCas, lag).await?) as _)
-        })
-    }
-    Spec {
-        trial: if lagging {
-            "postgres_replica::lagging"
-        } else {
-            "postgres_replica::chaos"
-        },
-        backend: "postgres",
-        start: if lagging {
-            || start(Some(LAG))
-        } else {
-            || start(None)
-        },
-        faults: FAILOVER,
-        exclusion: Requirement::Measured,
-    }
+    let trials = ["postgres_replica::chaos", "postgres_replica::lagging"];
+    spec::<crate::postgres::Postgres>(trials, lagging)
 }
 
 /// `mysql_replica::chaos`, or with the replica lagging [`LAG`] behind,
 /// `mysql_replica::lagging`.
 #[cfg(feature = "mysql")]
 pub fn mysql(lagging: bool) -> Spec {
-    use crate::mysql::MySql;
-    use distlock_mysql::Strategy;
-    fn start(lag: Option<Duration>) -> super::StartFuture {
+    spec::<crate::mysql::MySql>(["mysql_replica::chaos", "mysql_replica::lagging"], lagging)
+}
+
+/// `B`'s replica trial (named `trials[0]`, or `trials[1]` when `lagging`) on
+/// the first strategy of its suites, `version_cas`.
+fn spec<B: SqlBackend>(trials: [&'static str; 2], lagging: bool) -> Spec
+where
+    B::Server: Replicated,
+{
+    fn start<B: SqlBackend>(lag: Option<Duration>) -> super::StartFuture
+    where
+        B::Server: Replicated,
+    {
         Box::pin(async move {
-            Ok(Arc::new(ReplicaHarness::<MySql>::launch(Strategy::VersionCas, lag).await?) as _)
+            let strategy = B::SUITES[0].0;
+            Ok(Arc::new(ReplicaHarness::<B>::launch(strategy, lag).await?) as _)
         })
     }
     Spec {
-        trial: if lagging {
-            "mysql_replica::lagging"
-        } else {
-            "mysql_replica::chaos"
-        },
-        backend: "mysql",
+        trial: trials[usize::from(lagging)],
+        backend: B::NAME,
         start: if lagging {
-            || start(Some(LAG))
+            || start::<B>(Some(LAG))
         } else {
-            || start(None)
+            || start::<B>(None)
         },
         faults: FAILOVER,
         exclusion: Requirement::Measured,

@@ -1,1 +1,1 @@
-DELETE FROM `{table}` WHERE name IN ({names}) AND fence <= ?
+DELETE t FROM `{table}` t FORCE INDEX (PRIMARY) WHERE t.name IN ({names}) AND t.fence <= ?

@@ -1,3 +1,4 @@
-SELECT name, fence, CAST(expires_at < NOW(6) - INTERVAL ? MICROSECOND AS SIGNED) FROM `{table}`
+SELECT name, fence, CAST(expires_at < NOW(6) - INTERVAL ? MICROSECOND AS SIGNED)
+  FROM `{table}` FORCE INDEX (PRIMARY)
  WHERE name IN ({names})
    FOR UPDATE SKIP LOCKED

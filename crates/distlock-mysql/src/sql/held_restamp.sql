@@ -1,1 +1,2 @@
-UPDATE `{table}` SET expires_at = GREATEST(expires_at, NOW(6)) WHERE name IN ({names})
+UPDATE `{table}` FORCE INDEX (PRIMARY) SET expires_at = GREATEST(expires_at, NOW(6))
+ WHERE name IN ({names})

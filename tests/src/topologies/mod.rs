@@ -8,15 +8,13 @@
 //! backend's own topologies come from its `TestBackend::topologies`, so a new
 //! one adds no line here.
 
-use distlock_core::{AcquireOptions, BoxError, DistributedLock, Lease, LockError, LockKey};
-use distlock_testkit::history::History;
+use distlock_core::BoxError;
 use distlock_testkit::servers::{LauncherKind, launcher, set_default_launcher};
 use libtest_mimic::{Failed, Trial};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::time::{Duration, Instant};
-use tokio::task::JoinHandle;
+use std::time::Duration;
 
 #[cfg(feature = "etcd")]
 mod etcd_cluster;
@@ -108,8 +106,9 @@ fn run(body: impl AsyncFnOnce() -> Result<(), BoxError>) -> Result<(), Failed> {
 }
 
 /// A fresh lock key named `name-<random>`, so that reruns never meet old state.
-pub(crate) fn key(name: &str) -> Result<LockKey, BoxError> {
-    Ok(LockKey::new(format!(
+#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "nats"))]
+pub(crate) fn key(name: &str) -> Result<distlock_core::LockKey, BoxError> {
+    Ok(distlock_core::LockKey::new(format!(
         "{name}-{:08x}",
         rand::random::<u32>()
     ))?)
@@ -117,7 +116,15 @@ pub(crate) fn key(name: &str) -> Result<LockKey, BoxError> {
 
 /// Fails with every violation if `history` has two holders at once or a token
 /// that did not rise; otherwise returns how many sections it holds.
-pub(crate) fn check_history(history: &History) -> Result<usize, BoxError> {
+#[cfg(any(
+    feature = "etcd",
+    feature = "mysql",
+    feature = "zookeeper",
+    feature = "nats"
+))]
+pub(crate) fn check_history(
+    history: &distlock_testkit::history::History,
+) -> Result<usize, BoxError> {
     let violations = history.check();
     if violations.is_empty() {
         Ok(history.len())
@@ -128,8 +135,14 @@ pub(crate) fn check_history(history: &History) -> Result<usize, BoxError> {
 
 /// Holds `lease` for `work` as client `client` and records the section, which
 /// ends early, at once, if `lost()` fires. Returns whether the lease was lost.
-pub(crate) async fn hold(history: &History, client: usize, lease: &Lease, work: Duration) -> bool {
-    let entered = Instant::now();
+#[cfg(any(feature = "etcd", feature = "redis", feature = "zookeeper"))]
+pub(crate) async fn hold(
+    history: &distlock_testkit::history::History,
+    client: usize,
+    lease: &distlock_core::Lease,
+    work: Duration,
+) -> bool {
+    let entered = std::time::Instant::now();
     let lost = tokio::select! {
         () = tokio::time::sleep(work) => !lease.is_held(),
         _ = lease.lost() => true,
@@ -139,6 +152,7 @@ pub(crate) async fn hold(history: &History, client: usize, lease: &Lease, work: 
 }
 
 /// Polls `condition` every 50 ms until it holds or `limit` passes.
+#[cfg(any(feature = "etcd", feature = "redis", feature = "zookeeper"))]
 pub(crate) async fn until<F, Fut>(
     limit: Duration,
     what: &str,
@@ -148,9 +162,9 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = Instant::now() + limit;
+    let deadline = std::time::Instant::now() + limit;
     while !condition().await {
-        if Instant::now() >= deadline {
+        if std::time::Instant::now() >= deadline {
             return Err(format!("{what}: not within {limit:?}").into());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -162,18 +176,21 @@ where
 /// the instant it was granted. An acquire that fails is sent again, after
 /// 100 ms, until `retry_for` has passed since the start (`Duration::ZERO`:
 /// one attempt, whose error is returned).
-pub(crate) fn spawn_waiter<L: DistributedLock + 'static>(
+#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "nats"))]
+pub(crate) fn spawn_waiter<L: distlock_core::DistributedLock + 'static>(
     waiter: L,
-    key: LockKey,
-    options: AcquireOptions,
+    key: distlock_core::LockKey,
+    options: distlock_core::AcquireOptions,
     retry_for: Duration,
-) -> JoinHandle<Result<(Lease, Instant), LockError>> {
+) -> tokio::task::JoinHandle<
+    Result<(distlock_core::Lease, std::time::Instant), distlock_core::LockError>,
+> {
     tokio::spawn(async move {
-        let deadline = Instant::now() + retry_for;
+        let deadline = std::time::Instant::now() + retry_for;
         loop {
             match waiter.acquire(&key, &options).await {
-                Ok(lease) => return Ok((lease, Instant::now())),
-                Err(error) if Instant::now() >= deadline => return Err(error),
+                Ok(lease) => return Ok((lease, std::time::Instant::now())),
+                Err(error) if std::time::Instant::now() >= deadline => return Err(error),
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }

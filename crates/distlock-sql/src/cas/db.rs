@@ -23,9 +23,10 @@ pub struct CasSql {
     /// One CAS on a free or expired row. Binds: owner, holder metadata, ttl µs, key.
     pub acquire: &'static str,
     /// The CAS sent after a doorbell's wait (MySQL's, the one database with
-    /// doorbells): a free row only with the bell (its keeper goes first), an
-    /// expired one either way; a free row whose bell another keeps answers
-    /// "held for 1 s", as long as the next wait on the bell may last.
+    /// doorbells): a free row only with the bell (its keeper goes first) or
+    /// after a wait that ran out (its keeper is no woken waiter: a holder
+    /// force-unlocked), an expired one either way; a free row whose bell
+    /// another keeps answers "held for 1 s", as long as the next wait may last.
     pub acquire_belled: Option<&'static str>,
     /// Creates the row of a name, its fence seeded from the server clock and
     /// above the namespace's floor. Binds: key, floor.

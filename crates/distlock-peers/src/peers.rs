@@ -38,6 +38,8 @@ pub enum Kind {
     PgLeaseTable,
     /// A hand-written session advisory lock on PostgreSQL (sqlx).
     PgAdvisory,
+    /// The same with a fencing token: a counter row raised once the lock is held.
+    PgAdvisoryFenced,
     /// A hand-written lock on a NATS KV bucket (async-nats).
     NatsKv,
     /// distlock's protocol floor: `Inspect::floor_cycle`, the requests of one
@@ -55,6 +57,7 @@ impl Kind {
             Kind::ZkRecipe => "zookeeper-client lock recipe",
             Kind::PgLeaseTable => "hand-written lease table (sqlx)",
             Kind::PgAdvisory => "hand-written pg_advisory_lock (sqlx)",
+            Kind::PgAdvisoryFenced => "hand-written pg_advisory_lock + token upsert (sqlx)",
             Kind::NatsKv => "hand-written KV create + delete (async-nats)",
             Kind::Floor => "protocol floor (distlock's requests raw)",
         }
@@ -98,7 +101,8 @@ impl Kind {
                 Box::new(ZkRecipe { client })
             }
             Kind::PgLeaseTable => Box::new(LeaseTable::connect(target).await?),
-            Kind::PgAdvisory => Box::new(Advisory::connect(target).await?),
+            Kind::PgAdvisory => Box::new(Advisory::connect(target, false).await?),
+            Kind::PgAdvisoryFenced => Box::new(Advisory::connect(target, true).await?),
             Kind::NatsKv => Box::new(KvLock::connect(target).await?),
             Kind::Floor => Box::new(Floor {
                 lock: distlock::connect(target).await.map_err(|e| e.to_string())?,

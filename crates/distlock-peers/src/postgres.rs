@@ -5,7 +5,10 @@
 //!   token, polled every [`POLL`] while the row is held, and an owner-checked
 //!   update that frees it (the counter stays, so tokens keep rising);
 //! - a session advisory lock: `pg_advisory_lock` (which waits in the server)
-//!   and `pg_advisory_unlock` on the same connection.
+//!   and `pg_advisory_unlock` on the same connection, with no token;
+//! - the same lock with a fencing token: once the lock is held, an upsert that
+//!   raises the name's counter row and returns it (committed, like every
+//!   statement, before its reply), then the unlock.
 
 use sqlx::{Connection, PgConnection};
 use std::time::Duration;
@@ -24,6 +27,13 @@ const TAKE: &str = "INSERT INTO peer_leases AS l (name, owner, token, expires_at
      expires_at = EXCLUDED.expires_at WHERE l.expires_at < clock_timestamp() \
      RETURNING token";
 
+/// The counter table of the fenced advisory lock, created with the lease table.
+pub const FENCE_TABLE: &str = "CREATE TABLE IF NOT EXISTS peer_fences (\
+     name text PRIMARY KEY, token bigint NOT NULL)";
+
+const BUMP: &str = "INSERT INTO peer_fences AS f (name, token) VALUES ($1, 1) \
+     ON CONFLICT (name) DO UPDATE SET token = f.token + 1 RETURNING token";
+
 const FREE: &str = "UPDATE peer_leases SET expires_at = '-infinity' WHERE name = $1 AND owner = $2";
 
 const LOCK: &str = "SELECT pg_advisory_lock(hashtextextended($1, 0))";
@@ -36,9 +46,11 @@ pub struct LeaseTable {
     owner: String,
 }
 
-/// A client of the hand-written advisory lock.
+/// A client of the hand-written advisory lock, with a fencing token when
+/// `fenced`.
 pub struct Advisory {
     conn: PgConnection,
+    fenced: bool,
 }
 
 async fn connect(url: &str) -> Result<PgConnection, String> {
@@ -57,21 +69,24 @@ impl LeaseTable {
 }
 
 impl Advisory {
-    pub async fn connect(url: &str) -> Result<Self, String> {
+    pub async fn connect(url: &str, fenced: bool) -> Result<Self, String> {
         Ok(Advisory {
             conn: connect(url).await?,
+            fenced,
         })
     }
 }
 
-/// Creates the lease table on the server at `url` and returns the server's
+/// Creates the lease and counter tables on the server at `url` and returns the server's
 /// version.
 pub async fn prepare(url: &str) -> Result<String, String> {
     let mut conn = connect(url).await?;
-    sqlx::query(LEASE_TABLE)
-        .execute(&mut conn)
-        .await
-        .map_err(|e| format!("postgres: {e}"))?;
+    for table in [LEASE_TABLE, FENCE_TABLE] {
+        sqlx::query(table)
+            .execute(&mut conn)
+            .await
+            .map_err(|e| format!("postgres: {e}"))?;
+    }
     sqlx::query_scalar("SELECT current_setting('server_version')")
         .fetch_one(&mut conn)
         .await
@@ -110,14 +125,22 @@ impl LeaseTable {
 }
 
 impl Advisory {
-    /// Waits in the server for the advisory lock of `name`.
+    /// Waits in the server for the advisory lock of `name` and, when
+    /// `fenced`, raises its counter.
     pub async fn lock(&mut self, name: &str) -> Result<(), String> {
         sqlx::query(LOCK)
             .bind(name)
             .execute(&mut self.conn)
             .await
-            .map(drop)
-            .map_err(|e| format!("pg_advisory_lock: {e}"))
+            .map_err(|e| format!("pg_advisory_lock: {e}"))?;
+        if self.fenced {
+            let _token: i64 = sqlx::query_scalar(BUMP)
+                .bind(name)
+                .fetch_one(&mut self.conn)
+                .await
+                .map_err(|e| format!("token bump: {e}"))?;
+        }
+        Ok(())
     }
 
     /// Releases it.

@@ -184,7 +184,8 @@ pub async fn launch(backend: &str) -> Result<Vec<Target>, String> {
 }
 
 /// One PostgreSQL server, as two targets: `version_cas` next to a hand-written
-/// lease table, `advisory` next to a hand-written `pg_advisory_lock`.
+/// lease table, `advisory` next to a hand-written `pg_advisory_lock`, without
+/// and with a fencing token.
 async fn postgres() -> Result<Vec<Target>, String> {
     let server = Arc::new(
         PostgresServer::start()
@@ -197,20 +198,23 @@ async fn postgres() -> Result<Vec<Target>, String> {
         "PostgreSQL {}",
         version.split_whitespace().next().unwrap_or("unknown")
     );
-    let target = |strategy: &str, peer: Kind| {
+    let target = |strategy: &str, peers: &[Kind]| {
         let url = format!("{plain}?strategy={strategy}");
+        let peers = peers.iter().map(|&peer| (peer, plain.clone()));
         Target {
             label: format!("PostgreSQL, {strategy}"),
             version: version.clone(),
-            runs: vec![(Kind::Distlock, url.clone()), (peer, plain.clone())],
+            runs: std::iter::once((Kind::Distlock, url.clone()))
+                .chain(peers)
+                .collect(),
             url,
             varz: None,
             _servers: Servers::Postgres(server.clone()),
         }
     };
     Ok(vec![
-        target("version_cas", Kind::PgLeaseTable),
-        target("advisory", Kind::PgAdvisory),
+        target("version_cas", &[Kind::PgLeaseTable]),
+        target("advisory", &[Kind::PgAdvisory, Kind::PgAdvisoryFenced]),
     ])
 }
 

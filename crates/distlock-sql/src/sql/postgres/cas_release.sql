@@ -3,4 +3,5 @@ WITH freed AS (
      WHERE namespace = $1 AND name = $2 AND owner = $3 AND fence = $4
  RETURNING name
 )
-SELECT pg_notify('{channel}', $1 || E'\n' || $2)::TEXT FROM freed
+SELECT pg_notify('{channel}', $1 || E'\n' || $2)::TEXT, set_config('synchronous_commit', 'off', true)
+  FROM freed

@@ -136,6 +136,8 @@
 
 pub mod adapter;
 #[doc(hidden)]
+pub mod bell;
+#[doc(hidden)]
 pub mod cas;
 #[doc(hidden)]
 pub mod config;

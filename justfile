@@ -16,7 +16,7 @@ test:
 lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets --all-features -- -D warnings
-    cargo test -p distlock-tests --test architecture
+    cargo test --workspace --all-features --test architecture
 
 # The flash-sale and paused-holder demo on the in-memory backend (or --url).
 demo *ARGS:
@@ -140,8 +140,8 @@ docker-up:
 
 # The whole conformance suite with every server in a container of the local images (`just images`
 # first; a Docker engine, no registry): DISTLOCK_LAUNCHER=docker, same cases as `just test`, one backend
-# at a time with a summary line each; only FILTER (`just test-docker redis::`); or `--smoke`, the 9 cases a
-# backend that drive the container launcher (what CI runs).
+# at a time with a summary line each; only FILTER (`just test-docker redis::`); or `--smoke`, the 9 cases that
+# drive the container launcher, once per set of servers (one strategy stands for its siblings; what CI runs).
 test-docker *FILTER:
     scripts/test-docker {{FILTER}}
 
@@ -189,6 +189,11 @@ test-compose *TOPOLOGIES: images
 # Fuzz the parsers (keys, durations, every scheme's URL, the CLI's arguments): 1M executions per target, or `just fuzz --ci`.
 fuzz *ARGS:
     scripts/fuzz {{ARGS}}
+
+# The adapters' `leaks` tests (nothing left on the server or in the process after churn with cancelled
+# acquires) at CYCLES cycles each; `just test` runs 2,000.
+leaks CYCLES="10000":
+    DISTLOCK_LEAK_CYCLES={{CYCLES}} cargo test --workspace --all-features --test leaks
 
 # Find flaky cases: each backend's conformance cases alone N times (default 5), then the full target N times; `just soak 1 memory`.
 soak *ARGS:

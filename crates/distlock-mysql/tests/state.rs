@@ -8,13 +8,13 @@
 
 mod support;
 
-use distlock_core::{AcquireOptions, DynLock, HolderMeta, LockKey, Wait};
+use distlock_core::{AcquireOptions, DynLock, HolderMeta, LockKey};
 use distlock_mysql::{MySqlConfig, Strategy};
 use distlock_testkit::servers::{MariaDbServer, MovableClock};
 use distlock_testkit::state_rows::{
     RowDatabase, SqlRows, a_held_name_keeps_its_counter, collect,
     collected_name_rises_after_the_clock_steps_back, collected_names_rise_above_a_clock_behind,
-    holder_column_is_named_then_used,
+    holder_column_is_named_then_used, use_once,
 };
 use sqlx::{Connection, MySqlConnection};
 use std::time::Duration;
@@ -164,7 +164,7 @@ async fn names_held_for_long_do_not_stop_collection() {
         leases.push(lock.acquire(&key, &opts).await.unwrap());
     }
     for i in 0..20 {
-        use_once(&lock, &format!("idle/{i}")).await;
+        use_once(&lock, &format!("idle/{i}")).await.unwrap();
     }
     let rows = rows(&server, table);
     collect(&lock, &rows, &["idle/"], STATE_TTL).await.unwrap();
@@ -205,7 +205,7 @@ async fn tokens_rise_for_a_client_whose_sessions_move_their_clock() {
         let rows = rows(&server, table);
         let mut last = 0;
         for _ in 0..3 {
-            last = use_once(&lock, "moved").await;
+            last = use_once(&lock, "moved").await.unwrap();
         }
         collect(&lock, &rows, &["moved"], STATE_TTL).await.unwrap();
         let moved_clock = "SET GLOBAL init_connect = \
@@ -220,7 +220,7 @@ async fn tokens_rise_for_a_client_whose_sessions_move_their_clock() {
         .unwrap();
         assert!(behind > 3000.0, "a session's NOW(6) is {behind} s behind");
         let moved = client(table).await.unwrap();
-        let after_collection = use_once(&moved, "moved").await;
+        let after_collection = use_once(&moved, "moved").await.unwrap();
         assert!(
             after_collection > last,
             "{strategy:?}: {after_collection} after {last}"
@@ -228,7 +228,7 @@ async fn tokens_rise_for_a_client_whose_sessions_move_their_clock() {
         let delete =
             format!("DELETE FROM distlock.{table} WHERE name IN ('moved', CONCAT('moved', 0x1E));");
         server.exec_root(&delete).await.unwrap();
-        let after_delete = use_once(&moved, "moved").await;
+        let after_delete = use_once(&moved, "moved").await.unwrap();
         assert!(
             after_delete > after_collection,
             "{strategy:?}: {after_delete} after {after_collection}, deleted by hand"
@@ -238,20 +238,6 @@ async fn tokens_rise_for_a_client_whose_sessions_move_their_clock() {
         .exec_root("SET GLOBAL init_connect = '';")
         .await
         .unwrap();
-}
-
-/// Takes and releases `name` once on `lock`; its token.
-async fn use_once(lock: &DynLock, name: &str) -> u64 {
-    let opts = AcquireOptions::new()
-        .ttl(Duration::from_secs(1))
-        .wait(Wait::For(Duration::from_secs(20)));
-    let lease = lock
-        .acquire(&LockKey::new(name).unwrap(), &opts)
-        .await
-        .unwrap();
-    let token = lease.token().get();
-    lease.release().await.unwrap();
-    token
 }
 
 /// Rows an earlier release left (no expiry stamp) are collected too, and the

@@ -14,10 +14,10 @@ use sqlx::{Connection, PgConnection};
 use std::time::Duration;
 
 /// How often the hand-written lease table asks again while the row is held.
-pub const POLL: Duration = Duration::from_millis(10);
+const POLL: Duration = Duration::from_millis(10);
 
 /// The lease table, created once before any client connects.
-pub const LEASE_TABLE: &str = "CREATE TABLE IF NOT EXISTS peer_leases (\
+const LEASE_TABLE: &str = "CREATE TABLE IF NOT EXISTS peer_leases (\
      name text PRIMARY KEY, owner text NOT NULL, token bigint NOT NULL, \
      expires_at timestamptz NOT NULL)";
 
@@ -28,7 +28,7 @@ const TAKE: &str = "INSERT INTO peer_leases AS l (name, owner, token, expires_at
      RETURNING token";
 
 /// The counter table of the fenced advisory lock, created with the lease table.
-pub const FENCE_TABLE: &str = "CREATE TABLE IF NOT EXISTS peer_fences (\
+const FENCE_TABLE: &str = "CREATE TABLE IF NOT EXISTS peer_fences (\
      name text PRIMARY KEY, token bigint NOT NULL)";
 
 const BUMP: &str = "INSERT INTO peer_fences AS f (name, token) VALUES ($1, 1) \

@@ -16,8 +16,9 @@
 //! - [`fences`]: the fence conformance cases, `<store>::<case>`, for every
 //!   fenced store.
 //! - [`state_rows`]: collection of idle per-name rows, seen behind the
-//!   client's back, for the SQL adapters' own tests; [`support`]: what those
-//!   tests share besides (a server of their own, waiting for a condition).
+//!   client's back, for the SQL adapters' own tests; [`support`]: what the
+//!   adapters' own tests share besides (a server of their own, waiting for a
+//!   condition, the `leaks` tests' length).
 //!
 //! A third-party adapter runs the same suite by implementing [`Harness`] and
 //! passing a [`runner::BackendSpec`] to [`runner::trials`] in a

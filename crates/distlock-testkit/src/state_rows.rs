@@ -109,7 +109,7 @@ impl RowDatabase for SqlRows<'_> {
 }
 
 /// Takes and releases `name` once; its token.
-async fn use_once(lock: &DynLock, name: &str) -> Result<u64, BoxError> {
+pub async fn use_once(lock: &DynLock, name: &str) -> Result<u64, BoxError> {
     // 1 s: the shortest ttl of every strategy; a bounded wait, so that an
     // acquire that cannot succeed fails the case instead of hanging it.
     let opts = AcquireOptions::new()

@@ -1,6 +1,7 @@
-//! What the SQL adapters' own integration tests share beside the
+//! What the adapters' own integration tests share beside the
 //! [`state_rows`](crate::state_rows) scenarios: starting a server of the
-//! test's own, waiting for a condition, and the `lock_in` scenarios.
+//! test's own, waiting for a condition, the `lock_in` scenarios, and how
+//! long the `leaks` tests churn.
 
 use crate::servers::ServerError;
 use distlock_core::{BoxError, FencingToken};
@@ -19,6 +20,25 @@ pub async fn start_server<S>(what: &str, start: impl Future<Output = Result<S, S
     match start.await {
         Ok(server) => server,
         Err(e) => panic!("cannot start {what} for the test: {e}"),
+    }
+}
+
+/// The variable that sets how many acquire/release cycles each `leaks` test
+/// runs (`just leaks` runs 10,000).
+pub const LEAK_CYCLES_VAR: &str = "DISTLOCK_LEAK_CYCLES";
+
+/// How many cycles a `leaks` test runs: `DISTLOCK_LEAK_CYCLES`, or 2,000.
+/// What those tests check (nothing left on the server or in the process)
+/// holds after any number of cycles; more cycles only meet more of the
+/// rare interleavings, which is what the longer `just leaks` run is for.
+#[allow(clippy::panic)]
+pub fn leak_cycles() -> usize {
+    match std::env::var(LEAK_CYCLES_VAR) {
+        Err(_) => 2_000,
+        Ok(text) => match text.trim().parse() {
+            Ok(cycles) if cycles > 0 => cycles,
+            _ => panic!("{LEAK_CYCLES_VAR}={text:?}: give a number of cycles above 0"),
+        },
     }
 }
 

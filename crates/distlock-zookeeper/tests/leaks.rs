@@ -1,4 +1,5 @@
-//! Nothing leaks over 10,000 contended acquire/release cycles with cancelled
+//! Nothing leaks over contended acquire/release cycles (2,000, or
+//! `DISTLOCK_LEAK_CYCLES`; `just leaks` runs 10,000) with cancelled
 //! acquires among them: not the client's file descriptors, not the server's
 //! connections or watches, not a lock node.
 //!
@@ -14,6 +15,7 @@ mod common;
 use distlock_core::{AcquireOptions, DistributedLock, LockKey, Wait};
 use distlock_testkit::History;
 use distlock_testkit::servers::{ZooKeeperOptions, ZooKeeperServer};
+use distlock_testkit::support::leak_cycles;
 use distlock_zookeeper::ZkLock;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,7 +24,6 @@ use std::time::{Duration, Instant};
 const CLIENTS: usize = 6;
 const KEYS: usize = 3;
 /// Completed acquire/release cycles, over all clients.
-const CYCLES: usize = 10_000;
 /// Every this many attempts of a client is cancelled mid-wait.
 const CANCEL_EVERY: usize = 4;
 
@@ -65,7 +66,8 @@ async fn churn(
     let opts = AcquireOptions::new().wait(Wait::For(Duration::from_secs(20)));
     let mut cancelled = 0;
     let mut attempt = 0;
-    while done.load(Ordering::Relaxed) < CYCLES {
+    let cycles = leak_cycles();
+    while done.load(Ordering::Relaxed) < cycles {
         attempt += 1;
         let key = &keys[(attempt * 7 + client) % keys.len()];
         let lease = if attempt % CANCEL_EVERY == 0 {
@@ -89,7 +91,7 @@ async fn churn(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ten_thousand_cycles_leak_no_descriptor_connection_watch_or_node() {
+async fn churn_leaks_no_descriptor_connection_watch_or_node() {
     let server = common::dedicated_server(ZooKeeperOptions::default()).await;
     let namespace = common::namespace("leaks");
     let admin = common::admin(&server.url(), None).await;
@@ -157,7 +159,7 @@ async fn ten_thousand_cycles_leak_no_descriptor_connection_watch_or_node() {
     let took = started.elapsed();
     let cycles = done.load(Ordering::Relaxed);
     println!("{cycles} cycles and {cancelled} cancelled acquires in {took:?}");
-    assert!(cycles >= CYCLES);
+    assert!(cycles >= leak_cycles());
     assert!(cancelled > 0, "no acquire was cancelled");
     assert_eq!(
         history.check(),

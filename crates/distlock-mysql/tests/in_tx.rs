@@ -49,10 +49,15 @@ async fn lock_in_ending(
     token
 }
 
-/// Transactions waiting for a row lock, as InnoDB lists them.
-async fn lock_waits(server: &MariaDbServer) -> String {
-    let sql = "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT';";
-    root_value(server, sql).await
+/// Whether connection `id`'s transaction waits for a row lock, as InnoDB
+/// lists it (1 or 0). Only that connection's: the binary's other tests run
+/// beside this one on the same server, and their statements wait too.
+async fn lock_waits(server: &MariaDbServer, id: u64) -> String {
+    let sql = format!(
+        "SELECT COUNT(*) FROM information_schema.INNODB_TRX \
+         WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id = {id};"
+    );
+    root_value(server, &sql).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -64,11 +69,15 @@ async fn a_second_transaction_waits_until_the_first_ends() {
     let mut tx = first.begin().await.unwrap();
     let held = locks.lock_in(&mut tx, &key).await.unwrap();
     let mut other = own_connection(&server).await;
+    let id: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
+        .fetch_one(&mut other)
+        .await
+        .unwrap();
     let second = tokio::spawn({
         let (locks, key) = (locks.clone(), key.clone());
         async move { lock_in(&locks, &mut other, &key).await }
     });
-    let waits = async || lock_waits(&server).await == "1";
+    let waits = async || lock_waits(&server, id).await == "1";
     let end_first = async { Ok(tx.commit().await?) };
     shared::second_waits_for_the_first(held, second, waits, end_first)
         .await

@@ -5,7 +5,7 @@
 //! lock) gets from it: its binary row names ([`row_name`]), `KILL` for a
 //! cut-off attempt's session, and doorbells instead of wake-ups (MySQL tells
 //! nobody of a release; a lock's holder keeps a named server lock its waiters
-//! wait on, see `bell`; a semaphore's or read-write lock's waiters poll).
+//! queue on, see `bell`; a semaphore's or read-write lock's waiters poll).
 //!
 //! Invariant of every strategy: a table belongs to one strategy (its comment
 //! says which), every expiry is compared with `NOW(6)` on the server, and a
@@ -26,11 +26,11 @@ use crate::protocol::{
 use distlock_core::adapter::WaitUntil;
 use distlock_core::toolkit::Backoff;
 use distlock_core::{Capabilities, LockError, LockKey};
-use distlock_sql::bell::Doorbell;
 use distlock_sql::cas::CasStatements;
 use distlock_sql::pool::BoxFuture;
 pub(crate) use distlock_sql::settle::{Settle, retry_until};
 use distlock_sql::state::{self, Collector};
+use distlock_sql::table::bell::Doorbell;
 use distlock_sql::table::{LockTable, Names, Primitive, Value, run_settled};
 use sqlx::{MySql, Row};
 use std::sync::Arc;
@@ -212,8 +212,8 @@ impl LockTable for Table {
     }
 
     /// The polling strategies' (see `bell`); `for_update` waits in InnoDB's queue.
-    fn doorbell(&self) -> Option<&dyn Doorbell> {
-        (self.strategy != Strategy::ForUpdate).then_some(self as &dyn Doorbell)
+    fn doorbell(&self) -> Option<&dyn Doorbell<Thread>> {
+        (self.strategy != Strategy::ForUpdate).then_some(self as &dyn Doorbell<Thread>)
     }
 }
 

@@ -1,29 +1,27 @@
-//! `version_cas`'s and `unique_insert`'s doorbells (distlock-sql's `bell`): a
-//! named server lock per lock name, `GET_LOCK` on a connection of the holders'
-//! pool. The holder keeps it from just after its win until just after its
-//! release statement; a waiter waits for it to be given back, so a release
-//! wakes the next waiter within a round trip. A holder that finds no free
-//! holder connection keeps no bell, and its waiters poll.
+//! `version_cas`'s and `unique_insert`'s doorbells (distlock-sql's
+//! `table::bell`): a named server lock per lock name, `GET_LOCK` on a
+//! connection of the holders' pool, which one acquire's attempts all run on.
+//! The wait for the bell and the attempt's CAS go as one text, as do the
+//! release and the bell's give-back (`RELEASE_ALL_LOCKS()`): a release hands
+//! the lock to the first waiter in the server's queue without a round trip in
+//! between. Sent as text, values are written into it as literals (binary
+//! values as hex, numbers as digits).
 //!
-//! A bell decides nothing: whoever it wakes attempts the row's CAS, which
-//! alone grants the lock. Named locks are server-wide, so the bell's name is a
-//! hash of the table's and the lock's names (64 characters at most).
+//! Named locks are server-wide, so the bell's name is a hash of the table's
+//! and the lock's names (64 characters at most).
 
 use crate::backend::Table;
-use crate::keys::row_name;
-use crate::pool::{Conn, Statement};
-use crate::protocol::{BELL_GIVE_BACK, BELL_KEEP, BELL_WAIT};
+use crate::error::DbError;
+use crate::keys::{hex_literal, row_name};
+use crate::pool::{Conn, Thread};
+use crate::protocol::{BELL_GIVE_BACK, BELL_WAIT, BELL_WAIT_THEN};
 use distlock_core::LockKey;
-use distlock_sql::bell::{Doorbell, Keeper, Ringer, Rung};
 use distlock_sql::pool::BoxFuture;
+use distlock_sql::table::Value;
+use distlock_sql::table::bell::{Doorbell, Rung};
 use sha2::{Digest, Sha256};
-use sqlx::Row;
+use sqlx::{AssertSqlSafe, Row, SqlSafeStr, SqlStr};
 use std::time::Duration;
-
-/// How long a new holder waits for its bell while waiters take it in passing
-/// (each gives it back in the statement that took it) or the previous holder
-/// gives it back.
-const KEEP_WITHIN: Duration = Duration::from_secs(1);
 
 impl Table {
     /// `key`'s bell: `distlock:` and 40 hex digits of the SHA-256 of the
@@ -41,63 +39,135 @@ impl Table {
     }
 }
 
-impl Doorbell for Table {
-    fn keep(&self, key: &LockKey) -> Ringer {
-        let (ringer, Keeper { rung, done }) = Ringer::new();
-        let (holders, bell) = (self.holders.clone(), self.bell(key));
-        tokio::spawn(async move {
-            // Dropped when this ends: the release that rang stops waiting.
-            let _done = done;
-            let Some(Ok(mut conn)) = holders.try_get().await else {
-                return;
-            };
-            // Dropped while it keeps the bell, the connection is closed, and the
-            // server gives the bell back.
+impl Doorbell<Thread> for Table {
+    fn connection(&self) -> BoxFuture<'_, Option<Conn>> {
+        Box::pin(async move {
+            let mut conn = self.holders.try_get().await?.ok()?;
+            // Dropped while it may keep a bell, the connection is closed, and
+            // the server gives the bell back.
             conn.may_hold();
-            let keep = sqlx::query(BELL_KEEP)
-                .bind(bell.clone())
-                .bind(KEEP_WITHIN.as_secs());
-            if !matches!(answer(&mut conn, keep).await, Some(1)) {
-                return;
-            }
-            // Rung, or the lease dropped without a release.
-            let _ = rung.await;
-            let give_back = sqlx::query(BELL_GIVE_BACK).bind(bell);
-            if answer(&mut conn, give_back).await == Some(1) {
-                conn.holds_nothing();
-            }
-        });
-        ringer
+            Some(conn)
+        })
     }
 
-    fn wait<'a>(&'a self, key: &'a LockKey, bound: Duration) -> BoxFuture<'a, Rung> {
+    fn ring<'a>(
+        &'a self,
+        conn: &'a mut Conn,
+        key: &'a LockKey,
+        bound: Duration,
+        then: Option<(&'a SqlStr, &'a [Value])>,
+    ) -> BoxFuture<'a, Result<Rung, DbError>> {
         Box::pin(async move {
-            let Some(Ok(mut conn)) = self.holders.try_get().await else {
-                return Rung::Unkept;
+            let seconds = format!("{}.{:06}", bound.as_secs(), bound.subsec_micros());
+            let template = if then.is_some() {
+                BELL_WAIT_THEN
+            } else {
+                BELL_WAIT
             };
-            let bell = self.bell(key);
-            // GET_LOCK takes whole seconds; the caller's wait cuts it short.
-            let secs = bound.as_secs() + u64::from(bound.subsec_nanos() > 0);
-            let wait = sqlx::query(BELL_WAIT)
-                .bind(bell.clone())
-                .bind(bell.clone())
-                .bind(secs)
-                .bind(bell);
-            let limit = bound + self.holders.timeout();
-            match conn.fetch_optional_within(wait, limit).await {
-                Ok(Some(row)) => match row.try_get::<Option<i64>, _>(0) {
-                    Ok(Some(1)) => Rung::Rang,
-                    Ok(Some(0)) => Rung::TimedOut,
-                    _ => Rung::Unkept,
-                },
-                _ => Rung::Unkept,
+            let mut text = template
+                .trim_end()
+                .replace("{bell}", &self.bell(key))
+                .replace("{seconds}", &seconds);
+            if let Some((sql, values)) = then {
+                text = text.replace("{then}", &inline(sql.as_str(), values)?);
             }
+            let limit = bound + self.holders.timeout();
+            let rows = conn.fetch_all_text(text_sql(text), limit).await?;
+            let row = rows
+                .first()
+                .ok_or_else(|| DbError::Protocol("the doorbell's wait answered no row".into()))?;
+            let number = |column| row.try_get::<Option<i64>, _>(column).map_err(DbError::Sql);
+            let (kept, waited) = (number(0)?, number(1)?.unwrap_or(0));
+            let answer = match then {
+                Some(_) => {
+                    let id: u64 = row.try_get(2).map_err(DbError::Sql)?;
+                    let matched = number(3)?.unwrap_or(0);
+                    Some((id, u64::try_from(matched).unwrap_or(0)))
+                }
+                None => None,
+            };
+            Ok(Rung {
+                kept: kept == Some(1),
+                waited: Duration::from_micros(u64::try_from(waited).unwrap_or(0)),
+                answer,
+            })
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        conn: &'a mut Conn,
+        (sql, values): (&'a SqlStr, &'a [Value]),
+    ) -> BoxFuture<'a, Result<u64, DbError>> {
+        Box::pin(async move {
+            let text = format!(
+                "{};\n{}",
+                inline(sql.as_str(), values)?,
+                BELL_GIVE_BACK.trim_end()
+            );
+            let done = conn
+                .execute_text(text_sql(text), self.holders.timeout())
+                .await?;
+            Ok(done.rows_affected())
         })
     }
 }
 
-/// The first column of `query`'s one row, as a number.
-async fn answer(conn: &mut Conn, query: Statement) -> Option<i64> {
-    let row = conn.fetch_one(query).await.ok()?;
-    row.try_get::<Option<i64>, _>(0).ok().flatten()
+/// Our own statement text, with only literals written into it.
+fn text_sql(text: String) -> SqlStr {
+    AssertSqlSafe(text).into_sql_str()
+}
+
+/// `sql` with each `?` replaced by the next of `values` as a literal. Our
+/// statements have no `?` anywhere else.
+fn inline(sql: &str, values: &[Value]) -> Result<String, DbError> {
+    let mut values = values.iter();
+    let mut text = String::with_capacity(sql.len() + 64);
+    for (i, part) in sql.split('?').enumerate() {
+        if i > 0 {
+            let value = values.next().ok_or_else(|| {
+                DbError::Protocol("a statement has more placeholders than values".into())
+            })?;
+            text.push_str(&literal(value));
+        }
+        text.push_str(part);
+    }
+    if values.next().is_some() {
+        return Err(DbError::Protocol(
+            "a statement has fewer placeholders than values".into(),
+        ));
+    }
+    Ok(text)
+}
+
+/// `value` as a literal: binary values (every name, owner and metadata
+/// column is `VARBINARY`) as hex, numbers as digits.
+fn literal(value: &Value) -> String {
+    match value {
+        Value::Bytes(bytes) => hex_literal(bytes),
+        Value::Text(text) => hex_literal(text.as_bytes()),
+        Value::Int(n) | Value::MaybeInt(Some(n)) => n.to_string(),
+        Value::MaybeInt(None) => "NULL".to_owned(),
+        Value::Flag(flag) => u8::from(*flag).to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_become_literals_in_order() {
+        let values = [
+            Value::Bytes(b"a'b".to_vec()),
+            Value::Text("o".into()),
+            Value::Int(7),
+            Value::MaybeInt(None),
+            Value::Flag(true),
+        ];
+        let text = inline("f(?, ?, ?, ?, ?)", &values).unwrap();
+        assert_eq!(text, "f(X'612762', X'6F', 7, NULL, 1)");
+        assert!(inline("f(?, ?)", &values[..1]).is_err());
+        assert!(inline("f(?)", &values[..2]).is_err());
+    }
 }

@@ -171,13 +171,14 @@ impl MySqlConfig {
         let table = base.validate(&URL)?;
         // One connection of the holders' pool per held or waiting lock: a
         // for_update transaction (autocommit off), or a polling strategy's
-        // doorbell.
+        // doorbell, whose attempts' statements wait for row locks as briefly
+        // as the pool's.
         let (pool, holders) = match base.strategy {
             Strategy::ForUpdate => {
                 let holder_setup = &[HOLDER_ISOLATION, HOLDER_NO_AUTOCOMMIT];
                 base.pools::<Thread>(&[ROW_LOCK_WAIT], holder_setup, true)
             }
-            _ => base.pools::<Thread>(&[ROW_LOCK_WAIT], &[], false),
+            _ => base.pools::<Thread>(&[ROW_LOCK_WAIT], &[ROW_LOCK_WAIT], false),
         };
         let create = base.settings.create_table;
         let (endpoint, state_ttl) = (base.endpoint(), base.settings.state_ttl);

@@ -26,11 +26,13 @@
 //! - [`Strategy::VersionCas`] (default): the row persists. Acquire is one CAS
 //!   `UPDATE` on a free or expired row that raises `fence` with
 //!   `LAST_INSERT_ID(fence + 1)`, so the token arrives in the same round trip.
-//!   Release clears the owner and keeps the row. Two statements per uncontended
-//!   cycle. A holder keeps a named server lock (`GET_LOCK`, its doorbell) while
-//!   it holds, which waiters wait on, so a release wakes them within a round
-//!   trip; where none is kept, they poll with jittered backoff (≤ 250 ms, never
-//!   past the holder's expiry).
+//!   Release clears the owner and keeps the row. Two round trips per
+//!   uncontended cycle. Each attempt first takes a named server lock per name
+//!   (`GET_LOCK`, its doorbell) in the same text as the CAS, and a holder keeps
+//!   it until its release gives it back in the same text: waiters queue on the
+//!   server, and a release hands the lock to the first of them. Where no bell
+//!   is kept, they poll with jittered backoff (≤ 250 ms, never past the
+//!   holder's expiry).
 //! - [`Strategy::UniqueInsert`]: the row exists only while held. `INSERT`
 //!   acquires, an expired row is taken over by one guarded `UPDATE`, `DELETE …
 //!   WHERE owner` releases; tokens come from a counter row never deleted.

@@ -72,7 +72,7 @@ impl Strategy {
 
     /// What a client of this strategy guarantees.
     pub fn capabilities(self) -> Capabilities {
-        // The holder's doorbell wakes a waiter of version_cas and
+        // The name's doorbell hands the lock to a waiter of version_cas and
         // unique_insert (see `bell`), InnoDB's lock queue one of for_update.
         let polling = Capabilities::new()
             .fencing(FencingGuarantee::Strict)
@@ -126,15 +126,19 @@ pub(crate) const TABLE_COMMENT: &str = include_str!("sql/table_comment.sql");
 
 // version_cas's statements are distlock-sql's (`sql/mysql/cas_*.sql` there).
 
-/// A new holder keeps its doorbell (see `bell`): the bell's name, how many
-/// seconds to wait for it. 1 when kept.
-pub(crate) const BELL_KEEP: &str = include_str!("sql/bell_keep.sql");
-/// The holder gives its doorbell back, after its release: the bell's name.
-pub(crate) const BELL_GIVE_BACK: &str = include_str!("sql/bell_give_back.sql");
-/// A waiter waits for the doorbell to be given back, and gives it back at once
-/// if it got it: the bell's name, the name, the seconds to wait, the name. 2
-/// when nobody kept it, 1 when given back, 0 when still kept at the end.
+/// The wait for a name's doorbell (see `bell`), sent as text: `{bell}` its
+/// name, `{seconds}` how long to wait (with microseconds; MySQL rounds to
+/// whole seconds). Whether it took the bell (1), and how many µs it waited by
+/// the server's clock (`NOW(6)` is the statement's start, `SYSDATE(6)` read
+/// after the wait).
 pub(crate) const BELL_WAIT: &str = include_str!("sql/bell_wait.sql");
+/// [`BELL_WAIT`] with the attempt's statement `{then}` in the same text (each
+/// statement of a text has its own `NOW(6)`: the CAS's is after the wait),
+/// and the insert id reset before it: whether the wait took the bell, the µs
+/// it waited, and the statement's insert id and matched rows.
+pub(crate) const BELL_WAIT_THEN: &str = include_str!("sql/bell_wait_then.sql");
+/// After the release, in the same text: gives the bell back.
+pub(crate) const BELL_GIVE_BACK: &str = include_str!("sql/bell_give_back.sql");
 
 /// unique_insert acquire: the primary key rejects a second holder (error 1062).
 pub(crate) const UNIQUE_INSERT: &str = include_str!("sql/unique_insert.sql");

@@ -12,7 +12,7 @@ use support::{client, eventually, root_value, server};
 
 /// Sessions blocked in a doorbell wait, from `PROCESSLIST`.
 const BELL_WAITS: &str = "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-     WHERE INFO LIKE 'SELECT IF(IS_FREE_LOCK(%' AND STATE = 'User lock'";
+     WHERE INFO LIKE '%GET_LOCK(%' AND STATE = 'User lock'";
 
 /// The holder's ttl (60 s) outlives the waiter's wait (10 s), and the waiter
 /// is seen blocked in its doorbell wait, a `GET_LOCK` bounded by the holder's

@@ -94,6 +94,8 @@ impl SessionLock for Advisory {
         let waiter = table.wakeups.waiter(&payload);
         let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
         let meta = req.meta.encode();
+        // The name's counter row was created by this acquire.
+        let mut created = false;
         loop {
             let notified = waiter.notified();
             tokio::pin!(notified);
@@ -115,7 +117,37 @@ impl SessionLock for Advisory {
             };
             let won = match attempt {
                 Ok(Attempt::Won(token)) => Some(Ok(token)),
-                // A new or collected name: its counter row is created first.
+                // A new or collected name: the lock is given back while its
+                // counter row is created, and the next attempt takes both.
+                // Created holding the lock, the row's statements (a
+                // connection, the namespace's floor locked, a commit) would
+                // run inside the lease's ttl, counted from `sent_at`.
+                Ok(Attempt::Uncounted) if !created => {
+                    let unlock = self.release(&Unlock {
+                        key,
+                        payload: payload.clone(),
+                    });
+                    match conn.fetch_all(unlock).await {
+                        Ok(rows) if Self::released(&rows) => {
+                            conn.holds_nothing();
+                            guard.disarm();
+                            let counter = Counter {
+                                key: req.key,
+                                lock_key: key,
+                                meta: &meta,
+                            };
+                            counter.create(table).await?;
+                            created = true;
+                            continue;
+                        }
+                        Ok(_) => Some(Err(table.error(DbError::Protocol(
+                            "the unlock of a lock just taken found it not held".into(),
+                        )))),
+                        Err(e) => Some(Err(table.error(e))),
+                    }
+                }
+                // Collected again right after its creation: created holding
+                // the lock.
                 Ok(Attempt::Uncounted) => {
                     let counter = Counter {
                         key: req.key,

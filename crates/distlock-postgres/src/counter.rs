@@ -79,6 +79,25 @@ impl Counter<'_> {
         }
     }
 
+    /// Creates the name's row if it has none, seeded above the floor, on a
+    /// connection of the table's pool (the name's lock not held);
+    /// contention is retried for the reply timeout.
+    pub async fn create(&self, table: &Table) -> Result<(), LockError> {
+        let until = WaitUntil::Deadline(Instant::now() + table.pool.timeout());
+        let mut retry = Settle::new(until);
+        loop {
+            let created = async {
+                let mut conn = table.pool.get().await?;
+                let insert = |floor| self.insert(table, floor);
+                table.counters.create_row(table, &mut conn, insert).await
+            };
+            match created.await {
+                Ok(()) => return Ok(()),
+                Err(e) => retry.again(e).await.map_err(|e| table.error(e))?,
+            }
+        }
+    }
+
     /// The plain raise of an existing row (or the collision).
     async fn bump(&self, table: &Table, conn: &mut Conn) -> Result<Counted, DbError> {
         let bump = sqlx::query(table.sql.tx_bump.clone())

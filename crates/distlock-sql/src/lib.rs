@@ -136,8 +136,6 @@
 
 pub mod adapter;
 #[doc(hidden)]
-pub mod bell;
-#[doc(hidden)]
 pub mod cas;
 #[doc(hidden)]
 pub mod config;

@@ -22,6 +22,12 @@ pub const HELD_FLAG: u64 = 1 << 63;
 pub struct CasSql {
     /// One CAS on a free or expired row. Binds: owner, holder metadata, ttl µs, key.
     pub acquire: &'static str,
+    /// The CAS sent after a doorbell's wait (MySQL's, the one database with
+    /// doorbells): a free row only with the bell (its keeper goes first) or
+    /// after a wait that ran out (its keeper is no woken waiter: a holder
+    /// force-unlocked), an expired one either way; a free row whose bell
+    /// another keeps answers "held for 1 s", as long as the next wait may last.
+    pub acquire_belled: Option<&'static str>,
     /// Creates the row of a name, its fence seeded from the server clock and
     /// above the namespace's floor. Binds: key, floor.
     pub insert_row: &'static str,
@@ -87,6 +93,7 @@ pub trait CasDb: StateDb {
 impl CasDb for MySql {
     const CAS: CasSql = CasSql {
         acquire: include_str!("../sql/mysql/cas_acquire.sql"),
+        acquire_belled: Some(include_str!("../sql/mysql/cas_acquire_belled.sql")),
         insert_row: include_str!("../sql/mysql/cas_insert_row.sql"),
         renew: include_str!("../sql/mysql/cas_renew.sql"),
         release: include_str!("../sql/mysql/cas_release.sql"),
@@ -105,15 +112,7 @@ impl CasDb for MySql {
     ) -> BoxFuture<'_, Result<Reply, DbError>> {
         Box::pin(async move {
             let done = conn.execute(query).await?;
-            match done.last_insert_id() {
-                0 => Ok(Reply::NoRow),
-                id if id & HELD_FLAG != 0 => Ok(Reply::Held(held_for(id))),
-                token if done.rows_affected() == 1 => Ok(Reply::Won(token)),
-                token => Err(DbError::Protocol(format!(
-                    "the CAS returned token {token} but matched {} rows",
-                    done.rows_affected()
-                ))),
-            }
+            mysql_reply(done.last_insert_id(), done.rows_affected())
         })
     }
 
@@ -140,6 +139,7 @@ impl CasDb for MySql {
 impl CasDb for Postgres {
     const CAS: CasSql = CasSql {
         acquire: include_str!("../sql/postgres/cas_acquire.sql"),
+        acquire_belled: None,
         insert_row: include_str!("../sql/postgres/cas_insert_row.sql"),
         renew: include_str!("../sql/postgres/cas_renew.sql"),
         release: include_str!("../sql/postgres/cas_release.sql"),
@@ -181,6 +181,20 @@ impl CasDb for Postgres {
 
     fn owned_row(row: &<Postgres as sqlx::Database>::Row) -> Result<(String, String), sqlx::Error> {
         Ok((row.try_get(0)?, row.try_get(1)?))
+    }
+}
+
+/// What MySQL's CAS answered: `id`, the insert id, is `fence + 1` (the
+/// token) if won, `HELD_FLAG | remaining µs` if held, 0 if the row is absent;
+/// `matched`, the rows it matched, is checked beside a token.
+pub fn mysql_reply(id: u64, matched: u64) -> Result<Reply, DbError> {
+    match id {
+        0 => Ok(Reply::NoRow),
+        id if id & HELD_FLAG != 0 => Ok(Reply::Held(held_for(id))),
+        token if matched == 1 => Ok(Reply::Won(token)),
+        token => Err(DbError::Protocol(format!(
+            "the CAS returned token {token} but matched {matched} rows"
+        ))),
     }
 }
 

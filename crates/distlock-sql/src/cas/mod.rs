@@ -17,12 +17,13 @@
 
 mod db;
 
-pub use db::{CasDb, CasSql, HELD_FLAG, HolderRow, Reply, held_for};
+pub use db::{CasDb, CasSql, HELD_FLAG, HolderRow, Reply, held_for, mysql_reply};
 
 use crate::db_error::DbError;
 use crate::poll::{Attempt, Bid, Contender, OwnerChecked, Polling, floor_cycle};
 use crate::pool::{Conn, PoolDialect, Statement};
 use crate::state::Collector;
+use crate::table::bell::{Doorbell, Rung};
 use crate::table::{Db, LockTable, Names, TableDb, Value, micros, render, run_settled, statement};
 use async_trait::async_trait;
 use distlock_core::toolkit::Holder;
@@ -66,6 +67,7 @@ impl CasStatements {
             },
             cas: Cas {
                 acquire: sql(all.acquire),
+                acquire_belled: all.acquire_belled.map(sql),
                 insert_row: sql(all.insert_row),
                 collector: Collector::new::<DB>(lock_table, lock_table, state_ttl),
             },
@@ -159,8 +161,33 @@ async fn fetch_all<A: LockTable>(
 #[derive(Debug, Clone)]
 pub struct Cas {
     acquire: SqlStr,
+    acquire_belled: Option<SqlStr>,
     insert_row: SqlStr,
     collector: Collector,
+}
+
+impl Cas {
+    /// The CAS's values: owner, metadata, ttl µs, the row.
+    fn values(bid: &Bid<'_>) -> Vec<Value> {
+        let bids = [
+            Value::Text(bid.owner.clone()),
+            Value::Text(bid.meta.clone()),
+            Value::Int(micros(bid.ttl)),
+        ];
+        bid.values(&bids, &[])
+    }
+
+    /// Creates the name's missing row (fence seeded above the floor and the
+    /// server clock).
+    async fn create_row<A: CasTable>(
+        &self,
+        table: &A,
+        bid: &Bid<'_>,
+        conn: &mut Conn<A::Dialect>,
+    ) -> Result<(), DbError> {
+        let insert = |floor| statement(&self.insert_row, bid.values(&[], &[Value::Int(floor)]));
+        self.collector.create_row(table, conn, insert).await
+    }
 }
 
 #[async_trait]
@@ -173,26 +200,49 @@ impl<A: CasTable> Contender<A> for Cas {
     ) -> Result<Attempt, DbError> {
         for _ in 0..ROW_INSERTS {
             let sent_at = Instant::now();
-            let bids = [
-                Value::Text(bid.owner.clone()),
-                Value::Text(bid.meta.clone()),
-                Value::Int(micros(bid.ttl)),
-            ];
-            let cas = statement(&self.acquire, bid.values(&bids, &[]));
+            let cas = statement(&self.acquire, Cas::values(bid));
             match Db::<A>::cas(conn, cas).await? {
                 Reply::Won(token) => return Ok(Attempt::Won { token, sent_at }),
                 Reply::Held(remaining) => return Ok(Attempt::Held { remaining }),
-                Reply::NoRow => {
-                    // No row yet: create it (fence seeded above the floor and
-                    // the server clock) and CAS again.
-                    let insert =
-                        |floor| statement(&self.insert_row, bid.values(&[], &[Value::Int(floor)]));
-                    self.collector.create_row(table, conn, insert).await?;
-                }
+                // No row yet: create it and CAS again.
+                Reply::NoRow => self.create_row(table, bid, conn).await?,
             }
         }
         Ok(Attempt::Held {
             remaining: Duration::ZERO,
         })
+    }
+
+    /// The bell's wait and the CAS in one round trip (MySQL's: the doorbell's
+    /// database); the lease counts from the wait's end. Without a row yet, the
+    /// row is created and the plain attempts go on.
+    async fn attempt_belled(
+        &mut self,
+        table: &A,
+        bid: &Bid<'_>,
+        conn: &mut Conn<A::Dialect>,
+        bell: &dyn Doorbell<A::Dialect>,
+        bound: Duration,
+    ) -> Result<(Attempt, Rung), DbError> {
+        let sent = Instant::now();
+        let values = Cas::values(bid);
+        let cas = self.acquire_belled.as_ref().unwrap_or(&self.acquire);
+        let rung = bell.ring(conn, bid.key, bound, Some((cas, &values)));
+        let rung = rung.await?;
+        let (id, matched) = rung
+            .answer
+            .ok_or_else(|| DbError::Protocol("the doorbell's CAS did not answer".into()))?;
+        let attempt = match mysql_reply(id, matched)? {
+            Reply::Won(token) => Attempt::Won {
+                token,
+                sent_at: sent + rung.waited,
+            },
+            Reply::Held(remaining) => Attempt::Held { remaining },
+            Reply::NoRow => {
+                self.create_row(table, bid, conn).await?;
+                self.attempt(table, bid, conn).await?
+            }
+        };
+        Ok((attempt, rung))
     }
 }

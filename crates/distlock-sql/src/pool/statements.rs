@@ -36,6 +36,17 @@ where
         self.finish(outcome)
     }
 
+    /// Runs statements sent as one text (not prepared), waiting at most
+    /// `limit`: the rows they return, all result sets' in order.
+    pub async fn fetch_all_text(
+        &mut self,
+        sql: SqlStr,
+        limit: Duration,
+    ) -> Result<Vec<<D::Database as Database>::Row>, DbError> {
+        let outcome = timed(limit, sqlx::raw_sql(sql).fetch_all(self.start()?)).await;
+        self.finish(outcome)
+    }
+
     /// Runs `query` by `step`, waiting at most `limit`; behind a
     /// transaction-pooling proxy unprepared, and in a transaction of its own
     /// unless one is open.

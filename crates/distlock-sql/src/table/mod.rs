@@ -3,14 +3,16 @@
 //! read-write lock in `shares`): its connections, how a key is bound, how a
 //! cut-off session is ended, and its wake-ups if it has any ([`LockTable`]);
 //! the values statements bind and how each database binds them (`db`); and
-//! the undo of a cut-off attempt, written once for all of them. Not a stable
-//! API.
+//! the undo of a cut-off attempt, written once for all of them; and the
+//! doorbells where the database notifies nobody (`bell`). Not a stable API.
 
+pub mod bell;
 mod db;
 
 pub use db::{TableDb, Value};
 
-use crate::bell::Doorbell;
+use bell::Doorbell;
+
 use crate::db::BoxFuture;
 use crate::db_error::DbError;
 use crate::pool::{Pool, PoolDialect, Statement};
@@ -87,9 +89,9 @@ pub trait LockTable: fmt::Debug + Send + Sync + 'static {
     /// `primitive` is released, if the database can tell (otherwise waiters
     /// poll alone).
     fn waiter(&self, key: &LockKey, primitive: Option<Primitive>) -> Option<Self::Waiter>;
-    /// The bells a lock's holders keep and its waiters wait on, where a
-    /// release notifies nobody (see [`crate::bell`]); `None` by default.
-    fn doorbell(&self) -> Option<&dyn Doorbell> {
+    /// The bells a lock's holders keep and its waiters queue on, where a
+    /// release notifies nobody (see [`bell`]); `None` by default.
+    fn doorbell(&self) -> Option<&dyn Doorbell<Self::Dialect>> {
         None
     }
 }

@@ -94,6 +94,11 @@ impl SessionLock for Advisory {
         let waiter = table.wakeups.waiter(&payload);
         let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
         let meta = req.meta.encode();
+        let counter = Counter {
+            key: req.key,
+            lock_key: key,
+            meta: &meta,
+        };
         // The name's counter row was created by this acquire.
         let mut created = false;
         loop {
@@ -131,11 +136,6 @@ impl SessionLock for Advisory {
                         Ok(rows) if Self::released(&rows) => {
                             conn.holds_nothing();
                             guard.disarm();
-                            let counter = Counter {
-                                key: req.key,
-                                lock_key: key,
-                                meta: &meta,
-                            };
                             counter.create(table).await?;
                             created = true;
                             continue;
@@ -148,14 +148,7 @@ impl SessionLock for Advisory {
                 }
                 // Collected again right after its creation: created holding
                 // the lock.
-                Ok(Attempt::Uncounted) => {
-                    let counter = Counter {
-                        key: req.key,
-                        lock_key: key,
-                        meta: &meta,
-                    };
-                    Some(counter.raise(table).await)
-                }
+                Ok(Attempt::Uncounted) => Some(counter.raise(table).await),
                 Ok(Attempt::Busy) => None,
                 Ok(Attempt::Collision(namespace, name)) => {
                     Some(Err(collision(table, req.key, &namespace, &name)))

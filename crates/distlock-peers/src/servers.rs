@@ -138,6 +138,7 @@ pub async fn launch(backend: &str) -> Result<Vec<Target>, String> {
                 runs: vec![
                     (Kind::Distlock, url.clone()),
                     (Kind::ZkRecipe, server.url()),
+                    (Kind::ZkRecipeAwaited, server.url()),
                 ],
                 url,
                 varz: None,

@@ -32,8 +32,8 @@ use distlock_core::{
     Capabilities, FencingGuarantee, FencingToken, LockError, LockKey, Primitives, Support,
     TokenDurability, Wake,
 };
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// A lock client for NATS JetStream KV. Build it with [`crate::NatsConfig`].
@@ -42,6 +42,8 @@ pub type NatsLock = BackendLock<NatsBackend>;
 /// The NATS adapter: one bucket, reached through one client.
 pub struct NatsBackend {
     pub(crate) js: Context,
+    /// The connection under `js`, for the loss signal's subscriptions.
+    client: async_nats::Client,
     /// Shared with the background tasks (the loss watch, the marker
     /// collection) rather than cloned: a `Store` carries its stream's whole
     /// information, and cloning it cost 5k instructions a cycle.
@@ -71,6 +73,9 @@ pub struct NatsHandle {
     revision: AtomicU64,
     /// Set when the holder releases, so its own marker is not taken for a loss.
     releasing: Arc<AtomicBool>,
+    /// The subscription to the key's subject, made before the granting write,
+    /// until the loss signal takes it.
+    listening: Mutex<Option<async_nats::Subscriber>>,
 }
 
 impl NatsHandle {
@@ -103,6 +108,7 @@ impl NatsBackend {
         let epoch = Arc::new(EpochCache::read(&kv.stream, &servers).await?);
         let sweep = Arc::new(Sweep::new(state_ttl));
         Ok(NatsBackend {
+            client: js.client(),
             js,
             kv: Arc::new(kv),
             servers,
@@ -241,6 +247,7 @@ impl Backend for NatsBackend {
             ttl: req.ttl,
         };
         let mut watch = None;
+        let mut listening = None;
         loop {
             let slot = protocol::read(&self.kv, &self.servers, &key).await?;
             let now = Instant::now();
@@ -254,6 +261,14 @@ impl Backend for NatsBackend {
                 }
             };
             if takeover_at.is_none_or(|at| at <= now) {
+                if listening.is_none() {
+                    // Sent before the granting write on the same connection,
+                    // the subscription is in place on the server before the
+                    // grant: every later write to the key reaches it. Without
+                    // one, renewals alone tell of a loss.
+                    let subject = protocol::subject(&self.kv, &key);
+                    listening = self.client.subscribe(subject).await.ok();
+                }
                 if let Some((revision, token, sent_at)) = self.grant(&key, &record, &slot).await? {
                     self.sightings.forget(&key);
                     self.sweep.after_grant(&self.kv, &self.servers, &self.epoch);
@@ -263,6 +278,7 @@ impl Backend for NatsBackend {
                         granted: revision,
                         revision: AtomicU64::new(revision),
                         releasing: Arc::default(),
+                        listening: Mutex::new(listening),
                     };
                     return Ok(Acquired {
                         handle,
@@ -336,13 +352,18 @@ impl Backend for NatsBackend {
     }
 
     fn loss_signal(&self, handle: &NatsHandle) -> Option<LossSignal> {
-        let grant = (handle.owner.clone(), handle.granted);
-        let (kv, key, releasing) = (
-            self.kv.clone(),
+        let listening = handle
+            .listening
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()?;
+        Some(signal::loss(
+            listening,
+            (self.kv.clone(), self.servers.clone()),
             handle.key.clone(),
+            (handle.owner.clone(), handle.granted),
             handle.releasing.clone(),
-        );
-        Some(signal::loss(kv, key, grant, releasing))
+        ))
     }
 
     async fn holder_changes(&self, key: &LockKey) -> Result<DynLeaderChanges, LockError> {

@@ -198,7 +198,7 @@ pub(crate) async fn collect(
 }
 
 /// The stream subject of a key.
-fn subject(kv: &Store, key: &str) -> String {
+pub(crate) fn subject(kv: &Store, key: &str) -> String {
     format!("{}{key}", kv.prefix)
 }
 

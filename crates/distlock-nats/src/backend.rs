@@ -19,7 +19,7 @@ use crate::keys::lock_key;
 use crate::protocol::{self, Record, Slot};
 use crate::sightings::Sightings;
 use crate::signal;
-use crate::sweep::{Sweep, collect_later};
+use crate::sweep::{Markers, Sweep};
 use async_nats::jetstream::Context;
 use async_nats::jetstream::kv::Store;
 use async_trait::async_trait;
@@ -51,6 +51,7 @@ pub struct NatsBackend {
     pub(crate) servers: Servers,
     epoch: Arc<EpochCache>,
     sweep: Arc<Sweep>,
+    markers: Arc<Markers>,
     sightings: Sightings,
 }
 
@@ -114,6 +115,7 @@ impl NatsBackend {
             servers,
             epoch,
             sweep,
+            markers: Arc::default(),
             sightings: Sightings::default(),
         })
     }
@@ -155,6 +157,7 @@ impl NatsBackend {
     /// Releases `owner`'s grant of `key` if it has one, for a cancelled acquire.
     fn undo(&self, key: String, owner: String) -> distlock_core::toolkit::UndoFuture {
         let (js, kv, servers) = (self.js.clone(), self.kv.clone(), self.servers.clone());
+        let markers = self.markers.clone();
         Box::pin(async move {
             if let Ok(Slot::Held {
                 revision, record, ..
@@ -163,7 +166,7 @@ impl NatsBackend {
                 && let Written::At(marker) =
                     protocol::remove(&js, &kv, &servers, &key, revision).await
             {
-                collect_later(kv, servers, key, marker);
+                markers.collect_later(kv, servers, key, marker);
             }
         })
     }
@@ -172,7 +175,7 @@ impl NatsBackend {
     pub(crate) async fn remove(&self, key: &str, revision: u64) -> Written<()> {
         match protocol::remove(&self.js, &self.kv, &self.servers, key, revision).await {
             Written::At(marker) => {
-                collect_later(
+                self.markers.collect_later(
                     self.kv.clone(),
                     self.servers.clone(),
                     key.to_owned(),
@@ -271,6 +274,7 @@ impl Backend for NatsBackend {
                 }
                 if let Some((revision, token, sent_at)) = self.grant(&key, &record, &slot).await? {
                     self.sightings.forget(&key);
+                    self.markers.replaced(&key);
                     self.sweep.after_grant(&self.kv, &self.servers, &self.epoch);
                     let handle = NatsHandle {
                         key,

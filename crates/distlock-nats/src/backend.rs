@@ -16,10 +16,11 @@
 use crate::epoch::EpochCache;
 use crate::error::{BACKEND, Servers, Written};
 use crate::keys::lock_key;
+use crate::markers::Markers;
 use crate::protocol::{self, Record, Slot};
 use crate::sightings::Sightings;
 use crate::signal;
-use crate::sweep::{Markers, Sweep};
+use crate::sweep::Sweep;
 use async_nats::jetstream::Context;
 use async_nats::jetstream::kv::Store;
 use async_trait::async_trait;
@@ -108,14 +109,15 @@ impl NatsBackend {
     ) -> Result<Self, LockError> {
         let epoch = Arc::new(EpochCache::read(&kv.stream, &servers).await?);
         let sweep = Arc::new(Sweep::new(state_ttl));
+        let kv = Arc::new(kv);
         Ok(NatsBackend {
             client: js.client(),
             js,
-            kv: Arc::new(kv),
+            markers: Markers::new(kv.clone(), servers.clone()),
+            kv,
             servers,
             epoch,
             sweep,
-            markers: Arc::default(),
             sightings: Sightings::default(),
         })
     }
@@ -166,7 +168,7 @@ impl NatsBackend {
                 && let Written::At(marker) =
                     protocol::remove(&js, &kv, &servers, &key, revision).await
             {
-                markers.collect_later(kv, servers, key, marker);
+                markers.collect_later(key, marker);
             }
         })
     }
@@ -175,12 +177,7 @@ impl NatsBackend {
     pub(crate) async fn remove(&self, key: &str, revision: u64) -> Written<()> {
         match protocol::remove(&self.js, &self.kv, &self.servers, key, revision).await {
             Written::At(marker) => {
-                self.markers.collect_later(
-                    self.kv.clone(),
-                    self.servers.clone(),
-                    key.to_owned(),
-                    marker,
-                );
+                self.markers.collect_later(key.to_owned(), marker);
                 Written::At(())
             }
             Written::Conflict => Written::Conflict,

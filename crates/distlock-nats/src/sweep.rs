@@ -1,7 +1,7 @@
 //! Bounded state: collecting the records nobody will take back.
 //!
-//! A release leaves a marker, purged a second later ([`Markers::collect_later`])
-//! unless the same client's next grant of the name replaced it first. What
+//! A release leaves a marker, purged a second later (`markers.rs`) unless the
+//! same client's next grant of the name replaced it first. What
 //! that misses, a crashed holder's record or a marker whose purge failed, the
 //! sweep collects: after a grant, at most once per [`SWEEP_EVERY`] per client,
 //! it reads the stream information (which also refreshes the token epoch) and
@@ -30,7 +30,6 @@ use crate::share_entry::{Entry, Kind};
 use async_nats::jetstream::kv::Store;
 use async_nats::jetstream::stream::DirectGetErrorKind;
 use distlock_core::LockError;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -41,56 +40,6 @@ pub(crate) const MARKER_AGE: Duration = Duration::from_secs(1);
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// The most records one sweep looks at.
 const BATCH: usize = 16;
-
-/// The release markers this client wrote and has yet to purge, by key. A
-/// bucket keeps one record per key, so a marker that this client's own next
-/// grant of the key replaced is gone already and needs no purge.
-#[derive(Debug, Default)]
-pub(crate) struct Markers(Mutex<HashMap<String, u64>>);
-
-impl Markers {
-    /// Purges the release marker at `marker` once [`MARKER_AGE`] has passed,
-    /// in the background, unless this client granted the key again
-    /// meanwhile; a failure leaves it to a later sweep.
-    pub(crate) fn collect_later(
-        self: &Arc<Self>,
-        kv: Arc<Store>,
-        servers: Servers,
-        key: String,
-        marker: u64,
-    ) {
-        self.pending().insert(key.clone(), marker);
-        let markers = self.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(MARKER_AGE).await;
-            if !markers.take(&key, marker) {
-                return;
-            }
-            if let Err(e) = protocol::collect(&kv, &servers, &key, marker).await {
-                tracing::debug!(key, error = %e, "release marker left for a later sweep");
-            }
-        });
-    }
-
-    /// This client granted `key`: the grant's record replaced its marker.
-    pub(crate) fn replaced(&self, key: &str) {
-        self.pending().remove(key);
-    }
-
-    /// Whether `marker` is still `key`'s marker to purge; it no longer is after.
-    fn take(&self, key: &str, marker: u64) -> bool {
-        let mut pending = self.pending();
-        let ours = pending.get(key) == Some(&marker);
-        if ours {
-            pending.remove(key);
-        }
-        ours
-    }
-
-    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
 
 /// One client's sweeps: how long records outlive their leases, when the next
 /// sweep may run and the sequence it starts from.

@@ -73,8 +73,31 @@ pub struct RedisHandle {
 }
 
 enum Step {
-    Won(Acquired<RedisHandle>),
+    Won(Won),
     Held(i64),
+}
+
+/// A won attempt, without its keys: the caller moves them into the handle
+/// rather than copy them, as every uncontended acquire would.
+struct Won {
+    owner: String,
+    run_id: RunId,
+    token: u64,
+    sent_at: Instant,
+}
+
+impl Won {
+    fn holding(self, keys: LockKeys) -> Acquired<RedisHandle> {
+        Acquired {
+            handle: RedisHandle {
+                keys,
+                owner: self.owner,
+                run_id: self.run_id,
+            },
+            token: FencingToken::new(self.token),
+            sent_at: self.sent_at,
+        }
+    }
 }
 
 impl RedisBackend {
@@ -184,13 +207,10 @@ impl RedisBackend {
             self.too_few_replicas(ack, acked, "acquire was undone")?;
         }
         undo.disarm();
-        Ok(Step::Won(Acquired {
-            handle: RedisHandle {
-                keys: keys.clone(),
-                owner,
-                run_id,
-            },
-            token: FencingToken::new(token),
+        Ok(Step::Won(Won {
+            owner,
+            run_id,
+            token,
             sent_at,
         }))
     }
@@ -200,7 +220,7 @@ impl RedisBackend {
     async fn wait_for_release(
         &self,
         req: &AcquireRequest<'_>,
-        keys: &LockKeys,
+        keys: LockKeys,
     ) -> Result<Acquired<RedisHandle>, LockError> {
         let until = tokio::time::Instant::now() + self.timeout;
         let mut waiting = tokio::select! {
@@ -209,10 +229,13 @@ impl RedisBackend {
         };
         loop {
             let seen = waiting.seen();
-            let step = self.attempt(req, keys).await?;
+            let step = self.attempt(req, &keys).await?;
             waiting.handled(seen);
             let pttl = match step {
-                Step::Won(acquired) => return Ok(acquired),
+                Step::Won(won) => {
+                    drop(waiting);
+                    return Ok(won.holding(keys));
+                }
                 Step::Held(pttl) => pttl,
             };
             let heard = waiting.ready() > 0;
@@ -281,13 +304,13 @@ impl Backend for RedisBackend {
         RestartGuard::check(self.guard.as_ref(), req.ttl)?;
         let keys = LockKeys::new(&self.namespace, req.key);
         // The uncontended path: one round trip, no subscription.
-        if let Step::Won(acquired) = self.attempt(&req, &keys).await? {
-            return Ok(acquired);
+        if let Step::Won(won) = self.attempt(&req, &keys).await? {
+            return Ok(won.holding(keys));
         }
         if req.wait == WaitUntil::No {
             return Err(req.not_acquired());
         }
-        Box::pin(self.wait_for_release(&req, &keys)).await
+        Box::pin(self.wait_for_release(&req, keys)).await
     }
 
     async fn renew(&self, handle: &RedisHandle, ttl: Duration) -> Result<Ownership, LockError> {
@@ -326,7 +349,7 @@ impl Backend for RedisBackend {
 
     fn loss_signal(&self, handle: &RedisHandle) -> Option<LossSignal> {
         let granted = [(&*self.server, handle.run_id.clone())];
-        let place = Place::Key(handle.keys.lock.clone());
+        let place = Place::Key(handle.keys.lock.as_str().into());
         Some(loss_signal(&granted, &place, &handle.owner, 1))
     }
 

@@ -25,12 +25,14 @@ use tokio::sync::mpsc;
 use undo::{UNDO_GRACE, release_invocation, undo_on_connection};
 
 mod acquire;
+mod eval;
 pub(crate) mod fair;
 mod recorded;
 mod share_lib;
 mod undo;
 mod undone;
 pub(crate) use acquire::wait_on;
+use eval::{Eval, Invocation};
 pub(crate) use share_lib::{share_script, token_script};
 pub(crate) use undo::release_on_drop;
 
@@ -227,8 +229,8 @@ impl ServerClient {
     ) -> Result<bool, CommandError> {
         let reply = self
             .invoke(budget, || {
-                let mut invocation = RENEW.key(&keys.lock);
-                invocation.key(&keys.fence).arg(owner).arg(ttl_ms(ttl));
+                let mut invocation = Eval::new(&RENEW, &[&keys.lock, &keys.fence]);
+                invocation.arg(owner).arg(ttl_ms(ttl));
                 invocation.arg(self.state.keep_ms(ttl));
                 invocation
             })
@@ -326,10 +328,10 @@ impl ServerClient {
     }
 
     /// Sends a script invocation (`EVALSHA`, loading the script on `NOSCRIPT`).
-    pub(crate) async fn invoke<T>(
+    pub(crate) async fn invoke<T, I: Invocation>(
         &self,
         budget: Duration,
-        build: impl Fn() -> redis::ScriptInvocation<'static>,
+        build: impl Fn() -> I,
     ) -> Result<T, CommandError>
     where
         T: redis::FromRedisValue + Send + 'static,
@@ -340,10 +342,10 @@ impl ServerClient {
     /// [`ServerClient::invoke`] with an invocation built for the connection it
     /// goes out on (a script that publishes takes
     /// [`CommandConn::publish_command`]).
-    pub(crate) async fn invoke_on<T>(
+    pub(crate) async fn invoke_on<T, I: Invocation>(
         &self,
         budget: Duration,
-        build: impl Fn(&CommandConn) -> redis::ScriptInvocation<'static>,
+        build: impl Fn(&CommandConn) -> I,
     ) -> Result<T, CommandError>
     where
         T: redis::FromRedisValue + Send + 'static,
@@ -351,7 +353,7 @@ impl ServerClient {
         self.connection
             .call(budget, |mut conn| {
                 let invocation = build(&conn);
-                async move { Ok(invocation.invoke_async(&mut conn).await?) }
+                async move { Ok(invocation.call(&mut conn).await?) }
             })
             .await
     }

@@ -55,9 +55,18 @@ impl RestartGuard {
     /// server process means this one may not have what it granted).
     pub fn pass(guard: Option<&Self>, invocation: &mut ScriptInvocation<'_>, run_id: &RunId) {
         if let Some(guard) = guard {
-            let run_id = run_id.as_deref().unwrap_or("");
-            invocation.key(&guard.marker).arg(guard.ms).arg(run_id);
+            invocation.key(&guard.marker);
         }
+        if let Some((ms, run_id)) = Self::args(guard, run_id) {
+            invocation.arg(ms).arg(run_id);
+        }
+    }
+
+    /// The guard's arguments, after the script's own: the guard in ms and
+    /// the `run_id` of the connection the call goes out on. Its key, the
+    /// marker, follows the script's own keys.
+    pub fn args<'a>(guard: Option<&Self>, run_id: &'a RunId) -> Option<(u64, &'a str)> {
+        guard.map(|guard| (guard.ms, run_id.as_deref().unwrap_or("")))
     }
 
     /// Refuses a ttl longer than the guard: such a lease could still be believed
@@ -86,10 +95,10 @@ pub(crate) type LossSender = (mpsc::UnboundedSender<usize>, usize);
 pub(crate) enum Place {
     /// A string key holding the owner value: a lock (plain, fair, a Redlock
     /// node's).
-    Key(String),
+    Key(Arc<str>),
     /// The owner value as a member of this sorted set: a semaphore permit or a
     /// read-write lock share, in its primitive's expiry set.
-    Member(String),
+    Member(Arc<str>),
 }
 
 struct Entry {

@@ -1,7 +1,9 @@
 //! The acquire script on one server, and `WAIT` for replicas on the
 //! connection that made the write.
 
-use super::{ACQUIRE, Attempt, ServerClient, UNDO_GRACE, ttl_ms, undo_on_connection};
+use super::{
+    ACQUIRE, Attempt, Eval, Invocation, ServerClient, UNDO_GRACE, ttl_ms, undo_on_connection,
+};
 use crate::command::CommandConn;
 use crate::connection::RunId;
 use crate::error::CommandError;
@@ -47,15 +49,24 @@ impl ServerClient {
             .connection
             .call_linked(budget + UNDO_GRACE + wait_budget, |link| {
                 let mut conn = link.conn;
-                let mut invocation = ACQUIRE.key(&keys.lock);
-                invocation.key(&keys.fence).arg(owner).arg(ttl_ms(ttl));
                 let high_water = self.state.high_water(&keys.lock);
-                invocation.key(high_water).arg(self.state.keep_ms(ttl));
-                RestartGuard::pass(guard, &mut invocation, &link.run_id);
+                let mut invocation = match guard {
+                    Some(guard) => Eval::new(
+                        &ACQUIRE,
+                        &[&keys.lock, &keys.fence, &high_water, &guard.marker],
+                    ),
+                    None => Eval::new(&ACQUIRE, &[&keys.lock, &keys.fence, &high_water]),
+                };
+                invocation
+                    .arg(owner)
+                    .arg(ttl_ms(ttl))
+                    .arg(self.state.keep_ms(ttl));
+                if let Some((ms, run_id)) = RestartGuard::args(guard, &link.run_id) {
+                    invocation.arg(ms).arg(run_id);
+                }
                 let undo = undo_on_connection(conn.clone(), keys, owner);
                 async move {
-                    let reply =
-                        tokio::time::timeout(budget, invocation.invoke_async(&mut conn)).await;
+                    let reply = tokio::time::timeout(budget, invocation.call(&mut conn)).await;
                     // Answered: the caller owns the outcome from here.
                     let reply = reply.map_err(|_| CommandError::Timeout(budget))?;
                     undo.disarm();

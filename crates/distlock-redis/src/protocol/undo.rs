@@ -2,7 +2,7 @@
 //! flight, or whose reply was lost, may still have taken the lock. Every undo is
 //! the compare-owner release, so it can only ever delete that attempt's own key.
 
-use super::{RELEASE, ServerClient};
+use super::{Eval, Invocation, RELEASE, ServerClient};
 use crate::command::CommandConn;
 use crate::keys::LockKeys;
 use distlock_core::toolkit::{CancelGuard, UndoFuture};
@@ -13,12 +13,8 @@ use std::time::Duration;
 /// connection-level timeout gives up on it.
 pub(super) const UNDO_GRACE: Duration = Duration::from_millis(50);
 
-pub(super) fn release_invocation(
-    keys: &LockKeys,
-    owner: &str,
-    conn: &CommandConn,
-) -> redis::ScriptInvocation<'static> {
-    let mut invocation = RELEASE.key(&keys.lock);
+pub(super) fn release_invocation(keys: &LockKeys, owner: &str, conn: &CommandConn) -> Eval {
+    let mut invocation = Eval::new(&RELEASE, &[&keys.lock]);
     invocation
         .arg(owner)
         .arg(&keys.channel)
@@ -40,7 +36,7 @@ pub(super) fn undo_on_connection<'a>(
     CancelGuard::new((conn, keys, owner), |(mut conn, keys, owner)| {
         let invocation = release_invocation(keys, owner, &conn);
         Some(Box::pin(async move {
-            let undone: redis::RedisResult<i64> = invocation.invoke_async(&mut conn).await;
+            let undone: redis::RedisResult<i64> = invocation.call(&mut conn).await;
             if let Err(e) = undone {
                 tracing::debug!(error = %e, "undoing an unanswered acquire failed; the ttl frees the key");
             }

@@ -66,8 +66,9 @@ impl std::fmt::Debug for RedlockBackend {
 /// What a Redlock client keeps per held lock.
 #[derive(Debug)]
 pub struct RedlockHandle {
-    keys: LockKeys,
-    owner: String,
+    /// Shared, not copied, by the requests to every node.
+    keys: Arc<LockKeys>,
+    owner: Arc<str>,
     /// The nodes that granted it, with their server processes.
     won: Vec<(usize, RunId)>,
 }
@@ -170,9 +171,9 @@ impl RedlockBackend {
     async fn attempt(
         &self,
         req: &AcquireRequest<'_>,
-        keys: &LockKeys,
+        keys: &Arc<LockKeys>,
     ) -> Result<Outcome, LockError> {
-        let owner = req.meta.tag_owner(&random_owner());
+        let owner: Arc<str> = req.meta.tag_owner(&random_owner()).into();
         let undo = release_on_drop(&self.nodes, keys, &owner, self.timeout);
         let race_deadline =
             req.wait != WaitUntil::No && req.wait.instant().is_none_or(|at| at > Instant::now());
@@ -237,7 +238,7 @@ impl Backend for RedlockBackend {
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Acquired<RedlockHandle>, LockError> {
         RestartGuard::check(self.guard.as_ref(), req.ttl)?;
-        let keys = LockKeys::new(&self.namespace, req.key);
+        let keys = Arc::new(LockKeys::new(&self.namespace, req.key));
         let mut waiting: Option<Waiting> = None;
         // Contenders that split a vote must not split it again.
         let mut retry = Backoff::new(self.retry_delay, self.retry_delay);
@@ -333,7 +334,7 @@ impl Backend for RedlockBackend {
             .iter()
             .filter_map(|(node, run_id)| Some((&**self.nodes.get(*node)?, run_id.clone())))
             .collect();
-        let place = Place::Key(handle.keys.lock.clone());
+        let place = Place::Key(handle.keys.lock.as_str().into());
         Some(loss_signal(&granted, &place, &handle.owner, self.quorum))
     }
 

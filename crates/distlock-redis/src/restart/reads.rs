@@ -12,6 +12,7 @@ use super::Place;
 use crate::command::CommandConn;
 use crate::error::CommandError;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Leases per command when many must be checked at once.
 const CHUNK: usize = 500;
@@ -36,7 +37,7 @@ enum Kind {
 /// The commands that check `suspects` (registration id, place, owner value).
 pub(super) fn plan(suspects: Vec<(u64, Place, String)>) -> Vec<Read> {
     let mut keys = Vec::new();
-    let mut sets: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();
+    let mut sets: BTreeMap<Arc<str>, Vec<(u64, String)>> = BTreeMap::new();
     for (id, place, owner) in suspects {
         match place {
             Place::Key(key) => keys.push((key, (id, owner))),
@@ -47,7 +48,7 @@ pub(super) fn plan(suspects: Vec<(u64, Place, String)>) -> Vec<Read> {
     for chunk in keys.chunks(CHUNK) {
         let mut mget = redis::cmd("MGET");
         for (key, _) in chunk {
-            mget.arg(key);
+            mget.arg(&**key);
         }
         let leases = chunk.iter().map(|(_, lease)| lease.clone()).collect();
         reads.push(Read::new(mget, leases, Kind::Owners));
@@ -55,7 +56,7 @@ pub(super) fn plan(suspects: Vec<(u64, Place, String)>) -> Vec<Read> {
     for (set, members) in sets {
         for chunk in members.chunks(CHUNK) {
             let mut zmscore = redis::cmd("ZMSCORE");
-            zmscore.arg(&set);
+            zmscore.arg(&*set);
             for (_, owner) in chunk {
                 zmscore.arg(owner);
             }

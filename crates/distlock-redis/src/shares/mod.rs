@@ -230,7 +230,7 @@ impl Holding for RedisShare {
 
     fn loss_signal(&self) -> Option<LossSignal> {
         let granted = [(&*self.server, self.run_id.clone())];
-        let place = Place::Member(self.keys.expiry.clone());
+        let place = Place::Member(self.keys.expiry.as_str().into());
         Some(loss_signal(&granted, &place, &self.owner, 1))
     }
 }

@@ -21,13 +21,13 @@ impl RedlockBackend {
     /// after that give their lock back by themselves.
     pub(super) async fn acquire_round(
         &self,
-        keys: &LockKeys,
-        owner: &str,
+        keys: &Arc<LockKeys>,
+        owner: &Arc<str>,
         ttl: Duration,
         sent_at: Instant,
     ) -> Tally {
         let (n, quorum, budget) = (self.nodes.len(), self.quorum, self.timeout);
-        let (k, o) = (keys.clone(), owner.to_owned());
+        let (k, o) = (keys.clone(), owner.clone());
         let unheard: Unheard<Attempt> = Arc::new(
             move |node: Arc<ServerClient>, result: &Result<Attempt, CommandError>| {
                 let may_hold = matches!(result, Ok(Attempt::Won(..)))
@@ -40,7 +40,7 @@ impl RedlockBackend {
                 })
             },
         );
-        let (k, o, g) = (keys.clone(), owner.to_owned(), self.guard.clone());
+        let (k, o, g) = (keys.clone(), owner.clone(), self.guard.clone());
         let op = move |node: Arc<ServerClient>| {
             let (keys, owner, guard) = (k.clone(), o.clone(), g.clone());
             async move {
@@ -83,7 +83,7 @@ impl RedlockBackend {
     /// below T are raised.
     pub(super) async fn raise_fences(
         &self,
-        keys: &LockKeys,
+        keys: &Arc<LockKeys>,
         won: &[(usize, u64, RunId)],
         (token, ttl): (u64, Duration),
     ) -> usize {

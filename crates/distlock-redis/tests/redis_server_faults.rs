@@ -149,3 +149,28 @@ async fn keys_follow_the_documented_layout() {
     assert_eq!(high_water_ttl, -1, "the high-water never expires");
     lease.release().await.unwrap();
 }
+
+/// `SCRIPT FLUSH` (or a restart) between the steps of a lease: each step's
+/// `EVALSHA` answers `NOSCRIPT`, and the client loads the script and sends
+/// the step again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushed_scripts_are_loaded_again_at_every_step() {
+    let server = server().await;
+    let lock = client(&server).await;
+    let mut conn = admin(&server).await;
+    let key = LockKey::new("flushed").unwrap();
+    let flush = || async {
+        let mut conn = admin(&server).await;
+        let done: String = raw(&mut conn, &["SCRIPT", "FLUSH"]).await;
+        assert_eq!(done, "OK");
+    };
+    flush().await;
+    let lease = lock.acquire(&key, &opts(5_000)).await.unwrap();
+    flush().await;
+    lease.renew().await.expect("renew after SCRIPT FLUSH");
+    flush().await;
+    lease.release().await.expect("release after SCRIPT FLUSH");
+    let lock_key = LockKeys::new("distlock:", &key).lock;
+    let left: i64 = raw(&mut conn, &["EXISTS", &lock_key]).await;
+    assert_eq!(left, 0, "the release deleted the lock key");
+}

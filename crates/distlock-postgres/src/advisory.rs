@@ -22,7 +22,22 @@
 //!   server confirmed the unlock (see `pool`); an attempt cut off mid-statement
 //!   closes its connection and ends its session (the lock goes with it).
 //! - Waiting polls `pg_try_advisory_lock`, woken by the release's `NOTIFY`
-//!   (never a server-side wait that a cancelled caller could leave queued).
+//!   (never a server-side wait for the lock, which a cancelled caller could
+//!   leave queued), with a bounded backoff for a notification that is lost.
+//! - A release notifies only when someone waits, so an uncontended cycle
+//!   wakes no client's listener. A waiter marks the name: its first busy
+//!   attempt takes a shared advisory lock on the key's two 32-bit halves
+//!   ([`mark`]; two `int4`s are another lock space than the `int8` lock) and
+//!   tries once more in the same statement, so a release that ran between
+//!   the failed try and the mark is not missed. The release unlocks first and
+//!   then notifies only if it cannot take that pair exclusively
+//!   (`pg_try_advisory_xact_lock`, gone when its statement ends): an unlock
+//!   after a waiter's mark is seen, and one before it lets the waiter's
+//!   second try win. The attempt that wins drops its mark in its statement; a
+//!   waiter that gives up closes its connection (never pooled with a mark).
+//!   A waiter that does not mark (an older version's, during a rolling
+//!   upgrade) is not notified and sees the release by its poll, within
+//!   [`MAX_PAUSE`].
 
 use crate::backend::{Table, Undo, undo};
 use crate::counter::{Counter, collision};
@@ -58,8 +73,40 @@ pub(crate) struct Advisory {
 /// `NOTIFY` wakes the name's waiters with.
 #[derive(Debug)]
 pub(crate) struct Unlock {
-    key: i64,
-    payload: String,
+    pub key: i64,
+    pub payload: String,
+}
+
+/// What an attempt does with the name's waiter mark (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mark {
+    /// Not waiting: never marks.
+    Never,
+    /// Waiting and not yet marked: marks when busy, then tries once more.
+    OnBusy,
+    /// The session holds the mark: a win drops it.
+    Held,
+}
+
+/// The waiter mark of advisory key `key`: its two 32-bit halves, high then
+/// low, as the two `int4`s of a two-key advisory lock (which `pg_locks` shows
+/// with the `int8` lock's `classid` and `objid`, and `objsubid` 2).
+pub(crate) fn mark(key: i64) -> (i32, i32) {
+    // `as` keeps the low 32 bits of each.
+    ((key >> 32) as i32, key as i32)
+}
+
+impl Unlock {
+    /// The release statement of this lock on `table`.
+    pub fn statement(&self, table: &Table) -> Statement {
+        let (high, low) = mark(self.key);
+        sqlx::query(table.sql.advisory_release.clone())
+            .bind(self.key)
+            .bind(table.sql.channel.clone())
+            .bind(self.payload.clone())
+            .bind(high)
+            .bind(low)
+    }
 }
 
 /// What one attempt found.
@@ -101,6 +148,8 @@ impl SessionLock for Advisory {
         };
         // The name's counter row was created by this acquire.
         let mut created = false;
+        // This session holds the name's waiter mark.
+        let mut marked = false;
         loop {
             let notified = waiter.notified();
             tokio::pin!(notified);
@@ -115,11 +164,19 @@ impl SessionLock for Advisory {
                 make: None,
             };
             let guard = CancelGuard::new(state, undo);
+            let marking = match (marked, no_wait) {
+                (true, _) => Mark::Held,
+                (false, true) => Mark::Never,
+                (false, false) => Mark::OnBusy,
+            };
             let attempt = tokio::select! {
                 biased;
-                attempt = attempt(table, &mut conn, req.key.as_str(), key, req.ttl, &meta) => attempt,
+                attempt = attempt(table, &mut conn, req.key.as_str(), key, req.ttl, &meta, marking) => attempt,
                 _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
             };
+            // A busy attempt that may wait leaves the session marked; a win
+            // dropped the mark.
+            marked = matches!(attempt, Ok(Attempt::Busy)) && !no_wait;
             let won = match attempt {
                 Ok(Attempt::Won(token)) => Some(Ok(token)),
                 // A new or collected name: the lock is given back while its
@@ -170,12 +227,14 @@ impl SessionLock for Advisory {
                 }
                 None => {
                     // The server answered that it did not grant the lock.
-                    conn.holds_nothing();
                     guard.disarm();
+                    if no_wait {
+                        conn.holds_nothing();
+                        return Err(req.not_acquired());
+                    }
+                    // The session keeps its mark while it waits: given up, the
+                    // connection is closed rather than pooled (see `pool`).
                 }
-            }
-            if no_wait {
-                return Err(req.not_acquired());
             }
             tokio::select! {
                 () = &mut notified => backoff.reset(),
@@ -191,13 +250,10 @@ impl SessionLock for Advisory {
         sqlx::query(self.table.sql.advisory_keepalive.clone()).bind(idle_timeout(ttl))
     }
 
-    /// Unlocks, notifies waiters and clears the idle timeout in one statement.
+    /// Unlocks, notifies waiters (if any marked the name) and clears the idle
+    /// timeout in one statement.
     fn release(&self, unlock: &Unlock) -> Statement {
-        let t = &self.table;
-        sqlx::query(t.sql.advisory_release.clone())
-            .bind(unlock.key)
-            .bind(t.sql.channel.clone())
-            .bind(unlock.payload.clone())
+        unlock.statement(&self.table)
     }
 
     /// The release's `true` proves the session held the lock and now holds none.
@@ -211,8 +267,9 @@ impl SessionLock for Advisory {
 }
 
 /// The advisory acquire statement on `conn` (which must be marked as maybe
-/// holding a lock): one try for the lock and, when won, the counter bump
-/// (when the name has a counter row; see `counter`).
+/// holding a lock): one try for the lock (two with [`Mark::OnBusy`], around
+/// the mark) and, when won, the counter bump (when the name has a counter
+/// row; see `counter`) and the drop of the session's mark.
 pub(crate) async fn attempt(
     table: &Table,
     conn: &mut Conn,
@@ -220,13 +277,19 @@ pub(crate) async fn attempt(
     key: i64,
     ttl: Duration,
     meta: &str,
+    marking: Mark,
 ) -> Result<Attempt, DbError> {
+    let (high, low) = mark(key);
     let statement = sqlx::query(table.sql.advisory_acquire.clone())
         .bind(table.namespace.clone())
         .bind(name.to_owned())
         .bind(key)
         .bind(idle_timeout(ttl))
-        .bind(meta.to_owned());
+        .bind(meta.to_owned())
+        .bind(marking == Mark::OnBusy)
+        .bind(marking == Mark::Held)
+        .bind(high)
+        .bind(low);
     let row = conn.fetch_one(statement).await?;
     let decode = |e| DbError::Sql(e);
     let got: Option<bool> = row.try_get(0).map_err(decode)?;

@@ -9,7 +9,7 @@
 //! needs the holder's own role, or `pg_read_all_stats` and
 //! `pg_signal_backend`).
 
-use crate::advisory::{Attempt, attempt};
+use crate::advisory::{Attempt, Mark, Unlock, attempt};
 use crate::backend::Table;
 use crate::counter::Counter;
 use crate::ending;
@@ -239,7 +239,16 @@ impl Table {
         let lock_key = advisory_key(&self.namespace, key);
         conn.may_hold();
         let meta = HolderMeta::this_process().encode();
-        match attempt(self, &mut conn, key.as_str(), lock_key, ttl, &meta).await? {
+        let attempted = attempt(
+            self,
+            &mut conn,
+            key.as_str(),
+            lock_key,
+            ttl,
+            &meta,
+            Mark::Never,
+        );
+        match attempted.await? {
             Attempt::Won(_) => {}
             // A new name: its counter row is created as an acquire does.
             Attempt::Uncounted => {
@@ -259,11 +268,11 @@ impl Table {
                 return Err(DbError::Protocol("advisory key collision".into()));
             }
         }
-        let release = sqlx::query(self.sql.advisory_release.clone())
-            .bind(lock_key)
-            .bind(self.sql.channel.clone())
-            .bind(payload);
-        let row = conn.fetch_one(release).await?;
+        let release = Unlock {
+            key: lock_key,
+            payload,
+        };
+        let row = conn.fetch_one(release.statement(self)).await?;
         if row.try_get::<bool, _>(0).map_err(DbError::Sql)? {
             conn.holds_nothing();
         }

@@ -38,7 +38,10 @@
 //!   session idle for 1.5 × ttl (`idle_session_timeout`), and a keepalive every
 //!   ttl/3 notices a dead session and fires `lost()`. Two names whose keys
 //!   collide are detected (the row records its key, unique) and the second is
-//!   refused.
+//!   refused. A release notifies only when a waiter marked the name (a
+//!   shared advisory lock on the key's two halves, taken by its first busy
+//!   attempt); waiters of an older version, which do not mark, see the
+//!   release by their poll.
 //!
 //! Waiters of both wake on the release's `NOTIFY` (one listening connection
 //! per client) and also poll with a jittered backoff capped at 250 ms, since

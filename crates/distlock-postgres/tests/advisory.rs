@@ -2,7 +2,8 @@
 //! tool) ending the holder's connection from the server side fires `lost()` and
 //! frees the lock for the next holder, whose token is higher; a name whose
 //! advisory key is recorded for another name is refused, never shared; a
-//! force-unlock ends only a session it can name by pid and start.
+//! force-unlock ends only a session it can name by pid and start; a release
+//! notifies only when a waiter marked the name.
 // Test code: a failed expectation should panic with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -10,6 +11,8 @@ mod support;
 
 use distlock_core::{AcquireOptions, LockError, LockKey, LossReason, Wait};
 use distlock_postgres::{PostgresConfig, Strategy, advisory_key};
+use distlock_testkit::servers::PostgresServer;
+use sqlx::postgres::PgListener;
 use std::time::Duration;
 use support::{admin_value, client, eventually, server};
 
@@ -163,4 +166,104 @@ async fn force_unlock_ends_a_holder_of_another_role_only_when_it_can_name_that_s
         .await
         .expect("lost() fires after the holder's session ended");
     assert_eq!(reason, LossReason::Revoked);
+}
+
+/// Waiters' marks on `key`: granted shared advisory locks on its two halves.
+async fn marks(server: &PostgresServer, key: &LockKey) -> String {
+    let key = advisory_key("distlock", key);
+    admin_value(
+        server,
+        &format!(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 \
+             AND granted AND mode = 'ShareLock' AND classid::BIGINT = ({key} >> 32) & 4294967295 \
+             AND objid::BIGINT = {key} & 4294967295;"
+        ),
+    )
+    .await
+}
+
+/// Notifies `marker` on `channel` from another session and asserts that it
+/// is the next notification `heard` receives: nothing committed before it
+/// notified the channel (notifications arrive in commit order).
+async fn nothing_before(
+    heard: &mut PgListener,
+    server: &PostgresServer,
+    channel: &str,
+    marker: &str,
+) {
+    server
+        .exec_admin(&format!("SELECT pg_notify('{channel}', '{marker}');"))
+        .await
+        .unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), heard.recv())
+        .await
+        .expect("the marker arrives")
+        .unwrap();
+    assert_eq!(
+        next.payload(),
+        marker,
+        "a notification came before the marker"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_notifies_only_when_a_waiter_marked_the_name() {
+    let server = server().await;
+    let (a, b) = (
+        client(&server, Strategy::Advisory, "quiet").await,
+        client(&server, Strategy::Advisory, "quiet").await,
+    );
+    let mut heard = PgListener::connect(&server.url()).await.unwrap();
+    heard.listen("quiet").await.unwrap();
+    let key = LockKey::new("jobs/quiet").unwrap();
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(5));
+    // A new name (its counter row created with the lock given back), then a
+    // known one: nobody waits, so no release notifies.
+    distlock_testkit::cycles(&*a, &key, &opts, 2).await.unwrap();
+    nothing_before(&mut heard, &server, "quiet", "uncontended").await;
+
+    let lease = a.acquire(&key, &opts).await.unwrap();
+    let first = lease.token();
+    let waits = opts.clone().wait(Wait::For(Duration::from_secs(10)));
+    let waiter = tokio::spawn({
+        let (b, key, waits) = (b.clone(), key.clone(), waits.clone());
+        async move { b.acquire(&key, &waits).await }
+    });
+    eventually(Duration::from_secs(5), "the waiter's mark", async || {
+        marks(&server, &key).await == "1"
+    })
+    .await;
+    lease.release().await.unwrap();
+    let woken = tokio::time::timeout(Duration::from_secs(5), heard.recv())
+        .await
+        .expect("the release notifies the marked name")
+        .unwrap();
+    assert_eq!(woken.payload(), "distlock\njobs/quiet");
+    let next = waiter.await.unwrap().unwrap();
+    assert!(next.token() > first);
+    assert_eq!(
+        marks(&server, &key).await,
+        "0",
+        "the winning statement dropped its mark"
+    );
+    next.release().await.unwrap();
+    nothing_before(&mut heard, &server, "quiet", "the waiter won").await;
+
+    // A waiter that gives up leaves no mark on a pooled connection.
+    let lease = a.acquire(&key, &opts).await.unwrap();
+    let short = opts.clone().wait(Wait::For(Duration::from_millis(300)));
+    match b.acquire(&key, &short).await {
+        Err(LockError::Timeout { .. }) => {}
+        other => panic!("expected the wait to end, got {other:?}"),
+    }
+    eventually(Duration::from_secs(5), "the mark is gone", async || {
+        marks(&server, &key).await == "0"
+    })
+    .await;
+    // A try that does not wait never marks.
+    let busy = b.acquire(&key, &opts.clone().wait(Wait::No)).await;
+    assert!(matches!(busy, Err(LockError::Busy { .. })), "{busy:?}");
+    assert_eq!(marks(&server, &key).await, "0", "no wait, no mark");
+    lease.release().await.unwrap();
+    nothing_before(&mut heard, &server, "quiet", "the waiter gave up").await;
 }

@@ -21,19 +21,11 @@ use std::time::{Duration, Instant};
 const QUESTIONS: &str = "SHOW GLOBAL STATUS LIKE 'Questions'";
 
 impl Strategy {
-    /// What [`Table::floor_cycle`] sends for this strategy, in statements:
-    /// the doorbell's are part of the protocol (see distlock-sql's
-    /// `table::bell`), so the floor sends them as a cycle does.
+    /// What [`Table::floor_cycle`] sends for this strategy: one statement each.
     pub(crate) fn floor(self) -> Floor {
         let (name, requests) = match self {
-            Strategy::VersionCas => (
-                "bell wait + CAS UPDATE + answer, release UPDATE + bell give-back",
-                5,
-            ),
-            Strategy::UniqueInsert => (
-                "bell wait, INSERT + counter bump, DELETE + bell give-back",
-                5,
-            ),
+            Strategy::VersionCas => ("CAS UPDATE + release UPDATE", 2),
+            Strategy::UniqueInsert => ("INSERT + counter bump + DELETE", 3),
             Strategy::ForUpdate => ("locking UPDATE + counter raise + ROLLBACK", 3),
         };
         Floor { name, requests }

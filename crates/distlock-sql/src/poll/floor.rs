@@ -1,6 +1,5 @@
 //! A benchmark's floor: one attempt and the release of what it won, on one
-//! connection, with no wait: the statements of an uncontended cycle, the
-//! doorbell's included, without the lease around them.
+//! connection, with no wait and no doorbell.
 
 use super::{Attempt, Bid, Contender, OwnerChecked, RowHandle};
 use crate::db_error::DbError;
@@ -28,39 +27,18 @@ pub async fn floor_cycle<A: LockTable, C: Contender<A>>(
         ttl,
         until: WaitUntil::Deadline(Instant::now() + table.pool().timeout()),
     };
-    let handle = |fence| RowHandle::<A::Dialect> {
-        key: bid.row.clone(),
-        owner: bid.owner.clone(),
-        fence,
-        bell: Mutex::new(None),
-    };
-    // Where the adapter has doorbells, they are part of the protocol: the
-    // attempt takes the name's bell in the same text (waiting for none, as a
-    // first attempt does) and the release gives it back in the same text.
-    let belled = match table.doorbell() {
-        Some(bell) => bell.connection().await.map(|conn| (bell, conn)),
-        None => None,
-    };
-    if let Some((bell, mut conn)) = belled {
-        // Dropped on an error, the connection is closed, and the bell with it.
-        let attempt = contender
-            .clone()
-            .attempt_belled(table, &bid, &mut conn, bell, Duration::ZERO)
-            .await?;
-        let Attempt::Won { token, .. } = attempt.0 else {
-            return Ok(false);
-        };
-        let values = rows.values(None, &handle(token));
-        bell.release(&mut conn, (&rows.release, &values)).await?;
-        conn.holds_nothing();
-        return Ok(true);
-    }
     let mut conn = Db::<A>::connection(table.pool()).await?;
     let fence = match contender.clone().attempt(table, &bid, &mut conn).await? {
         Attempt::Won { token, .. } => token,
         Attempt::Held { .. } => return Ok(false),
     };
-    let release = statement(&rows.release, rows.values(None, &handle(fence)));
+    let handle: RowHandle<A::Dialect> = RowHandle {
+        key: bid.row,
+        owner: bid.owner,
+        fence,
+        bell: Mutex::new(None),
+    };
+    let release = statement(&rows.release, rows.values(None, &handle));
     Db::<A>::run(&mut conn, release).await?;
     Ok(true)
 }

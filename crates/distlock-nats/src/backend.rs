@@ -287,7 +287,10 @@ impl Backend for NatsBackend {
                         sent_at,
                     });
                 }
-                // Someone else wrote first (or the bucket was recreated): look again.
+                // Someone else wrote first (or the bucket was recreated): look
+                // again. The subscription goes: while this acquire waits it
+                // would collect the winner's writes, each a read once granted.
+                listening = None;
                 continue;
             }
             let deadline = req.wait.instant();

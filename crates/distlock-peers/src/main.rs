@@ -91,7 +91,7 @@ enum Side {
 impl Side {
     fn of(kind: Kind) -> Side {
         match kind {
-            Kind::Distlock => Side::Distlock,
+            Kind::Distlock | Kind::DistlockTx => Side::Distlock,
             Kind::Floor => Side::Floor,
             _ => Side::Peer,
         }
@@ -135,8 +135,14 @@ async fn run(args: Args) -> Result<(), String> {
         targets.extend(servers::launch(backend).await?);
     }
     for target in &mut targets {
-        let floor = (Kind::Floor, target.url.clone());
-        target.runs.push(floor);
+        // The floor of distlock's lease, on the targets that measure one.
+        if target
+            .runs
+            .first()
+            .is_some_and(|(kind, _)| *kind == Kind::Distlock)
+        {
+            target.runs.push((Kind::Floor, target.url.clone()));
+        }
         target
             .runs
             .retain(|(kind, _)| args.impls.contains(&Side::of(*kind)));

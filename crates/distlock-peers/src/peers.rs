@@ -6,7 +6,7 @@
 //! used the way its documentation shows, with its default settings.
 
 use crate::nats::KvLock;
-use crate::postgres::{Advisory, LeaseTable};
+use crate::postgres::{Advisory, DistlockTx, LeaseTable, XactLock};
 use async_trait::async_trait;
 use distlock::{AcquireOptions, DynLock, LockKey, Wait};
 use std::time::Duration;
@@ -28,6 +28,8 @@ pub trait Peer: Send {
 pub enum Kind {
     /// distlock on the backend of the URL.
     Distlock,
+    /// distlock's PostgreSQL lock inside the caller's transaction (`lock_in`).
+    DistlockTx,
     /// etcd's `Lock`/`Unlock` RPCs with a lease per client (distlock-etcd's gRPC client).
     EtcdLockApi,
     /// rslock's `LockManager::acquire` and `LockGuard::release`.
@@ -43,6 +45,9 @@ pub enum Kind {
     PgAdvisory,
     /// The same with a fencing token: a counter row raised once the lock is held.
     PgAdvisoryFenced,
+    /// A hand-written `pg_advisory_xact_lock` with a token upsert, in one
+    /// transaction (sqlx).
+    PgXactFenced,
     /// A hand-written lock on a NATS KV bucket (async-nats).
     NatsKv,
     /// distlock's protocol floor: `Inspect::floor_cycle`, the requests of one
@@ -55,6 +60,7 @@ impl Kind {
     pub fn label(self) -> &'static str {
         match self {
             Kind::Distlock => "distlock",
+            Kind::DistlockTx => "distlock lock_in",
             Kind::EtcdLockApi => "etcd Lock API (gRPC)",
             Kind::Rslock => "rslock",
             Kind::ZkRecipe => "zookeeper-client lock recipe",
@@ -62,6 +68,7 @@ impl Kind {
             Kind::PgLeaseTable => "hand-written lease table (sqlx)",
             Kind::PgAdvisory => "hand-written pg_advisory_lock (sqlx)",
             Kind::PgAdvisoryFenced => "hand-written pg_advisory_lock + token upsert (sqlx)",
+            Kind::PgXactFenced => "hand-written pg_advisory_xact_lock + token upsert (sqlx)",
             Kind::NatsKv => "hand-written KV create + delete (async-nats)",
             Kind::Floor => "protocol floor (distlock's requests raw)",
         }
@@ -70,7 +77,8 @@ impl Kind {
     /// A new client of the servers `target` names: a distlock URL, `host:port`
     /// for etcd and ZooKeeper, `redis://` URLs separated by commas for rslock,
     /// a `postgres://` URL for the hand-written PostgreSQL locks, a `nats://`
-    /// URL for the hand-written KV lock, a distlock URL for the floor.
+    /// URL for the hand-written KV lock, a distlock URL for the floor and
+    /// (of the `advisory` strategy) for `lock_in`.
     pub async fn connect(self, target: &str) -> Result<Box<dyn Peer>, String> {
         Ok(match self {
             Kind::Distlock => Box::new(Distlock {
@@ -110,6 +118,8 @@ impl Kind {
             Kind::PgLeaseTable => Box::new(LeaseTable::connect(target).await?),
             Kind::PgAdvisory => Box::new(Advisory::connect(target, false).await?),
             Kind::PgAdvisoryFenced => Box::new(Advisory::connect(target, true).await?),
+            Kind::DistlockTx => Box::new(DistlockTx::connect(target).await?),
+            Kind::PgXactFenced => Box::new(XactLock::connect(target).await?),
             Kind::NatsKv => Box::new(KvLock::connect(target).await?),
             Kind::Floor => Box::new(Floor {
                 lock: distlock::connect(target).await.map_err(|e| e.to_string())?,
@@ -240,6 +250,20 @@ impl Peer for Advisory {
         self.lock(name).await?;
         held();
         self.unlock(name).await
+    }
+}
+
+#[async_trait]
+impl Peer for XactLock {
+    async fn turn(&mut self, name: &str, held: &mut (dyn FnMut() + Send)) -> Result<(), String> {
+        XactLock::turn(self, name, held).await
+    }
+}
+
+#[async_trait]
+impl Peer for DistlockTx {
+    async fn turn(&mut self, name: &str, held: &mut (dyn FnMut() + Send)) -> Result<(), String> {
+        DistlockTx::turn(self, name, held).await
     }
 }
 

@@ -8,8 +8,16 @@
 //!   and `pg_advisory_unlock` on the same connection, with no token;
 //! - the same lock with a fencing token: once the lock is held, an upsert that
 //!   raises the name's counter row and returns it (committed, like every
-//!   statement, before its reply), then the unlock.
+//!   statement, before its reply), then the unlock;
+//! - a transaction-scoped advisory lock with a token, the lock a user takes
+//!   inside their own transaction: `BEGIN`, `pg_advisory_xact_lock`, the same
+//!   counter upsert, `COMMIT` (which frees the lock). The upsert is part of
+//!   the transaction, so a rollback takes the token back with it: a next
+//!   holder can be handed the same token again, which distlock's `lock_in`
+//!   (next to it, in the same shape) prevents by raising it outside.
 
+use distlock::LockKey;
+use distlock::postgres::{PostgresConfig, TxLock};
 use sqlx::{Connection, PgConnection};
 use std::time::Duration;
 
@@ -40,6 +48,8 @@ const LOCK: &str = "SELECT pg_advisory_lock(hashtextextended($1, 0))";
 
 const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended($1, 0))";
 
+const XACT_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
+
 /// A client of the hand-written lease table.
 pub struct LeaseTable {
     conn: PgConnection,
@@ -51,6 +61,18 @@ pub struct LeaseTable {
 pub struct Advisory {
     conn: PgConnection,
     fenced: bool,
+}
+
+/// A client of the hand-written transaction lock with a token.
+pub struct XactLock {
+    conn: PgConnection,
+}
+
+/// A client of distlock's lock inside the caller's transaction: the
+/// caller's own connection, and distlock's [`TxLock`] beside it.
+pub struct DistlockTx {
+    conn: PgConnection,
+    locks: TxLock,
 }
 
 async fn connect(url: &str) -> Result<PgConnection, String> {
@@ -74,6 +96,67 @@ impl Advisory {
             conn: connect(url).await?,
             fenced,
         })
+    }
+}
+
+impl XactLock {
+    pub async fn connect(url: &str) -> Result<Self, String> {
+        Ok(XactLock {
+            conn: connect(url).await?,
+        })
+    }
+
+    /// One transaction that takes the lock of `name`, waiting in the server,
+    /// raises its counter, calls `held`, and commits.
+    pub async fn turn(
+        &mut self,
+        name: &str,
+        held: &mut (dyn FnMut() + Send),
+    ) -> Result<(), String> {
+        let mut tx = self.conn.begin().await.map_err(|e| format!("BEGIN: {e}"))?;
+        sqlx::query(XACT_LOCK)
+            .bind(name)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| format!("pg_advisory_xact_lock: {e}"))?;
+        let _token: i64 = sqlx::query_scalar(BUMP)
+            .bind(name)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| format!("token bump: {e}"))?;
+        held();
+        tx.commit().await.map_err(|e| format!("COMMIT: {e}"))
+    }
+}
+
+impl DistlockTx {
+    /// `url` is distlock's URL of the `advisory` strategy, whose table and
+    /// counters `lock_in` shares.
+    pub async fn connect(url: &str) -> Result<Self, String> {
+        let config = PostgresConfig::from_url(url).map_err(|e| e.to_string())?;
+        let locks = config.connect_tx_lock().await.map_err(|e| e.to_string())?;
+        let plain = url.split_once('?').map_or(url, |(plain, _)| plain);
+        Ok(DistlockTx {
+            conn: connect(plain).await?,
+            locks,
+        })
+    }
+
+    /// One transaction of the caller's that takes the lock of `name` with
+    /// `lock_in`, calls `held`, and commits.
+    pub async fn turn(
+        &mut self,
+        name: &str,
+        held: &mut (dyn FnMut() + Send),
+    ) -> Result<(), String> {
+        let key = LockKey::new(name).map_err(|e| e.to_string())?;
+        let mut tx = self.conn.begin().await.map_err(|e| format!("BEGIN: {e}"))?;
+        self.locks
+            .lock_in(&mut tx, &key)
+            .await
+            .map_err(|e| e.to_string())?;
+        held();
+        tx.commit().await.map_err(|e| format!("COMMIT: {e}"))
     }
 }
 

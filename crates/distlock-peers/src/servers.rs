@@ -52,7 +52,7 @@ fn failed(what: &str) -> impl FnOnce(distlock_testkit::servers::ServerError) -> 
 }
 
 /// Launches the servers of `backend` (one of [`BACKENDS`]): one target, or on
-/// PostgreSQL one per strategy on the same server.
+/// PostgreSQL one per strategy and one for `lock_in`, on the same server.
 pub async fn launch(backend: &str) -> Result<Vec<Target>, String> {
     if backend == "postgres" {
         return postgres().await;
@@ -184,9 +184,11 @@ pub async fn launch(backend: &str) -> Result<Vec<Target>, String> {
     }])
 }
 
-/// One PostgreSQL server, as two targets: `version_cas` next to a hand-written
-/// lease table, `advisory` next to a hand-written `pg_advisory_lock`, without
-/// and with a fencing token.
+/// One PostgreSQL server, as three targets: `version_cas` next to a
+/// hand-written lease table, `advisory` next to a hand-written
+/// `pg_advisory_lock`, without and with a fencing token, and `lock_in` in the
+/// caller's transaction next to a hand-written `pg_advisory_xact_lock` with a
+/// token.
 async fn postgres() -> Result<Vec<Target>, String> {
     let server = Arc::new(
         PostgresServer::start()
@@ -199,23 +201,37 @@ async fn postgres() -> Result<Vec<Target>, String> {
         "PostgreSQL {}",
         version.split_whitespace().next().unwrap_or("unknown")
     );
-    let target = |strategy: &str, peers: &[Kind]| {
+    let target = |label: &str, strategy: &str, ours: Kind, peers: &[Kind]| {
         let url = format!("{plain}?strategy={strategy}");
         let peers = peers.iter().map(|&peer| (peer, plain.clone()));
         Target {
-            label: format!("PostgreSQL, {strategy}"),
+            label: format!("PostgreSQL, {label}"),
             version: version.clone(),
-            runs: std::iter::once((Kind::Distlock, url.clone()))
-                .chain(peers)
-                .collect(),
+            runs: std::iter::once((ours, url.clone())).chain(peers).collect(),
             url,
             varz: None,
             _servers: Servers::Postgres(server.clone()),
         }
     };
     Ok(vec![
-        target("version_cas", &[Kind::PgLeaseTable]),
-        target("advisory", &[Kind::PgAdvisory, Kind::PgAdvisoryFenced]),
+        target(
+            "version_cas",
+            "version_cas",
+            Kind::Distlock,
+            &[Kind::PgLeaseTable],
+        ),
+        target(
+            "advisory",
+            "advisory",
+            Kind::Distlock,
+            &[Kind::PgAdvisory, Kind::PgAdvisoryFenced],
+        ),
+        target(
+            "lock_in (transaction)",
+            "advisory",
+            Kind::DistlockTx,
+            &[Kind::PgXactFenced],
+        ),
     ])
 }
 

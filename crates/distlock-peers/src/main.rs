@@ -89,6 +89,15 @@ enum Side {
 }
 
 impl Side {
+    /// The side's name on the command line.
+    fn name(self) -> &'static str {
+        match self {
+            Side::Distlock => "distlock",
+            Side::Peer => "peer",
+            Side::Floor => "floor",
+        }
+    }
+
     fn of(kind: Kind) -> Side {
         match kind {
             Kind::Distlock | Kind::DistlockTx => Side::Distlock,
@@ -244,6 +253,10 @@ async fn run(args: Args) -> Result<(), String> {
     }
     if runs != DEFAULT_RUNS {
         command.push_str(&format!(" --runs {runs}"));
+    }
+    if args.impls != [Side::Distlock, Side::Peer] {
+        let names: Vec<&str> = args.impls.iter().map(|side| side.name()).collect();
+        command.push_str(&format!(" --impls {}", names.join(",")));
     }
     if let Some(page) = &args.write {
         command.push_str(&format!(" --write {}", page.display()));

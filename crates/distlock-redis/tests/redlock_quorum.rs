@@ -1,5 +1,5 @@
 //! Redlock against real node failures: minority and majority down, a paused
-//! node, wrong passwords (restarts are in `redlock_restarts.rs`, the commands
+//! node, a node that grants after its round, wrong passwords (restarts are in `redlock_restarts.rs`, the commands
 //! each node serves per cycle in `redlock_round_trips.rs`).
 
 // Helpers outside #[test] fns: a failed step fails the test that called them.
@@ -7,7 +7,8 @@
 
 mod common;
 
-use common::{admin, raw, servers};
+use common::{admin, eventually, raw, servers};
+use distlock_core::toolkit::Timeouts;
 use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, Wait};
 use distlock_redis::{Redlock, RedlockConfig};
 use distlock_testkit::servers::{RedisOptions, RedisServer};
@@ -155,6 +156,41 @@ async fn a_node_paused_mid_acquire_does_not_break_exclusion() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A node that grants after its round was decided gives the lock back by itself
+/// once its reply comes: here its connection is still opening when the round's
+/// time runs out, so the acquire reaches it only after the lease was won.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_grants_after_the_round_gives_its_lock_back() {
+    let nodes = servers(3, RedisOptions::default()).await;
+    nodes[2].pause().unwrap();
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let timeouts = Timeouts::new(Duration::from_secs(3), Duration::from_millis(250));
+    let lock = RedlockConfig::from_urls(&urls)
+        .unwrap()
+        .timeouts(timeouts)
+        .connect()
+        .await
+        .expect("2 of 3 is a majority");
+    let key = LockKey::new("late").unwrap();
+    let lease = lock
+        .acquire(&key, &opts(Duration::from_secs(30), Wait::No))
+        .await
+        .expect("two of three answer");
+    nodes[2].resume().unwrap();
+    let late = admin(&nodes[2]).await;
+    // The fence counter shows the late acquire ran; the lock key must then go.
+    eventually(Duration::from_secs(5), "the late grant given back", || {
+        let mut late = late.clone();
+        async move {
+            let fence: Option<u64> = raw(&mut late, &["GET", "distlock:{late}:fence"]).await;
+            let held: Option<String> = raw(&mut late, &["GET", "distlock:{late}"]).await;
+            fence.is_some() && held.is_none()
+        }
+    })
+    .await;
+    lease.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,15 +1,22 @@
 //! Concurrent rounds over all nodes: every request goes out at once, replies are
 //! collected until the outcome is decided or the round's time is up, and a node
 //! that failed or stayed silent is named in what the user reads.
+//!
+//! The task that waits for a round polls its requests itself: no task per node.
+//! Requests still in flight when the round is dropped (decided early, out of
+//! time, or its caller gave up) go to one task that runs them to completion, so
+//! that none is cut off mid-reply (which would cost its connection) and
+//! `unheard` can clean up after each, in order on the same connection.
 
 use super::BACKEND;
 use crate::error::CommandError;
 use crate::protocol::ServerClient;
 use distlock_core::toolkit::UndoFuture;
-use std::future::Future;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// One node's reply.
@@ -24,56 +31,127 @@ pub(crate) struct Reply<T> {
 pub(crate) type Unheard<T> =
     Arc<dyn Fn(Arc<ServerClient>, &Result<T, CommandError>) -> Option<UndoFuture> + Send + Sync>;
 
-/// Sends `op` to the nodes at `targets` at once. Each request runs to completion
-/// in its own task even if the caller stops listening, so that `unheard` can
-/// clean up after it in order on the same connection.
-pub(crate) fn start<T, F, Fut>(
-    nodes: &[Arc<ServerClient>],
-    targets: impl IntoIterator<Item = usize>,
-    op: F,
-    unheard: Option<Unheard<T>>,
-) -> mpsc::UnboundedReceiver<Reply<T>>
-where
-    T: Send + 'static,
-    F: Fn(Arc<ServerClient>) -> Fut,
-    Fut: Future<Output = Result<T, CommandError>> + Send + 'static,
-{
-    let (tx, rx) = mpsc::unbounded_channel();
-    for index in targets {
-        let Some(node) = nodes.get(index).cloned() else {
-            continue;
-        };
-        let request = op(node.clone());
-        let (tx, unheard) = (tx.clone(), unheard.clone());
-        tokio::spawn(async move {
-            let result = request.await;
-            if let Err(mpsc::error::SendError(reply)) = tx.send(Reply {
-                node: index,
-                result,
-            }) && let Some(cleanup) = unheard.and_then(|f| f(node, &reply.result))
-            {
-                cleanup.await;
-            }
-        });
-    }
-    rx
+/// One node's request in flight.
+struct Request<Fut> {
+    node: usize,
+    client: Arc<ServerClient>,
+    future: Pin<Box<Fut>>,
 }
 
-/// Collects replies until `expected` arrived, `decided` holds, or `deadline`.
-pub(crate) async fn collect<T>(
-    rx: &mut mpsc::UnboundedReceiver<Reply<T>>,
-    expected: usize,
-    deadline: Instant,
-    mut decided: impl FnMut(&[Reply<T>]) -> bool,
-) -> Vec<Reply<T>> {
-    let mut replies = Vec::with_capacity(expected);
-    while replies.len() < expected && !decided(&replies) {
-        match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(reply)) => replies.push(reply),
-            Ok(None) | Err(_) => break,
+/// The requests of one round that have not answered yet.
+pub(crate) struct Round<T, Fut>
+where
+    T: Send + 'static,
+    Fut: Future<Output = Result<T, CommandError>> + Send + 'static,
+{
+    pending: Vec<Request<Fut>>,
+    unheard: Option<Unheard<T>>,
+}
+
+impl<T, Fut> Round<T, Fut>
+where
+    T: Send + 'static,
+    Fut: Future<Output = Result<T, CommandError>> + Send + 'static,
+{
+    /// Prepares `op` for the nodes at `targets`; the requests go out together
+    /// when [`Round::collect`] first polls them.
+    pub fn start(
+        nodes: &[Arc<ServerClient>],
+        targets: impl IntoIterator<Item = usize>,
+        op: impl Fn(Arc<ServerClient>) -> Fut,
+        unheard: Option<Unheard<T>>,
+    ) -> Self {
+        let pending = targets
+            .into_iter()
+            .filter_map(|node| {
+                let client = nodes.get(node)?.clone();
+                let future = Box::pin(op(client.clone()));
+                Some(Request {
+                    node,
+                    client,
+                    future,
+                })
+            })
+            .collect();
+        Round { pending, unheard }
+    }
+
+    /// Collects replies until every request answered, `decided` holds, or
+    /// `deadline`.
+    pub async fn collect(
+        &mut self,
+        deadline: Instant,
+        mut decided: impl FnMut(&[Reply<T>]) -> bool,
+    ) -> Vec<Reply<T>> {
+        let mut replies = Vec::with_capacity(self.pending.len());
+        let pending = &mut self.pending;
+        let replied = async {
+            while !pending.is_empty() && !decided(&replies) {
+                let (request, result) = poll_fn(|cx| next(pending, cx)).await;
+                replies.push(Reply {
+                    node: request.node,
+                    result,
+                });
+            }
+        };
+        // Out of time: the replies so far are the round's.
+        let _ = tokio::time::timeout_at(deadline, replied).await;
+        replies
+    }
+}
+
+impl<T, Fut> Drop for Round<T, Fut>
+where
+    T: Send + 'static,
+    Fut: Future<Output = Result<T, CommandError>> + Send + 'static,
+{
+    fn drop(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let unheard = finish(std::mem::take(&mut self.pending), self.unheard.take());
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(unheard)),
+            Err(_) => tracing::debug!(
+                "a round was dropped with no runtime to finish its requests; the ttl frees what they took"
+            ),
         }
     }
-    replies
+}
+
+/// Polls every pending request and takes out the first that answered.
+fn next<Fut: Future>(
+    pending: &mut Vec<Request<Fut>>,
+    cx: &mut Context<'_>,
+) -> Poll<(Request<Fut>, Fut::Output)> {
+    for index in 0..pending.len() {
+        if let Poll::Ready(result) = pending[index].future.as_mut().poll(cx) {
+            return Poll::Ready((pending.swap_remove(index), result));
+        }
+    }
+    Poll::Pending
+}
+
+/// Runs the requests nobody listens to any more to completion, with what
+/// `unheard` makes of each reply.
+async fn finish<T, Fut>(mut pending: Vec<Request<Fut>>, unheard: Option<Unheard<T>>)
+where
+    Fut: Future<Output = Result<T, CommandError>>,
+{
+    let mut cleanups: Vec<UndoFuture> = Vec::new();
+    poll_fn(|cx| {
+        while let Poll::Ready((request, result)) = next(&mut pending, cx) {
+            if let Some(cleanup) = unheard.as_ref().and_then(|f| f(request.client, &result)) {
+                cleanups.push(cleanup);
+            }
+        }
+        cleanups.retain_mut(|cleanup| cleanup.as_mut().poll(cx).is_pending());
+        match pending.is_empty() && cleanups.is_empty() {
+            true => Poll::Ready(()),
+            false => Poll::Pending,
+        }
+    })
+    .await;
 }
 
 /// The replies of a round where each node either answered or failed.
@@ -98,9 +176,9 @@ where
     F: Fn(Arc<ServerClient>) -> Fut,
     Fut: Future<Output = Result<T, CommandError>> + Send + 'static,
 {
-    let (expected, deadline) = (targets.len(), Instant::now() + patience);
-    let mut rx = start(nodes, targets.iter().copied(), op, None);
-    let replies = collect(&mut rx, expected, deadline, |_| false).await;
+    let deadline = Instant::now() + patience;
+    let mut round = Round::start(nodes, targets.iter().copied(), op, None);
+    let replies = round.collect(deadline, |_| false).await;
     let mut answers = Answers {
         ok: Vec::new(),
         failed: Vec::new(),

@@ -7,7 +7,7 @@ use crate::connection::RunId;
 use crate::error::CommandError;
 use crate::keys::LockKeys;
 use crate::protocol::{Attempt, ServerClient};
-use crate::redlock::round::{self, Unheard};
+use crate::redlock::round::{self, Round, Unheard};
 use crate::redlock::tally::Tally;
 use distlock_core::LockError;
 use distlock_core::adapter::Ownership;
@@ -48,17 +48,18 @@ impl RedlockBackend {
                     .await
             }
         };
-        let mut replies = round::start(&self.nodes, 0..n, op, Some(unheard));
+        let mut round = Round::start(&self.nodes, 0..n, op, Some(unheard));
         let deadline = (sent_at + budget).into();
-        let collected = round::collect(&mut replies, n, deadline, |so_far| {
-            let lost = so_far
-                .iter()
-                .filter(|r| !matches!(r.result, Ok(Attempt::Won(..))))
-                .count();
-            lost > n - quorum
-        })
-        .await;
-        drop(replies);
+        let collected = round
+            .collect(deadline, |so_far| {
+                let lost = so_far
+                    .iter()
+                    .filter(|r| !matches!(r.result, Ok(Attempt::Won(..))))
+                    .count();
+                lost > n - quorum
+            })
+            .await;
+        drop(round);
         let timed_out = (tokio::time::Instant::now() >= deadline).then_some(budget);
         Tally::of(collected, &self.nodes, timed_out)
     }

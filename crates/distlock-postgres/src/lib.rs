@@ -29,8 +29,9 @@
 //!   Acquire is one `UPDATE … RETURNING fence` on a free or expired row that
 //!   raises `fence`, so the token arrives in the same round trip; expiry is
 //!   judged by the server clock (`now()`). Release clears the owner, keeps the
-//!   row, and notifies waiters in the same statement. Two statements per
-//!   uncontended cycle.
+//!   row, and notifies waiters in the same statement when one marked the name
+//!   (a shared advisory lock its client's listening connection holds while it
+//!   waits). Two statements per uncontended cycle.
 //! - [`Strategy::Advisory`]: `pg_try_advisory_lock` on a connection of its
 //!   own, with a 64-bit key hashed from namespace and name
 //!   ([`advisory_key`]); the same statement bumps the name's counter row once

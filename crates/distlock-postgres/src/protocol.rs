@@ -6,8 +6,9 @@
 //! Every statement that decides ownership answers in its own reply: the CAS
 //! `UPDATE … RETURNING fence` inside a `WITH`, the advisory lock and its
 //! counter bump in one statement. Releases send `pg_notify` in the same
-//! statement, only when they freed something (`advisory`'s: and some waiter
-//! marked the name), so a wake-up costs no round trip.
+//! statement, only when they freed something and some waiter marked the name
+//! (`advisory`'s: on its own session; `version_cas`'s: on its client's
+//! listening session, see `wake`), so a wake-up costs no round trip.
 //!
 //! A fresh row's fence is seeded at the higher of the server clock in
 //! microseconds and the namespace's floor + 1 (distlock-sql's `state`): a name

@@ -6,6 +6,23 @@
 //! lost. So a lost connection wakes every waiter (they try again at once), and
 //! waiters always also poll, with a bounded backoff.
 //!
+//! A `version_cas` release notifies only a name marked as waited for (see
+//! `distlock_sql::table::Wake`): the listening session holds a shared
+//! advisory lock on the pair (`hashtext` of the table, `hashtext` of the
+//! payload) while this client has waiters of the name, and the release
+//! notifies only when it cannot take that pair with
+//! `pg_try_advisory_xact_lock`. A waiter marks after its first busy attempt
+//! and then tries again: a release that took the pair before the mark holds
+//! it until its commit, so the mark waits for that commit and the try after
+//! it sees the row freed; a release after the mark notifies. The pair is
+//! another lock space than `advisory`'s: its locks are `int8`s, and its marks
+//! halves of a SHA-256 prefix, not `hashtext`s of a table name; a chance
+//! match costs a notification nobody needed (or a mark that waits for one
+//! commit). A lost session loses its marks: the session made again first
+//! drops every advisory lock it holds and takes all marks again, then wakes
+//! every waiter. Marks wait at most [`MARK_WAIT`] for a lock held by others
+//! (`lock_timeout`), since the listener serves all the client's waiters.
+//!
 //! Listening is checked once at connect: the listener must hear a
 //! notification sent through the lock connections, which a `LISTEN` made
 //! through a transaction-pooling proxy never does. Through such a proxy
@@ -15,15 +32,34 @@
 use crate::error::{BACKEND, DbError};
 use crate::pool::Pool;
 use distlock_core::LockError;
+use distlock_sql::pool::BoxFuture;
+use distlock_sql::table::Wake;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 /// The pause before listening again after the listener failed.
 const RELISTEN_PAUSE: Duration = Duration::from_millis(500);
+/// The listening session's `lock_timeout`: how long a mark waits for a lock
+/// on its pair (a release's, until that release commits).
+const MARK_WAIT: &str = "1s";
+/// Marks the name of payload `$2` of the table `$1` as waited for.
+const MARK: &str = include_str!("sql/listener_mark.sql");
+/// Drops the mark of payload `$2` of the table `$1`.
+const UNMARK: &str = include_str!("sql/listener_unmark.sql");
+
+/// What a waiter asks of the listening session.
+#[derive(Debug)]
+enum Marking {
+    /// Another waiter of the payload's name: answers whether its mark is held.
+    Take(String, oneshot::Sender<bool>),
+    /// One waiter of the payload's name gone; the last one drops the mark.
+    Drop(String),
+}
 
 /// The names waited for, each with the [`Notify`] its waiters wait on.
 type Waiting = Mutex<HashMap<String, Arc<Notify>>>;
@@ -33,6 +69,8 @@ type Waiting = Mutex<HashMap<String, Arc<Notify>>>;
 #[derive(Debug)]
 pub(crate) struct Wakeups {
     waiting: Arc<Waiting>,
+    /// The listener's, when there is one.
+    marks: Option<mpsc::UnboundedSender<Marking>>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -49,6 +87,7 @@ impl Wakeups {
     pub fn polling() -> Self {
         Wakeups {
             waiting: Arc::default(),
+            marks: None,
             task: None,
         }
     }
@@ -67,9 +106,12 @@ impl Wakeups {
         let listeners = PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(connect_timeout)
-            .connect_lazy_with(options.clone());
+            .connect_lazy_with(options.clone().options([("lock_timeout", MARK_WAIT)]));
         let started = async {
             let mut listener = PgListener::connect_with(&listeners).await?;
+            // A lost connection is reported at once: its marks must be taken
+            // again on the next before anything else runs there.
+            listener.eager_reconnect(false);
             listener.listen(channel).await?;
             Ok::<_, sqlx::Error>(listener)
         };
@@ -103,8 +145,19 @@ impl Wakeups {
             return Err(e);
         }
         let waiting: Arc<Waiting> = Arc::default();
-        let task = Some(tokio::spawn(run(listener, waiting.clone())));
-        Ok(Wakeups { waiting, task })
+        let (marks, requests) = mpsc::unbounded_channel();
+        let listening = Listening {
+            listener,
+            channel: channel.to_owned(),
+            marks: HashMap::new(),
+            lost: false,
+        };
+        let task = Some(tokio::spawn(run(listening, requests, waiting.clone())));
+        Ok(Wakeups {
+            waiting,
+            marks: Some(marks),
+            task,
+        })
     }
 
     /// A handle to wait for `payload`'s next notification.
@@ -115,6 +168,8 @@ impl Wakeups {
             payload: payload.to_owned(),
             notify,
             waiting: self.waiting.clone(),
+            marks: self.marks.clone(),
+            marked: AtomicBool::new(false),
         }
     }
 }
@@ -125,6 +180,9 @@ pub(crate) struct Waiter {
     payload: String,
     notify: Arc<Notify>,
     waiting: Arc<Waiting>,
+    marks: Option<mpsc::UnboundedSender<Marking>>,
+    /// This waiter counts among the name's waiters in the listener's marks.
+    marked: AtomicBool,
 }
 
 /// What the waiter waits on: call `enable()` on its `notified()` (pinned)
@@ -138,8 +196,32 @@ impl std::ops::Deref for Waiter {
     }
 }
 
+/// Through the listening session: answers once the mark is held (`false`
+/// without a listener, when the mark failed, the waiter then polling, or
+/// when this waiter asked before).
+impl Wake for Waiter {
+    fn mark(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            let Some(marks) = self.marks.as_ref() else {
+                return false;
+            };
+            if self.marked.swap(true, Ordering::Relaxed) {
+                return false;
+            }
+            let (answer, held) = oneshot::channel();
+            let _ = marks.send(Marking::Take(self.payload.clone(), answer));
+            held.await.unwrap_or(false)
+        })
+    }
+}
+
 impl Drop for Waiter {
     fn drop(&mut self) {
+        if let Some(marks) = self.marks.as_ref()
+            && *self.marked.get_mut()
+        {
+            let _ = marks.send(Marking::Drop(self.payload.clone()));
+        }
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         // The map's reference and ours: nobody else waits for this name.
         if Arc::strong_count(&self.notify) <= 2 {
@@ -148,27 +230,131 @@ impl Drop for Waiter {
     }
 }
 
-async fn run(mut listener: PgListener, waiting: Arc<Waiting>) {
+/// The listening session and the marks it holds: per payload, the client's
+/// waiters of that name and whether the session holds its mark.
+struct Listening {
+    listener: PgListener,
+    channel: String,
+    marks: HashMap<String, (usize, bool)>,
+    /// The session was lost (or failed): its marks are to be taken again.
+    lost: bool,
+}
+
+impl Listening {
+    /// Runs `statement` on the listening session.
+    async fn run(&mut self, statement: &'static str, payload: &str) -> Result<(), sqlx::Error> {
+        let statement = sqlx::query(statement)
+            .bind(self.channel.clone())
+            .bind(payload.to_owned());
+        sqlx::Executor::execute(&mut self.listener, statement)
+            .await
+            .map(drop)
+    }
+
+    /// Marks `payload`'s name: whether the mark is held.
+    async fn mark(&mut self, payload: &str) -> bool {
+        let marked = self.run(MARK, payload).await;
+        if let Err(e) = &marked {
+            tracing::debug!(backend = BACKEND, error = %e, "a waiter mark failed; its waiters poll");
+        }
+        marked.is_ok()
+    }
+
+    /// One waiter more for `payload`: marks its name unless held already
+    /// (or the session is lost: the session made again marks it).
+    async fn join(&mut self, payload: String) -> bool {
+        let (waiters, held) = self.marks.entry(payload.clone()).or_default();
+        *waiters += 1;
+        if *held || self.lost {
+            return *held;
+        }
+        let held = self.mark(&payload).await;
+        if let Some(name) = self.marks.get_mut(&payload) {
+            name.1 = held;
+        }
+        held
+    }
+
+    /// One waiter fewer for `payload`: the last one drops the mark.
+    async fn leave(&mut self, payload: String) {
+        let Some((waiters, held)) = self.marks.get_mut(&payload) else {
+            return;
+        };
+        *waiters = waiters.saturating_sub(1);
+        if *waiters > 0 {
+            return;
+        }
+        let held = *held;
+        self.marks.remove(&payload);
+        // Failed, the session is lost, and the mark with it.
+        if held && let Err(e) = self.run(UNMARK, &payload).await {
+            tracing::debug!(backend = BACKEND, error = %e, "dropping a waiter mark failed");
+        }
+    }
+
+    /// On the session made again: drops whatever advisory locks it holds (a
+    /// session that failed but was not lost keeps its marks), then takes
+    /// every mark.
+    async fn mark_again(&mut self) -> Result<(), sqlx::Error> {
+        self.marks.values_mut().for_each(|(_, held)| *held = false);
+        let clear = sqlx::query("SELECT pg_advisory_unlock_all()");
+        sqlx::Executor::execute(&mut self.listener, clear).await?;
+        self.lost = false;
+        let names: Vec<String> = self.marks.keys().cloned().collect();
+        for payload in names {
+            let held = self.mark(&payload).await;
+            if let Some(name) = self.marks.get_mut(&payload) {
+                name.1 = held;
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn run(
+    mut listening: Listening,
+    mut requests: mpsc::UnboundedReceiver<Marking>,
+    waiting: Arc<Waiting>,
+) {
     let wake_all = || {
         let waiting = waiting.lock().unwrap_or_else(PoisonError::into_inner);
         waiting.values().for_each(|notify| notify.notify_waiters());
     };
     loop {
-        match listener.try_recv().await {
-            Ok(Some(notification)) => {
-                let waiting = waiting.lock().unwrap_or_else(PoisonError::into_inner);
-                if let Some(notify) = waiting.get(notification.payload()) {
-                    notify.notify_waiters();
+        if listening.lost {
+            if let Err(e) = listening.mark_again().await {
+                tracing::debug!(backend = BACKEND, error = %e, "listening again failed; waiters poll until it is back");
+            }
+            // Whatever was notified meanwhile is gone, so every waiter looks
+            // again (once the marks are back).
+            wake_all();
+        }
+        tokio::select! {
+            biased;
+            request = requests.recv() => match request {
+                Some(Marking::Take(payload, answer)) => {
+                    let held = listening.join(payload).await;
+                    let _ = answer.send(held);
                 }
-            }
-            // The connection was lost (and is being re-made): whatever was
-            // notified meanwhile is gone, so every waiter looks again.
-            Ok(None) => wake_all(),
-            Err(e) => {
-                tracing::debug!(backend = BACKEND, error = %e, "the LISTEN connection failed; waiters poll until it is back");
-                wake_all();
-                tokio::time::sleep(RELISTEN_PAUSE).await;
-            }
+                Some(Marking::Drop(payload)) => listening.leave(payload).await,
+                // The client is gone.
+                None => return,
+            },
+            received = listening.listener.try_recv(), if !listening.lost => match received {
+                Ok(Some(notification)) => {
+                    let waiting = waiting.lock().unwrap_or_else(PoisonError::into_inner);
+                    if let Some(notify) = waiting.get(notification.payload()) {
+                        notify.notify_waiters();
+                    }
+                }
+                Ok(None) => listening.lost = true,
+                Err(e) => {
+                    tracing::debug!(backend = BACKEND, error = %e, "the LISTEN connection failed; waiters poll until it is back");
+                    listening.lost = true;
+                    tokio::time::sleep(RELISTEN_PAUSE).await;
+                }
+            },
+            () = tokio::time::sleep(RELISTEN_PAUSE), if listening.lost => {}
         }
     }
 }

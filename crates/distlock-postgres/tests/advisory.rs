@@ -12,9 +12,8 @@ mod support;
 use distlock_core::{AcquireOptions, LockError, LockKey, LossReason, Wait};
 use distlock_postgres::{PostgresConfig, Strategy, advisory_key};
 use distlock_testkit::servers::PostgresServer;
-use sqlx::postgres::PgListener;
 use std::time::Duration;
-use support::{admin_value, client, eventually, server};
+use support::{admin_value, client, eventually, mark_holders, only_marked_names_notify, server};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn terminating_the_holders_backend_fires_lost_and_frees_the_lock() {
@@ -169,101 +168,28 @@ async fn force_unlock_ends_a_holder_of_another_role_only_when_it_can_name_that_s
 }
 
 /// Waiters' marks on `key`: granted shared advisory locks on its two halves.
-async fn marks(server: &PostgresServer, key: &LockKey) -> String {
+async fn marks(server: &PostgresServer, key: &LockKey) -> usize {
     let key = advisory_key("distlock", key);
-    admin_value(
-        server,
-        &format!(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 \
-             AND granted AND mode = 'ShareLock' AND classid::BIGINT = ({key} >> 32) & 4294967295 \
-             AND objid::BIGINT = {key} & 4294967295;"
-        ),
-    )
-    .await
-}
-
-/// Notifies `marker` on `channel` from another session and asserts that it
-/// is the next notification `heard` receives: nothing committed before it
-/// notified the channel (notifications arrive in commit order).
-async fn nothing_before(
-    heard: &mut PgListener,
-    server: &PostgresServer,
-    channel: &str,
-    marker: &str,
-) {
-    server
-        .exec_admin(&format!("SELECT pg_notify('{channel}', '{marker}');"))
-        .await
-        .unwrap();
-    let next = tokio::time::timeout(Duration::from_secs(5), heard.recv())
-        .await
-        .expect("the marker arrives")
-        .unwrap();
-    assert_eq!(
-        next.payload(),
-        marker,
-        "a notification came before the marker"
+    let (high, low) = (
+        format!("({key} >> 32) & 4294967295"),
+        format!("{key} & 4294967295"),
     );
+    mark_holders(server, &high, &low).await.len()
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_release_notifies_only_when_a_waiter_marked_the_name() {
     let server = server().await;
-    let (a, b) = (
-        client(&server, Strategy::Advisory, "quiet").await,
-        client(&server, Strategy::Advisory, "quiet").await,
-    );
-    let mut heard = PgListener::connect(&server.url()).await.unwrap();
-    heard.listen("quiet").await.unwrap();
-    let key = LockKey::new("jobs/quiet").unwrap();
-    let opts = AcquireOptions::new().ttl(Duration::from_secs(5));
-    // A new name (its counter row created with the lock given back), then a
-    // known one: nobody waits, so no release notifies.
-    distlock_testkit::cycles(&*a, &key, &opts, 2).await.unwrap();
-    nothing_before(&mut heard, &server, "quiet", "uncontended").await;
-
-    let lease = a.acquire(&key, &opts).await.unwrap();
-    let first = lease.token();
-    let waits = opts.clone().wait(Wait::For(Duration::from_secs(10)));
-    let waiter = tokio::spawn({
-        let (b, key, waits) = (b.clone(), key.clone(), waits.clone());
-        async move { b.acquire(&key, &waits).await }
-    });
-    eventually(Duration::from_secs(5), "the waiter's mark", async || {
-        marks(&server, &key).await == "1"
-    })
+    let marks = async |key: &LockKey| marks(&server, key).await;
+    // The winning statement drops its mark; a waiter that gives up closes its
+    // connection rather than pooling it with a mark.
+    only_marked_names_notify(
+        &server,
+        Strategy::Advisory,
+        "quiet",
+        marks,
+        async |_| {},
+        true,
+    )
     .await;
-    lease.release().await.unwrap();
-    let woken = tokio::time::timeout(Duration::from_secs(5), heard.recv())
-        .await
-        .expect("the release notifies the marked name")
-        .unwrap();
-    assert_eq!(woken.payload(), "distlock\njobs/quiet");
-    let next = waiter.await.unwrap().unwrap();
-    assert!(next.token() > first);
-    assert_eq!(
-        marks(&server, &key).await,
-        "0",
-        "the winning statement dropped its mark"
-    );
-    next.release().await.unwrap();
-    nothing_before(&mut heard, &server, "quiet", "the waiter won").await;
-
-    // A waiter that gives up leaves no mark on a pooled connection.
-    let lease = a.acquire(&key, &opts).await.unwrap();
-    let short = opts.clone().wait(Wait::For(Duration::from_millis(300)));
-    match b.acquire(&key, &short).await {
-        Err(LockError::Timeout { .. }) => {}
-        other => panic!("expected the wait to end, got {other:?}"),
-    }
-    eventually(Duration::from_secs(5), "the mark is gone", async || {
-        marks(&server, &key).await == "0"
-    })
-    .await;
-    // A try that does not wait never marks.
-    let busy = b.acquire(&key, &opts.clone().wait(Wait::No)).await;
-    assert!(matches!(busy, Err(LockError::Busy { .. })), "{busy:?}");
-    assert_eq!(marks(&server, &key).await, "0", "no wait, no mark");
-    lease.release().await.unwrap();
-    nothing_before(&mut heard, &server, "quiet", "the waiter gave up").await;
 }

@@ -34,7 +34,7 @@ pub struct CasSql {
     /// Compares owner and fence. Binds: ttl µs, key, owner, token.
     pub renew: &'static str,
     /// Clears the owner, stamps the release's instant and keeps the row (and
-    /// notifies). Binds: key, owner, token.
+    /// notifies, where a waiter marked the name). Binds: key, owner, token.
     pub release: &'static str,
     /// Frees a row an abandoned acquire may have won: its reply never came,
     /// so only the owner is known. Binds: key, owner.

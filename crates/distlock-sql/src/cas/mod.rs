@@ -6,7 +6,8 @@
 //! `LAST_INSERT_ID(fence + 1)`, PostgreSQL's `RETURNING fence`), so every
 //! holder's token exceeds every earlier holder's. Release clears `owner` and
 //! stamps `expires_at` with its instant but keeps the row (on PostgreSQL it
-//! notifies the table's channel in the same statement, and commits without
+//! notifies the table's channel in the same statement when a waiter marked
+//! the name, see [`crate::table::Wake`], and commits without
 //! waiting for the WAL flush: a release lost by a crash leaves the row held
 //! until it expires, and the fence untouched); a row idle for
 //! `state_ttl` is deleted only by `state`'s collection, which keeps the fence

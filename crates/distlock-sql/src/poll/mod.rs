@@ -8,9 +8,11 @@
 //! none, one attempt is followed by a jittered exponential backoff capped at
 //! 250 ms and never past the holder's remaining ttl, cut short by a release's
 //! wake-up where the adapter has them, until the lock is won or the wait
-//! ends. An attempt refused for row-lock contention (deadlock, lock wait
-//! timeout, serialization failure) was rolled back whole; it is undone and
-//! tried again the same way within the caller's wait. Not a stable API.
+//! ends. Where releases notify only names marked as waited for, the first
+//! busy attempt marks the name and tries once more before the first pause.
+//! An attempt refused for row-lock contention (deadlock, lock wait timeout,
+//! serialization failure) was rolled back whole; it is undone and tried again
+//! the same way within the caller's wait. Not a stable API.
 
 mod attempt;
 mod floor;
@@ -22,7 +24,7 @@ use crate::db_error::DbError;
 use crate::pool::{Conn, PoolDialect};
 use crate::settle::retry_until;
 use crate::table::bell::LONGEST_RING;
-use crate::table::{Db, LockTable, TableDb, Undo, Value, compare_owner, statement, undo};
+use crate::table::{Db, LockTable, TableDb, Undo, Value, Wake, compare_owner, statement, undo};
 use async_trait::async_trait;
 use distlock_core::adapter::{AcquireRequest, Acquired, Backend, Ownership, WaitUntil};
 use distlock_core::toolkit::{Backoff, CancelGuard, Inspect, random_owner};
@@ -166,6 +168,8 @@ impl<A: LockTable, C: Contender<A>> Polling<A, C> {
         };
         // The first attempt waits for no bell: the holder's expiry is unknown.
         let mut bound = Duration::ZERO;
+        // The name is marked as waited for (or the adapter has no marks).
+        let mut marked = false;
         loop {
             // Armed before the attempt: a release between the attempt's reply
             // and the pause below still wakes it.
@@ -280,6 +284,20 @@ impl<A: LockTable, C: Contender<A>> Polling<A, C> {
                     {
                         backoff.reset();
                         continue;
+                    }
+                    // The first busy attempt marks the name, then tries
+                    // again at once: a release before the mark is seen by
+                    // that try, and one after it notifies (see `Wake::mark`).
+                    if let Some(waiter) = waiter.as_ref().filter(|_| !marked) {
+                        marked = true;
+                        let in_place = tokio::select! {
+                            biased;
+                            in_place = waiter.mark() => in_place,
+                            _ = req.wait.reached() => return Err(req.not_acquired()),
+                        };
+                        if in_place {
+                            continue;
+                        }
                     }
                     tokio::select! {
                         () = woken(notified.as_mut().map(Pin::as_mut)) => backoff.reset(),

@@ -70,7 +70,7 @@ pub trait LockTable: fmt::Debug + Send + Sync + 'static {
     /// The adapter's pool dialect.
     type Dialect: PoolDialect<Database: TableDb>;
     /// What a waiter waits on for a release of its name.
-    type Waiter: Deref<Target = Notify> + Send + Sync;
+    type Waiter: Wake;
 
     /// The connections for single statements and attempts.
     fn pool(&self) -> &Pool<Self::Dialect>;
@@ -95,6 +95,21 @@ pub trait LockTable: fmt::Debug + Send + Sync + 'static {
         None
     }
 }
+
+/// What a waiter of a name waits on for a release of it, and how it tells
+/// the name's releases that someone waits where they notify only then.
+pub trait Wake: Deref<Target = Notify> + Send + Sync {
+    /// Marks the name as waited for, so that its releases notify (once this
+    /// returns `true`, until the waiter is dropped). The caller tries again
+    /// after a `true`: a release that ran before the mark notified nobody.
+    /// `false` (by default: the releases notify anyway, or cannot): nothing
+    /// changed.
+    fn mark(&self) -> BoxFuture<'_, bool> {
+        Box::pin(std::future::ready(false))
+    }
+}
+
+impl Wake for Arc<Notify> {}
 
 /// The database of table `A`.
 pub type Db<A> = <<A as LockTable>::Dialect as PoolDialect>::Database;

@@ -3,5 +3,7 @@ WITH freed AS (
      WHERE namespace = $1 AND name = $2 AND owner = $3 AND fence = $4
  RETURNING name
 )
-SELECT pg_notify('{channel}', $1 || E'\n' || $2)::TEXT, set_config('synchronous_commit', 'off', true)
+SELECT CASE WHEN NOT pg_try_advisory_xact_lock(hashtext('{channel}'), hashtext($1 || E'\n' || $2))
+            THEN pg_notify('{channel}', $1 || E'\n' || $2)::TEXT END,
+       set_config('synchronous_commit', 'off', true)
   FROM freed

@@ -157,12 +157,12 @@ impl Inspect for Table {
     fn floor(&self) -> Option<Floor> {
         if self.pool.is_behind_transaction_pooler() {
             // Each statement in a transaction of its own (see `pooler`).
-            let name = "BEGIN + CAS UPDATE … RETURNING + COMMIT, BEGIN + release UPDATE with NOTIFY + COMMIT";
+            let name = "BEGIN + CAS UPDATE … RETURNING + COMMIT, BEGIN + release UPDATE, NOTIFY if marked + COMMIT";
             return Some(Floor { name, requests: 6 });
         }
         let name = match self.strategy {
-            Strategy::VersionCas => "CAS UPDATE … RETURNING + release UPDATE with NOTIFY",
-            Strategy::Advisory => "try-lock with counter bump + unlock with NOTIFY",
+            Strategy::VersionCas => "CAS UPDATE … RETURNING + release UPDATE, NOTIFY if marked",
+            Strategy::Advisory => "try-lock with counter bump + unlock, NOTIFY if marked",
         };
         Some(Floor { name, requests: 2 })
     }

@@ -47,12 +47,12 @@ async fn both_strategies_cost_two_statements_per_uncontended_cycle() {
     let cas = statements_per_cycle(&server, Strategy::VersionCas).await;
     assert_eq!(
         cas, 2.0,
-        "CAS UPDATE … RETURNING + release UPDATE with NOTIFY"
+        "CAS UPDATE … RETURNING + release UPDATE, NOTIFY if marked"
     );
     let advisory = statements_per_cycle(&server, Strategy::Advisory).await;
     assert_eq!(
         advisory, 2.0,
-        "try-lock with counter bump + unlock with NOTIFY"
+        "try-lock with counter bump + unlock, NOTIFY if marked"
     );
 }
 

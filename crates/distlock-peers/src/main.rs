@@ -24,7 +24,7 @@ mod postgres;
 mod servers;
 mod table;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use distlock::DynLock;
 use peers::Kind;
 use std::net::SocketAddr;
@@ -89,15 +89,6 @@ enum Side {
 }
 
 impl Side {
-    /// The side's name on the command line.
-    fn name(self) -> &'static str {
-        match self {
-            Side::Distlock => "distlock",
-            Side::Peer => "peer",
-            Side::Floor => "floor",
-        }
-    }
-
     fn of(kind: Kind) -> Side {
         match kind {
             Kind::Distlock | Kind::DistlockTx => Side::Distlock,
@@ -255,7 +246,9 @@ async fn run(args: Args) -> Result<(), String> {
         command.push_str(&format!(" --runs {runs}"));
     }
     if args.impls != [Side::Distlock, Side::Peer] {
-        let names: Vec<&str> = args.impls.iter().map(|side| side.name()).collect();
+        let names: Vec<String> = (args.impls.iter())
+            .filter_map(|side| Some(side.to_possible_value()?.get_name().to_owned()))
+            .collect();
         command.push_str(&format!(" --impls {}", names.join(",")));
     }
     if let Some(page) = &args.write {

@@ -1,6 +1,7 @@
 //! What benchmarks ask beyond the operator's view: each strategy's statements
 //! for one uncontended cycle with nothing around them (no lease, no undo, no
-//! polling), the floor a lock cycle is compared with, and the server's own
+//! polling; the doorbell's statements, which waiters need, included), the
+//! floor a lock cycle is compared with, and the server's own
 //! count of the statements it ran (`Questions`).
 //!
 //! `for_update` runs its floor on the holder connections (autocommit off).
@@ -21,11 +22,18 @@ use std::time::{Duration, Instant};
 const QUESTIONS: &str = "SHOW GLOBAL STATUS LIKE 'Questions'";
 
 impl Strategy {
-    /// What [`Table::floor_cycle`] sends for this strategy: one statement each.
+    /// What [`Table::floor_cycle`] sends for this strategy, in statements:
+    /// with the doorbell's, which a cycle cannot skip.
     pub(crate) fn floor(self) -> Floor {
         let (name, requests) = match self {
-            Strategy::VersionCas => ("CAS UPDATE + release UPDATE", 2),
-            Strategy::UniqueInsert => ("INSERT + counter bump + DELETE", 3),
+            Strategy::VersionCas => (
+                "bell wait + CAS UPDATE + answer, release UPDATE + bell give-back",
+                5,
+            ),
+            Strategy::UniqueInsert => (
+                "bell wait, INSERT + counter bump, DELETE + bell give-back",
+                5,
+            ),
             Strategy::ForUpdate => ("locking UPDATE + counter raise + ROLLBACK", 3),
         };
         Floor { name, requests }

@@ -21,23 +21,16 @@
 //! - A connection that may hold the lock goes back to the pool only once the
 //!   server confirmed the unlock (see `pool`); an attempt cut off mid-statement
 //!   closes its connection and ends its session (the lock goes with it).
-//! - Waiting polls `pg_try_advisory_lock`, woken by the release's `NOTIFY`
-//!   (never a server-side wait for the lock, which a cancelled caller could
-//!   leave queued), with a bounded backoff for a notification that is lost.
-//! - A release notifies only when someone waits, so an uncontended cycle
-//!   wakes no client's listener. A waiter marks the name: its first busy
-//!   attempt takes a shared advisory lock on the key's two 32-bit halves
-//!   ([`mark`]; two `int4`s are another lock space than the `int8` lock) and
-//!   tries once more in the same statement, so a release that ran between
-//!   the failed try and the mark is not missed. The release unlocks first and
-//!   then notifies only if it cannot take that pair exclusively
-//!   (`pg_try_advisory_xact_lock`, gone when its statement ends): an unlock
-//!   after a waiter's mark is seen, and one before it lets the waiter's
-//!   second try win. The attempt that wins drops its mark in its statement; a
-//!   waiter that gives up closes its connection (never pooled with a mark).
-//!   A waiter that does not mark (an older version's, during a rolling
-//!   upgrade) is not notified and sees the release by its poll, within
-//!   [`MAX_PAUSE`].
+//! - A waiter waits in the server's own lock queue: its statement is
+//!   `pg_advisory_lock` under a `lock_timeout` of the wait left (at most
+//!   [`LONGEST_WAIT`], then it queues again), so a release hands the lock to
+//!   the first waiter on the server, whose statement goes on to raise the
+//!   counter and answers: a hand-off costs no round trip after the unlock,
+//!   and no notification. A waiter cancelled in the queue is an attempt cut
+//!   off mid-statement: its session is ended, which takes it out of the
+//!   queue (or frees the lock the server granted it meanwhile). The lease
+//!   counts from the statement's send plus the time the server says it
+//!   waited, no later than the grant.
 
 use crate::backend::{Table, Undo, undo};
 use crate::counter::{Counter, collision};
@@ -47,7 +40,7 @@ use crate::pool::{Conn, Pool, Statement};
 use crate::session::Session;
 use async_trait::async_trait;
 use distlock_core::adapter::{AcquireRequest, Acquired, WaitUntil};
-use distlock_core::toolkit::{Backoff, CancelGuard, Inspect};
+use distlock_core::toolkit::{CancelGuard, Inspect};
 use distlock_core::{Capabilities, FencingToken, LockError};
 use distlock_sql::held::{HeldSession, SessionLock, Taken, holder_connection};
 use sqlx::Row;
@@ -55,11 +48,10 @@ use sqlx::postgres::PgRow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The first pause after a busy attempt.
-const FIRST_PAUSE: Duration = Duration::from_millis(4);
-/// The longest pause: a release whose notification was lost (a crashed
-/// holder notifies nothing) is seen within this.
-const MAX_PAUSE: Duration = Duration::from_millis(250);
+/// The longest one wait in the server's lock queue lasts before the waiter
+/// queues again: a server that stopped answering is noticed within this and
+/// the reply timeout.
+const LONGEST_WAIT: Duration = Duration::from_secs(1);
 
 /// An `advisory` client's part of its [`HeldLock`](distlock_sql::held::HeldLock) backend.
 #[derive(Debug)]
@@ -69,51 +61,25 @@ pub(crate) struct Advisory {
     pub holders: Pool,
 }
 
-/// What the release of a held lock names: its key, and the payload its
-/// `NOTIFY` wakes the name's waiters with.
+/// What the release of a held lock names: its advisory key.
 #[derive(Debug)]
 pub(crate) struct Unlock {
     pub key: i64,
-    pub payload: String,
-}
-
-/// What an attempt does with the name's waiter mark (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mark {
-    /// Not waiting: never marks.
-    Never,
-    /// Waiting and not yet marked: marks when busy, then tries once more.
-    OnBusy,
-    /// The session holds the mark: a win drops it.
-    Held,
-}
-
-/// The waiter mark of advisory key `key`: its two 32-bit halves, high then
-/// low, as the two `int4`s of a two-key advisory lock (which `pg_locks` shows
-/// with the `int8` lock's `classid` and `objid`, and `objsubid` 2).
-pub(crate) fn mark(key: i64) -> (i32, i32) {
-    // `as` keeps the low 32 bits of each.
-    ((key >> 32) as i32, key as i32)
 }
 
 impl Unlock {
     /// The release statement of this lock on `table`.
     pub fn statement(&self, table: &Table) -> Statement {
-        let (high, low) = mark(self.key);
-        sqlx::query(table.sql.advisory_release.clone())
-            .bind(self.key)
-            .bind(table.sql.channel.clone())
-            .bind(self.payload.clone())
-            .bind(high)
-            .bind(low)
+        sqlx::query(table.sql.advisory_release.clone()).bind(self.key)
     }
 }
 
 /// What one attempt found.
 pub(crate) enum Attempt {
-    Won(FencingToken),
+    /// Won, after waiting this long in the server's lock queue.
+    Won(FencingToken, Duration),
     /// Won, and the name has no counter row (new, or collected).
-    Uncounted,
+    Uncounted(Duration),
     Busy,
     /// The key is recorded for another name (namespace, name).
     Collision(String, String),
@@ -134,12 +100,8 @@ impl SessionLock for Advisory {
 
     async fn take(&self, req: &AcquireRequest<'_>) -> Result<Taken<Self>, LockError> {
         let table = &self.table;
-        let no_wait = req.wait == WaitUntil::No;
         let mut conn = holder_connection(&self.holders, req).await?;
         let key = advisory_key(&table.namespace, req.key);
-        let payload = table.payload(req.key);
-        let waiter = table.wakeups.waiter(&payload);
-        let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
         let meta = req.meta.encode();
         let counter = Counter {
             key: req.key,
@@ -148,48 +110,36 @@ impl SessionLock for Advisory {
         };
         // The name's counter row was created by this acquire.
         let mut created = false;
-        // This session holds the name's waiter mark.
-        let mut marked = false;
         loop {
-            let notified = waiter.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
+            let queue = queue_for(req.wait);
             let sent_at = Instant::now();
             conn.may_hold();
-            // Dropped armed (deadline or cancel mid-statement, or a failure):
-            // ends the session, and with it any lock the statement took.
+            // Dropped armed (cancelled mid-statement, or a failure): ends the
+            // session, and with it any lock or place in the queue it took.
             let state = Undo {
                 table: table.clone(),
                 in_flight: Some(conn.session()),
                 make: None,
             };
             let guard = CancelGuard::new(state, undo);
-            let marking = match (marked, no_wait) {
-                (true, _) => Mark::Held,
-                (false, true) => Mark::Never,
-                (false, false) => Mark::OnBusy,
-            };
-            let attempt = tokio::select! {
-                biased;
-                attempt = attempt(table, &mut conn, req.key.as_str(), key, req.ttl, &meta, marking) => attempt,
-                _ = req.wait.reached(), if !no_wait => return Err(req.not_acquired()),
-            };
-            // A busy attempt that may wait leaves the session marked; a win
-            // dropped the mark.
-            marked = matches!(attempt, Ok(Attempt::Busy)) && !no_wait;
-            let won = match attempt {
-                Ok(Attempt::Won(token)) => Some(Ok(token)),
+            let attempt = attempt(
+                table,
+                &mut conn,
+                req.key.as_str(),
+                key,
+                req.ttl,
+                &meta,
+                queue,
+            );
+            let won = match attempt.await {
+                Ok(Attempt::Won(token, waited)) => Some(Ok((token, waited))),
                 // A new or collected name: the lock is given back while its
                 // counter row is created, and the next attempt takes both.
                 // Created holding the lock, the row's statements (a
                 // connection, the namespace's floor locked, a commit) would
                 // run inside the lease's ttl, counted from `sent_at`.
-                Ok(Attempt::Uncounted) if !created => {
-                    let unlock = self.release(&Unlock {
-                        key,
-                        payload: payload.clone(),
-                    });
-                    match conn.fetch_all(unlock).await {
+                Ok(Attempt::Uncounted(_)) if !created => {
+                    match conn.fetch_all(self.release(&Unlock { key })).await {
                         Ok(rows) if Self::released(&rows) => {
                             conn.holds_nothing();
                             guard.disarm();
@@ -205,7 +155,9 @@ impl SessionLock for Advisory {
                 }
                 // Collected again right after its creation: created holding
                 // the lock.
-                Ok(Attempt::Uncounted) => Some(counter.raise(table).await),
+                Ok(Attempt::Uncounted(waited)) => {
+                    Some(counter.raise(table).await.map(|token| (token, waited)))
+                }
                 Ok(Attempt::Busy) => None,
                 Ok(Attempt::Collision(namespace, name)) => {
                     Some(Err(collision(table, req.key, &namespace, &name)))
@@ -213,12 +165,12 @@ impl SessionLock for Advisory {
                 Err(e) => Some(Err(table.error(e))),
             };
             match won {
-                Some(Ok(token)) => {
+                Some(Ok((token, waited))) => {
                     guard.disarm();
                     return Ok(Acquired {
-                        handle: HeldSession::new(conn, Unlock { key, payload }, req.ttl),
+                        handle: HeldSession::new(conn, Unlock { key }, req.ttl),
                         token,
-                        sent_at,
+                        sent_at: sent_at + waited,
                     });
                 }
                 Some(Err(e)) => {
@@ -226,21 +178,14 @@ impl SessionLock for Advisory {
                     return Err(e);
                 }
                 None => {
-                    // The server answered that it did not grant the lock.
+                    // The server answered that it did not grant the lock
+                    // (within the attempt's wait in its queue).
                     guard.disarm();
-                    if no_wait {
+                    if queue_for(req.wait).is_none() {
                         conn.holds_nothing();
                         return Err(req.not_acquired());
                     }
-                    // The session keeps its mark while it waits: given up, the
-                    // connection is closed rather than pooled (see `pool`).
                 }
-            }
-            tokio::select! {
-                () = &mut notified => backoff.reset(),
-                more = backoff.pause(MAX_PAUSE, req.wait) => if !more {
-                    return Err(req.not_acquired());
-                },
             }
         }
     }
@@ -250,8 +195,8 @@ impl SessionLock for Advisory {
         sqlx::query(self.table.sql.advisory_keepalive.clone()).bind(idle_timeout(ttl))
     }
 
-    /// Unlocks, notifies waiters (if any marked the name) and clears the idle
-    /// timeout in one statement.
+    /// Unlocks and clears the idle timeout in one statement; the server hands
+    /// the lock to the first waiter in its queue.
     fn release(&self, unlock: &Unlock) -> Statement {
         unlock.statement(&self.table)
     }
@@ -266,10 +211,22 @@ impl SessionLock for Advisory {
     }
 }
 
+/// How long an attempt started now waits in the server's lock queue: none
+/// (one try) without a wait or once it is over, else the wait left, at most
+/// [`LONGEST_WAIT`].
+fn queue_for(wait: WaitUntil) -> Option<Duration> {
+    match wait.instant() {
+        None => Some(LONGEST_WAIT),
+        Some(at) => Some(at.saturating_duration_since(Instant::now()))
+            .filter(|left| !left.is_zero() && wait != WaitUntil::No)
+            .map(|left| left.min(LONGEST_WAIT)),
+    }
+}
+
 /// The advisory acquire statement on `conn` (which must be marked as maybe
-/// holding a lock): one try for the lock (two with [`Mark::OnBusy`], around
-/// the mark) and, when won, the counter bump (when the name has a counter
-/// row; see `counter`) and the drop of the session's mark.
+/// holding a lock): the lock, tried or waited for in the server's queue for
+/// `queue`, and when won the counter bump (when the name has a counter row;
+/// see `counter`). A wait that ran out is [`Attempt::Busy`].
 pub(crate) async fn attempt(
     table: &Table,
     conn: &mut Conn,
@@ -277,36 +234,55 @@ pub(crate) async fn attempt(
     key: i64,
     ttl: Duration,
     meta: &str,
-    marking: Mark,
+    queue: Option<Duration>,
 ) -> Result<Attempt, DbError> {
-    let (high, low) = mark(key);
     let statement = sqlx::query(table.sql.advisory_acquire.clone())
         .bind(table.namespace.clone())
         .bind(name.to_owned())
         .bind(key)
         .bind(idle_timeout(ttl))
         .bind(meta.to_owned())
-        .bind(marking == Mark::OnBusy)
-        .bind(marking == Mark::Held)
-        .bind(high)
-        .bind(low);
-    let row = conn.fetch_one(statement).await?;
+        .bind(queue.map(ceil_millis));
+    let limit = queue.unwrap_or_default() + table.pool.timeout();
+    let row = match conn.fetch_optional_within(statement, limit).await {
+        Ok(Some(row)) => row,
+        Ok(None) => {
+            return Err(DbError::Protocol(
+                "the advisory lock statement answered no row".into(),
+            ));
+        }
+        // `lock_timeout`: the wait ran out (nothing was granted or written).
+        Err(e) if e.lost_to_contention() => return Ok(Attempt::Busy),
+        Err(e) => return Err(e),
+    };
     let decode = |e| DbError::Sql(e);
     let got: Option<bool> = row.try_get(0).map_err(decode)?;
     let token: Option<i64> = row.try_get(1).map_err(decode)?;
     let other_namespace: Option<String> = row.try_get(2).map_err(decode)?;
     let other_name: Option<String> = row.try_get(3).map_err(decode)?;
+    let waited: Option<i64> = row.try_get(4).map_err(decode)?;
+    let waited = Duration::from_micros(
+        waited
+            .and_then(|micros| u64::try_from(micros).ok())
+            .unwrap_or(0),
+    );
     match (got, token, other_namespace, other_name) {
         (Some(true), Some(token), None, None) => u64::try_from(token)
-            .map(|token| Attempt::Won(FencingToken::new(token)))
+            .map(|token| Attempt::Won(FencingToken::new(token), waited))
             .map_err(|_| DbError::Protocol(format!("the counter returned {token}"))),
-        (Some(true), None, None, None) => Ok(Attempt::Uncounted),
+        (Some(true), None, None, None) => Ok(Attempt::Uncounted(waited)),
         (_, None, Some(namespace), Some(name)) => Ok(Attempt::Collision(namespace, name)),
         (Some(false), None, None, None) => Ok(Attempt::Busy),
         other => Err(DbError::Protocol(format!(
             "the advisory lock statement answered {other:?}"
         ))),
     }
+}
+
+/// `wait` in whole milliseconds rounded up, at least 1 (`lock_timeout`'s 0
+/// is no limit), as `set_config` takes it.
+fn ceil_millis(wait: Duration) -> String {
+    wait.as_nanos().div_ceil(1_000_000).max(1).to_string()
 }
 
 /// The idle timeout the server enforces on a holder's session: 1.5 × ttl, in

@@ -9,12 +9,12 @@
 //! needs the holder's own role, or `pg_read_all_stats` and
 //! `pg_signal_backend`).
 
-use crate::advisory::{Attempt, Mark, Unlock, attempt};
+use crate::advisory::{Attempt, Unlock, attempt};
 use crate::backend::Table;
 use crate::counter::Counter;
 use crate::ending;
 use crate::error::{BACKEND, DbError};
-use crate::keys::{advisory_key, wake_payload};
+use crate::keys::advisory_key;
 use crate::protocol::inspect::*;
 use crate::protocol::{KEEPALIVE, Strategy, for_table};
 use crate::session::Session;
@@ -162,7 +162,7 @@ impl Inspect for Table {
         }
         let name = match self.strategy {
             Strategy::VersionCas => "CAS UPDATE … RETURNING + release UPDATE, NOTIFY if marked",
-            Strategy::Advisory => "try-lock with counter bump + unlock, NOTIFY if marked",
+            Strategy::Advisory => "try-lock with counter bump + unlock",
         };
         Some(Floor { name, requests: 2 })
     }
@@ -235,23 +235,14 @@ impl Table {
             return self.cas.floor_cycle(self, key, ttl).await;
         }
         let mut conn = self.pool.get().await?;
-        let payload = wake_payload(&self.namespace, key.as_str());
         let lock_key = advisory_key(&self.namespace, key);
         conn.may_hold();
         let meta = HolderMeta::this_process().encode();
-        let attempted = attempt(
-            self,
-            &mut conn,
-            key.as_str(),
-            lock_key,
-            ttl,
-            &meta,
-            Mark::Never,
-        );
+        let attempted = attempt(self, &mut conn, key.as_str(), lock_key, ttl, &meta, None);
         match attempted.await? {
-            Attempt::Won(_) => {}
+            Attempt::Won(..) => {}
             // A new name: its counter row is created as an acquire does.
-            Attempt::Uncounted => {
+            Attempt::Uncounted(_) => {
                 let counter = Counter {
                     key,
                     lock_key,
@@ -268,10 +259,7 @@ impl Table {
                 return Err(DbError::Protocol("advisory key collision".into()));
             }
         }
-        let release = Unlock {
-            key: lock_key,
-            payload,
-        };
+        let release = Unlock { key: lock_key };
         let row = conn.fetch_one(release.statement(self)).await?;
         if row.try_get::<bool, _>(0).map_err(DbError::Sql)? {
             conn.holds_nothing();

@@ -1,6 +1,6 @@
 //! PostgreSQL adapter for distlock: a version-column CAS row (default) or a
 //! session-level advisory lock, fencing tokens from a counter that never
-//! resets, and waiters woken by `LISTEN/NOTIFY`.
+//! resets, and waiters woken by `LISTEN/NOTIFY` or queued on the server.
 //!
 //! ```no_run
 //! use distlock_core::{AcquireOptions, LockKey};
@@ -32,21 +32,21 @@
 //!   row, and notifies waiters in the same statement when one marked the name
 //!   (a shared advisory lock its client's listening connection holds while it
 //!   waits). Two statements per uncontended cycle.
-//! - [`Strategy::Advisory`]: `pg_try_advisory_lock` on a connection of its
-//!   own, with a 64-bit key hashed from namespace and name
-//!   ([`advisory_key`]); the same statement bumps the name's counter row once
-//!   the lock is held. The lock dies with the session: the server ends a
-//!   session idle for 1.5 × ttl (`idle_session_timeout`), and a keepalive every
-//!   ttl/3 notices a dead session and fires `lost()`. Two names whose keys
-//!   collide are detected (the row records its key, unique) and the second is
-//!   refused. A release notifies only when a waiter marked the name (a
-//!   shared advisory lock on the key's two halves, taken by its first busy
-//!   attempt); waiters of an older version, which do not mark, see the
-//!   release by their poll.
+//! - [`Strategy::Advisory`]: an advisory lock on a connection of its own,
+//!   with a 64-bit key hashed from namespace and name ([`advisory_key`]);
+//!   the same statement bumps the name's counter row once the lock is held.
+//!   The lock dies with the session: the server ends a session idle for 1.5
+//!   × ttl (`idle_session_timeout`), and a keepalive every ttl/3 notices a
+//!   dead session and fires `lost()`. Two names whose keys collide are
+//!   detected (the row records its key, unique) and the second is refused.
+//!   Waiters wait in the server's lock queue (`pg_advisory_lock` under a
+//!   `lock_timeout`), so a release hands the lock over on the server and
+//!   notifies nobody; a waiter whose acquire is dropped has its session
+//!   ended, which takes it out of the queue.
 //!
-//! Waiters of both wake on the release's `NOTIFY` (one listening connection
-//! per client) and also poll with a jittered backoff capped at 250 ms, since
-//! a notification can be lost.
+//! `version_cas` waiters wake on the release's `NOTIFY` (one listening
+//! connection per client) and also poll with a jittered backoff capped at
+//! 250 ms, since a notification can be lost.
 //!
 //! # Semaphores and read-write locks
 //!

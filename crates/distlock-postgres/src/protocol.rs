@@ -5,10 +5,11 @@
 //!
 //! Every statement that decides ownership answers in its own reply: the CAS
 //! `UPDATE … RETURNING fence` inside a `WITH`, the advisory lock and its
-//! counter bump in one statement. Releases send `pg_notify` in the same
-//! statement, only when they freed something and some waiter marked the name
-//! (`advisory`'s: on its own session; `version_cas`'s: on its client's
-//! listening session, see `wake`), so a wake-up costs no round trip.
+//! counter bump in one statement. A `version_cas` release sends `pg_notify`
+//! in the same statement, only when it freed something and some waiter
+//! marked the name (on its client's listening session, see `wake`), so a
+//! wake-up costs no round trip; `advisory`'s waiters wait in the server's
+//! lock queue, and its release notifies nobody.
 //!
 //! A fresh row's fence is seeded at the higher of the server clock in
 //! microseconds and the namespace's floor + 1 (distlock-sql's `state`): a name
@@ -155,17 +156,16 @@ pub(crate) const COUNTER_INSERT: &str = include_str!("sql/counter_insert.sql");
 /// are distlock-sql's, `sql/postgres/cas_*.sql` there).
 #[derive(Debug)]
 pub(crate) struct Statements {
-    /// advisory: try the lock (busy and asked to, mark the name and try
-    /// again), then (held, and no other name recorded for the key) drop the
-    /// session's mark and raise the counter if the name has a row; returns
-    /// (got, token, other namespace, other name). Binds: namespace, name,
-    /// key, idle timeout ms (text), holder, mark when busy, marked, the
-    /// mark's two halves.
+    /// advisory: try the lock, or wait for it in the server's queue under a
+    /// `lock_timeout`, then (held, and no other name recorded for the key)
+    /// raise the counter if the name has a row; returns (got, token, other
+    /// namespace, other name, µs the statement ran before the grant). Binds:
+    /// namespace, name, key, idle timeout ms (text), holder, `lock_timeout`
+    /// ms (text; NULL to try once).
     pub advisory_acquire: SqlStr,
     /// Binds: idle timeout ms (text).
     pub advisory_keepalive: SqlStr,
-    /// Unlocks, notifies if the name is marked, clears the idle timeout.
-    /// Binds: key, channel, payload, the mark's two halves.
+    /// Unlocks and clears the idle timeout. Binds: key.
     pub advisory_release: SqlStr,
     /// advisory and `lock_in`: (no other name recorded for the key) raise
     /// the counter of a name whose lock is held; returns (token, other

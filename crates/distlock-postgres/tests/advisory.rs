@@ -2,8 +2,8 @@
 //! tool) ending the holder's connection from the server side fires `lost()` and
 //! frees the lock for the next holder, whose token is higher; a name whose
 //! advisory key is recorded for another name is refused, never shared; a
-//! force-unlock ends only a session it can name by pid and start; a release
-//! notifies only when a waiter marked the name.
+//! force-unlock ends only a session it can name by pid and start; waiters
+//! wait in the server's lock queue, which a cancelled one leaves.
 // Test code: a failed expectation should panic with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -12,8 +12,9 @@ mod support;
 use distlock_core::{AcquireOptions, LockError, LockKey, LossReason, Wait};
 use distlock_postgres::{PostgresConfig, Strategy, advisory_key};
 use distlock_testkit::servers::PostgresServer;
+use sqlx::postgres::PgListener;
 use std::time::Duration;
-use support::{admin_value, client, eventually, mark_holders, only_marked_names_notify, server};
+use support::{admin_value, client, eventually, nothing_before, server};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn terminating_the_holders_backend_fires_lost_and_frees_the_lock() {
@@ -167,29 +168,84 @@ async fn force_unlock_ends_a_holder_of_another_role_only_when_it_can_name_that_s
     assert_eq!(reason, LossReason::Revoked);
 }
 
-/// Waiters' marks on `key`: granted shared advisory locks on its two halves.
-async fn marks(server: &PostgresServer, key: &LockKey) -> usize {
+/// Sessions waiting in the server's queue for `key`'s advisory lock.
+async fn queued(server: &PostgresServer, key: &LockKey) -> u64 {
     let key = advisory_key("distlock", key);
-    let (high, low) = (
-        format!("({key} >> 32) & 4294967295"),
-        format!("{key} & 4294967295"),
+    let sql = format!(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 \
+         AND NOT granted AND classid::BIGINT = ({key} >> 32) & 4294967295 \
+         AND objid::BIGINT = {key} & 4294967295;"
     );
-    mark_holders(server, &high, &low).await.len()
+    admin_value(server, &sql).await.parse().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_release_notifies_only_when_a_waiter_marked_the_name() {
+async fn waiters_wait_in_the_servers_queue_and_a_cancelled_one_leaves_it() {
     let server = server().await;
-    let marks = async |key: &LockKey| marks(&server, key).await;
-    // The winning statement drops its mark; a waiter that gives up closes its
-    // connection rather than pooling it with a mark.
-    only_marked_names_notify(
-        &server,
-        Strategy::Advisory,
-        "quiet",
-        marks,
-        async |_| {},
-        true,
+    let (a, b) = (
+        client(&server, Strategy::Advisory, "queue").await,
+        client(&server, Strategy::Advisory, "queue").await,
+    );
+    let mut heard = PgListener::connect(&server.url()).await.unwrap();
+    heard.listen("queue").await.unwrap();
+    let key = LockKey::new("jobs/queue").unwrap();
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(1));
+    let waits = opts.clone().wait(Wait::For(Duration::from_secs(10)));
+
+    // The server hands the lock over: the waiter's lease counts from the
+    // grant, not from the statement that waited for it.
+    let lease = a.acquire(&key, &opts).await.unwrap();
+    let waiter = tokio::spawn({
+        let (b, key, waits) = (b.clone(), key.clone(), waits.clone());
+        async move { b.acquire(&key, &waits).await }
+    });
+    eventually(Duration::from_secs(5), "the waiter queued", async || {
+        queued(&server, &key).await == 1
+    })
+    .await;
+    // Held most of the ttl while the waiter's one statement waits.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let first = lease.token();
+    lease.release().await.unwrap();
+    let next = waiter.await.unwrap().unwrap();
+    assert!(next.token() > first);
+    assert!(
+        next.remaining() > Duration::from_millis(500),
+        "the lease counts from the grant: {:?} left",
+        next.remaining()
+    );
+    next.release().await.unwrap();
+    nothing_before(&mut heard, &server, "queue", "a hand-off notifies nobody").await;
+
+    // A waiter cancelled in the queue leaves it, and nothing holds the lock
+    // after the holder's release.
+    let lease = a.acquire(&key, &opts).await.unwrap();
+    let cancelled = tokio::spawn({
+        let (b, key, waits) = (b.clone(), key.clone(), waits.clone());
+        async move { b.acquire(&key, &waits).await }
+    });
+    eventually(Duration::from_secs(5), "the waiter queued", async || {
+        queued(&server, &key).await == 1
+    })
+    .await;
+    cancelled.abort();
+    eventually(
+        Duration::from_secs(5),
+        "the cancelled waiter gone",
+        async || queued(&server, &key).await == 0,
     )
     .await;
+    lease.release().await.unwrap();
+    let free = b.acquire(&key, &opts.clone().wait(Wait::No)).await.unwrap();
+    free.release().await.unwrap();
+
+    // A wait that runs out leaves the queue too.
+    let lease = a.acquire(&key, &opts).await.unwrap();
+    let short = opts.clone().wait(Wait::For(Duration::from_millis(300)));
+    match b.acquire(&key, &short).await {
+        Err(LockError::Timeout { .. }) => {}
+        other => panic!("expected the wait to end, got {other:?}"),
+    }
+    assert_eq!(queued(&server, &key).await, 0, "nobody queued");
+    lease.release().await.unwrap();
 }

@@ -47,7 +47,6 @@ async fn a_release_notifies_only_when_a_waiter_marked_the_name() {
         TABLE,
         marks,
         lose_the_listener,
-        false,
     )
     .await;
 }

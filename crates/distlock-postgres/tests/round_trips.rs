@@ -50,10 +50,7 @@ async fn both_strategies_cost_two_statements_per_uncontended_cycle() {
         "CAS UPDATE … RETURNING + release UPDATE, NOTIFY if marked"
     );
     let advisory = statements_per_cycle(&server, Strategy::Advisory).await;
-    assert_eq!(
-        advisory, 2.0,
-        "try-lock with counter bump + unlock, NOTIFY if marked"
-    );
+    assert_eq!(advisory, 2.0, "try-lock with counter bump + unlock");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,14 +1,11 @@
-WITH tried AS MATERIALIZED (
-    SELECT pg_try_advisory_lock($3) AS got
-), held AS MATERIALIZED (
-    SELECT CASE WHEN got OR NOT $6 THEN got
-                WHEN pg_advisory_lock_shared($8, $9)::TEXT IS NOT NULL THEN pg_try_advisory_lock($3)
-           END AS got,
-           $7 OR (NOT got AND $6) AS marked
-      FROM tried
+WITH held AS MATERIALIZED (
+    SELECT CASE WHEN $6::TEXT IS NULL THEN pg_try_advisory_lock($3)
+                WHEN set_config('lock_timeout', $6, true) IS NULL THEN NULL
+                ELSE pg_advisory_lock($3)::TEXT IS NOT NULL
+           END AS got
 ), armed AS MATERIALIZED (
     SELECT got, CASE WHEN got THEN set_config('idle_session_timeout', $4, false) END AS idle,
-           CASE WHEN got AND marked THEN pg_advisory_unlock_shared($8, $9) END AS unmarked
+           (EXTRACT(EPOCH FROM clock_timestamp() - statement_timestamp()) * 1000000)::BIGINT AS waited
       FROM held
 ), other AS MATERIALIZED (
     SELECT namespace, name FROM "{table}"
@@ -21,4 +18,4 @@ WITH tried AS MATERIALIZED (
  RETURNING fence
 )
 SELECT (SELECT got FROM armed), (SELECT fence FROM bumped),
-       (SELECT namespace FROM other), (SELECT name FROM other)
+       (SELECT namespace FROM other), (SELECT name FROM other), (SELECT waited FROM armed)

@@ -1,5 +1,8 @@
 //! A benchmark's floor: one attempt and the release of what it won, on one
-//! connection, with no wait and no doorbell.
+//! connection, with no wait. Where the adapter has doorbells, the attempt
+//! takes the name's bell and the release gives it back, as a lock cycle's
+//! do: a cycle cannot skip them (a waiter could not queue), so they are part
+//! of the protocol's minimal requests.
 
 use super::{Attempt, Bid, Contender, OwnerChecked, RowHandle};
 use crate::db_error::DbError;
@@ -27,10 +30,28 @@ pub async fn floor_cycle<A: LockTable, C: Contender<A>>(
         ttl,
         until: WaitUntil::Deadline(Instant::now() + table.pool().timeout()),
     };
-    let mut conn = Db::<A>::connection(table.pool()).await?;
-    let fence = match contender.clone().attempt(table, &bid, &mut conn).await? {
-        Attempt::Won { token, .. } => token,
-        Attempt::Held { .. } => return Ok(false),
+    let mut contender = contender.clone();
+    let belled = match table.doorbell() {
+        Some(bell) => bell.connection().await.map(|conn| (bell, conn)),
+        None => None,
+    };
+    // Dropped on an error or a held row while it may keep the bell, the
+    // connection is closed, which gives the bell back.
+    let (mut conn, bell, attempt) = match belled {
+        Some((bell, mut conn)) => {
+            let (attempt, _) = contender
+                .attempt_belled(table, &bid, &mut conn, bell, Duration::ZERO)
+                .await?;
+            (conn, Some(bell), attempt)
+        }
+        None => {
+            let mut conn = Db::<A>::connection(table.pool()).await?;
+            let attempt = contender.attempt(table, &bid, &mut conn).await?;
+            (conn, None, attempt)
+        }
+    };
+    let Attempt::Won { token: fence, .. } = attempt else {
+        return Ok(false);
     };
     let handle: RowHandle<A::Dialect> = RowHandle {
         key: bid.row,
@@ -38,7 +59,15 @@ pub async fn floor_cycle<A: LockTable, C: Contender<A>>(
         fence,
         bell: Mutex::new(None),
     };
-    let release = statement(&rows.release, rows.values(None, &handle));
-    Db::<A>::run(&mut conn, release).await?;
+    let values = rows.values(None, &handle);
+    match bell {
+        Some(bell) => {
+            bell.release(&mut conn, (&rows.release, &values)).await?;
+            conn.holds_nothing();
+        }
+        None => {
+            Db::<A>::run(&mut conn, statement(&rows.release, values)).await?;
+        }
+    }
     Ok(true)
 }

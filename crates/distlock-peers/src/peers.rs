@@ -34,6 +34,10 @@ pub enum Kind {
     EtcdLockApi,
     /// rslock's `LockManager::acquire` and `LockGuard::release`.
     Rslock,
+    /// The same on one Redis node with a fencing token: once the lock is
+    /// held, `INCR` of a counter key per name, the equal-work row next to
+    /// rslock's own (rslock gives no token).
+    RslockFenced,
     /// zookeeper-client's `Client::lock` with Curator's node names.
     ZkRecipe,
     /// The same recipe with its release awaited, as distlock awaits its own:
@@ -63,6 +67,7 @@ impl Kind {
             Kind::DistlockTx => "distlock lock_in",
             Kind::EtcdLockApi => "etcd Lock API (gRPC)",
             Kind::Rslock => "rslock",
+            Kind::RslockFenced => "rslock + INCR token",
             Kind::ZkRecipe => "zookeeper-client lock recipe",
             Kind::ZkRecipeAwaited => "zookeeper-client lock recipe, delete awaited",
             Kind::PgLeaseTable => "hand-written lease table (sqlx)",
@@ -102,6 +107,15 @@ impl Kind {
                 let nodes: Vec<String> = target.split(',').map(str::to_owned).collect();
                 Box::new(Rslock {
                     manager: rslock::LockManager::new(nodes),
+                    tokens: None,
+                })
+            }
+            Kind::RslockFenced => {
+                let client = redis::Client::open(target).map_err(|e| e.to_string())?;
+                let conn = client.get_multiplexed_async_connection().await;
+                Box::new(Rslock {
+                    manager: rslock::LockManager::new(vec![target.to_owned()]),
+                    tokens: Some(conn.map_err(|e| format!("redis: {e}"))?),
                 })
             }
             Kind::ZkRecipe | Kind::ZkRecipeAwaited => {
@@ -185,6 +199,8 @@ impl Peer for EtcdLockApi {
 
 struct Rslock {
     manager: rslock::LockManager,
+    /// Where `RslockFenced` raises its tokens.
+    tokens: Option<redis::aio::MultiplexedConnection>,
 }
 
 #[async_trait]
@@ -194,6 +210,13 @@ impl Peer for Rslock {
         // random pause below 200 ms between them (its defaults), then again.
         let guard = self.manager.acquire(name, TTL).await;
         let guard = guard.map_err(|e| format!("rslock acquire: {e}"))?;
+        if let Some(conn) = self.tokens.as_mut() {
+            let token: Result<u64, _> = redis::cmd("INCR")
+                .arg(format!("distlock-peers:token:{name}"))
+                .query_async(conn)
+                .await;
+            token.map_err(|e| format!("redis INCR: {e}"))?;
+        }
         held();
         guard.release().await;
         Ok(())

@@ -64,7 +64,11 @@ pub async fn launch(backend: &str) -> Result<Vec<Target>, String> {
             Target {
                 label: "Redis, 1 node".into(),
                 version: redis_version(&url).await?,
-                runs: vec![(Kind::Distlock, url.clone()), (Kind::Rslock, url.clone())],
+                runs: vec![
+                    (Kind::Distlock, url.clone()),
+                    (Kind::Rslock, url.clone()),
+                    (Kind::RslockFenced, url.clone()),
+                ],
                 url,
                 varz: None,
                 _servers: Servers::Redis(vec![server]),

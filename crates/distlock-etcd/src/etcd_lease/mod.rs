@@ -20,7 +20,7 @@ use distlock_core::LockError;
 use keeper::Keeper;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
@@ -59,7 +59,11 @@ struct LeaseState {
     ttl: Duration,
     health: watch::Sender<Health>,
     uses: Mutex<Uses>,
+    /// Tells the keeper that the lease may be retired now: its last user went
+    /// and it is tainted or its client is gone.
     uses_changed: Notify,
+    /// The client's leases; gone once the client is.
+    pool: Weak<Pool>,
 }
 
 type Refresh = oneshot::Sender<Result<Instant, LeaseEnd>>;
@@ -240,11 +244,17 @@ impl Drop for Slot {
         if !self.clean.load(Ordering::Acquire) {
             uses.tainted = true;
         }
+        // The keeper retires a lease nobody uses that is tainted, or whose
+        // client is gone, at once (an idle one only after a while, on a
+        // beat): it is woken for those alone, not on every release.
+        let retire = uses.count == 0 && (uses.tainted || state.pool.strong_count() == 0);
         if uses.count == 0 {
             uses.idle_since = Instant::now();
         }
         drop(uses);
-        state.uses_changed.notify_one();
+        if retire {
+            state.uses_changed.notify_one();
+        }
     }
 }
 
@@ -353,6 +363,7 @@ impl Leases {
                 idle_since: Instant::now(),
             }),
             uses_changed: Notify::new(),
+            pool: Arc::downgrade(&self.pool),
         });
         let (refresh, refreshes) = mpsc::unbounded_channel();
         let keeper = Keeper {
@@ -361,7 +372,6 @@ impl Leases {
             rpc: self.rpc.clone(),
             link: Some(link),
             pending: VecDeque::new(),
-            pool: Arc::downgrade(&self.pool),
             ttl_secs,
         };
         tokio::spawn(keeper.run(refreshes));

@@ -20,6 +20,7 @@ use distlock_core::adapter::{
 };
 use distlock_core::toolkit::Inspect;
 use distlock_core::{Capabilities, LockError, LossReason, Support};
+use prost::bytes::Bytes;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -64,14 +65,14 @@ pub struct EtcdStats {
 /// slot on its client's lease, and the lease of its own a minimum hold moved
 /// the key to, if any.
 pub struct EtcdHandle {
-    key: Vec<u8>,
+    key: Bytes,
     revision: i64,
     /// The store revision at which the key was seen holding; loss is watched after it.
     confirmed_at: i64,
     slot: Slot,
     releasing: Arc<AtomicBool>,
-    /// The loss watch the acquire opened, when it is not kept by the stream
-    /// task for the loss signal to find (`Watches::deletion_once`).
+    /// The loss watch the acquire opened on its key before putting it, until
+    /// the loss signal takes it over.
     loss_watch: Mutex<Option<Subscription>>,
     /// The lease of its own the key is on, once moved off the slot's lease
     /// (`backend/own_lease.rs`).
@@ -238,9 +239,10 @@ impl Backend for EtcdBackend {
     fn loss_signal(&self, handle: &EtcdHandle) -> Option<LossSignal> {
         let lease = handle.slot.lease().clone();
         let own_id = handle.own_id.clone();
-        // The watch the acquire opened, which its end left to the next subscriber
-        // of the key. Subscribed now rather than on first poll, so it is in place
-        // however soon the lock is released.
+        // The watch the acquire opened, handed over with the handle (a second
+        // loss signal of the same handle watches the key anew). Taken now rather
+        // than on first poll, so it is in place however soon the lock is
+        // released.
         let handed = handle.loss_watch.lock().ok().and_then(|mut w| w.take());
         let first = handed.unwrap_or_else(|| self.watches.deletion(&handle.key));
         let deletion = KeyDeletion {

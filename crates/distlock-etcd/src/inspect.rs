@@ -17,6 +17,7 @@ use crate::{protocol, requests};
 use async_trait::async_trait;
 use distlock_core::toolkit::{Floor, Holder, Inspect};
 use distlock_core::{FencingToken, HolderMeta, LockError, LockKey};
+use prost::bytes::Bytes;
 use std::time::Duration;
 
 /// A key inside the namespace that no lock uses (queues end in `/`), read by
@@ -122,7 +123,7 @@ impl Inspect for EtcdBackend {
         };
         // Compared on the create revision: a holder that released meanwhile is not
         // confused with a new key of the same name.
-        protocol::delete_if_created_at(&self.rpc, &self.kv, oldest.key(), oldest.create_revision())
+        protocol::delete_found(&self.rpc, &self.kv, &oldest)
             .await
             .map_err(|f| self.lock_error(f))
     }
@@ -189,7 +190,7 @@ impl Inspect for EtcdBackend {
             .await
             .map_err(|f| self.lock_error(f))?;
         let lease = slot.lease().id();
-        let mine = contender_key(&queue, lease, slot.number());
+        let mine = Bytes::from(contender_key(&queue, lease, slot.number()));
         let put = protocol::put_if_absent(&self.rpc, &self.kv, &mine, lease).await;
         if !put.map_err(|f| self.lock_error(f))? {
             return Err(LockError::Busy {

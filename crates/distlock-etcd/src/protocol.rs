@@ -13,8 +13,8 @@
 //!    with [`reattach`], guarded the same way.
 //!
 //! [`read_created`] serves the held key's loss watch when that watch started
-//! after the key was last read; [`oldest`] and [`keys_under`] serve the
-//! operator's inspection, [`put_if_absent`] and [`delete`] the benchmarks' floor.
+//! after the key was last read; [`oldest`], [`keys_under`] and
+//! [`delete_found`] serve the operator's inspection, [`put_if_absent`] and [`delete`] the benchmarks' floor.
 
 use crate::client::{
     Compare, CompareOp, GetOptions, KeyValue, KvClient, PutOptions, RangeResponse, SortOrder,
@@ -23,6 +23,7 @@ use crate::client::{
 use crate::error::{Failure, protocol};
 use crate::keys::prefix_end;
 use crate::rpc::Rpc;
+use prost::bytes::Bytes;
 
 /// What the enqueue transaction saw.
 #[derive(Debug)]
@@ -89,11 +90,12 @@ pub(crate) fn header(response: &TxnResponse) -> Result<i64, Failure> {
 pub(crate) async fn enqueue(
     rpc: Rpc,
     kv: KvClient,
-    queue: Vec<u8>,
-    key: Vec<u8>,
+    queue: Bytes,
+    key: Bytes,
     lease: i64,
-    value: Vec<u8>,
+    value: Bytes,
 ) -> Result<TxnResponse, Failure> {
+    let holder = get_holder(&queue);
     let txn = Txn::new()
         .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
         .and_then([
@@ -102,31 +104,28 @@ pub(crate) async fn enqueue(
                 value,
                 Some(PutOptions::new().with_lease(lease)),
             ),
-            TxnOp::get(queue.clone(), Some(get_holder(&queue))),
+            TxnOp::get(queue.clone(), Some(holder.clone())),
             // Our fresh key is the newest; the one after it is our predecessor.
             TxnOp::get(queue.clone(), Some(get_newest(&queue, 0, 2))),
         ])
-        .or_else([
-            TxnOp::get(key, None),
-            TxnOp::get(queue.clone(), Some(get_holder(&queue))),
-        ]);
+        .or_else([TxnOp::get(key, None), TxnOp::get(queue, Some(holder))]);
     rpc.txn(&kv, "acquire transaction", txn).await
 }
 
 /// What an [`enqueue`] reply says.
 pub(crate) fn first_look(response: &TxnResponse) -> Result<FirstLook, Failure> {
     let header = header(response)?;
-    let ops = response.op_responses();
+    let op = |index| response.op_response(index);
     let (revision, predecessor) = if response.succeeded() {
-        let newest = range(ops.get(2))?;
+        let newest = range(op(2))?;
         (header, newest.get(1).map(|kv| kv.key().to_vec()))
     } else {
-        let mine = range(ops.first())?
+        let mine = range(op(0))?
             .first()
             .ok_or_else(|| Failure::from(protocol("our key vanished inside a transaction")))?;
         (mine.create_revision(), None)
     };
-    let holder = range(ops.get(1))?.first().map(KeyValue::create_revision);
+    let holder = range(op(1))?.first().map(KeyValue::create_revision);
     Ok(FirstLook {
         revision,
         header,
@@ -143,8 +142,7 @@ pub(crate) fn enqueued_revision(response: &TxnResponse) -> Option<i64> {
     if response.succeeded() {
         return response.header().map(|h| h.revision());
     }
-    let ops = response.op_responses();
-    match (ops.first(), ops.get(1)) {
+    match (response.op_response(0), response.op_response(1)) {
         (Some(TxnOpResponse::Get(get)), _) if !get.kvs().is_empty() => {
             get.kvs().first().map(KeyValue::create_revision)
         }
@@ -161,17 +159,19 @@ pub(crate) async fn recheck(
     rpc: &Rpc,
     kv: &KvClient,
     queue: &[u8],
-    key: &[u8],
+    key: &Bytes,
     revision: i64,
 ) -> Result<Recheck, Failure> {
+    let newest = get_newest(queue, revision - 1, 1);
     let txn = Txn::new().and_then([
-        TxnOp::get(queue, Some(get_newest(queue, revision - 1, 1))),
-        TxnOp::get(key, None),
+        TxnOp::get(Bytes::copy_from_slice(queue), Some(newest)),
+        TxnOp::get(key.clone(), None),
     ]);
     let response = rpc.txn(kv, "queue read", txn).await?;
-    let ops = response.op_responses();
-    let predecessor = range(ops.first())?.first().map(|kv| kv.key().to_vec());
-    let mine = range(ops.get(1))?
+    let predecessor = range(response.op_response(0))?
+        .first()
+        .map(|kv| kv.key().to_vec());
+    let mine = range(response.op_response(1))?
         .first()
         .is_some_and(|kv| kv.create_revision() == revision);
     Ok(Recheck {
@@ -185,10 +185,14 @@ pub(crate) async fn recheck(
 pub(crate) async fn still_created_at(
     rpc: &Rpc,
     kv: &KvClient,
-    key: &[u8],
+    key: &Bytes,
     revision: i64,
 ) -> Result<bool, Failure> {
-    let txn = Txn::new().when([Compare::create_revision(key, CompareOp::Equal, revision)]);
+    let txn = Txn::new().when([Compare::create_revision(
+        key.clone(),
+        CompareOp::Equal,
+        revision,
+    )]);
     Ok(rpc.txn(kv, "renew check", txn).await?.succeeded())
 }
 
@@ -198,14 +202,18 @@ pub(crate) async fn still_created_at(
 pub(crate) async fn reattach(
     rpc: &Rpc,
     kv: &KvClient,
-    key: &[u8],
+    key: &Bytes,
     revision: i64,
     lease: i64,
 ) -> Result<bool, Failure> {
     let keep = PutOptions::new().with_lease(lease).with_ignore_value();
     let txn = Txn::new()
-        .when([Compare::create_revision(key, CompareOp::Equal, revision)])
-        .and_then([TxnOp::put(key, "", Some(keep))]);
+        .when([Compare::create_revision(
+            key.clone(),
+            CompareOp::Equal,
+            revision,
+        )])
+        .and_then([TxnOp::put(key.clone(), "", Some(keep))]);
     Ok(rpc.txn(kv, "lease move", txn).await?.succeeded())
 }
 
@@ -215,13 +223,28 @@ pub(crate) async fn reattach(
 pub(crate) async fn delete_if_created_at(
     rpc: &Rpc,
     kv: &KvClient,
-    key: &[u8],
+    key: &Bytes,
     revision: i64,
 ) -> Result<bool, Failure> {
     let txn = Txn::new()
-        .when([Compare::create_revision(key, CompareOp::Equal, revision)])
-        .and_then([TxnOp::delete(key)]);
+        .when([Compare::create_revision(
+            key.clone(),
+            CompareOp::Equal,
+            revision,
+        )])
+        .and_then([TxnOp::delete(key.clone())]);
     Ok(rpc.txn(kv, "release transaction", txn).await?.succeeded())
+}
+
+/// An operator's force-unlock: [`delete_if_created_at`] of a key as it was
+/// read (a holder, a permit, a share).
+pub(crate) async fn delete_found(
+    rpc: &Rpc,
+    kv: &KvClient,
+    found: &KeyValue,
+) -> Result<bool, Failure> {
+    let key = Bytes::copy_from_slice(found.key());
+    delete_if_created_at(rpc, kv, &key, found.create_revision()).await
 }
 
 /// `key`'s create revision now (`None` when absent) and the store revision of
@@ -229,13 +252,10 @@ pub(crate) async fn delete_if_created_at(
 pub(crate) async fn read_created(
     rpc: &Rpc,
     kv: &KvClient,
-    key: &[u8],
+    key: &Bytes,
 ) -> Result<(Option<i64>, Option<i64>), Failure> {
     let found = rpc
-        .retrying("held key read", || {
-            let (kv, key) = (kv.clone(), key.to_vec());
-            async move { kv.get(key, None).await }
-        })
+        .retrying("held key read", || kv.get(key.clone(), None))
         .await?;
     Ok((
         found.kvs().first().map(KeyValue::create_revision),
@@ -251,15 +271,14 @@ pub(crate) async fn leader(
     kv: &KvClient,
     queue: &[u8],
 ) -> Result<Option<KeyValue>, Failure> {
+    let options = GetOptions::new()
+        .with_range(prefix_end(queue))
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1);
+    let queue = Bytes::copy_from_slice(queue);
     let found = rpc
         .retrying("leader read", || {
-            let kv = kv.clone();
-            let options = GetOptions::new()
-                .with_range(prefix_end(queue))
-                .with_sort(SortTarget::Create, SortOrder::Ascend)
-                .with_limit(1);
-            let queue = queue.to_vec();
-            async move { kv.get(queue, Some(options)).await }
+            kv.get(queue.clone(), Some(options.clone()))
         })
         .await?;
     Ok(found.kvs().first().cloned())
@@ -296,15 +315,12 @@ async fn read_under(
     let options = options.with_range(prefix_end(prefix));
     // etcd has no empty key: a range from `\0` starts at the first key.
     let start = if prefix.is_empty() {
-        vec![0]
+        Bytes::from_static(&[0])
     } else {
-        prefix.to_vec()
+        Bytes::copy_from_slice(prefix)
     };
-    rpc.retrying(what, || {
-        let (kv, start, options) = (kv.clone(), start.clone(), options.clone());
-        async move { kv.get(start, Some(options)).await }
-    })
-    .await
+    rpc.retrying(what, || kv.get(start.clone(), Some(options.clone())))
+        .await
 }
 
 /// The benchmarks' floor, first half: puts `key` if absent, attached to
@@ -312,13 +328,13 @@ async fn read_under(
 pub(crate) async fn put_if_absent(
     rpc: &Rpc,
     kv: &KvClient,
-    key: &[u8],
+    key: &Bytes,
     lease: i64,
 ) -> Result<bool, Failure> {
     let txn = Txn::new()
-        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
         .and_then([TxnOp::put(
-            key,
+            key.clone(),
             "",
             Some(PutOptions::new().with_lease(lease)),
         )]);
@@ -326,11 +342,8 @@ pub(crate) async fn put_if_absent(
 }
 
 /// The benchmarks' floor, second half: a plain `Delete` of `key`.
-pub(crate) async fn delete(rpc: &Rpc, kv: &KvClient, key: &[u8]) -> Result<(), Failure> {
-    rpc.retrying("floor delete", || {
-        let (kv, key) = (kv.clone(), key.to_vec());
-        async move { kv.delete(key).await }
-    })
-    .await
-    .map(drop)
+pub(crate) async fn delete(rpc: &Rpc, kv: &KvClient, key: &Bytes) -> Result<(), Failure> {
+    rpc.retrying("floor delete", || kv.delete(key.clone()))
+        .await
+        .map(drop)
 }

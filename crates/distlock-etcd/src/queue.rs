@@ -11,32 +11,45 @@ use crate::etcd_lease::Slot;
 use crate::keys::printable;
 use crate::protocol::{self, FirstLook, Recheck};
 use crate::rpc::Rpc;
-use distlock_core::LockError;
 use distlock_core::toolkit::{CancelGuard, UndoFuture};
+use prost::bytes::Bytes;
 use std::future::Future;
-use tokio::task::JoinHandle;
+use std::pin::Pin;
+use std::sync::{Mutex, PoisonError};
+
+/// A transaction under way. The acquire polls it itself; if the acquire is
+/// dropped before it answers, the undo takes it over and runs it to its end in
+/// the background, so a drop never cuts a request off half-way and no task is
+/// spawned on the path that is not cancelled. The `Mutex` is never locked (it
+/// is reached through `get_mut` and `into_inner`): it only makes the entry
+/// `Sync`, which an acquire holding `&QueueEntry` across an await needs, while
+/// the request's own future is `Send` alone.
+type InFlight = Mutex<Pin<Box<dyn Future<Output = Result<TxnResponse, Failure>> + Send>>>;
+
+fn in_flight<F>(txn: F) -> InFlight
+where
+    F: Future<Output = Result<TxnResponse, Failure>> + Send + 'static,
+{
+    Mutex::new(Box::pin(txn))
+}
 
 /// How far our key got.
 enum Sent {
     /// Nothing sent yet, or the key is known not to exist.
     Absent,
-    /// The enqueue runs in a task of its own, so dropping the caller cannot cut
-    /// it off half-way: the undo waits for its outcome, then deletes.
-    Putting(JoinHandle<Result<TxnResponse, Failure>>),
+    /// The enqueue is under way: if the acquire is dropped, the undo waits for
+    /// its outcome, then deletes.
+    Putting(InFlight),
     /// The key exists with this create revision.
     Queued(i64),
     /// A request that may have created the key got no answer.
     Unknown,
     /// The queued key (created at `from`) is being traded for the key `to` in
-    /// one transaction, run in a task of its own as the enqueue is.
-    Trading {
-        from: i64,
-        to: Vec<u8>,
-        task: JoinHandle<Result<TxnResponse, Failure>>,
-    },
+    /// one transaction, under way as the enqueue is.
+    Trading { from: i64, to: Bytes, txn: InFlight },
     /// The trade went through: the queued key is gone and `key` exists,
     /// created at `revision`.
-    Traded { key: Vec<u8>, revision: i64 },
+    Traded { key: Bytes, revision: i64 },
 }
 
 /// What the undo needs: how far the key got, and the lease slot it uses (left
@@ -52,7 +65,7 @@ type Undo = Box<dyn FnOnce(Pending) -> Option<UndoFuture> + Send + Sync>;
 pub(crate) struct QueueEntry {
     rpc: Rpc,
     kv: KvClient,
-    key: Vec<u8>,
+    key: Bytes,
     guard: CancelGuard<Pending, Undo>,
 }
 
@@ -66,7 +79,7 @@ impl std::fmt::Debug for QueueEntry {
 
 impl QueueEntry {
     /// Arms the cleanup of `key`, which nothing has sent yet.
-    pub(crate) fn new(rpc: Rpc, kv: KvClient, key: Vec<u8>, slot: Slot) -> Self {
+    pub(crate) fn new(rpc: Rpc, kv: KvClient, key: Bytes, slot: Slot) -> Self {
         let undo: Undo = {
             let (rpc, kv, key) = (rpc.clone(), kv.clone(), key.clone());
             Box::new(move |pending| undo(pending, rpc, kv, key))
@@ -85,7 +98,7 @@ impl QueueEntry {
         }
     }
 
-    pub(crate) fn key(&self) -> &[u8] {
+    pub(crate) fn key(&self) -> &Bytes {
         &self.key
     }
 
@@ -107,30 +120,26 @@ impl QueueEntry {
             .put(protocol::enqueue(
                 self.rpc.clone(),
                 self.kv.clone(),
-                queue.to_vec(),
+                Bytes::copy_from_slice(queue),
                 self.key.clone(),
                 lease,
-                value.to_vec(),
+                Bytes::copy_from_slice(value),
             ))
             .await?;
         protocol::first_look(&response)
     }
 
-    /// Records `sent`, a transaction under way in a task of its own, and
-    /// awaits the task. The caller records the outcome with no await between,
-    /// so the undo never awaits a finished task twice.
+    /// Records `sent`, a transaction under way, and awaits it. The caller
+    /// records the outcome with no await between, so the undo never polls a
+    /// finished transaction again.
     async fn run(&mut self, sent: Sent) -> Result<TxnResponse, Failure> {
         self.set(sent);
-        let task = match self.guard.state_mut() {
+        match self.guard.state_mut() {
             Some(Pending {
-                sent: Sent::Putting(task) | Sent::Trading { task, .. },
+                sent: Sent::Putting(txn) | Sent::Trading { txn, .. },
                 ..
-            }) => task,
-            _ => return Err(protocol("queue entry state changed under it").into()),
-        };
-        match task.await {
-            Ok(outcome) => outcome,
-            Err(e) => Err(LockError::backend(crate::error::BACKEND, e).into()),
+            }) => txn.get_mut().unwrap_or_else(PoisonError::into_inner).await,
+            _ => Err(protocol("queue entry state changed under it").into()),
         }
     }
 
@@ -141,7 +150,7 @@ impl QueueEntry {
     where
         F: Future<Output = Result<TxnResponse, Failure>> + Send + 'static,
     {
-        let outcome = self.run(Sent::Putting(tokio::spawn(txn))).await;
+        let outcome = self.run(Sent::Putting(in_flight(txn))).await;
         let response = match outcome {
             Ok(response) => response,
             Err(failure) => {
@@ -170,7 +179,7 @@ impl QueueEntry {
     pub(crate) async fn trade<F>(
         &mut self,
         from: i64,
-        to: &[u8],
+        to: &Bytes,
         txn: F,
     ) -> Result<TxnResponse, Failure>
     where
@@ -178,14 +187,14 @@ impl QueueEntry {
     {
         let trading = Sent::Trading {
             from,
-            to: to.to_vec(),
-            task: tokio::spawn(txn),
+            to: to.clone(),
+            txn: in_flight(txn),
         };
         let outcome = self.run(trading).await;
         match &outcome {
             Ok(response) if response.succeeded() => match response.header() {
                 Some(header) => self.set(Sent::Traded {
-                    key: to.to_vec(),
+                    key: to.clone(),
                     revision: header.revision(),
                 }),
                 None => self.set(Sent::Unknown),
@@ -225,7 +234,7 @@ impl QueueEntry {
 
     /// Hands the key over to a held lock: it is no longer deleted on drop. The
     /// key is ours, or the one we traded it for.
-    pub(crate) fn into_held(self) -> Option<(Vec<u8>, Slot)> {
+    pub(crate) fn into_held(self) -> Option<(Bytes, Slot)> {
         let QueueEntry { key, guard, .. } = self;
         guard.disarm().map(|pending| match pending.sent {
             Sent::Traded { key, .. } => (key, pending.slot),
@@ -237,7 +246,7 @@ impl QueueEntry {
 /// Deletes a key the acquire no longer wants. A slot whose key is known gone is
 /// marked clean; one whose key may remain stays unclean, so its lease is tainted
 /// and the key dies with the ttl.
-fn undo(pending: Pending, rpc: Rpc, kv: KvClient, key: Vec<u8>) -> Option<UndoFuture> {
+fn undo(pending: Pending, rpc: Rpc, kv: KvClient, key: Bytes) -> Option<UndoFuture> {
     let Pending { sent, slot } = pending;
     if matches!(sent, Sent::Absent) {
         slot.mark_clean();
@@ -246,13 +255,13 @@ fn undo(pending: Pending, rpc: Rpc, kv: KvClient, key: Vec<u8>) -> Option<UndoFu
     Some(Box::pin(async move {
         let (key, revision) = match sent {
             Sent::Traded { key, revision } => (key, Some(revision)),
-            Sent::Trading { from, to, task } => match task.await {
-                Ok(Ok(response)) if response.succeeded() => {
+            Sent::Trading { from, to, txn } => match finish(txn).await {
+                Ok(response) if response.succeeded() => {
                     (to, response.header().map(|h| h.revision()))
                 }
-                Ok(Ok(_)) => (key, Some(from)),
-                Ok(Err(failure)) if !failure.is_silent() => (key, Some(from)),
-                Ok(Err(_)) | Err(_) => (key, None),
+                Ok(_) => (key, Some(from)),
+                Err(failure) if !failure.is_silent() => (key, Some(from)),
+                Err(_) => (key, None),
             },
             sent => (key, queued_revision(sent, &slot).await),
         };
@@ -275,20 +284,27 @@ fn undo(pending: Pending, rpc: Rpc, kv: KvClient, key: Vec<u8>) -> Option<UndoFu
 async fn queued_revision(sent: Sent, slot: &Slot) -> Option<i64> {
     match sent {
         Sent::Queued(revision) => Some(revision),
-        Sent::Putting(task) => match task.await {
-            Ok(Ok(response)) => {
+        Sent::Putting(txn) => match finish(txn).await {
+            Ok(response) => {
                 let revision = protocol::enqueued_revision(&response);
                 if revision.is_none() && !response.succeeded() {
                     slot.mark_clean();
                 }
                 revision
             }
-            Ok(Err(failure)) if !failure.is_silent() => {
+            Err(failure) if !failure.is_silent() => {
                 slot.mark_clean();
                 None
             }
-            Ok(Err(_)) | Err(_) => None,
+            Err(_) => None,
         },
         _ => None,
     }
+}
+
+/// Runs a transaction the dropped acquire left under way to its outcome.
+async fn finish(txn: InFlight) -> Result<TxnResponse, Failure> {
+    txn.into_inner()
+        .unwrap_or_else(PoisonError::into_inner)
+        .await
 }

@@ -49,18 +49,15 @@ impl Rpc {
         }
     }
 
-    /// Runs a transaction, retrying as [`Rpc::retrying`] does.
+    /// Runs a transaction, retrying as [`Rpc::retrying`] does (each try encodes
+    /// the same `txn`: nothing is cloned).
     pub(crate) async fn txn(
         &self,
         kv: &KvClient,
         what: &str,
         txn: Txn,
     ) -> Result<TxnResponse, Failure> {
-        self.retrying(what, || {
-            let (kv, txn) = (kv.clone(), txn.clone());
-            async move { kv.txn(txn).await }
-        })
-        .await
+        self.retrying(what, || kv.txn(&txn)).await
     }
 
     /// Runs one request (opening a stream) with the request timeout, once.

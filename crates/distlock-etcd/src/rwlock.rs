@@ -118,7 +118,7 @@ impl RwLockInspect for EtcdRwLockBackend {
         let mut deleted = 0;
         for (_, kv) in self.holders(key).await? {
             let (rpc, etcd) = (&self.lock.rpc, &self.lock.kv);
-            if protocol::delete_if_created_at(rpc, etcd, kv.key(), kv.create_revision())
+            if protocol::delete_found(rpc, etcd, &kv)
                 .await
                 .map_err(|f| self.error(f))?
             {

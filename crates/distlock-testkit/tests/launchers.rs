@@ -164,7 +164,7 @@ async fn etcd_client(urls: &[String]) -> KvClient {
 }
 
 async fn etcd_value(client: &KvClient, key: &str) -> Option<String> {
-    let response = client.get(key, None).await.ok()?;
+    let response = client.get(key.to_owned(), None).await.ok()?;
     let kv = response.kvs().first()?;
     Some(String::from_utf8_lossy(kv.value()).into_owned())
 }

@@ -12,6 +12,7 @@ use crate::queue::QueueEntry;
 use crate::watch::{OnCreate, Subscription, Wake};
 use distlock_core::adapter::{AcquireRequest, Acquired, WaitUntil};
 use distlock_core::{FencingToken, LockError};
+use prost::bytes::Bytes;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -102,18 +103,19 @@ impl EtcdBackend {
         value: &[u8],
     ) -> Result<Acquired<EtcdHandle>, Failure> {
         let lease = slot.lease().clone();
-        let key = contender_key(queue.key_dir, lease.id(), slot.number());
+        let key = Bytes::from(contender_key(queue.key_dir, lease.id(), slot.number()));
         // The held key's loss watch, asked for before the key is put, so it usually
         // starts before the key is first read as ours and needs no read of its own.
-        // Kept through the wait; the loss signal then takes the same watch over.
-        let _held = self.watches.deletion(&key);
+        // Kept through the wait and handed to the held lock, whose loss signal
+        // takes it over.
+        let held = self.watches.deletion(&key);
         let mut entry = QueueEntry::new(self.rpc.clone(), self.kv.clone(), key, slot);
         let sent_at = Instant::now();
         // Step 1: put our key, read the holder and our predecessor.
         let first = entry.enqueue(queue.all, lease.id(), value).await?;
         if first.holder {
             return self
-                .claim(entry, &lease, (first.revision, first.header), sent_at, None)
+                .claim(entry, &lease, (first.revision, first.header), sent_at, held)
                 .await;
         }
         let mut predecessor = first.predecessor.map(|key| (key, first.header));
@@ -127,7 +129,7 @@ impl EtcdBackend {
                 Some(key) => predecessor = Some((key, check.header)),
                 None if check.mine => {
                     return self
-                        .claim(entry, &lease, (first.revision, check.header), read_at, None)
+                        .claim(entry, &lease, (first.revision, check.header), read_at, held)
                         .await;
                 }
                 None => {}
@@ -142,7 +144,7 @@ impl EtcdBackend {
             // the queue when it is deleted, or as soon as etcd has created the
             // watch (the predecessor may be gone already).
             if let Some((key, seen)) = predecessor.take() {
-                let mut deletion = self.watches.deletion(&key);
+                let mut deletion = self.watches.deletion(&Bytes::from(key));
                 self.wait_in_queue(
                     &mut entry,
                     (&mut deletion, OnCreate::Reread),
@@ -166,7 +168,7 @@ impl EtcdBackend {
                 Some(key) => predecessor = Some((key, check.header)),
                 None => {
                     return self
-                        .claim(entry, &lease, (first.revision, check.header), read_at, None)
+                        .claim(entry, &lease, (first.revision, check.header), read_at, held)
                         .await;
                 }
             }
@@ -214,7 +216,7 @@ impl EtcdBackend {
         lease: &SessionLease,
         (revision, header): (i64, i64),
         read_at: Instant,
-        loss_watch: Option<Subscription>,
+        loss_watch: Subscription,
     ) -> Result<Acquired<EtcdHandle>, Failure> {
         if let Some(end) = lease.ended() {
             return Err(self.lease_error(end).into());
@@ -237,7 +239,7 @@ impl EtcdBackend {
                 confirmed_at: header,
                 slot,
                 releasing: Arc::default(),
-                loss_watch: Mutex::new(loss_watch),
+                loss_watch: Mutex::new(Some(loss_watch)),
                 own: tokio::sync::Mutex::new(None),
                 own_id: Arc::default(),
             },

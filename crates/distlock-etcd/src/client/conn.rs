@@ -5,13 +5,17 @@
 use super::pb;
 use super::{ConnectOptions, Error, Result};
 use http::uri::PathAndQuery;
+use prost::bytes::BufMut;
+use std::marker::PhantomData;
 use std::sync::{Arc, PoisonError, RwLock};
 use tokio::sync::mpsc;
 use tonic::client::Grpc;
+use tonic::codec::{Codec, EncodeBuf, Encoder};
 use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
-use tonic_prost::ProstCodec;
+use tonic_prost::{ProstCodec, ProstDecoder};
+
 fn endpoint(url: &str, options: &ConnectOptions) -> Result<Endpoint> {
     let mut endpoint = Endpoint::from_shared(url.to_owned())
         .map_err(|e| Error::InvalidArgs(format!("endpoint `{url}`: {e}")))?;
@@ -117,31 +121,30 @@ impl Conn {
         Ok(grpc)
     }
 
-    async fn send<Q, R>(&self, path: &'static str, message: Q) -> Result<R>
+    async fn send<Q, R>(&self, path: &'static str, message: &Q) -> Result<R>
     where
-        Q: prost::Message + Send + Sync + 'static,
+        Q: prost::Message,
         R: prost::Message + Default + Send + Sync + 'static,
     {
-        let request = self.request(message, path);
+        let request = self.request(message.encode_to_vec(), path);
+        let codec = Encoded(PhantomData);
         let reply = self
             .grpc()
             .await?
-            .unary(
-                request,
-                PathAndQuery::from_static(path),
-                ProstCodec::default(),
-            )
+            .unary(request, PathAndQuery::from_static(path), codec)
             .await?;
         Ok(reply.into_inner())
     }
 
     /// One request and its reply, logging in again once if the token expired.
-    pub(crate) async fn unary<Q, R>(&self, path: &'static str, message: Q) -> Result<R>
+    /// The message is encoded from a borrow on each try, so neither this nor a
+    /// caller that retries has to clone it (a transaction's tree of owned keys).
+    pub(crate) async fn unary<Q, R>(&self, path: &'static str, message: &Q) -> Result<R>
     where
-        Q: prost::Message + Clone + Send + Sync + 'static,
+        Q: prost::Message,
         R: prost::Message + Default + Send + Sync + 'static,
     {
-        self.logged_in(|| self.send(path, message.clone())).await
+        self.logged_in(|| self.send(path, message)).await
     }
 
     async fn open<Q, R>(
@@ -225,7 +228,7 @@ impl Conn {
             name: name.clone(),
             password: password.clone(),
         };
-        let reply: pb::AuthenticateResponse = self.send(AUTHENTICATE, login).await?;
+        let reply: pb::AuthenticateResponse = self.send(AUTHENTICATE, &login).await?;
         let token = AsciiMetadataValue::try_from(reply.token)
             .map_err(|_| Error::InvalidArgs("etcd sent an auth token that is not ASCII".into()))?;
         *self
@@ -233,6 +236,43 @@ impl Conn {
             .token
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Some(token);
+        Ok(())
+    }
+}
+
+/// The codec of a unary request encoded before it is handed to tonic (which
+/// needs an owned message): the bytes go out as they are, the reply is decoded
+/// by prost.
+struct Encoded<R>(PhantomData<R>);
+
+impl<R: prost::Message + Default + Send + 'static> Codec for Encoded<R> {
+    type Encode = Vec<u8>;
+    type Decode = R;
+    type Encoder = AsEncoded;
+    type Decoder = ProstDecoder<R>;
+
+    fn encoder(&mut self) -> AsEncoded {
+        AsEncoded
+    }
+
+    fn decoder(&mut self) -> ProstDecoder<R> {
+        ProstDecoder::default()
+    }
+}
+
+/// Writes an encoded message into tonic's buffer.
+struct AsEncoded;
+
+impl Encoder for AsEncoded {
+    type Item = Vec<u8>;
+    type Error = Status;
+
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut EncodeBuf<'_>,
+    ) -> std::result::Result<(), Status> {
+        dst.put_slice(&item);
         Ok(())
     }
 }

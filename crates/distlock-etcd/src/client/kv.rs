@@ -8,6 +8,7 @@ use super::pb::{
 };
 use super::{Conn, Result};
 use crate::keys::prefix_end;
+use prost::bytes::Bytes;
 
 /// Reads and writes keys; clones share the connection.
 #[derive(Debug, Clone)]
@@ -23,44 +24,44 @@ impl KvClient {
     /// Reads `key` (or the range the options give), linearizably.
     pub async fn get(
         &self,
-        key: impl Into<Vec<u8>>,
+        key: impl Into<Bytes>,
         options: Option<GetOptions>,
     ) -> Result<RangeResponse> {
         let request = options.unwrap_or_default().request(key.into());
-        self.conn.unary("/etcdserverpb.KV/Range", request).await
+        self.conn.unary("/etcdserverpb.KV/Range", &request).await
     }
 
     /// Puts `value` at `key`.
     pub async fn put(
         &self,
-        key: impl Into<Vec<u8>>,
-        value: impl Into<Vec<u8>>,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
         options: Option<PutOptions>,
     ) -> Result<PutResponse> {
         let request = options
             .unwrap_or_default()
             .request(key.into(), value.into());
-        self.conn.unary("/etcdserverpb.KV/Put", request).await
+        self.conn.unary("/etcdserverpb.KV/Put", &request).await
     }
 
     /// Deletes `key`.
-    pub async fn delete(&self, key: impl Into<Vec<u8>>) -> Result<DeleteRangeResponse> {
+    pub async fn delete(&self, key: impl Into<Bytes>) -> Result<DeleteRangeResponse> {
         let request = delete_request(key.into());
         self.conn
-            .unary("/etcdserverpb.KV/DeleteRange", request)
+            .unary("/etcdserverpb.KV/DeleteRange", &request)
             .await
     }
 
     /// Runs a transaction.
-    pub async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+    pub async fn txn(&self, txn: &Txn) -> Result<TxnResponse> {
         self.conn.unary("/etcdserverpb.KV/Txn", txn).await
     }
 }
 
-fn delete_request(key: Vec<u8>) -> DeleteRangeRequest {
+fn delete_request(key: Bytes) -> DeleteRangeRequest {
     DeleteRangeRequest {
         key,
-        range_end: Vec::new(),
+        range_end: Bytes::new(),
     }
 }
 
@@ -94,7 +95,7 @@ impl GetOptions {
     }
 
     /// Every key from the key up to `end` (excluded).
-    pub fn with_range(mut self, end: impl Into<Vec<u8>>) -> Self {
+    pub fn with_range(mut self, end: impl Into<Bytes>) -> Self {
         self.request.range_end = end.into();
         self
     }
@@ -136,9 +137,9 @@ impl GetOptions {
         self
     }
 
-    fn request(mut self, key: Vec<u8>) -> RangeRequest {
+    fn request(mut self, key: Bytes) -> RangeRequest {
         if self.prefix {
-            self.request.range_end = prefix_end(&key);
+            self.request.range_end = prefix_end(&key).into();
         }
         self.request.key = key;
         self.request
@@ -171,7 +172,7 @@ impl PutOptions {
         self
     }
 
-    fn request(self, key: Vec<u8>, value: Vec<u8>) -> PutRequest {
+    fn request(self, key: Bytes, value: Bytes) -> PutRequest {
         PutRequest {
             key,
             value,
@@ -190,29 +191,29 @@ pub enum CompareOp {
 
 impl Compare {
     /// Whether `key`'s create revision (0: absent) compares as `op` to `revision`.
-    pub fn create_revision(key: impl Into<Vec<u8>>, op: CompareOp, revision: i64) -> Self {
+    pub fn create_revision(key: impl Into<Bytes>, op: CompareOp, revision: i64) -> Self {
         Compare {
             result: op as i32,
             target: 1,
             key: key.into(),
             target_union: Some(CompareTarget::CreateRevision(revision)),
-            range_end: Vec::new(),
+            range_end: Bytes::new(),
         }
     }
 
     /// Whether `key`'s value compares as `op` to `value`.
-    pub fn value(key: impl Into<Vec<u8>>, op: CompareOp, value: impl Into<Vec<u8>>) -> Self {
+    pub fn value(key: impl Into<Bytes>, op: CompareOp, value: impl Into<Bytes>) -> Self {
         Compare {
             result: op as i32,
             target: 3,
             key: key.into(),
             target_union: Some(CompareTarget::Value(value.into())),
-            range_end: Vec::new(),
+            range_end: Bytes::new(),
         }
     }
 
     /// Compares every key from the key up to `end` (excluded): all must match.
-    pub fn with_range(mut self, end: impl Into<Vec<u8>>) -> Self {
+    pub fn with_range(mut self, end: impl Into<Bytes>) -> Self {
         self.range_end = end.into();
         self
     }
@@ -256,14 +257,14 @@ fn request_ops(ops: impl Into<Vec<TxnOp>>) -> Vec<RequestOp> {
 
 impl TxnOp {
     /// Reads `key` (or the range the options give).
-    pub fn get(key: impl Into<Vec<u8>>, options: Option<GetOptions>) -> Self {
+    pub fn get(key: impl Into<Bytes>, options: Option<GetOptions>) -> Self {
         TxnOp::Get(options.unwrap_or_default().request(key.into()))
     }
 
     /// Puts `value` at `key`.
     pub fn put(
-        key: impl Into<Vec<u8>>,
-        value: impl Into<Vec<u8>>,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
         options: Option<PutOptions>,
     ) -> Self {
         TxnOp::Put(
@@ -274,7 +275,7 @@ impl TxnOp {
     }
 
     /// Deletes `key`.
-    pub fn delete(key: impl Into<Vec<u8>>) -> Self {
+    pub fn delete(key: impl Into<Bytes>) -> Self {
         TxnOp::Delete(delete_request(key.into()))
     }
 }
@@ -346,11 +347,8 @@ impl TxnResponse {
         self.succeeded
     }
 
-    /// The replies of the operations that ran, in order.
-    pub fn op_responses(&self) -> Vec<TxnOpResponse> {
-        self.responses
-            .iter()
-            .filter_map(|op| op.response.clone())
-            .collect()
+    /// The reply of the operation at `index` among those that ran.
+    pub fn op_response(&self, index: usize) -> Option<&TxnOpResponse> {
+        self.responses.get(index)?.response.as_ref()
     }
 }

@@ -25,7 +25,7 @@ impl LeaseClient {
     pub async fn grant(&self, ttl: i64) -> Result<LeaseGrantResponse> {
         let request = LeaseGrantRequest { ttl };
         self.conn
-            .unary("/etcdserverpb.Lease/LeaseGrant", request)
+            .unary("/etcdserverpb.Lease/LeaseGrant", &request)
             .await
     }
 
@@ -33,7 +33,7 @@ impl LeaseClient {
     pub async fn revoke(&self, id: i64) -> Result<LeaseRevokeResponse> {
         let request = LeaseIdRequest { id };
         self.conn
-            .unary("/etcdserverpb.Lease/LeaseRevoke", request)
+            .unary("/etcdserverpb.Lease/LeaseRevoke", &request)
             .await
     }
 
@@ -41,13 +41,13 @@ impl LeaseClient {
     pub async fn time_to_live(&self, id: i64) -> Result<LeaseTtlResponse> {
         let request = LeaseIdRequest { id };
         let path = "/etcdserverpb.Lease/LeaseTimeToLive";
-        self.conn.unary(path, request).await
+        self.conn.unary(path, &request).await
     }
 
     /// The ids of every lease the cluster holds.
     pub async fn leases(&self) -> Result<Vec<i64>> {
         let path = "/etcdserverpb.Lease/LeaseLeases";
-        let reply: LeaseLeasesResponse = self.conn.unary(path, Empty {}).await?;
+        let reply: LeaseLeasesResponse = self.conn.unary(path, &Empty {}).await?;
         Ok(reply.leases.into_iter().map(|lease| lease.id).collect())
     }
 
@@ -137,13 +137,13 @@ impl LockClient {
             name: name.into(),
             lease,
         };
-        self.conn.unary("/v3lockpb.Lock/Lock", request).await
+        self.conn.unary("/v3lockpb.Lock/Lock", &request).await
     }
 
     /// Releases the lock held with `key` (the one [`LockClient::lock`] returned).
     pub async fn unlock(&self, key: impl Into<Vec<u8>>) -> Result<()> {
         let request = UnlockRequest { key: key.into() };
-        let _: Empty = self.conn.unary("/v3lockpb.Lock/Unlock", request).await?;
+        let _: Empty = self.conn.unary("/v3lockpb.Lock/Unlock", &request).await?;
         Ok(())
     }
 }

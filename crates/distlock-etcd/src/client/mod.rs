@@ -179,13 +179,13 @@ impl Client {
     /// The cluster's members.
     pub async fn member_list(&self) -> Result<MemberListResponse> {
         let path = "/etcdserverpb.Cluster/MemberList";
-        self.conn.unary(path, pb::Empty {}).await
+        self.conn.unary(path, &pb::Empty {}).await
     }
 
     /// The status of the member that answers.
     pub async fn status(&self) -> Result<StatusResponse> {
         let path = "/etcdserverpb.Maintenance/Status";
-        self.conn.unary(path, pb::Empty {}).await
+        self.conn.unary(path, &pb::Empty {}).await
     }
 }
 

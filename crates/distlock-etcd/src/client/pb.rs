@@ -1,8 +1,11 @@
 //! The messages of etcd's v3 gRPC API that distlock sends and reads, written by
 //! hand after etcd's `rpc.proto`, `kv.proto` and `v3lock.proto`: only the fields
 //! used here. The tag numbers are the protocol; a field left out is skipped on
-//! decoding, as protobuf skips unknown fields.
+//! decoding, as protobuf skips unknown fields. The keys and values of requests
+//! are shared buffers (`Bytes`): a transaction names the same key or queue in
+//! several operations, and the adapter keeps the key its requests name.
 
+use prost::bytes::Bytes;
 use prost::{Message, Oneof};
 
 /// `etcdserverpb.ResponseHeader`.
@@ -39,10 +42,10 @@ pub struct Event {
 /// `etcdserverpb.RangeRequest`.
 #[derive(Clone, PartialEq, Message)]
 pub struct RangeRequest {
-    #[prost(bytes = "vec", tag = "1")]
-    pub(crate) key: Vec<u8>,
-    #[prost(bytes = "vec", tag = "2")]
-    pub(crate) range_end: Vec<u8>,
+    #[prost(bytes = "bytes", tag = "1")]
+    pub(crate) key: Bytes,
+    #[prost(bytes = "bytes", tag = "2")]
+    pub(crate) range_end: Bytes,
     #[prost(int64, tag = "3")]
     pub(crate) limit: i64,
     #[prost(int32, tag = "5")]
@@ -71,10 +74,10 @@ pub struct RangeResponse {
 /// `etcdserverpb.PutRequest`.
 #[derive(Clone, PartialEq, Message)]
 pub struct PutRequest {
-    #[prost(bytes = "vec", tag = "1")]
-    pub(crate) key: Vec<u8>,
-    #[prost(bytes = "vec", tag = "2")]
-    pub(crate) value: Vec<u8>,
+    #[prost(bytes = "bytes", tag = "1")]
+    pub(crate) key: Bytes,
+    #[prost(bytes = "bytes", tag = "2")]
+    pub(crate) value: Bytes,
     #[prost(int64, tag = "3")]
     pub(crate) lease: i64,
     #[prost(bool, tag = "5")]
@@ -88,10 +91,10 @@ pub struct PutResponse {}
 /// `etcdserverpb.DeleteRangeRequest`.
 #[derive(Clone, PartialEq, Message)]
 pub struct DeleteRangeRequest {
-    #[prost(bytes = "vec", tag = "1")]
-    pub(crate) key: Vec<u8>,
-    #[prost(bytes = "vec", tag = "2")]
-    pub(crate) range_end: Vec<u8>,
+    #[prost(bytes = "bytes", tag = "1")]
+    pub(crate) key: Bytes,
+    #[prost(bytes = "bytes", tag = "2")]
+    pub(crate) range_end: Bytes,
 }
 
 /// `etcdserverpb.DeleteRangeResponse` (its fields unread).
@@ -153,12 +156,12 @@ pub struct Compare {
     pub(crate) result: i32,
     #[prost(int32, tag = "2")]
     pub(crate) target: i32,
-    #[prost(bytes = "vec", tag = "3")]
-    pub(crate) key: Vec<u8>,
+    #[prost(bytes = "bytes", tag = "3")]
+    pub(crate) key: Bytes,
     #[prost(oneof = "CompareTarget", tags = "5, 7")]
     pub(crate) target_union: Option<CompareTarget>,
-    #[prost(bytes = "vec", tag = "64")]
-    pub(crate) range_end: Vec<u8>,
+    #[prost(bytes = "bytes", tag = "64")]
+    pub(crate) range_end: Bytes,
 }
 
 /// `Compare.target_union`, the two targets distlock compares.
@@ -168,8 +171,8 @@ pub enum CompareTarget {
     #[prost(int64, tag = "5")]
     CreateRevision(i64),
     /// The key's value (target `VALUE`, 3).
-    #[prost(bytes = "vec", tag = "7")]
-    Value(Vec<u8>),
+    #[prost(bytes = "bytes", tag = "7")]
+    Value(Bytes),
 }
 
 /// `etcdserverpb.TxnRequest`.
@@ -215,10 +218,10 @@ pub enum WatchRequestUnion {
 /// `etcdserverpb.WatchCreateRequest`.
 #[derive(Clone, PartialEq, Message)]
 pub struct WatchCreateRequest {
-    #[prost(bytes = "vec", tag = "1")]
-    pub(crate) key: Vec<u8>,
-    #[prost(bytes = "vec", tag = "2")]
-    pub(crate) range_end: Vec<u8>,
+    #[prost(bytes = "bytes", tag = "1")]
+    pub(crate) key: Bytes,
+    #[prost(bytes = "bytes", tag = "2")]
+    pub(crate) range_end: Bytes,
     #[prost(int64, tag = "3")]
     pub(crate) start_revision: i64,
     /// `FilterType`: 0 no puts, 1 no deletes.

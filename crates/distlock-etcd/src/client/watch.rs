@@ -6,6 +6,7 @@ use super::pb::{
     WatchRequestUnion, WatchResponse,
 };
 use super::{Conn, Error, Result};
+use prost::bytes::Bytes;
 use tokio::sync::mpsc;
 use tonic::Streaming;
 
@@ -23,7 +24,7 @@ impl WatchClient {
     /// Opens a stream with a first watch of `key`.
     pub async fn watch(
         &self,
-        key: impl Into<Vec<u8>>,
+        key: impl Into<Bytes>,
         options: Option<WatchOptions>,
     ) -> Result<(WatchRequestSender, WatchResponseStream)> {
         let first = options.unwrap_or_default().request(key.into());
@@ -63,12 +64,12 @@ impl WatchOptions {
     }
 
     /// Every key from the key up to `end` (excluded).
-    pub fn with_range(mut self, end: impl Into<Vec<u8>>) -> Self {
+    pub fn with_range(mut self, end: impl Into<Bytes>) -> Self {
         self.0.range_end = end.into();
         self
     }
 
-    fn request(mut self, key: Vec<u8>) -> WatchRequest {
+    fn request(mut self, key: Bytes) -> WatchRequest {
         self.0.key = key;
         WatchRequest {
             request_union: Some(WatchRequestUnion::Create(self.0)),
@@ -84,7 +85,7 @@ impl WatchRequestSender {
     /// Adds a watch of `key` to the stream.
     pub async fn watch(
         &mut self,
-        key: impl Into<Vec<u8>>,
+        key: impl Into<Bytes>,
         options: Option<WatchOptions>,
     ) -> Result<()> {
         let request = options.unwrap_or_default().request(key.into());

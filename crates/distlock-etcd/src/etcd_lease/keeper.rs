@@ -2,13 +2,13 @@
 //! it ends: the server says it is gone, no answer came for a whole ttl, or nobody
 //! needs it any more.
 
-use super::{LeaseEnd, LeaseState, Pool, Refresh, lock};
+use super::{LeaseEnd, LeaseState, Refresh, lock};
 use crate::client::{LeaseClient, LeaseKeepAliveStream, LeaseKeeper};
 use crate::error::Failure;
 use crate::rpc::Rpc;
 use distlock_core::toolkit::Backoff;
 use std::collections::VecDeque;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::time::sleep_until;
@@ -26,7 +26,6 @@ pub(super) struct Keeper {
     pub(super) link: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
     /// Keep-alives sent and not yet answered, oldest first: the stream answers in order.
     pub(super) pending: VecDeque<(Instant, Option<Refresh>)>,
-    pub(super) pool: Weak<Pool>,
     pub(super) ttl_secs: i64,
 }
 
@@ -153,7 +152,7 @@ impl Keeper {
     /// A tainted lease is left to expire: it may carry an abandoned key, which must
     /// live out its ttl. An idle clean one carries no key and is revoked.
     async fn retire_if_unused(&mut self) -> bool {
-        let Some(pool) = self.pool.upgrade() else {
+        let Some(pool) = self.state.pool.upgrade() else {
             let unused = lock(&self.state.uses).count == 0;
             if unused {
                 self.end(LeaseEnd::Retired);

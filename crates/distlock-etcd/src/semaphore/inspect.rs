@@ -51,7 +51,7 @@ impl SemaphoreInspect for EtcdSemaphoreBackend {
         };
         // By create revision: a permit released and claimed again meanwhile is
         // another holder's, not the one the operator saw.
-        crate::protocol::delete_if_created_at(rpc, kv, permit.key(), permit.create_revision())
+        crate::protocol::delete_found(rpc, kv, &permit)
             .await
             .map_err(|f| self.error(f))
     }

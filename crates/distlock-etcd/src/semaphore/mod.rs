@@ -34,6 +34,7 @@ use distlock_core::adapter::{
     SemaphoreInspect, WaitUntil,
 };
 use distlock_core::{Capabilities, LockError};
+use prost::bytes::Bytes;
 use protocol::{Layout, Look, Refused};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -77,7 +78,7 @@ impl EtcdSemaphoreBackend {
         let lock = &self.lock;
         let acquire = &req.acquire;
         let lease = slot.lease().clone();
-        let key = contender_key(&layout.queue, lease.id(), slot.number());
+        let key = Bytes::from(contender_key(&layout.queue, lease.id(), slot.number()));
         let mut entry = QueueEntry::new(lock.rpc.clone(), lock.kv.clone(), key.clone(), slot);
         let (revision, mut look) = self.enqueue(&mut entry, req, layout, lease.id()).await?;
         // The watch of the key before ours, and of the slots.
@@ -92,7 +93,7 @@ impl EtcdSemaphoreBackend {
             // Waiters claim in queue order, as many at once as slots are free:
             // the one with `ahead` older waiters takes the free slot of that rank.
             if let Some(n) = nth_free_slot(req.limit, &look.taken, look.ahead) {
-                let permit = layout.permit(n);
+                let permit = Bytes::from(layout.permit(n));
                 // The permit's loss watch, asked for before the key exists (as
                 // the lock's is), so the held permit needs no read of its own.
                 // Other clients take this name after us: the watch goes with
@@ -110,8 +111,7 @@ impl EtcdSemaphoreBackend {
                 let response = entry.trade(revision, &permit, claim).await?;
                 if response.succeeded() {
                     let at = crate::protocol::header(&response)?;
-                    let acquired =
-                        (lock.claim(entry, &lease, (at, at), sent_at, Some(held))).await?;
+                    let acquired = (lock.claim(entry, &lease, (at, at), sent_at, held)).await?;
                     return Ok(AcquiredPermit { acquired, slot: n });
                 }
                 // The slot was taken after our read (by a permit released and
@@ -146,7 +146,7 @@ impl EtcdSemaphoreBackend {
                     let watched = match &mut watching {
                         Some((kept, watched)) if *kept == before => watched,
                         _ => {
-                            let watched = lock.watches.deletion(&before);
+                            let watched = lock.watches.deletion(&Bytes::from(before.clone()));
                             &mut watching.insert((before, watched)).1
                         }
                     };
@@ -187,7 +187,7 @@ impl EtcdSemaphoreBackend {
                 lock.rpc.clone(),
                 lock.kv.clone(),
                 layout.clone(),
-                entry.key().to_vec(),
+                entry.key().clone(),
                 lease,
                 req.limit,
             );

@@ -24,6 +24,7 @@ use crate::keys::{LIMIT_KEY, QUEUE_DIR, SLOTS_DIR, prefix_end, printable};
 use crate::protocol::{get_newest, header, range};
 use crate::rpc::Rpc;
 use distlock_core::LockError;
+use prost::bytes::Bytes;
 
 /// The keys of one semaphore.
 #[derive(Debug, Clone)]
@@ -121,15 +122,15 @@ pub(crate) async fn enqueue(
     rpc: Rpc,
     kv: KvClient,
     layout: Layout,
-    key: Vec<u8>,
+    key: Bytes,
     lease: i64,
     limit: u32,
 ) -> Result<TxnResponse, Failure> {
     let absent = Compare::create_revision(key.clone(), CompareOp::Equal, 0);
-    let put_and_look = |key: &[u8]| {
+    let put_and_look = |key: &Bytes| {
         [
             TxnOp::put(
-                key,
+                key.clone(),
                 limit.to_string(),
                 Some(PutOptions::new().with_lease(lease)),
             ),
@@ -170,32 +171,30 @@ pub(crate) fn enqueued(
     response: &TxnResponse,
 ) -> Result<Result<(i64, Look), Refused>, Failure> {
     let header = header(response)?;
-    let ops = response.op_responses();
-    let look = |ops: &[TxnOpResponse], first: usize| -> Result<Look, Failure> {
-        let newest = range(ops.get(first))?;
+    let look = |ops: &TxnResponse, first: usize| -> Result<Look, Failure> {
+        let newest = range(ops.op_response(first))?;
         Ok(Look {
             header,
             mine: true,
             predecessor: newest.get(1).map(|kv| kv.key().to_vec()),
             ahead: newest.len().saturating_sub(1),
-            taken: slots(layout, range(ops.get(first + 1))?),
+            taken: slots(layout, range(ops.op_response(first + 1))?),
         })
     };
     if response.succeeded() {
-        return Ok(Ok((header, look(&ops, 1)?)));
+        return Ok(Ok((header, look(response, 1)?)));
     }
-    if let Some(mine) = range(ops.first())?.first() {
+    if let Some(mine) = range(response.op_response(0))?.first() {
         return Ok(Err(Refused::Adopted(mine.create_revision())));
     }
-    let Some(TxnOpResponse::Txn(adopt)) = ops.get(1) else {
+    let Some(TxnOpResponse::Txn(adopt)) = response.op_response(1) else {
         return Err(protocol("the semaphore enqueue did not run its limit transaction").into());
     };
-    let ops = adopt.op_responses();
     if adopt.succeeded() {
         // After the old limit key's delete and our key's put: the look.
-        return Ok(Ok((header, look(&ops, 2)?)));
+        return Ok(Ok((header, look(adopt, 2)?)));
     }
-    let stored = range(ops.first())?.first();
+    let stored = range(adopt.op_response(0))?.first();
     let stored = stored.map(|kv| (kv.key().to_vec(), kv.value().to_vec()));
     Ok(Err(Refused::Limit(stored)))
 }
@@ -206,7 +205,7 @@ pub(crate) async fn look(
     rpc: &Rpc,
     kv: &KvClient,
     layout: &Layout,
-    key: &[u8],
+    key: &Bytes,
     revision: i64,
     limit: u32,
 ) -> Result<Look, Failure> {
@@ -215,19 +214,19 @@ pub(crate) async fn look(
     let older = get_newest(&layout.queue, revision - 1, i64::from(limit));
     let txn = Txn::new().and_then([
         TxnOp::get(layout.queue.clone(), Some(older)),
-        TxnOp::get(key, None),
+        TxnOp::get(key.clone(), None),
         TxnOp::get(layout.slots.clone(), Some(keys_only(&layout.slots))),
     ]);
     let response = rpc.txn(kv, "semaphore read", txn).await?;
-    let ops = response.op_responses();
+    let op = |index| response.op_response(index);
     Ok(Look {
         header: header(&response)?,
-        predecessor: range(ops.first())?.first().map(|kv| kv.key().to_vec()),
-        ahead: range(ops.first())?.len(),
-        mine: range(ops.get(1))?
+        predecessor: range(op(0))?.first().map(|kv| kv.key().to_vec()),
+        ahead: range(op(0))?.len(),
+        mine: range(op(1))?
             .first()
             .is_some_and(|kv| kv.create_revision() == revision),
-        taken: slots(layout, range(ops.get(2))?),
+        taken: slots(layout, range(op(2))?),
     })
 }
 
@@ -238,8 +237,8 @@ pub(crate) async fn look(
 pub(crate) async fn claim(
     rpc: Rpc,
     kv: KvClient,
-    (key, revision): (Vec<u8>, i64),
-    permit: Vec<u8>,
+    (key, revision): (Bytes, i64),
+    permit: Bytes,
     lease: i64,
     limit: u32,
 ) -> Result<TxnResponse, Failure> {

@@ -2,6 +2,8 @@
 //! confirmed it, and who listens to it now.
 
 use super::Notice;
+use prost::bytes::Bytes;
+use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
 
@@ -14,9 +16,9 @@ pub(super) enum Listener {
 
 /// One watch on the stream, by watch id in the hub.
 pub(super) struct Entry {
-    pub(super) key: Vec<u8>,
+    pub(super) key: Bytes,
     /// Empty for one key; else the end of the watched range.
-    pub(super) range_end: Vec<u8>,
+    pub(super) range_end: Bytes,
     /// Kept for the next subscriber once its subscriber goes.
     pub(super) linger: bool,
     /// The revision after which the watch delivers every deletion, once etcd has
@@ -25,7 +27,7 @@ pub(super) struct Entry {
     pub(super) listener: Listener,
     /// The latest deletion the watch delivered (its revision and key), for
     /// whoever subscribes next.
-    pub(super) last_deleted: Option<(i64, Vec<u8>)>,
+    pub(super) last_deleted: Option<(i64, Arc<[u8]>)>,
 }
 
 impl Entry {

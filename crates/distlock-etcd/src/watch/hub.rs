@@ -18,6 +18,7 @@ use crate::client::{
 use crate::error::Failure;
 use crate::rpc::Rpc;
 use distlock_core::toolkit::Backoff;
+use prost::bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -50,14 +51,14 @@ pub(super) struct Hub {
 /// A watch of one key's (or one range's) deletions from the current revision:
 /// no start revision, so etcd adds it to its synced watchers, not to the
 /// catch-up sweep.
-fn create_options(id: i64, range_end: &[u8]) -> WatchOptions {
+fn create_options(id: i64, range_end: &Bytes) -> WatchOptions {
     let options = WatchOptions::new()
         .with_watch_id(id)
         .with_filters([WatchFilterType::NoPut]);
     if range_end.is_empty() {
         options
     } else {
-        options.with_range(range_end)
+        options.with_range(range_end.clone())
     }
 }
 
@@ -134,14 +135,14 @@ impl Hub {
     fn attach(
         &mut self,
         id: i64,
-        key: &[u8],
-        range_end: &[u8],
+        key: &Bytes,
+        range_end: &Bytes,
         notices: &mpsc::UnboundedSender<Notice>,
     ) -> bool {
         let Some((&watch, entry)) = self
             .entries
             .iter_mut()
-            .find(|(_, e)| e.key == key && e.range_end == range_end && e.idle_since().is_some())
+            .find(|(_, e)| e.key == *key && e.range_end == *range_end && e.idle_since().is_some())
         else {
             return false;
         };
@@ -160,7 +161,7 @@ impl Hub {
     async fn create(
         &mut self,
         id: i64,
-        (key, range_end, linger): (Vec<u8>, Vec<u8>, bool),
+        (key, range_end, linger): (Bytes, Bytes, bool),
         notices: mpsc::UnboundedSender<Notice>,
     ) -> bool {
         let watch = self.next_watch;
@@ -200,14 +201,17 @@ impl Hub {
         if let Some(entry) = self.entries.get_mut(&watch) {
             entry.listener = Listener::Idle(Instant::now());
         }
-        let mut idle: Vec<(Instant, i64)> = self
-            .entries
-            .iter()
-            .filter_map(|(w, e)| e.idle_since().map(|since| (since, *w)))
-            .collect();
-        if idle.len() > MAX_IDLE {
-            idle.sort_unstable();
-            for (_, watch) in &idle[..idle.len() - MAX_IDLE] {
+        // Counted first: the list of idle watches is built only when one must go.
+        let idle = self.entries.values().filter(|e| e.idle_since().is_some());
+        let excess = idle.count().saturating_sub(MAX_IDLE);
+        if excess > 0 {
+            let mut oldest: Vec<(Instant, i64)> = self
+                .entries
+                .iter()
+                .filter_map(|(w, e)| e.idle_since().map(|since| (since, *w)))
+                .collect();
+            oldest.sort_unstable();
+            for (_, watch) in &oldest[..excess] {
                 self.entries.remove(watch);
                 self.send_cancel(*watch).await;
             }
@@ -243,7 +247,7 @@ impl Hub {
     /// starts at the current revision again; its `created` reply tells the
     /// subscriber whether to re-read what it may have missed meanwhile.
     async fn connect(&mut self) -> bool {
-        let mut watches: Vec<(i64, Vec<u8>, Vec<u8>)> = self
+        let mut watches: Vec<(i64, Bytes, Bytes)> = self
             .entries
             .iter()
             .map(|(id, e)| (*id, e.key.clone(), e.range_end.clone()))
@@ -253,7 +257,7 @@ impl Hub {
         let (first, key, range_end) =
             watches
                 .pop()
-                .unwrap_or((PLACEHOLDER_ID, vec![0], Vec::new()));
+                .unwrap_or((PLACEHOLDER_ID, Bytes::from_static(&[0]), Bytes::new()));
         let options = create_options(first, &range_end);
         match self
             .rpc
@@ -273,7 +277,7 @@ impl Hub {
         self.link.is_some()
     }
 
-    async fn send_create(&mut self, id: i64, key: &[u8], range_end: &[u8]) {
+    async fn send_create(&mut self, id: i64, key: &Bytes, range_end: &Bytes) {
         let options = create_options(id, range_end);
         let timeout = self.rpc.timeout;
         let Some((sender, _)) = self.link.as_mut() else {
@@ -281,7 +285,7 @@ impl Hub {
         };
         // A stream that does not take a request within the timeout is broken.
         if !matches!(
-            tokio::time::timeout(timeout, sender.watch(key, Some(options))).await,
+            tokio::time::timeout(timeout, sender.watch(key.clone(), Some(options))).await,
             Ok(Ok(()))
         ) {
             self.broken();
@@ -337,14 +341,15 @@ impl Hub {
             };
             let at = kv.mod_revision();
             self.counts.delivered.fetch_add(1, Ordering::Relaxed);
+            let key: Arc<[u8]> = Arc::from(kv.key());
             if entry
                 .last_deleted
                 .as_ref()
                 .is_none_or(|(last, _)| *last < at)
             {
-                entry.last_deleted = Some((at, kv.key().to_vec()));
+                entry.last_deleted = Some((at, key.clone()));
             }
-            entry.send(Notice::Deleted(at, kv.key().to_vec()));
+            entry.send(Notice::Deleted(at, key));
         }
     }
 }

@@ -29,6 +29,7 @@ use crate::rpc::Rpc;
 use distlock_core::LossReason;
 use distlock_core::toolkit::Backoff;
 use hub::Hub;
+use prost::bytes::Bytes;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use tokio::sync::mpsc;
@@ -43,8 +44,9 @@ enum Notice {
     /// delivers every deletion after this store revision. The latest deletion it
     /// delivered before follows as a `Deleted`.
     Resumed(i64),
-    /// The key (this one, of a watched range) was deleted at this revision.
-    Deleted(i64, Vec<u8>),
+    /// The key (this one, of a watched range) was deleted at this revision;
+    /// the key is shared with the watch's record of its latest deletion.
+    Deleted(i64, Arc<[u8]>),
     /// etcd ended the watch for a reason that does not last (a compacted start
     /// revision): subscribe again.
     Resync,
@@ -80,9 +82,9 @@ pub(crate) enum Wake {
 enum Command {
     Add {
         id: i64,
-        key: Vec<u8>,
+        key: Bytes,
         /// Empty for one key; else the end of the watched range.
-        range_end: Vec<u8>,
+        range_end: Bytes,
         /// Whether the watch is kept for the next subscriber once this one goes.
         linger: bool,
         notices: mpsc::UnboundedSender<Notice>,
@@ -133,30 +135,31 @@ impl Watches {
     }
 
     /// Watches `key` for its deletion from the current revision on.
-    pub(crate) fn deletion(&self, key: &[u8]) -> Subscription {
-        self.subscribe(key, Vec::new(), true)
+    pub(crate) fn deletion(&self, key: &Bytes) -> Subscription {
+        self.subscribe(key.clone(), Bytes::new(), true)
     }
 
     /// Watches `key` for its deletion from the current revision on, and cancels
     /// the watch when the subscription goes: for a key whose name every client
     /// takes in turn (a semaphore's permit key), where a watch kept for reuse
     /// would receive each later holder's release.
-    pub(crate) fn deletion_once(&self, key: &[u8]) -> Subscription {
-        self.subscribe(key, Vec::new(), false)
+    pub(crate) fn deletion_once(&self, key: &Bytes) -> Subscription {
+        self.subscribe(key.clone(), Bytes::new(), false)
     }
 
     /// Watches every key starting with `prefix` for deletions from the current
     /// revision on (a semaphore's first waiter: any released permit lets it in).
     /// Not kept once the subscription goes: it sees every release under `prefix`.
     pub(crate) fn deletions_under(&self, prefix: &[u8]) -> Subscription {
-        self.subscribe(prefix, prefix_end(prefix), false)
+        let end = prefix_end(prefix).into();
+        self.subscribe(Bytes::copy_from_slice(prefix), end, false)
     }
 
-    fn subscribe(&self, key: &[u8], range_end: Vec<u8>, linger: bool) -> Subscription {
-        let (id, notices) = self.add(key, &range_end, linger);
+    fn subscribe(&self, key: Bytes, range_end: Bytes, linger: bool) -> Subscription {
+        let (id, notices) = self.add(&key, &range_end, linger);
         Subscription {
             id,
-            key: key.to_vec(),
+            key,
             range_end,
             linger,
             notices,
@@ -169,16 +172,16 @@ impl Watches {
     /// channel is closed, which the subscription reports as an error.
     fn add(
         &self,
-        key: &[u8],
-        range_end: &[u8],
+        key: &Bytes,
+        range_end: &Bytes,
         linger: bool,
     ) -> (i64, mpsc::UnboundedReceiver<Notice>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (sender, notices) = mpsc::unbounded_channel();
         let _ = self.commands.send(Command::Add {
             id,
-            key: key.to_vec(),
-            range_end: range_end.to_vec(),
+            key: key.clone(),
+            range_end: range_end.clone(),
             linger,
             notices: sender,
         });
@@ -190,13 +193,13 @@ impl Watches {
 #[derive(Debug)]
 pub(crate) struct Subscription {
     id: i64,
-    key: Vec<u8>,
-    range_end: Vec<u8>,
+    key: Bytes,
+    range_end: Bytes,
     linger: bool,
     notices: mpsc::UnboundedReceiver<Notice>,
     watches: Watches,
     /// The key whose deletion the last [`Wake::Deleted`] reported.
-    deleted: Option<Vec<u8>>,
+    deleted: Option<Arc<[u8]>>,
 }
 
 impl Subscription {
@@ -253,7 +256,7 @@ impl Drop for Subscription {
 pub(crate) struct KeyDeletion {
     pub(crate) rpc: Rpc,
     pub(crate) kv: KvClient,
-    pub(crate) key: Vec<u8>,
+    pub(crate) key: Bytes,
     /// The key's create revision: the lock's token.
     pub(crate) revision: i64,
     /// The store revision at which the key was last read as ours.

@@ -16,6 +16,7 @@
 use crate::epoch::EpochCache;
 use crate::error::{BACKEND, Servers, Written};
 use crate::keys::lock_key;
+use crate::listening::{Deletions, Listening};
 use crate::markers::Markers;
 use crate::protocol::{self, Record, Slot};
 use crate::sightings::Sightings;
@@ -54,6 +55,9 @@ pub struct NatsBackend {
     sweep: Arc<Sweep>,
     markers: Arc<Markers>,
     sightings: Sightings,
+    /// This client's deletions of held locks, for its own leases' loss
+    /// signals (the client is not sent its own writes).
+    pub(crate) deletions: Deletions,
 }
 
 impl std::fmt::Debug for NatsBackend {
@@ -75,9 +79,9 @@ pub struct NatsHandle {
     revision: AtomicU64,
     /// Set when the holder releases, so its own marker is not taken for a loss.
     releasing: Arc<AtomicBool>,
-    /// The subscription to the key's subject, made before the granting write,
+    /// What the loss signal listens on, set up before the granting write,
     /// until the loss signal takes it.
-    listening: Mutex<Option<async_nats::Subscriber>>,
+    listening: Mutex<Option<Listening>>,
 }
 
 impl NatsHandle {
@@ -119,6 +123,7 @@ impl NatsBackend {
             epoch,
             sweep,
             sightings: Sightings::default(),
+            deletions: Deletions::default(),
         })
     }
 
@@ -195,8 +200,9 @@ impl NatsBackend {
         slot: &Slot,
     ) -> Result<Option<(u64, FencingToken, Instant)>, LockError> {
         let sent_at = Instant::now();
-        let guard = CancelGuard::new((key.to_owned(), record.owner.clone()), |(k, o)| {
-            Some(self.undo(k, o))
+        // What the undo needs is copied only if it runs.
+        let guard = CancelGuard::new((), |()| {
+            Some(self.undo(key.to_owned(), record.owner.clone()))
         });
         let granted =
             match protocol::write(&self.kv, &self.servers, key, record, slot.revision()).await {
@@ -248,6 +254,9 @@ impl Backend for NatsBackend {
         };
         let mut watch = None;
         let mut listening = None;
+        // The subscription of this client's last lease of the key, if it
+        // ended within a second: no subscription to send for this grant.
+        let mut kept = self.markers.kept(&key);
         loop {
             let slot = protocol::read(&self.kv, &self.servers, &key).await?;
             let now = Instant::now();
@@ -266,8 +275,14 @@ impl Backend for NatsBackend {
                     // the subscription is in place on the server before the
                     // grant: every later write to the key reaches it. Without
                     // one, renewals alone tell of a loss.
-                    let subject = protocol::subject(&self.kv, &key);
-                    listening = self.client.subscribe(subject).await.ok();
+                    listening = match kept.take() {
+                        Some(kept) => Some(kept),
+                        None => {
+                            let subject = protocol::subject(&self.kv, &key);
+                            (self.client.subscribe(subject).await.ok())
+                                .map(|subscriber| self.deletions.listen(subscriber))
+                        }
+                    };
                 }
                 if let Some((revision, token, sent_at)) = self.grant(&key, &record, &slot).await? {
                     self.sightings.forget(&key);
@@ -293,6 +308,8 @@ impl Backend for NatsBackend {
                 listening = None;
                 continue;
             }
+            // Held by another: a kept subscription would hear its writes.
+            kept = None;
             let deadline = req.wait.instant();
             if deadline.is_some_and(|at| at <= Instant::now()) {
                 return Err(req.not_acquired());
@@ -363,7 +380,7 @@ impl Backend for NatsBackend {
             .take()?;
         Some(signal::loss(
             listening,
-            (self.kv.clone(), self.servers.clone()),
+            (self.kv.clone(), self.servers.clone(), self.markers.clone()),
             handle.key.clone(),
             (handle.owner.clone(), handle.granted),
             handle.releasing.clone(),

@@ -276,11 +276,16 @@ impl NatsConfig {
         self.timeouts.validate(BACKEND)
     }
 
-    /// The client's options: timeouts, credentials, TLS.
+    /// The client's options: timeouts, credentials, TLS, and no echo: a
+    /// lease's loss subscription is never sent the client's own writes to
+    /// its key (the grant, renewals, the release), which it would only skip;
+    /// the one own write that is a loss, `delete_holder`, tells the leases
+    /// itself.
     async fn options(&self) -> Result<ConnectOptions, LockError> {
         let mut options = ConnectOptions::new()
             .connection_timeout(self.timeouts.connect)
-            .request_timeout(Some(self.timeouts.reply));
+            .request_timeout(Some(self.timeouts.reply))
+            .no_echo();
         options = match &self.credentials {
             Credentials::None => options,
             Credentials::UserPassword(user, password) => {
@@ -345,6 +350,9 @@ impl NatsConfig {
 
     /// Uses an existing client (its servers, credentials and TLS) instead of
     /// connecting; the bucket, timeouts and defaults still come from this config.
+    /// A client that echoes (async-nats' default; [`NatsConfig::connect`]'s does
+    /// not) works too: each lease's loss subscription is then also sent the
+    /// client's own writes to its key, and skips them.
     pub async fn from_client(self, client: async_nats::Client) -> Result<NatsLock, LockError> {
         self.validate()?;
         let info = client.server_info();

@@ -108,7 +108,10 @@ impl Inspect for NatsBackend {
                 return Ok(false);
             };
             match self.remove(&key, revision).await {
-                Written::At(()) => return Ok(true),
+                Written::At(()) => {
+                    self.deletions.deleted();
+                    return Ok(true);
+                }
                 // Renewed or taken over meanwhile: delete whoever holds it now.
                 Written::Conflict => {}
                 Written::Unknown(e) => return Err(e),

@@ -32,6 +32,7 @@ mod error;
 mod fence;
 mod inspect;
 mod keys;
+mod listening;
 mod markers;
 mod protocol;
 mod registration;

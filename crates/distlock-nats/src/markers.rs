@@ -1,10 +1,13 @@
-//! The release markers one client wrote and has yet to purge, collected by
-//! one task of the client's own while there are any: a release costs no task
-//! and no timer of its own. A bucket keeps one record per key, so a marker
-//! that this client's next grant of the name replaced is gone already and is
-//! not purged.
+//! What a release leaves for a second: the release markers one client wrote
+//! and has yet to purge, collected by one task of the client's own while there
+//! are any, so a release costs no task and no timer of its own; and the loss
+//! subscriptions of the leases it ended, kept for a next grant of the same key
+//! ([`KEPT`] at most, each until [`MARKER_AGE`] old), which then sends no
+//! subscription of its own. A bucket keeps one record per key, so a marker that this client's
+//! next grant of the name replaced is gone already and is not purged.
 
 use crate::error::Servers;
+use crate::listening::Listening;
 use crate::protocol;
 use crate::sweep::MARKER_AGE;
 use async_nats::jetstream::kv::Store;
@@ -12,7 +15,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-/// One client's markers waiting for their purge.
+/// The most loss subscriptions kept after their leases ended: each hears
+/// the other clients' writes to its key until it goes.
+const KEPT: usize = 8;
+
+/// One client's markers waiting for their purge, and its kept subscriptions.
 #[derive(Debug)]
 pub(crate) struct Markers {
     kv: Arc<Store>,
@@ -24,6 +31,8 @@ pub(crate) struct Markers {
 struct Pending {
     /// By key: the marker's revision, and when its write was answered.
     markers: HashMap<String, (u64, Instant)>,
+    /// Loss subscriptions by key, oldest first, and when their lease ended.
+    kept: Vec<(String, Listening, Instant)>,
     /// Whether the collecting task runs.
     collecting: bool,
 }
@@ -43,7 +52,37 @@ impl Markers {
     pub(crate) fn collect_later(self: &Arc<Self>, key: String, marker: u64) {
         let mut pending = self.pending();
         pending.markers.insert(key, (marker, Instant::now()));
-        if !std::mem::replace(&mut pending.collecting, true) {
+        self.run(&mut pending);
+    }
+
+    /// Keeps the loss subscription of a lease that ended, for this client's
+    /// next grant of `key` (the oldest kept goes when there are [`KEPT`]).
+    /// Without a runtime to drop it later, it goes at once.
+    pub(crate) fn keep(self: &Arc<Self>, key: String, listening: Listening) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let mut pending = self.pending();
+        let gone = (pending.kept.len() >= KEPT).then(|| pending.kept.remove(0));
+        pending.kept.push((key, listening, Instant::now()));
+        self.run(&mut pending);
+        drop(pending);
+        drop(gone);
+    }
+
+    /// The subscription kept for `key`, if any, ready for a new grant.
+    pub(crate) fn kept(&self, key: &str) -> Option<Listening> {
+        let mut pending = self.pending();
+        let at = pending.kept.iter().position(|(k, ..)| k == key)?;
+        let (_, listening, _) = pending.kept.remove(at);
+        drop(pending);
+        listening.fresh()
+    }
+
+    /// Starts the collecting task if there is work for it and it is not running.
+    fn run(self: &Arc<Self>, pending: &mut Pending) {
+        let idle = pending.markers.is_empty() && pending.kept.is_empty();
+        if !idle && !std::mem::replace(&mut pending.collecting, true) {
             tokio::spawn(collect(self.clone()));
         }
     }
@@ -53,11 +92,12 @@ impl Markers {
         self.pending().markers.remove(key);
     }
 
-    /// Takes the markers at least [`MARKER_AGE`] old; `None`, and the task
-    /// ends, when there is none left at all.
+    /// Takes the markers at least [`MARKER_AGE`] old and drops the kept
+    /// subscriptions as old; `None`, and the task ends, when there is
+    /// nothing left at all.
     fn due(&self) -> Option<Vec<(String, u64)>> {
         let mut pending = self.pending();
-        if pending.markers.is_empty() {
+        if pending.markers.is_empty() && pending.kept.is_empty() {
             pending.collecting = false;
             return None;
         }
@@ -70,6 +110,14 @@ impl Markers {
         for (key, _) in &due {
             pending.markers.remove(key);
         }
+        let fresh = pending
+            .kept
+            .iter()
+            .position(|(.., at)| at.elapsed() < MARKER_AGE)
+            .unwrap_or(pending.kept.len());
+        let old: Vec<_> = pending.kept.drain(..fresh).collect();
+        drop(pending);
+        drop(old);
         Some(due)
     }
 
@@ -79,7 +127,7 @@ impl Markers {
 }
 
 /// The collecting task: every [`MARKER_AGE`], purges the markers at least
-/// that old, until none is left.
+/// that old and drops the kept subscriptions as old, until none is left.
 async fn collect(markers: Arc<Markers>) {
     loop {
         tokio::time::sleep(MARKER_AGE).await;

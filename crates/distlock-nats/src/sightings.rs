@@ -39,11 +39,13 @@ impl Sightings {
     }
 
     /// Forgets `key`, once it was granted: its next holder's record is new.
+    /// (Without hashing the key when nothing is remembered, as on every
+    /// uncontended grant.)
     pub(crate) fn forget(&self, key: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(key);
+        let mut seen = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if !seen.is_empty() {
+            seen.remove(key);
+        }
     }
 }
 

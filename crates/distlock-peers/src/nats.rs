@@ -11,9 +11,9 @@
 
 use async_nats::jetstream::kv::{CreateErrorKind, Operation, Store};
 use async_nats::jetstream::stream::{Config as StreamConfig, DiscardPolicy, StorageType};
+use distlock_testkit::servers::nats::{varz, varz_count};
 use futures_util::StreamExt;
 use std::net::SocketAddr;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The peer's bucket, apart from distlock's.
 const BUCKET: &str = "peers";
@@ -101,24 +101,7 @@ impl KvLock {
     }
 }
 
-/// The server's `/varz` (its counters and version, as JSON).
-pub async fn varz(monitor: SocketAddr) -> Option<String> {
-    let mut stream = tokio::net::TcpStream::connect(monitor).await.ok()?;
-    let request = format!("GET /varz HTTP/1.0\r\nHost: {monitor}\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).await.ok()?;
-    Some(reply)
-}
-
 /// `in_msgs` of the server's `/varz`: every message clients sent it.
 pub async fn messages_received(monitor: SocketAddr) -> Option<u64> {
-    let varz = varz(monitor).await?;
-    let (_, after) = varz.split_once("\"in_msgs\":")?;
-    let digits: String = after
-        .trim_start()
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
+    varz_count(&varz(monitor).await?, "in_msgs")
 }

@@ -260,7 +260,7 @@ async fn redis_version(url: &str) -> Result<String, String> {
 
 /// `nats-server <version>` from the server's `/varz`.
 async fn nats_version(server: &NatsServer) -> String {
-    let varz = crate::nats::varz(server.monitor_addr()).await;
+    let varz = distlock_testkit::servers::nats::varz(server.monitor_addr()).await;
     let version = varz.as_deref().and_then(|v| {
         let (_, after) = v.split_once("\"version\":")?;
         after.trim_start().strip_prefix('"')?.split('"').next()

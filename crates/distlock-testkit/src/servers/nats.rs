@@ -50,6 +50,12 @@ impl NatsServer {
         SocketAddr::new(self.addr().ip(), self.kind.monitor)
     }
 
+    /// The counter `field` of the server's `/varz` (`in_msgs`,
+    /// `subscriptions`, ...), `None` when it cannot be read.
+    pub async fn varz_count(&self, field: &str) -> Option<u64> {
+        varz_count(&varz(self.monitor_addr()).await?, field)
+    }
+
     /// Shuts the server down cleanly (SIGTERM), killing it if that takes too long.
     pub async fn stop(&self) {
         self.process.stop(STOP_GRACE).await;
@@ -267,4 +273,26 @@ async fn jetstream_request(addr: SocketAddr, api: &str, payload: &str) -> Option
         .await
         .ok()
         .flatten()
+}
+
+/// The `/varz` of the server whose monitoring port is at `monitor` (its
+/// counters and version, as JSON).
+pub async fn varz(monitor: SocketAddr) -> Option<String> {
+    let mut stream = TcpStream::connect(monitor).await.ok()?;
+    let request = format!("GET /varz HTTP/1.0\r\nHost: {monitor}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).await.ok()?;
+    Some(reply)
+}
+
+/// The counter `field` of a `/varz` reply.
+pub fn varz_count(varz: &str, field: &str) -> Option<u64> {
+    let (_, after) = varz.split_once(&format!("\"{field}\":"))?;
+    let digits: String = after
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
 }

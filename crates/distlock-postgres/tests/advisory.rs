@@ -9,7 +9,7 @@
 
 mod support;
 
-use distlock_core::{AcquireOptions, LockError, LockKey, LossReason, Wait};
+use distlock_core::{AcquireOptions, DynLock, Lease, LockError, LockKey, LossReason, Wait};
 use distlock_postgres::{PostgresConfig, Strategy, advisory_key};
 use distlock_testkit::servers::PostgresServer;
 use sqlx::postgres::PgListener;
@@ -179,6 +179,24 @@ async fn queued(server: &PostgresServer, key: &LockKey) -> u64 {
     admin_value(server, &sql).await.parse().unwrap()
 }
 
+/// `lock`'s acquire of `key` in a task, once it waits in the server's queue.
+async fn queue_behind(
+    server: &PostgresServer,
+    lock: &DynLock,
+    key: &LockKey,
+    opts: &AcquireOptions,
+) -> tokio::task::JoinHandle<Result<Lease, LockError>> {
+    let waiter = tokio::spawn({
+        let (lock, key, opts) = (lock.clone(), key.clone(), opts.clone());
+        async move { lock.acquire(&key, &opts).await }
+    });
+    eventually(Duration::from_secs(5), "the waiter queued", async || {
+        queued(server, key).await == 1
+    })
+    .await;
+    waiter
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn waiters_wait_in_the_servers_queue_and_a_cancelled_one_leaves_it() {
     let server = server().await;
@@ -195,14 +213,7 @@ async fn waiters_wait_in_the_servers_queue_and_a_cancelled_one_leaves_it() {
     // The server hands the lock over: the waiter's lease counts from the
     // grant, not from the statement that waited for it.
     let lease = a.acquire(&key, &opts).await.unwrap();
-    let waiter = tokio::spawn({
-        let (b, key, waits) = (b.clone(), key.clone(), waits.clone());
-        async move { b.acquire(&key, &waits).await }
-    });
-    eventually(Duration::from_secs(5), "the waiter queued", async || {
-        queued(&server, &key).await == 1
-    })
-    .await;
+    let waiter = queue_behind(&server, &b, &key, &waits).await;
     // Held most of the ttl while the waiter's one statement waits.
     tokio::time::sleep(Duration::from_millis(800)).await;
     let first = lease.token();
@@ -220,14 +231,7 @@ async fn waiters_wait_in_the_servers_queue_and_a_cancelled_one_leaves_it() {
     // A waiter cancelled in the queue leaves it, and nothing holds the lock
     // after the holder's release.
     let lease = a.acquire(&key, &opts).await.unwrap();
-    let cancelled = tokio::spawn({
-        let (b, key, waits) = (b.clone(), key.clone(), waits.clone());
-        async move { b.acquire(&key, &waits).await }
-    });
-    eventually(Duration::from_secs(5), "the waiter queued", async || {
-        queued(&server, &key).await == 1
-    })
-    .await;
+    let cancelled = queue_behind(&server, &b, &key, &waits).await;
     cancelled.abort();
     eventually(
         Duration::from_secs(5),

@@ -216,27 +216,18 @@ fn phase_number(json: &str, phase: &str, field: &str) -> f64 {
         .unwrap_or_else(|_| panic!("{phase}: {field} {value:?}: {json}"))
 }
 
-/// One bench at a time per kind of server (the URL's scheme): benches of one
-/// server side by side would count each other's requests, and more of them
-/// the slower a loaded machine runs them.
-fn one_bench_per_server(url: &str) -> std::sync::MutexGuard<'static, ()> {
-    use std::sync::{Mutex, PoisonError};
-    static SERVERS: [(&str, Mutex<()>); 4] = [
-        ("mysql", Mutex::new(())),
-        ("postgres", Mutex::new(())),
-        ("redis", Mutex::new(())),
-        ("", Mutex::new(())),
-    ];
-    let scheme = url.split(':').next().unwrap_or_default();
-    let (_, lock) = SERVERS
-        .iter()
-        .find(|(prefix, _)| scheme.starts_with(prefix))
-        .unwrap();
-    lock.lock().unwrap_or_else(PoisonError::into_inner)
+/// One bench at a time: benches side by side share servers (and the machine's
+/// cores), so they would count each other's requests, and more of them the
+/// slower a loaded machine runs them.
+fn one_bench_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static BENCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    BENCH
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 pub fn bench_reports_every_phase(url: &str) {
-    let _alone = one_bench_per_server(url);
+    let _alone = one_bench_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let plot = dir.path().join("bench.svg");
     let out = run(&[

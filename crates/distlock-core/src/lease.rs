@@ -1,6 +1,6 @@
 //! The lease lifecycle, written once for every adapter: the local deadline, the
 //! lost signal, release and release on drop (the renewal watchdog is in
-//! `renewal.rs`). Reentrant
+//! `renewal.rs`, started once the lease outlives `keeper.rs`'s grace). Reentrant
 //! handles share one lease; their bookkeeping is in `reentry.rs`. The state the
 //! handles share (status, deadline, release on the backend) is in
 //! `lease/shared.rs`.
@@ -20,6 +20,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 mod bound;
+mod keeper;
 mod renewal;
 mod shared;
 
@@ -60,13 +61,14 @@ impl Lease {
         max_hold: Option<Duration>,
         loss: Option<LossSignal>,
     ) -> Lease {
-        let max_hold_at = max_hold.and_then(|d| Instant::now().checked_add(d));
-        tokio::spawn(renewal::watchdog(
-            shared.clone(),
+        let began = Instant::now();
+        shared.set_loss(loss);
+        keeper::watch(renewal::Watchdog {
+            shared: shared.clone(),
             renew_every,
-            max_hold_at,
-            loss,
-        ));
+            max_hold_at: max_hold.and_then(|d| began.checked_add(d)),
+            began,
+        });
         Lease {
             shared,
             finished: false,

@@ -148,3 +148,36 @@ async fn a_release_past_the_local_deadline_reports_the_loss_even_if_the_watchdog
     assert_eq!(reason, LossReason::Expired);
     assert_eq!((a.metrics().released, a.metrics().lost), (0, 1));
 }
+
+/// A lease's watchdog starts a few milliseconds late, from a keeper task of
+/// the runtime the lease began on; a runtime gone takes its keeper along,
+/// and the next runtime's leases must still be renewed.
+#[test]
+fn leases_are_renewed_on_a_runtime_that_follows_a_finished_one() {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let store = MemoryStore::new();
+    let a = store.client();
+    let opts = AcquireOptions::new().ttl(Duration::from_millis(300));
+    runtime().block_on(async {
+        let lease = a.acquire(&key(), &opts).await.unwrap();
+        lease.release().await.unwrap();
+    });
+    runtime().block_on(async {
+        let lease = a.acquire(&key(), &opts).await.unwrap();
+        let renewed = async {
+            while a.metrics().renewals < 3 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), renewed)
+            .await
+            .expect("the lease was renewed three times (300 ms ttl)");
+        assert!(lease.is_held());
+        lease.release().await.unwrap();
+    });
+}

@@ -352,7 +352,9 @@ impl NatsConfig {
     /// connecting; the bucket, timeouts and defaults still come from this config.
     /// A client that echoes (async-nats' default; [`NatsConfig::connect`]'s does
     /// not) works too: each lease's loss subscription is then also sent the
-    /// client's own writes to its key, and skips them.
+    /// client's own writes to its key, and skips them. A client without echo
+    /// shared by two `NatsLock`s: an operator's `delete_holder` through one is
+    /// noticed by the other's leases at their next renewal, not at once.
     pub async fn from_client(self, client: async_nats::Client) -> Result<NatsLock, LockError> {
         self.validate()?;
         let info = client.server_info();

@@ -1,25 +1,39 @@
-//! The renewal watchdog: one task per lease that renews it every interval,
-//! retries a failed renewal until the local deadline, and ends the lease at
-//! the deadline, at `max_hold`, or when the backend pushes a loss.
+//! The renewal watchdog: one task per lease (started by `keeper.rs`) that
+//! renews it every interval, retries a failed renewal until the local
+//! deadline, and ends the lease at the deadline, at `max_hold`, or when the
+//! backend pushes a loss.
 
 use super::shared::{Shared, Status};
 use crate::LossReason;
-use crate::backend::{LossSignal, Ownership};
+use crate::backend::Ownership;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::time::sleep_until;
 
-/// Keeps the lease alive and watches for its end. One task per lease; it exits
-/// when the lease is released, dropped or lost.
-pub(crate) async fn watchdog(
-    shared: Arc<Shared>,
-    renew_every: Option<Duration>,
-    max_hold_at: Option<Instant>,
-    loss: Option<LossSignal>,
-) {
+/// A lease's watchdog, with what it needs, before it is spawned (the loss
+/// signal waits in [`Shared`]: a lease that ends first drops it then).
+pub(crate) struct Watchdog {
+    pub shared: Arc<Shared>,
+    pub renew_every: Option<Duration>,
+    pub max_hold_at: Option<Instant>,
+    pub began: Instant,
+}
+
+/// Keeps the lease alive and watches for its end. One task per lease that
+/// outlives the keeper's grace; it exits when the lease is released, dropped
+/// or lost.
+pub(crate) async fn watchdog(dog: Watchdog) {
+    let Watchdog {
+        shared,
+        renew_every,
+        max_hold_at,
+        began,
+    } = dog;
     let mut status = shared.status.subscribe();
-    let mut loss = loss.unwrap_or_else(|| Box::pin(std::future::pending()));
-    let mut next_renewal = renew_every.map(|every| Instant::now() + jittered(every));
+    let mut loss = shared
+        .take_loss()
+        .unwrap_or_else(|| Box::pin(std::future::pending()));
+    let mut next_renewal = renew_every.map(|every| began + jittered(every));
     let retry_delay = (shared.ttl / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
     // Failed attempts in a row: only the first warns, so an outage does not
     // warn every ttl/20 per lease; the loss that may follow warns again.

@@ -5,7 +5,7 @@
 //! behind it.
 
 use super::clock_drift;
-use crate::backend::{Holding, Ownership};
+use crate::backend::{Holding, LossSignal, Ownership};
 use crate::counters::Metrics;
 use crate::metrics::Hold;
 use crate::reentry::Reentry;
@@ -42,6 +42,9 @@ pub(crate) struct Shared {
     /// Set when the acquisition is given back unused (a set that could not be
     /// taken whole): its release then deletes, minimum hold or not.
     pub(crate) hold_forgone: AtomicBool,
+    /// The backend's loss signal until the watchdog takes it, or the hold
+    /// ends first and drops it (an adapter may then reuse what it holds).
+    loss: Mutex<Option<LossSignal>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -72,7 +75,19 @@ impl Shared {
             deadline: Mutex::new(sent_at + ttl - clock_drift(ttl)),
             hold_until: None,
             hold_forgone: AtomicBool::new(false),
+            loss: Mutex::new(None),
         }
+    }
+
+    /// Keeps the backend's loss signal for the watchdog.
+    pub(super) fn set_loss(&self, loss: Option<LossSignal>) {
+        *lock(&self.loss) = loss;
+    }
+
+    /// The backend's loss signal, unless the watchdog or the hold's end took
+    /// it already.
+    pub(super) fn take_loss(&self) -> Option<LossSignal> {
+        lock(&self.loss).take()
     }
 
     /// Keeps the lock on the server until `min_hold` after `sent_at`, when
@@ -145,9 +160,11 @@ impl Shared {
                 false
             }
         });
-        // Every way out of `Held` passes here exactly once: the hold ends now.
+        // Every way out of `Held` passes here exactly once: the hold ends now,
+        // and a watchdog that has not started yet never will.
         if from == Status::Held && found == Status::Held {
             self.metrics.hold_ended(&self.hold);
+            drop(self.take_loss());
         }
         found
     }

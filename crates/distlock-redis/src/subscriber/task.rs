@@ -37,9 +37,13 @@ pub(super) struct SubscriberTask {
 
 impl SubscriberTask {
     pub(super) async fn run(mut self) {
+        // A lease asked for the connection: made even if that lease has ended
+        // by now, or a stream of short leases would each ask again.
+        let mut asked = false;
         loop {
-            let wanted =
-                *self.holds.borrow_and_update() > 0 || !lock(&self.registry).channels.is_empty();
+            let wanted = std::mem::take(&mut asked)
+                || *self.holds.borrow_and_update() > 0
+                || !lock(&self.registry).channels.is_empty();
             if self.conn.is_none() && self.retry_at.is_none() && wanted {
                 self.connect().await;
             }
@@ -57,7 +61,10 @@ impl SubscriberTask {
                 },
                 _ = sleep_until_some(retry_at) => self.retry_at = None,
                 // A lease is held while there is no connection: make one.
-                changed = self.holds.changed() => if changed.is_err() { return },
+                changed = self.holds.changed() => match changed {
+                    Ok(()) => asked = true,
+                    Err(_) => return,
+                },
             }
         }
     }

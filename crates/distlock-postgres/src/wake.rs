@@ -21,7 +21,9 @@
 //! commit). A lost session loses its marks: the session made again first
 //! drops every advisory lock it holds and takes all marks again, then wakes
 //! every waiter. Marks wait at most [`MARK_WAIT`] for a lock held by others
-//! (`lock_timeout`), since the listener serves all the client's waiters.
+//! (`lock_timeout`), since the listener serves all the client's waiters, and
+//! any statement there at most that plus the reply timeout: a session that
+//! does not answer in time is taken as lost, and its waiters poll.
 //!
 //! Listening is checked once at connect: the listener must hear a
 //! notification sent through the lock connections, which a `LISTEN` made
@@ -34,7 +36,8 @@ use crate::pool::Pool;
 use distlock_core::LockError;
 use distlock_sql::pool::BoxFuture;
 use distlock_sql::table::Wake;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::Postgres;
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgListener, PgPoolOptions};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -46,11 +49,14 @@ use tokio::task::JoinHandle;
 const RELISTEN_PAUSE: Duration = Duration::from_millis(500);
 /// The listening session's `lock_timeout`: how long a mark waits for a lock
 /// on its pair (a release's, until that release commits).
-const MARK_WAIT: &str = "1s";
+const MARK_WAIT: Duration = Duration::from_secs(1);
 /// Marks the name of payload `$2` of the table `$1` as waited for.
 const MARK: &str = include_str!("sql/listener_mark.sql");
 /// Drops the mark of payload `$2` of the table `$1`.
 const UNMARK: &str = include_str!("sql/listener_unmark.sql");
+
+/// A statement for the listening session.
+type Statement<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
 
 /// What a waiter asks of the listening session.
 #[derive(Debug)]
@@ -106,7 +112,11 @@ impl Wakeups {
         let listeners = PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(connect_timeout)
-            .connect_lazy_with(options.clone().options([("lock_timeout", MARK_WAIT)]));
+            .connect_lazy_with(
+                options
+                    .clone()
+                    .options([("lock_timeout", format!("{}ms", MARK_WAIT.as_millis()))]),
+            );
         let started = async {
             let mut listener = PgListener::connect_with(&listeners).await?;
             // A lost connection is reported at once: its marks must be taken
@@ -151,6 +161,7 @@ impl Wakeups {
             channel: channel.to_owned(),
             marks: HashMap::new(),
             lost: false,
+            reply: pool.timeout() + MARK_WAIT,
         };
         let task = Some(tokio::spawn(run(listening, requests, waiting.clone())));
         Ok(Wakeups {
@@ -236,8 +247,11 @@ struct Listening {
     listener: PgListener,
     channel: String,
     marks: HashMap<String, (usize, bool)>,
-    /// The session was lost (or failed): its marks are to be taken again.
+    /// The session was lost (or failed, or did not answer): its marks are
+    /// to be taken again.
     lost: bool,
+    /// How long a statement there waits for its reply.
+    reply: Duration,
 }
 
 impl Listening {
@@ -246,9 +260,28 @@ impl Listening {
         let statement = sqlx::query(statement)
             .bind(self.channel.clone())
             .bind(payload.to_owned());
-        sqlx::Executor::execute(&mut self.listener, statement)
-            .await
-            .map(drop)
+        self.execute(statement).await
+    }
+
+    /// Executes `statement` there, waiting at most [`Self::reply`]: a session
+    /// that does not answer (cut off, say) is lost, or every waiter of the
+    /// client would wait for it.
+    async fn execute(&mut self, statement: Statement<'_>) -> Result<(), sqlx::Error> {
+        let sent = sqlx::Executor::execute(&mut self.listener, statement);
+        match tokio::time::timeout(self.reply, sent).await {
+            Ok(done) => done.map(drop),
+            Err(_) => {
+                self.lost = true;
+                let silent = std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "the listening session did not answer within {:?}",
+                        self.reply
+                    ),
+                );
+                Err(sqlx::Error::Io(silent))
+            }
+        }
     }
 
     /// Marks `payload`'s name: whether the mark is held.
@@ -297,8 +330,8 @@ impl Listening {
     /// every mark.
     async fn mark_again(&mut self) -> Result<(), sqlx::Error> {
         self.marks.values_mut().for_each(|(_, held)| *held = false);
-        let clear = sqlx::query("SELECT pg_advisory_unlock_all()");
-        sqlx::Executor::execute(&mut self.listener, clear).await?;
+        self.execute(sqlx::query("SELECT pg_advisory_unlock_all()"))
+            .await?;
         self.lost = false;
         let names: Vec<String> = self.marks.keys().cloned().collect();
         for payload in names {

@@ -7,11 +7,13 @@
 
 mod support;
 
-use distlock_core::LockKey;
-use distlock_postgres::Strategy;
+use distlock_core::{AcquireOptions, LockKey, Wait};
+use distlock_postgres::{PostgresConfig, Strategy};
+use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::servers::PostgresServer;
+use distlock_testkit::{Fault, FaultControl};
 use std::time::Duration;
-use support::{admin_value, eventually, mark_holders, only_marked_names_notify, server};
+use support::{admin_value, client, eventually, mark_holders, only_marked_names_notify, server};
 
 const TABLE: &str = "quiet_cas";
 
@@ -49,4 +51,58 @@ async fn a_release_notifies_only_when_a_waiter_marked_the_name() {
         lose_the_listener,
     )
     .await;
+}
+
+/// A mark sent while the listening session is cut off gets no answer: the
+/// waiter stops waiting for it after the reply timeout and polls, so it still
+/// gets the lock once released (it used to wait for the mark forever).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiter_whose_listener_is_cut_off_polls() {
+    let server = server().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let holder = client(&server, Strategy::VersionCas, TABLE).await;
+    // The lock statements go straight to the server; the listener through
+    // the proxy.
+    let url = format!(
+        "{}?table={TABLE}&timeout=1s&listen_at={}",
+        server.url(),
+        proxy.addr()
+    );
+    let cut_off = PostgresConfig::from_url(&url).unwrap().connect().await;
+    let cut_off = cut_off.expect("connects, and listens through the proxy");
+    proxy.set_fault(Fault::Blackhole).await;
+    let key = LockKey::new("jobs/cut-off").unwrap();
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(5));
+    let lease = holder.acquire(&key, &opts).await.unwrap();
+    // The statements run on the table, this query's own aside.
+    let attempts = async || {
+        let sql = format!(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements \
+             WHERE query LIKE '%{TABLE}%' AND query NOT LIKE '%pg_stat_statements%';"
+        );
+        admin_value(&server, &sql).await.parse::<u64>().unwrap()
+    };
+    let before = attempts().await;
+    let waiter = tokio::spawn({
+        let (key, opts) = (key.clone(), opts.clone().wait(Wait::Forever));
+        async move { cut_off.acquire(&key, &opts).await }
+    });
+    // The waiter's first attempt finds the lock held; its mark, sent next,
+    // goes unanswered.
+    eventually(
+        Duration::from_secs(5),
+        "the waiter's first attempt",
+        async || attempts().await > before,
+    )
+    .await;
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    let first = lease.token();
+    lease.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter polls once its mark is not answered")
+        .unwrap()
+        .unwrap();
+    assert!(next.token() > first);
+    next.release().await.unwrap();
 }

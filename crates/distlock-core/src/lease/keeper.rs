@@ -28,7 +28,7 @@ use tokio::sync::Notify;
 /// this): a loss the backend signals meanwhile reaches the lease that much
 /// later. Renewal, `max_hold` and the deadline are never this close (see
 /// [`may_wait`]).
-pub(crate) const GRACE: Duration = Duration::from_millis(10);
+const GRACE: Duration = Duration::from_millis(10);
 
 /// Whether the first thing `dog` may have to do is far enough off for it to
 /// start late: ten graces before the deadline, the first renewal and

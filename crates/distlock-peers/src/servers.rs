@@ -90,6 +90,7 @@ pub async fn launch(backend: &str) -> Result<Vec<Target>, String> {
                 runs: vec![
                     (Kind::Distlock, url.clone()),
                     (Kind::Rslock, urls.join(",")),
+                    (Kind::RslockFenced, urls.join(",")),
                 ],
                 url,
                 varz: None,

@@ -4,8 +4,12 @@
 //!
 //! Invariants:
 //! - A counter is raised by a plain `UPDATE` that stamps `expires_at` with
-//!   the instant of its last use. Only when the name has no row does the
-//!   client create it, in distlock-sql's `state` transaction: that
+//!   the instant of its last use, coarsely: a stamp at or after that instant
+//!   is kept, an older one becomes the instant plus a second. The stamp is
+//!   an indexed column, so changing it at every bump made every bump update
+//!   the table's indexes instead of the row in place (HOT). Only when the
+//!   name has no row does the client create it, in distlock-sql's `state`
+//!   transaction: that
 //!   transaction first collects at most 16 idle rows of the namespace,
 //!   raising the floor row above their fences, and seeds the new row above
 //!   the floor (and at least at the server clock in µs). So a name whose row

@@ -104,6 +104,50 @@ async fn a_held_advisory_name_keeps_its_counter() {
         .unwrap();
 }
 
+/// An `advisory` bump keeps a stamp at or after its own instant and moves an
+/// older one to that instant plus a second: the stamp is never before the
+/// name's last use, at most a second after it, and the same for every bump
+/// within that second. A stamp moved at every bump is a change of an indexed
+/// column, so no bump could update the row in place.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_advisory_bump_stamps_its_name_once_a_second() {
+    const SECOND: i64 = 1_000_000;
+    let server = server().await;
+    let lock = client_of(&server, Strategy::Advisory).await;
+    let key = LockKey::new("jobs/stamped").unwrap();
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(10));
+    // Server time in µs, and the name's stamp.
+    let micros = async |sql: &str| -> i64 {
+        let sql = format!("SELECT (EXTRACT(EPOCH FROM {sql}) * 1000000)::BIGINT;");
+        admin_value(&server, &sql).await.parse().unwrap()
+    };
+    let stamp = async || {
+        micros("(SELECT expires_at FROM distlock_advisory WHERE name = 'jobs/stamped')").await
+    };
+    let before = micros("now()").await;
+    distlock_testkit::cycles(&*lock, &key, &opts, 1)
+        .await
+        .unwrap();
+    let (first, after) = (stamp().await, micros("now()").await);
+    assert!(
+        (before + SECOND..=after + SECOND).contains(&first),
+        "the first bump stamps its instant plus a second: {first} not in {before}..{after} + 1 s"
+    );
+    distlock_testkit::cycles(&*lock, &key, &opts, 1)
+        .await
+        .unwrap();
+    let (second, at) = (stamp().await, micros("now()").await);
+    if at < first {
+        assert_eq!(second, first, "a bump within the second keeps the stamp");
+    } else {
+        // The machine stalled for a second between the two bumps.
+        assert!(
+            second > first && second <= at + SECOND,
+            "a later bump moves the stamp: {second} after {first}, at most {at} + 1 s"
+        );
+    }
+}
+
 /// Rows an earlier release left (no expiry stamp) are collected too, and the
 /// schema changes (bounded state, the `holder` column) apply to a table that
 /// release created.

@@ -12,7 +12,8 @@ WITH held AS MATERIALIZED (
      WHERE lock_key = $3 AND (namespace, name) <> ($1, $2)
      LIMIT 1
 ), bumped AS (
-    UPDATE "{table}" SET fence = fence + 1, lock_key = $3, holder = $5, expires_at = now()
+    UPDATE "{table}" SET fence = fence + 1, lock_key = $3, holder = $5,
+           expires_at = CASE WHEN expires_at >= now() THEN expires_at ELSE now() + interval '1 second' END
       FROM armed
      WHERE armed.got AND namespace = $1 AND name = $2 AND NOT EXISTS (SELECT 1 FROM other)
  RETURNING fence

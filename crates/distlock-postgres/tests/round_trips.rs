@@ -84,3 +84,69 @@ async fn the_floor_is_the_same_two_statements_and_server_requests_counts_them() 
         );
     }
 }
+
+/// The scans of `table` that ran when `statement` (its `{table}` filled in)
+/// ran once with `args`, by the plan the server executed (`EXPLAIN ANALYZE`,
+/// as the superuser; advisory locks it took are given back).
+async fn scans_run(server: &PostgresServer, table: &str, statement: &str, args: &str) -> usize {
+    let statement = statement.replace("{table}", table);
+    let plan = server
+        .exec_admin(&format!(
+            "PREPARE probe AS {statement};
+             EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE probe({args});
+             SELECT pg_advisory_unlock_all();"
+        ))
+        .await
+        .unwrap();
+    let on_table = format!(" on {table}");
+    let ran: Vec<&str> = plan
+        .lines()
+        .filter(|line| line.contains("Scan") && line.contains(&on_table))
+        .filter(|line| !line.contains("never executed"))
+        .collect();
+    ran.len()
+}
+
+/// A won acquire reads its own row and no other: the check that no other name
+/// has the row's advisory key (`advisory`, and `lock_in`'s counter bump) runs
+/// only while the row does not record that key yet, and the holder's time left
+/// (`version_cas`) is read only when the CAS lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_won_acquire_reads_only_its_own_row() {
+    let server = server().await;
+    let opts = AcquireOptions::new().renewal(Renewal::Manual);
+    let key = LockKey::new("steady").unwrap();
+    for strategy in [Strategy::Advisory, Strategy::VersionCas] {
+        let table = format!("plan_{}", strategy.as_str());
+        let lock = client(&server, strategy, &table).await;
+        distlock_testkit::cycles(&*lock, &key, &opts, 1)
+            .await
+            .unwrap();
+    }
+    let lock_key = admin_value(
+        &server,
+        "SELECT lock_key FROM plan_advisory WHERE name = 'steady';",
+    )
+    .await;
+    let acquire = include_str!("../src/sql/advisory_acquire.sql");
+    let args = format!("'distlock', 'steady', {lock_key}, '60000', 'probe', NULL");
+    assert_eq!(
+        scans_run(&server, "plan_advisory", acquire, &args).await,
+        1,
+        "advisory"
+    );
+    let bump = include_str!("../src/sql/tx_bump.sql");
+    let args = format!("'distlock', 'steady', {lock_key}, 'probe'");
+    assert_eq!(
+        scans_run(&server, "plan_advisory", bump, &args).await,
+        1,
+        "lock_in"
+    );
+    let cas = include_str!("../../distlock-sql/src/sql/postgres/cas_acquire.sql");
+    let args = "'probe', 'probe', 1, 'distlock', 'steady'";
+    assert_eq!(
+        scans_run(&server, "plan_version_cas", cas, args).await,
+        1,
+        "version_cas"
+    );
+}

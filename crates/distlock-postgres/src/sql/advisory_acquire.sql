@@ -15,8 +15,13 @@ WITH held AS MATERIALIZED (
     UPDATE "{table}" SET fence = fence + 1, lock_key = $3, holder = $5,
            expires_at = CASE WHEN expires_at >= now() THEN expires_at ELSE now() + interval '1 second' END
       FROM armed
-     WHERE armed.got AND namespace = $1 AND name = $2 AND NOT EXISTS (SELECT 1 FROM other)
+     WHERE armed.got AND namespace = $1 AND name = $2
+       AND (lock_key = $3 OR NOT EXISTS (
+               SELECT 1 FROM "{table}" o
+                WHERE o.lock_key = $3 AND (o.namespace, o.name) <> ("{table}".namespace, "{table}".name)))
  RETURNING fence
 )
 SELECT (SELECT got FROM armed), (SELECT fence FROM bumped),
-       (SELECT namespace FROM other), (SELECT name FROM other), (SELECT waited FROM armed)
+       CASE WHEN NOT EXISTS (SELECT 1 FROM bumped) THEN (SELECT namespace FROM other) END,
+       CASE WHEN NOT EXISTS (SELECT 1 FROM bumped) THEN (SELECT name FROM other) END,
+       (SELECT waited FROM armed)

@@ -149,8 +149,8 @@ impl CasDb for Postgres {
         clear_owner: include_str!("../sql/postgres/cas_clear_owner.sql"),
     };
 
-    /// One row: the token (`RETURNING fence`) or NULL, and the holder's
-    /// remaining µs or NULL when the row is absent.
+    /// One row: the token (`RETURNING fence`) or NULL, and when not won the
+    /// holder's remaining µs, or NULL when the row is absent.
     fn cas<D: PoolDialect<Database = Postgres>>(
         conn: &mut Conn<D>,
         query: Statement<Postgres>,

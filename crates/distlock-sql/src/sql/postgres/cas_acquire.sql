@@ -7,5 +7,7 @@ WITH won AS (
  RETURNING fence
 )
 SELECT (SELECT fence FROM won),
-       (SELECT GREATEST(0, (EXTRACT(EPOCH FROM expires_at - now()) * 1000000)::BIGINT)
-          FROM "{table}" WHERE namespace = $4 AND name = $5)
+       CASE WHEN NOT EXISTS (SELECT 1 FROM won) THEN
+           (SELECT GREATEST(0, (EXTRACT(EPOCH FROM expires_at - now()) * 1000000)::BIGINT)
+              FROM "{table}" WHERE namespace = $4 AND name = $5)
+       END

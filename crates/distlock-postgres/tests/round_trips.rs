@@ -1,6 +1,7 @@
 //! Round trips per uncontended cycle, counted by the server
 //! (`pg_stat_statements`' calls, which the launcher preloads), not timed. Both
-//! strategies must cost 2 statements per cycle in steady state.
+//! strategies must cost 2 statements per cycle in steady state, and a won
+//! acquire must read its own row only (the scans in the plan the server ran).
 // Test code: a failed expectation should panic with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

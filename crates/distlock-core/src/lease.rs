@@ -257,9 +257,7 @@ impl Drop for Lease {
                     let _ = shared.finish_release().await;
                 });
             }
-            Err(_) => {
-                shared.status.send_replace(Status::Released);
-            }
+            Err(_) => shared.mark_released(),
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::LockError;
 use std::fmt;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// The holder of a lock as it recorded itself: its host name, its process
 /// id and the label its app gave ([`crate::AcquireOptions::label`]).
@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HolderMeta {
-    host: String,
+    host: Arc<str>,
     pid: u32,
     label: Option<String>,
 }
@@ -37,26 +37,31 @@ impl HolderMeta {
     /// The longest label, in bytes.
     pub const MAX_LABEL: usize = 64;
 
-    /// This process: its host name (read once per process) and its pid, no label.
+    /// This process: its host name and its pid, no label. Both are read once
+    /// per process and shared: every acquire records them, and a `getpid` and
+    /// a copy of the name per acquire cost more than the rest of the record.
+    /// (A child forked after the first read records its parent's pid.)
     pub fn this_process() -> HolderMeta {
-        static HOST: OnceLock<String> = OnceLock::new();
-        let host = HOST.get_or_init(|| {
+        static ME: OnceLock<HolderMeta> = OnceLock::new();
+        ME.get_or_init(|| {
             let read = std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .or_else(|_| std::fs::read_to_string("/etc/hostname"))
                 .unwrap_or_default();
             let host = read.trim();
             // A host name never holds spaces; anything else is not one.
-            if host.is_empty() || host.len() > MAX_HOST || !host.chars().all(is_host_char) {
-                "unknown-host".to_owned()
-            } else {
-                host.to_owned()
+            let host =
+                if host.is_empty() || host.len() > MAX_HOST || !host.chars().all(is_host_char) {
+                    "unknown-host"
+                } else {
+                    host
+                };
+            HolderMeta {
+                host: host.into(),
+                pid: std::process::id(),
+                label: None,
             }
-        });
-        HolderMeta {
-            host: host.clone(),
-            pid: std::process::id(),
-            label: None,
-        }
+        })
+        .clone()
     }
 
     /// The same holder with `label` (already checked by [`HolderMeta::check_label`]).
@@ -130,7 +135,7 @@ impl HolderMeta {
             return None;
         }
         Some(HolderMeta {
-            host: host.to_owned(),
+            host: host.into(),
             pid: pid.parse().ok()?,
             label: label.map(str::to_owned),
         })

@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{connect, grpc_calls, metrics, raw, samples, server};
+use common::{connect, eventually, grpc_calls, metrics, raw, samples, server};
 use distlock_core::{AcquireOptions, DistributedLock, LockKey, Wait};
 use distlock_etcd::EtcdLock;
 use distlock_etcd::client::GetOptions;
@@ -176,11 +176,15 @@ async fn churn_leaks_no_descriptor_stream_watcher_lease_or_key() {
     for _ in 0..CLIENTS {
         let lock = Arc::new(connect(&[addr], NAMESPACE).await);
         // Everything a client keeps exists from here on: its lease for the ttl,
-        // the keep-alive stream and the watch stream (a held lock's loss watch).
+        // the keep-alive stream and the watch stream, opened by the first key
+        // watched (a lock's key is, once held past its grace).
         let opts = AcquireOptions::new().ttl(TTL);
-        distlock_testkit::cycles(&*lock, &keys[0], &opts, 1)
-            .await
-            .unwrap();
+        let held = lock.acquire(&keys[0], &opts).await.unwrap();
+        eventually(Duration::from_secs(10), "the held key watched", || async {
+            lock.backend().stats().held_watches == 1
+        })
+        .await;
+        held.release().await.unwrap();
         clients.push(lock);
     }
     // The connect probe's 1 s lease is revoked (or expires); idle watches end

@@ -104,18 +104,13 @@ impl EtcdBackend {
     ) -> Result<Acquired<EtcdHandle>, Failure> {
         let lease = slot.lease().clone();
         let key = Bytes::from(contender_key(queue.key_dir, lease.id(), slot.number()));
-        // The held key's loss watch, asked for before the key is put, so it usually
-        // starts before the key is first read as ours and needs no read of its own.
-        // Kept through the wait and handed to the held lock, whose loss signal
-        // takes it over.
-        let held = self.watches.deletion(&key);
         let mut entry = QueueEntry::new(self.rpc.clone(), self.kv.clone(), key, slot);
         let sent_at = Instant::now();
         // Step 1: put our key, read the holder and our predecessor.
         let first = entry.enqueue(queue.all, lease.id(), value).await?;
         if first.holder {
             return self
-                .claim(entry, &lease, (first.revision, first.header), sent_at, held)
+                .claim(entry, &lease, (first.revision, first.header), sent_at, None)
                 .await;
         }
         let mut predecessor = first.predecessor.map(|key| (key, first.header));
@@ -129,7 +124,7 @@ impl EtcdBackend {
                 Some(key) => predecessor = Some((key, check.header)),
                 None if check.mine => {
                     return self
-                        .claim(entry, &lease, (first.revision, check.header), read_at, held)
+                        .claim(entry, &lease, (first.revision, check.header), read_at, None)
                         .await;
                 }
                 None => {}
@@ -168,7 +163,7 @@ impl EtcdBackend {
                 Some(key) => predecessor = Some((key, check.header)),
                 None => {
                     return self
-                        .claim(entry, &lease, (first.revision, check.header), read_at, held)
+                        .claim(entry, &lease, (first.revision, check.header), read_at, None)
                         .await;
                 }
             }
@@ -210,13 +205,15 @@ impl EtcdBackend {
 
     /// Step 3: ours is the oldest key. Before claiming, re-check the lease: the
     /// key's validity is the lease's, measured from its last answered keep-alive.
+    /// `loss_watch` is a watch of the key the acquire opened already (a
+    /// permit's); without one, the loss signal opens it (see `loss_signal`).
     pub(crate) async fn claim(
         &self,
         entry: QueueEntry,
         lease: &SessionLease,
         (revision, header): (i64, i64),
         read_at: Instant,
-        loss_watch: Subscription,
+        loss_watch: Option<Subscription>,
     ) -> Result<Acquired<EtcdHandle>, Failure> {
         if let Some(end) = lease.ended() {
             return Err(self.lease_error(end).into());
@@ -239,7 +236,7 @@ impl EtcdBackend {
                 confirmed_at: header,
                 slot,
                 releasing: Arc::default(),
-                loss_watch: Mutex::new(Some(loss_watch)),
+                loss_watch: Mutex::new(loss_watch),
                 own: tokio::sync::Mutex::new(None),
                 own_id: Arc::default(),
             },

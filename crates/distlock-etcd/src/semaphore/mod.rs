@@ -94,10 +94,10 @@ impl EtcdSemaphoreBackend {
             // the one with `ahead` older waiters takes the free slot of that rank.
             if let Some(n) = nth_free_slot(req.limit, &look.taken, look.ahead) {
                 let permit = Bytes::from(layout.permit(n));
-                // The permit's loss watch, asked for before the key exists (as
-                // the lock's is), so the held permit needs no read of its own.
-                // Other clients take this name after us: the watch goes with
-                // our permit rather than linger for them.
+                // The permit's loss watch, asked for before the key exists, so
+                // the held permit needs no read of its own. Other clients take
+                // this name after us: the watch goes with our permit rather
+                // than linger for them.
                 let held = lock.watches.deletion_once(&permit);
                 let sent_at = Instant::now();
                 let claim = protocol::claim(
@@ -111,7 +111,8 @@ impl EtcdSemaphoreBackend {
                 let response = entry.trade(revision, &permit, claim).await?;
                 if response.succeeded() {
                     let at = crate::protocol::header(&response)?;
-                    let acquired = (lock.claim(entry, &lease, (at, at), sent_at, held)).await?;
+                    let acquired =
+                        (lock.claim(entry, &lease, (at, at), sent_at, Some(held))).await?;
                     return Ok(AcquiredPermit { acquired, slot: n });
                 }
                 // The slot was taken after our read (by a permit released and

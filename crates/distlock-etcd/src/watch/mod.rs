@@ -109,6 +109,8 @@ struct Counts {
     delivered: AtomicU64,
     /// Watches created on the stream (not counting re-creations after it broke).
     created: AtomicU64,
+    /// Held keys' loss watches subscribed.
+    held: AtomicU64,
 }
 
 impl Watches {
@@ -132,6 +134,17 @@ impl Watches {
     /// Watches created so far; a subscription that reuses one creates none.
     pub(crate) fn created(&self) -> u64 {
         self.counts.created.load(Ordering::Relaxed)
+    }
+
+    /// Held keys' loss watches subscribed so far.
+    pub(crate) fn held_count(&self) -> u64 {
+        self.counts.held.load(Ordering::Relaxed)
+    }
+
+    /// [`Watches::deletion`] of a held key, for its loss signal.
+    pub(crate) fn held(&self, key: &Bytes) -> Subscription {
+        self.counts.held.fetch_add(1, Ordering::Relaxed);
+        self.deletion(key)
     }
 
     /// Watches `key` for its deletion from the current revision on.

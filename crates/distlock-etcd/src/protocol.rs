@@ -85,6 +85,8 @@ pub(crate) fn header(response: &TxnResponse) -> Result<i64, Failure> {
 /// Step 1: puts `key` in `queue` if absent, attached to `lease`, and reads the
 /// holder and our predecessor, in one transaction. If the key already exists
 /// (only a lost earlier reply can do that) it is adopted, as Go's `Mutex` does.
+/// A fresh key is the newest, so one read of the two newest keys tells both:
+/// the other one is our predecessor, and with none we are the oldest.
 /// `value` is empty for a lock and the proposal for an election, as Go's
 /// `Mutex` and `Election` write them. Read the reply with [`first_look`].
 pub(crate) async fn enqueue(
@@ -104,8 +106,6 @@ pub(crate) async fn enqueue(
                 value,
                 Some(PutOptions::new().with_lease(lease)),
             ),
-            TxnOp::get(queue.clone(), Some(holder.clone())),
-            // Our fresh key is the newest; the one after it is our predecessor.
             TxnOp::get(queue.clone(), Some(get_newest(&queue, 0, 2))),
         ])
         .or_else([TxnOp::get(key, None), TxnOp::get(queue, Some(holder))]);
@@ -116,21 +116,28 @@ pub(crate) async fn enqueue(
 pub(crate) fn first_look(response: &TxnResponse) -> Result<FirstLook, Failure> {
     let header = header(response)?;
     let op = |index| response.op_response(index);
-    let (revision, predecessor) = if response.succeeded() {
-        let newest = range(op(2))?;
-        (header, newest.get(1).map(|kv| kv.key().to_vec()))
-    } else {
-        let mine = range(op(0))?
-            .first()
-            .ok_or_else(|| Failure::from(protocol("our key vanished inside a transaction")))?;
-        (mine.create_revision(), None)
-    };
+    if response.succeeded() {
+        let newest = range(op(1))?;
+        if newest.first().map(KeyValue::create_revision) != Some(header) {
+            return Err(protocol("the queue read did not show the key the transaction put").into());
+        }
+        let predecessor = newest.get(1).map(|kv| kv.key().to_vec());
+        return Ok(FirstLook {
+            revision: header,
+            header,
+            holder: predecessor.is_none(),
+            predecessor,
+        });
+    }
+    let mine = range(op(0))?
+        .first()
+        .ok_or_else(|| Failure::from(protocol("our key vanished inside a transaction")))?;
     let holder = range(op(1))?.first().map(KeyValue::create_revision);
     Ok(FirstLook {
-        revision,
+        revision: mine.create_revision(),
         header,
-        holder: holder == Some(revision),
-        predecessor,
+        holder: holder == Some(mine.create_revision()),
+        predecessor: None,
     })
 }
 

@@ -354,3 +354,48 @@ pub(crate) async fn delete(rpc: &Rpc, kv: &KvClient, key: &Bytes) -> Result<(), 
         .await
         .map(drop)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{PutResponse, ResponseHeader, ResponseOp};
+
+    fn kv(key: &str, create_revision: i64) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            create_revision,
+            ..KeyValue::default()
+        }
+    }
+
+    /// The reply to an enqueue that put our key at `revision` and read `newest`.
+    fn put_reply(revision: i64, newest: Vec<KeyValue>) -> TxnResponse {
+        let op = |response| ResponseOp {
+            response: Some(response),
+        };
+        TxnResponse {
+            header: Some(ResponseHeader { revision }),
+            succeeded: true,
+            responses: vec![
+                op(TxnOpResponse::Put(PutResponse {})),
+                op(TxnOpResponse::Get(RangeResponse {
+                    kvs: newest,
+                    ..RangeResponse::default()
+                })),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_fresh_key_holds_when_no_key_is_older() {
+        let alone = first_look(&put_reply(9, vec![kv("q/a", 9)])).unwrap();
+        assert!(alone.holder && alone.predecessor.is_none(), "{alone:?}");
+        assert_eq!((alone.revision, alone.header), (9, 9));
+        let behind = first_look(&put_reply(9, vec![kv("q/a", 9), kv("q/b", 4)])).unwrap();
+        assert!(!behind.holder, "{behind:?}");
+        assert_eq!(behind.predecessor.as_deref(), Some(&b"q/b"[..]));
+        // A read that does not show the key the transaction put is not believed.
+        assert!(first_look(&put_reply(9, Vec::new())).is_err());
+        assert!(first_look(&put_reply(9, vec![kv("q/b", 4)])).is_err());
+    }
+}

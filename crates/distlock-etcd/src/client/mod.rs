@@ -20,6 +20,8 @@ mod watch;
 
 pub use kv::{CompareOp, GetOptions, KvClient, PutOptions, SortOrder, SortTarget, Txn};
 pub use lease::{LeaseClient, LeaseKeepAliveStream, LeaseKeeper, LockClient};
+#[cfg(test)]
+pub(crate) use pb::ResponseOp;
 pub use pb::{
     Compare, DeleteRangeResponse, Event, KeyValue, LeaseGrantResponse, LeaseRevokeResponse,
     LeaseTtlResponse, LockResponse, Member, MemberListResponse, PutResponse, RangeResponse,

@@ -11,20 +11,24 @@
 //! Cleanup: every container and the network carry the labels `distlock.run` (this
 //! process's run id) and `distlock.pid`. A dropped server removes its container; a
 //! watchdog `sh` in its own process group (so a Ctrl-C does not reach it) removes
-//! whatever is left of the run once the test process exits, dies or is killed; and
+//! whatever is left of the run once the test process exits, dies or is killed
+//! (its containers, its network, then the scratch dirs of its servers, which a
+//! server never dropped, such as one a finished suite still held, leaves); and
 //! the first launch of a run sweeps containers and networks whose `distlock.pid` no
 //! longer exists (a run whose watchdog could not finish).
 
 use super::{ServerError, find_binary};
 use std::ffi::OsString;
+use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 
 mod container;
 pub use container::{Container, exec_command, run_once};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// The label every container and network of the docker launcher carries.
 pub const RUN_LABEL: &str = "distlock.run";
@@ -40,6 +44,9 @@ pub struct DockerRun {
     octet: u8,
     next_host: AtomicU32,
     _watchdog: Option<Child>,
+    /// The watchdog's stdin: the scratch dirs it removes, one per line. Open
+    /// until this process ends, which the watchdog sees as the end of input.
+    scratch_dirs: Mutex<Option<ChildStdin>>,
 }
 
 /// The run of this process, created (with its network) on first use. Fails with
@@ -68,14 +75,30 @@ impl DockerRun {
         );
         let network = format!("distlock-{run_id}");
         let octet = create_network(&network, &run_id)?;
-        let watchdog = spawn_watchdog(&run_id, &network);
+        let mut watchdog = spawn_watchdog(&run_id, &network);
+        let scratch_dirs = Mutex::new(watchdog.as_mut().and_then(|w| w.stdin.take()));
         Ok(DockerRun {
             run_id,
             network,
             octet,
             next_host: AtomicU32::new(2),
             _watchdog: watchdog,
+            scratch_dirs,
         })
+    }
+
+    /// Has the watchdog remove `dir`, a server's scratch dir mounted into its
+    /// container, once this process ends (best effort, as the watchdog is).
+    pub(crate) fn remove_on_exit(&self, dir: &Path) {
+        let mut stdin = self
+            .scratch_dirs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(stdin) = stdin.as_mut() {
+            let mut line = dir.as_os_str().as_bytes().to_vec();
+            line.push(b'\n');
+            let _ = stdin.write_all(&line);
+        }
     }
 
     /// A fresh address on the run's network, for one container.
@@ -175,11 +198,13 @@ fn sweep_dead_runs() {
 }
 
 /// On EOF of its stdin (this process exited or died), removes the run's
-/// containers, then its network.
-const WATCHDOG_SCRIPT: &str = r#"read _ignored
+/// containers, then its network, then the scratch dirs its stdin named, one per
+/// line (those of servers that were dropped are gone already).
+const WATCHDOG_SCRIPT: &str = r#"dirs=$(cat)
 ids=$(docker ps -aq --filter "label=$1")
 [ -n "$ids" ] && docker rm -f -v $ids >/dev/null 2>&1
 docker network rm "$2" >/dev/null 2>&1
+printf '%s\n' "$dirs" | while IFS= read -r dir; do [ -n "$dir" ] && rm -rf -- "$dir"; done
 exit 0"#;
 
 fn spawn_watchdog(run_id: &str, network: &str) -> Option<Child> {

@@ -83,6 +83,7 @@ impl ServerProcess {
         };
         let mounts: Vec<&Path> = placement.mounts().collect();
         let container = Container::run(run, image, placement.host(), program, &args, dir, &mounts)?;
+        run.remove_on_exit(dir);
         Ok(Self::new(name, program, args, dir, Some(container)))
     }
 

@@ -142,7 +142,10 @@ pub struct Statics<B: SqlBackend> {
     /// Serializes server starts: each is seconds of CPU and disk on a shared
     /// machine, and overlapping them only makes every start slower.
     starting: Mutex<()>,
-    /// The one server all the adapter's suites share.
+    /// The one server all the adapter's suites share. A static is never
+    /// dropped, so this server outlives the tests: at the process's exit its
+    /// watchdog stops it and removes its scratch dir (a container's, the
+    /// run's docker watchdog).
     shared: OnceCell<Arc<Server<B>>>,
 }
 

@@ -29,7 +29,7 @@ use distlock_core::{Capabilities, LockError, LockKey};
 use distlock_sql::cas::CasStatements;
 use distlock_sql::pool::BoxFuture;
 pub(crate) use distlock_sql::settle::{Settle, retry_until};
-use distlock_sql::state::{self, Collector};
+use distlock_sql::state::{self, Collector, StateDb};
 use distlock_sql::table::bell::Doorbell;
 use distlock_sql::table::{LockTable, Names, Primitive, Value, run_settled};
 use sqlx::{MySql, Row};
@@ -122,14 +122,14 @@ impl Table {
             }
         }
         drop(conn);
-        let missing = state::add_holder_column(&pool, name.as_str(), create).await;
+        let holder = MySql::STATE.holder;
+        let missing = state::add_column(&pool, name.as_str(), create, holder).await;
         if let Some(add) = missing.map_err(err)? {
-            return Err(LockError::config(
-                BACKEND,
-                state::no_holder_column(&name, &endpoint, &add),
-            ));
+            let no_column = state::no_column(&name, &endpoint, state::HOLDER_COLUMN, &add);
+            return Err(LockError::config(BACKEND, no_column));
         }
-        state::prepare(&pool, name.as_str(), name.as_str(), vec![], create)
+        let index = MySql::STATE.index;
+        state::prepare(&pool, name.as_str(), name.as_str(), vec![], create, index)
             .await
             .map_err(err)?;
         Ok(Table {

@@ -14,7 +14,7 @@ use distlock_testkit::servers::{MariaDbServer, MovableClock};
 use distlock_testkit::state_rows::{
     RowDatabase, SqlRows, a_held_name_keeps_its_counter, collect,
     collected_name_rises_after_the_clock_steps_back, collected_names_rise_above_a_clock_behind,
-    holder_column_is_named_then_used, use_once,
+    missing_column_is_named_then_used, use_once,
 };
 use sqlx::{Connection, MySqlConnection};
 use std::time::Duration;
@@ -292,7 +292,7 @@ async fn a_hand_made_table_without_holder_names_the_statement_to_run() {
         Ok(config().connect().await?)
     };
     let refused = config().create_table(false).connect().await;
-    holder_column_is_named_then_used(refused, add, added)
+    missing_column_is_named_then_used(refused, add, added)
         .await
         .unwrap();
 }

@@ -16,14 +16,17 @@ use crate::ending;
 use crate::error::{BACKEND, DbError, code};
 use crate::keys::{TableName, check_room_for_primitives, wake_payload};
 use crate::pool::{Conn, Pool};
-use crate::protocol::{COUNTER_IDLE, Statements, Strategy, TABLE_COMMENT};
+use crate::protocol::{
+    COUNTER_IDLE, DROP_EXPIRY_INDEX, Statements, Strategy, TABLE_COMMENT, USED_AT, USED_AT_COLUMN,
+    for_table,
+};
 use crate::session::Session;
 use crate::wake::{Waiter, Wakeups};
 use distlock_core::{Capabilities, LockError, LockKey};
 use distlock_sql::adapter::Settings;
-use distlock_sql::cas::CasStatements;
+use distlock_sql::cas::{CasDb, CasStatements};
 use distlock_sql::pool::BoxFuture;
-use distlock_sql::state::{self, Collector};
+use distlock_sql::state::{self, Collector, StateDb};
 use distlock_sql::table::{LockTable, Names, Primitive, Value};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Postgres, Row, SqlStr};
@@ -105,18 +108,37 @@ impl Table {
                 ));
             }
         }
+        let mut columns = vec![(Postgres::STATE.holder, state::HOLDER_COLUMN)];
+        let mut index = Postgres::STATE.index;
+        if strategy == Strategy::VersionCas {
+            columns.push((USED_AT, USED_AT_COLUMN));
+            index = Postgres::CAS.idle.1;
+            if create {
+                // Earlier releases' index on `expires_at`: while it exists,
+                // no acquire or release can update its row in place.
+                let drop_index = for_table(DROP_EXPIRY_INDEX, &name);
+                conn.execute(sqlx::query(drop_index)).await.map_err(err)?;
+            }
+        }
         drop(conn);
-        let missing = state::add_holder_column(&pool, name.as_str(), create).await;
-        if let Some(add) = missing.map_err(err)? {
-            return Err(LockError::config(
-                BACKEND,
-                state::no_holder_column(&name, &endpoint, &add),
-            ));
+        for (column, what) in columns {
+            let missing = state::add_column(&pool, name.as_str(), create, column).await;
+            if let Some(add) = missing.map_err(err)? {
+                let no_column = state::no_column(&name, &endpoint, what, &add);
+                return Err(LockError::config(BACKEND, no_column));
+            }
         }
         let state_namespace = vec![Value::Text(namespace.clone())];
-        state::prepare(&pool, name.as_str(), name.as_str(), state_namespace, create)
-            .await
-            .map_err(err)?;
+        state::prepare(
+            &pool,
+            name.as_str(),
+            name.as_str(),
+            state_namespace,
+            create,
+            index,
+        )
+        .await
+        .map_err(err)?;
         let sql = Statements::new(&name);
         let wakeups = match listen {
             Some(options) => Wakeups::listen(&options, &pool, &sql.channel, &endpoint).await?,

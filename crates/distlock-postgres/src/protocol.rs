@@ -20,7 +20,7 @@ use crate::keys::{DEFAULT_ADVISORY_TABLE, TableName};
 use distlock_core::{
     Capabilities, FencingGuarantee, LockError, Primitives, Support, TokenDurability, Wake,
 };
-use distlock_sql::state::Idle;
+use distlock_sql::state::{Addition, Idle};
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 use std::str::FromStr;
 use std::time::Duration;
@@ -148,6 +148,19 @@ pub(crate) const COUNTER_IDLE: Idle = Idle {
     max: include_str!("sql/counter_idle_max.sql"),
     sweep: include_str!("sql/counter_sweep.sql"),
 };
+
+/// `version_cas`'s `used_at` column (see distlock-sql's `CasSql::idle`),
+/// which tables of earlier releases lack.
+pub(crate) const USED_AT: Addition = Addition {
+    has: include_str!("sql/used_at_has_column.sql"),
+    add: include_str!("sql/used_at_add_column.sql"),
+};
+/// The `used_at` column, as an error names it.
+pub(crate) const USED_AT_COLUMN: &str =
+    "`used_at` column (when a lock was last taken or renewed, which finds idle rows)";
+/// Drops the index on `expires_at` that `version_cas` tables of earlier
+/// releases have.
+pub(crate) const DROP_EXPIRY_INDEX: &str = include_str!("sql/used_at_drop_old_index.sql");
 
 /// Creates a missing counter row. Binds: namespace, name, key, holder, floor.
 pub(crate) const COUNTER_INSERT: &str = include_str!("sql/counter_insert.sql");

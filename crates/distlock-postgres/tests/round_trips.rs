@@ -1,7 +1,8 @@
 //! Round trips per uncontended cycle, counted by the server
 //! (`pg_stat_statements`' calls, which the launcher preloads), not timed. Both
-//! strategies must cost 2 statements per cycle in steady state, and a won
-//! acquire must read its own row only (the scans in the plan the server ran).
+//! strategies must cost 2 statements per cycle in steady state, a won
+//! acquire must read its own row only (the scans in the plan the server ran),
+//! and `version_cas` must update its row in place (the server's statistics).
 // Test code: a failed expectation should panic with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -10,6 +11,7 @@ mod support;
 use distlock_core::{AcquireOptions, LockKey, Renewal};
 use distlock_postgres::Strategy;
 use distlock_testkit::servers::PostgresServer;
+use std::time::{Duration, Instant};
 use support::{admin_value, client, server};
 
 const CYCLES: u64 = 50;
@@ -149,5 +151,60 @@ async fn a_won_acquire_reads_only_its_own_row() {
         scans_run(&server, "plan_version_cas", cas, args).await,
         1,
         "version_cas"
+    );
+}
+
+/// Row updates the server counted on `table`, and how many of them were in
+/// place (HOT). A session sends its counts at most once a second while
+/// busy, within 10 s once idle, and when it ends.
+async fn updates(server: &PostgresServer, table: &str) -> (u64, u64) {
+    let sql = format!(
+        "SELECT n_tup_upd || ' ' || n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = '{table}';"
+    );
+    let both = admin_value(server, &sql).await;
+    let (all, hot) = both.split_once(' ').unwrap();
+    (all.parse().unwrap(), hot.parse().unwrap())
+}
+
+/// A `version_cas` acquire and release update the row in place (HOT): no
+/// index holds a column they change. The index that finds idle rows is on
+/// `used_at`, which an acquire moves at most once a second; earlier
+/// releases indexed `expires_at`, which both change, so every update wrote
+/// the row anew and an entry in each of the table's three indexes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_version_cas_cycle_updates_its_row_in_place() {
+    // Few enough that every version of the row fits in its page unpruned.
+    const HOT_CYCLES: u64 = 10;
+    let server = server().await;
+    let table = "hot_version_cas";
+    let lock = client(&server, Strategy::VersionCas, table).await;
+    let key = LockKey::new("steady").unwrap();
+    let opts = AcquireOptions::new().renewal(Renewal::Manual);
+    distlock_testkit::cycles(&*lock, &key, &opts, 1)
+        .await
+        .unwrap();
+    let counted = async || updates(&server, table).await.0 >= 2;
+    distlock_testkit::support::eventually(
+        Duration::from_secs(30),
+        "the first cycle's updates",
+        counted,
+    )
+    .await;
+    let before = updates(&server, table).await;
+    let started = Instant::now();
+    distlock_testkit::cycles(&*lock, &key, &opts, HOT_CYCLES as usize)
+        .await
+        .unwrap();
+    let seconds = started.elapsed().as_secs();
+    drop(lock);
+    let counted = async || updates(&server, table).await.0 >= before.0 + 2 * HOT_CYCLES;
+    distlock_testkit::support::eventually(Duration::from_secs(30), "the cycles' updates", counted)
+        .await;
+    let after = updates(&server, table).await;
+    let (all, hot) = (after.0 - before.0, after.1 - before.1);
+    assert_eq!(all, 2 * HOT_CYCLES, "an acquire and a release a cycle");
+    assert!(
+        all - hot <= 1 + seconds,
+        "{hot} of {all} updates in place over {seconds} s: only a used_at stamp a second may not be"
     );
 }

@@ -13,7 +13,7 @@ use distlock_testkit::servers::{MovableClock, PostgresServer};
 use distlock_testkit::state_rows::{
     RowDatabase, SqlRows, a_held_name_keeps_its_counter,
     collected_name_rises_after_the_clock_steps_back, collected_names_rise_above_a_clock_behind,
-    holder_column_is_named_then_used,
+    missing_column_is_named_then_used, use_once,
 };
 use std::time::Duration;
 use support::{admin_value, server};
@@ -79,6 +79,27 @@ async fn tokens_rise_after_a_collection_even_when_the_server_clock_steps_back() 
         .await
         .unwrap_or_else(|e| panic!("{strategy:?}: {e}"));
     }
+}
+
+/// A `version_cas` row's `used_at` ahead of the server clock (as after the
+/// clock stepped back) moves back to it at the name's next acquire: left
+/// ahead, it would keep the idle row out of the collection's search until
+/// the clock caught up.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_used_at_ahead_of_the_clock_moves_back_at_the_next_acquire() {
+    let server = server().await;
+    let lock = client(&server).await;
+    use_once(&lock, "jobs/ahead").await.unwrap();
+    let ahead = "UPDATE distlock_locks SET used_at = now() + interval '1 hour' \
+                 WHERE name = 'jobs/ahead';";
+    server.exec_admin(ahead).await.unwrap();
+    use_once(&lock, "jobs/ahead").await.unwrap();
+    let behind = "SELECT (used_at <= now())::INT FROM distlock_locks WHERE name = 'jobs/ahead';";
+    assert_eq!(
+        admin_value(&server, behind).await,
+        "1",
+        "the stamp stayed ahead"
+    );
 }
 
 /// The same for `advisory`'s counter rows.
@@ -162,9 +183,17 @@ async fn rows_of_the_previous_release_are_collected() {
         ))
         .await
         .unwrap();
+    // The index on `expires_at` bounded state added before `used_at`.
+    let expiry_index = "CREATE INDEX distlock_locks_ix ON distlock_locks (namespace, expires_at);";
+    server.exec_admin(expiry_index).await.unwrap();
     let lock = client(&server).await;
-    let index = "SELECT COUNT(*) FROM pg_indexes WHERE indexname = 'distlock_locks_ix';";
-    assert_eq!(admin_value(&server, index).await, "1");
+    // That index made way for the one on `used_at`.
+    let index = |name: &str| format!("SELECT COUNT(*) FROM pg_indexes WHERE indexname = '{name}';");
+    assert_eq!(admin_value(&server, &index("distlock_locks_ix")).await, "0");
+    assert_eq!(
+        admin_value(&server, &index("distlock_locks_used")).await,
+        "1"
+    );
     let key = LockKey::new("new").unwrap();
     let lease = lock.acquire(&key, &AcquireOptions::new()).await.unwrap();
     // The table got its `holder` column: the holder is named.
@@ -200,7 +229,32 @@ async fn a_hand_made_table_without_holder_names_the_statement_to_run() {
         // The rest of the schema (the high-water table) is create_table's.
         Ok(config().create_table(true).connect().await?)
     };
-    holder_column_is_named_then_used(config().connect().await, add, added)
+    missing_column_is_named_then_used(config().connect().await, add, added)
+        .await
+        .unwrap();
+}
+
+/// A `version_cas` table made by hand before `used_at` (with its `holder`)
+/// is refused with the statement that adds the column; once run, the table
+/// is used as it is.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hand_made_table_without_used_at_names_the_statement_to_run() {
+    let server = server().await;
+    let holder = "ALTER TABLE distlock_locks ADD COLUMN holder TEXT NULL;";
+    let old = format!("{} {holder}", old_table("version_cas"));
+    server.exec_admin(&old).await.unwrap();
+    let config = || {
+        PostgresConfig::from_url(&server.url())
+            .unwrap()
+            .create_table(false)
+    };
+    let add = "ALTER TABLE \"distlock_locks\" ADD COLUMN IF NOT EXISTS used_at TIMESTAMPTZ NOT NULL \
+               DEFAULT '-infinity'";
+    let added = async {
+        server.exec_admin(&format!("{add};")).await?;
+        Ok(config().create_table(true).connect().await?)
+    };
+    missing_column_is_named_then_used(config().connect().await, add, added)
         .await
         .unwrap();
 }

@@ -259,18 +259,19 @@ pub async fn a_held_name_keeps_its_counter(
     Ok(())
 }
 
-/// A lock table made by hand before the `holder` column: `refused`, the
-/// connect without `create_table`, must be a configuration error naming
-/// `add`, the statement that adds the column; `added` runs it and connects
-/// again, and that client's holders are named with their label.
-pub async fn holder_column_is_named_then_used(
+/// A lock table made by hand before a column this release needs (`holder`,
+/// PostgreSQL `version_cas`'s `used_at`): `refused`, the connect without
+/// `create_table`, must be a configuration error naming `add`, the statement
+/// that adds the column; `added` runs it and connects again, and that
+/// client's holders are named with their label.
+pub async fn missing_column_is_named_then_used(
     refused: Result<DynLock, LockError>,
     add: &str,
     added: impl Future<Output = Result<DynLock, BoxError>>,
 ) -> Result<(), BoxError> {
     match refused {
         Err(LockError::Config { reason, .. }) if reason.contains(add) => {}
-        other => return Err(format!("a table without `holder` gave {other:?}").into()),
+        other => return Err(format!("a table without the column gave {other:?}").into()),
     }
     let lock = added.await?;
     let key = LockKey::new("by-hand")?;

@@ -122,7 +122,15 @@ impl<A: ShareAdapter> Shares<A> {
             created.await.map_err(|e| base.pool().error(e))?;
         }
         let namespace = base.namespace();
-        let prepared = state::prepare(base.pool(), name.as_str(), lock_table, namespace, create);
+        let index = <Db<A> as StateDb>::STATE.index;
+        let prepared = state::prepare(
+            base.pool(),
+            name.as_str(),
+            lock_table,
+            namespace,
+            create,
+            index,
+        );
         prepared.await.map_err(|e| base.pool().error(e))?;
         Ok(Arc::new(Shares {
             primitive,

@@ -1,7 +1,8 @@
 WITH won AS (
     UPDATE "{table}"
        SET owner = $1, holder = $2, expires_at = now() + interval '1 microsecond' * $3::float8,
-           fence = fence + 1
+           fence = fence + 1,
+           used_at = CASE WHEN used_at BETWEEN now() - interval '1 second' AND now() THEN used_at ELSE now() END
      WHERE namespace = $4 AND name = $5
        AND (owner IS NULL OR expires_at IS NULL OR expires_at <= now())
  RETURNING fence

@@ -23,9 +23,12 @@
 //!   a locking read sees the latest commit on both databases: a creation that
 //!   waited for a deletion reads the raised floor.
 
-use crate::db::BoxFuture;
+mod schema;
+
+pub use schema::{Addition, HOLDER_COLUMN, add_column, no_column, prepare};
+
 use crate::db_error::DbError;
-use crate::pool::{Conn, Pool, PoolDialect, Statement};
+use crate::pool::{Conn, PoolDialect, Statement};
 use crate::table::{Db, LockTable, Names, Primitive, TableDb, Value, micros, render, statement};
 use distlock_core::LockError;
 use sqlx::{MySql, Postgres, Row, SqlStr};
@@ -44,10 +47,8 @@ pub struct StateSql {
     pub create: &'static str,
     /// Creates the namespace's high-water row, once. Binds: namespace.
     pub seed: &'static str,
-    /// Whether the lock table has its index on `expires_at` (a count).
-    pub has_index: &'static str,
-    /// Adds that index.
-    pub add_index: &'static str,
+    /// The index on `expires_at` that bounds the search for idle rows.
+    pub index: Addition,
     /// Locks the high-water row and reads the floor, to raise it. Binds:
     /// namespace.
     pub lock_floor: &'static str,
@@ -64,10 +65,8 @@ pub struct StateSql {
     pub sweep: &'static str,
     /// Counts the rows of names under a prefix. Binds: names.
     pub count: &'static str,
-    /// Whether the lock table has its `holder` column (a count).
-    pub has_holder: &'static str,
-    /// Adds it.
-    pub add_holder: &'static str,
+    /// The lock table's `holder` column.
+    pub holder: Addition,
 }
 
 /// A database whose lock rows are collected.
@@ -81,18 +80,22 @@ pub trait StateDb: TableDb {
 
 impl StateDb for MySql {
     const STATE: StateSql = StateSql {
-        create: include_str!("sql/mysql/state_create.sql"),
-        seed: include_str!("sql/mysql/state_seed.sql"),
-        has_index: include_str!("sql/mysql/state_has_index.sql"),
-        add_index: include_str!("sql/mysql/state_add_index.sql"),
-        lock_floor: include_str!("sql/mysql/state_lock_floor.sql"),
-        share_floor: include_str!("sql/mysql/state_share_floor.sql"),
-        idle_max: include_str!("sql/mysql/state_idle_max.sql"),
-        raise: include_str!("sql/mysql/state_raise.sql"),
-        sweep: include_str!("sql/mysql/state_sweep.sql"),
-        count: include_str!("sql/mysql/state_count.sql"),
-        has_holder: include_str!("sql/mysql/holder_has_column.sql"),
-        add_holder: include_str!("sql/mysql/holder_add_column.sql"),
+        create: include_str!("../sql/mysql/state_create.sql"),
+        seed: include_str!("../sql/mysql/state_seed.sql"),
+        index: Addition {
+            has: include_str!("../sql/mysql/state_has_index.sql"),
+            add: include_str!("../sql/mysql/state_add_index.sql"),
+        },
+        lock_floor: include_str!("../sql/mysql/state_lock_floor.sql"),
+        share_floor: include_str!("../sql/mysql/state_share_floor.sql"),
+        idle_max: include_str!("../sql/mysql/state_idle_max.sql"),
+        raise: include_str!("../sql/mysql/state_raise.sql"),
+        sweep: include_str!("../sql/mysql/state_sweep.sql"),
+        count: include_str!("../sql/mysql/state_count.sql"),
+        holder: Addition {
+            has: include_str!("../sql/mysql/holder_has_column.sql"),
+            add: include_str!("../sql/mysql/holder_add_column.sql"),
+        },
     };
 
     fn number(row: &<MySql as sqlx::Database>::Row) -> Result<Option<u64>, sqlx::Error> {
@@ -102,18 +105,22 @@ impl StateDb for MySql {
 
 impl StateDb for Postgres {
     const STATE: StateSql = StateSql {
-        create: include_str!("sql/postgres/state_create.sql"),
-        seed: include_str!("sql/postgres/state_seed.sql"),
-        has_index: include_str!("sql/postgres/state_has_index.sql"),
-        add_index: include_str!("sql/postgres/state_add_index.sql"),
-        lock_floor: include_str!("sql/postgres/state_lock_floor.sql"),
-        share_floor: include_str!("sql/postgres/state_share_floor.sql"),
-        idle_max: include_str!("sql/postgres/state_idle_max.sql"),
-        raise: include_str!("sql/postgres/state_raise.sql"),
-        sweep: include_str!("sql/postgres/state_sweep.sql"),
-        count: include_str!("sql/postgres/state_count.sql"),
-        has_holder: include_str!("sql/postgres/holder_has_column.sql"),
-        add_holder: include_str!("sql/postgres/holder_add_column.sql"),
+        create: include_str!("../sql/postgres/state_create.sql"),
+        seed: include_str!("../sql/postgres/state_seed.sql"),
+        index: Addition {
+            has: include_str!("../sql/postgres/state_has_index.sql"),
+            add: include_str!("../sql/postgres/state_add_index.sql"),
+        },
+        lock_floor: include_str!("../sql/postgres/state_lock_floor.sql"),
+        share_floor: include_str!("../sql/postgres/state_share_floor.sql"),
+        idle_max: include_str!("../sql/postgres/state_idle_max.sql"),
+        raise: include_str!("../sql/postgres/state_raise.sql"),
+        sweep: include_str!("../sql/postgres/state_sweep.sql"),
+        count: include_str!("../sql/postgres/state_count.sql"),
+        holder: Addition {
+            has: include_str!("../sql/postgres/holder_has_column.sql"),
+            add: include_str!("../sql/postgres/holder_add_column.sql"),
+        },
     };
 
     fn number(row: &<Postgres as sqlx::Database>::Row) -> Result<Option<u64>, sqlx::Error> {
@@ -268,7 +275,7 @@ pub trait StateTable: LockTable<Dialect: PoolDialect<Database: StateDb>> {}
 impl<T: LockTable<Dialect: PoolDialect<Database: StateDb>>> StateTable for T {}
 
 /// Runs `query` and decodes its first row's first column.
-async fn number<D: PoolDialect<Database: StateDb>>(
+pub(crate) async fn number<D: PoolDialect<Database: StateDb>>(
     conn: &mut Conn<D>,
     query: Statement<D::Database>,
 ) -> Result<Option<u64>, DbError> {
@@ -307,89 +314,7 @@ pub async fn records<A: StateTable>(
     Ok(total)
 }
 
-/// MySQL's "duplicate key name": another client added the index first.
-const DUPLICATE_INDEX: u16 = 1061;
-/// MySQL's "duplicate column name": another client added the column first.
-const DUPLICATE_COLUMN: u16 = 1060;
-
-/// Whether `error` is another client having just created the same table or
-/// index.
-fn lost_race<DB: StateDb>(error: &DbError) -> bool {
-    match error {
-        DbError::Sql(e) if DB::lost_creation_race(e) => true,
-        e => matches!(e.number(), Some(DUPLICATE_INDEX | DUPLICATE_COLUMN)),
-    }
-}
-
 /// The high-water table beside `lock_table`.
-fn high_water(lock_table: &str) -> String {
+pub(crate) fn high_water(lock_table: &str) -> String {
     format!("{lock_table}_hw")
-}
-
-/// Adds what bounded state needs to `table` at connect, idempotently: the
-/// high-water table beside the lock table `lock_table` and `table`'s index on
-/// `expires_at` (when `create`: tables made by hand get them by hand), and
-/// `namespace`'s high-water row.
-pub fn prepare<'a, D: PoolDialect<Database: StateDb>>(
-    pool: &'a Pool<D>,
-    table: &'a str,
-    lock_table: &'a str,
-    namespace: Vec<Value>,
-    create: bool,
-) -> BoxFuture<'a, Result<(), DbError>> {
-    Box::pin(async move {
-        let hw = high_water(lock_table);
-        let sql = |template| render(template, &[("table", table), ("hw", &hw)]);
-        let all = &D::Database::STATE;
-        let mut conn = D::Database::connection(pool).await?;
-        let tolerate = |done: Result<u64, DbError>| match done {
-            Err(e) if !lost_race::<D::Database>(&e) => Err(e),
-            _ => Ok(()),
-        };
-        if create {
-            tolerate(D::Database::run(&mut conn, statement(&sql(all.create), vec![])).await)?;
-        }
-        let has_index = number(&mut conn, statement(&sql(all.has_index), vec![])).await?;
-        if create && has_index == Some(0) {
-            tolerate(D::Database::run(&mut conn, statement(&sql(all.add_index), vec![])).await)?;
-        }
-        D::Database::run(&mut conn, statement(&sql(all.seed), namespace)).await?;
-        Ok(())
-    })
-}
-
-/// Gives the lock table `table` its `holder` column (the holders' metadata),
-/// which tables of releases before it lack, at connect: added when `create`;
-/// otherwise (a table made by hand) `Ok(Some(statement))`, the statement that
-/// adds it, for the adapter's error.
-pub fn add_holder_column<'a, D: PoolDialect<Database: StateDb>>(
-    pool: &'a Pool<D>,
-    table: &'a str,
-    create: bool,
-) -> BoxFuture<'a, Result<Option<String>, DbError>> {
-    Box::pin(async move {
-        let sql = |template| render(template, &[("table", table)]);
-        let all = &D::Database::STATE;
-        let mut conn = D::Database::connection(pool).await?;
-        let has = number(&mut conn, statement(&sql(all.has_holder), vec![])).await?;
-        if has != Some(0) {
-            return Ok(None);
-        }
-        if !create {
-            return Ok(Some(sql(all.add_holder).as_str().to_owned()));
-        }
-        let added = D::Database::run(&mut conn, statement(&sql(all.add_holder), vec![])).await;
-        match added {
-            Err(e) if !lost_race::<D::Database>(&e) => Err(e),
-            _ => Ok(None),
-        }
-    })
-}
-
-/// The error for a hand-made lock table without the `holder` column.
-pub fn no_holder_column(table: &impl std::fmt::Display, endpoint: &str, add: &str) -> String {
-    format!(
-        "table `{table}` at {endpoint} has no `holder` column (who holds a lock: host, pid, label), \
-         which this release needs; add it with {add}, or enable create_table to have it added"
-    )
 }

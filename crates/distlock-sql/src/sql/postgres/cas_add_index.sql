@@ -1,0 +1,1 @@
+CREATE INDEX IF NOT EXISTS "{table}_used" ON "{table}" (namespace, used_at)

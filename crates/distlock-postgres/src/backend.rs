@@ -112,7 +112,7 @@ impl Table {
         let mut index = Postgres::STATE.index;
         if strategy == Strategy::VersionCas {
             columns.push((USED_AT, USED_AT_COLUMN));
-            index = Postgres::CAS.idle.1;
+            index = Postgres::CAS.idle_index;
             if create {
                 // Earlier releases' index on `expires_at`: while it exists,
                 // no acquire or release can update its row in place.

@@ -46,12 +46,14 @@ pub struct CasSql {
     /// An operator's force-unlock: clears the owner, keeps the fence (and
     /// notifies). Binds: key.
     pub clear_owner: &'static str,
-    /// How idle rows are found, and the index that finds them: on
-    /// PostgreSQL a column of its own, `used_at` (the last acquire or
-    /// renewal, stamped at most once a second), because an index on
-    /// `expires_at`, which every acquire and release changes, would keep
-    /// the server from updating a row in place (HOT).
-    pub idle: (Idle, Addition),
+    /// How idle rows are found: on PostgreSQL through a column of their
+    /// own, `used_at` (the last acquire or renewal, stamped at most once a
+    /// second), because an index on `expires_at`, which every acquire and
+    /// release changes, would keep the server from updating a row in place
+    /// (HOT).
+    pub idle: Idle,
+    /// The index that finds them.
+    pub idle_index: Addition,
 }
 
 /// What the CAS answered.
@@ -107,13 +109,11 @@ impl CasDb for MySql {
         holder_row: include_str!("../sql/mysql/cas_holder_row.sql"),
         owned_rows: include_str!("../sql/mysql/cas_owned_rows.sql"),
         clear_owner: include_str!("../sql/mysql/cas_clear_owner.sql"),
-        idle: (
-            Idle {
-                max: <MySql as StateDb>::STATE.idle_max,
-                sweep: <MySql as StateDb>::STATE.sweep,
-            },
-            <MySql as StateDb>::STATE.index,
-        ),
+        idle: Idle {
+            max: <MySql as StateDb>::STATE.idle_max,
+            sweep: <MySql as StateDb>::STATE.sweep,
+        },
+        idle_index: <MySql as StateDb>::STATE.index,
     };
 
     /// The insert id: `fence + 1` (the token) if won; `HELD_FLAG | remaining
@@ -160,16 +160,14 @@ impl CasDb for Postgres {
         holder_row: include_str!("../sql/postgres/cas_holder_row.sql"),
         owned_rows: include_str!("../sql/postgres/cas_owned_rows.sql"),
         clear_owner: include_str!("../sql/postgres/cas_clear_owner.sql"),
-        idle: (
-            Idle {
-                max: include_str!("../sql/postgres/cas_idle_max.sql"),
-                sweep: include_str!("../sql/postgres/cas_sweep.sql"),
-            },
-            Addition {
-                has: include_str!("../sql/postgres/cas_has_index.sql"),
-                add: include_str!("../sql/postgres/cas_add_index.sql"),
-            },
-        ),
+        idle: Idle {
+            max: include_str!("../sql/postgres/cas_idle_max.sql"),
+            sweep: include_str!("../sql/postgres/cas_sweep.sql"),
+        },
+        idle_index: Addition {
+            has: include_str!("../sql/postgres/cas_has_index.sql"),
+            add: include_str!("../sql/postgres/cas_add_index.sql"),
+        },
     };
 
     /// One row: the token (`RETURNING fence`) or NULL, and when not won the

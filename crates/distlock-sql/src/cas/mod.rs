@@ -70,9 +70,7 @@ impl CasStatements {
                 acquire: sql(all.acquire),
                 acquire_belled: all.acquire_belled.map(sql),
                 insert_row: sql(all.insert_row),
-                collector: Collector::with_idle::<DB>(
-                    lock_table, lock_table, state_ttl, all.idle.0,
-                ),
+                collector: Collector::with_idle::<DB>(lock_table, lock_table, state_ttl, all.idle),
             },
             holder_row: sql(all.holder_row),
             owned_rows: sql(all.owned_rows),

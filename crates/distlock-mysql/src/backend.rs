@@ -88,7 +88,7 @@ impl Table {
         }
         let found = conn
             .fetch_optional_within(
-                sqlx::query(TABLE_COMMENT).bind(name.as_str().to_owned()),
+                sqlx::query(TABLE_COMMENT).bind(name.as_str()),
                 pool.timeout(),
             )
             .await
@@ -191,7 +191,7 @@ impl LockTable for Table {
     }
 
     fn key(&self, key: &LockKey) -> Vec<Value> {
-        vec![Value::Bytes(row_name(key))]
+        vec![Value::Bytes(row_name(key).into())]
     }
 
     /// The byte range `[low, high)` of the names.
@@ -200,7 +200,7 @@ impl LockTable for Table {
             Names::One(key) => exact_range(&row_name(key)),
             Names::Under(prefix) => prefix_range(prefix.as_bytes()),
         };
-        vec![Value::Bytes(low), Value::Bytes(high)]
+        vec![Value::Bytes(low.into()), Value::Bytes(high.into())]
     }
 
     fn end_session(&self, thread: Thread) -> BoxFuture<'_, Result<(), DbError>> {

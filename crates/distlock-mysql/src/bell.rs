@@ -159,7 +159,7 @@ mod tests {
     #[test]
     fn values_become_literals_in_order() {
         let values = [
-            Value::Bytes(b"a'b".to_vec()),
+            Value::Bytes(b"a'b".as_slice().into()),
             Value::Text("o".into()),
             Value::Int(7),
             Value::MaybeInt(None),

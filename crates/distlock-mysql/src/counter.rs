@@ -57,7 +57,7 @@ impl Table {
         let counter = counter_name(row);
         let bump = || {
             let bump = sqlx::query(self.sql.counter_bump.clone());
-            bump.bind(micros(stamp)).bind(counter.clone())
+            bump.bind(micros(stamp)).bind(&*counter)
         };
         let mut retry = Settle::new(until);
         let raised = async |conn: &mut Conn| {
@@ -87,7 +87,7 @@ impl Table {
     async fn create_counter(&self, counter: &[u8]) -> Result<(), DbError> {
         let insert = |floor: u64| {
             let insert = sqlx::query(self.sql.counter_insert.clone());
-            insert.bind(counter.to_vec()).bind(floor)
+            insert.bind(counter).bind(floor)
         };
         let mut conn = self.pool.get().await?;
         if self.strategy != Strategy::ForUpdate {
@@ -135,7 +135,7 @@ impl Table {
         let lock = for_names(HELD_LOCK, &self.name, names.len());
         let lock = names
             .iter()
-            .fold(sqlx::query(lock).bind(ttl), |q, name| q.bind(name.to_vec()));
+            .fold(sqlx::query(lock).bind(ttl), |q, name| q.bind(name));
         let locked = conn.fetch_all(lock).await?;
         let locked: Vec<Locked> = locked
             .iter()

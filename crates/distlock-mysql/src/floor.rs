@@ -81,7 +81,7 @@ impl Table {
         let locked = conn.execute_text(lock_row(), limit).await?;
         if locked.rows_affected() == 0 {
             // The row's first use: create it committed, as an acquire does.
-            let insert = sqlx::query(table.sql.for_update_insert_row.clone()).bind(row.clone());
+            let insert = sqlx::query(table.sql.for_update_insert_row.clone()).bind(&*row);
             table.pool.get().await?.execute(insert).await?;
             conn.execute_text(lock_row(), limit).await?;
         }

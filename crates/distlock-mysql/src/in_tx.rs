@@ -78,14 +78,14 @@ impl TxLock {
         let row = row_name(key);
         let touch = || sqlx::query(table.sql.counter_touch.clone()).bind(counter_name(&row));
         table.run_settled(touch).await?;
-        let exists = sqlx::query(table.sql.tx_row_exists.clone()).bind(row.clone());
+        let exists = sqlx::query(table.sql.tx_row_exists.clone()).bind(&*row);
         if table.pool.fetch_all(exists).await?.is_empty() {
-            let insert = || sqlx::query(table.sql.for_update_insert_row.clone()).bind(row.clone());
+            let insert = || sqlx::query(table.sql.for_update_insert_row.clone()).bind(&*row);
             run_settled(&table.pool, insert)
                 .await
                 .map_err(|e| table.error(e))?;
         }
-        let lock = sqlx::query(table.sql.tx_lock_row.clone()).bind(row.clone());
+        let lock = sqlx::query(table.sql.tx_lock_row.clone()).bind(&*row);
         let locked = lock.fetch_optional(&mut **tx).await;
         if locked.map_err(|e| table.error(DbError::Sql(e)))?.is_none() {
             return Err(table.error(DbError::Protocol(format!(

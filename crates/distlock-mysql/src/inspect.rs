@@ -103,7 +103,7 @@ impl Inspect for Table {
             Strategy::VersionCas => return self.cas.clear_owner(self, key).await,
             Strategy::UniqueInsert => {}
         }
-        let statement = || sqlx::query(self.sql(DELETE_OWNED_ROW)).bind(row.clone());
+        let statement = || sqlx::query(self.sql(DELETE_OWNED_ROW)).bind(&*row);
         Ok(self.run_settled(statement).await? > 0)
     }
 
@@ -135,7 +135,7 @@ impl Inspect for Table {
             );
         }
         let table = self.name.as_str();
-        let engine = sqlx::query(TABLE_ENGINE).bind(table.to_owned());
+        let engine = sqlx::query(TABLE_ENGINE).bind(table);
         if let Some(engine) = self.pool.scalar::<Option<String>>(engine).await?.flatten()
             && !engine.eq_ignore_ascii_case("InnoDB")
         {
@@ -232,11 +232,7 @@ impl Table {
     /// One look of [`Table::locked_rows`].
     async fn locked_rows_now(&self, low: &[u8], high: &[u8]) -> Result<Vec<LockedRow>, LockError> {
         let mut conn = self.pool.get().await.map_err(|e| self.error(e))?;
-        let range = |template| {
-            sqlx::query(self.sql(template))
-                .bind(low.to_vec())
-                .bind(high.to_vec())
-        };
+        let range = |template| sqlx::query(self.sql(template)).bind(low).bind(high);
         let found = async {
             conn.execute(sqlx::query(NEXT_READ_UNCOMMITTED)).await?;
             let all = conn.fetch_all(range(LOCK_ROWS)).await?;

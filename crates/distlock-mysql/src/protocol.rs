@@ -324,7 +324,7 @@ impl Statements {
 /// `template` with `{table}` replaced by the validated table name: the only text
 /// ever spliced into SQL.
 pub(crate) fn for_table(template: &str, table: &TableName) -> SqlStr {
-    AssertSqlSafe(template.replace("{table}", table.as_str())).into_sql_str()
+    distlock_sql::table::kept_sql(template.replace("{table}", table.as_str()))
 }
 
 /// `template` for `table`, with `{names}` replaced by `count` placeholders.

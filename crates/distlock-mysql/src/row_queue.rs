@@ -132,7 +132,7 @@ impl ForUpdate {
     ) -> Result<bool, DbError> {
         let sql = &self.table.sql;
         if no_wait {
-            let nowait = sqlx::query(sql.for_update_nowait.clone()).bind(row.to_vec());
+            let nowait = sqlx::query(sql.for_update_nowait.clone()).bind(row);
             if conn
                 .fetch_optional_within(nowait, reply_within)
                 .await?
@@ -151,8 +151,7 @@ impl ForUpdate {
     /// Creates the missing row of `row`, retrying under contention within the
     /// request's wait.
     async fn insert_row(&self, req: &AcquireRequest<'_>, row: &[u8]) -> Result<(), LockError> {
-        let insert =
-            || sqlx::query(self.table.sql.for_update_insert_row.clone()).bind(row.to_vec());
+        let insert = || sqlx::query(self.table.sql.for_update_insert_row.clone()).bind(row);
         let mut retry = Settle::new(retry_until(req));
         let inserted = async {
             loop {

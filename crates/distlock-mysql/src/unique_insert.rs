@@ -56,9 +56,9 @@ impl Contender<Table> for Insert {
             let sent_at = Instant::now();
             if !self.row_exists {
                 let insert = sqlx::query(sql.unique_insert.clone())
-                    .bind(row.clone())
-                    .bind(bid.owner.clone())
-                    .bind(bid.meta.clone())
+                    .bind(&*row)
+                    .bind(&*bid.owner)
+                    .bind(&*bid.meta)
                     .bind(ttl);
                 match conn.execute(insert).await {
                     Ok(_) => return won(table, &row, bid, conn, sent_at).await,
@@ -68,10 +68,10 @@ impl Contender<Table> for Insert {
                 continue;
             }
             let takeover = sqlx::query(sql.unique_takeover.clone())
-                .bind(bid.owner.clone())
-                .bind(bid.meta.clone())
+                .bind(&*bid.owner)
+                .bind(&*bid.meta)
                 .bind(ttl)
-                .bind(row.clone());
+                .bind(&*row);
             let done = conn.execute(takeover).await?;
             match done.last_insert_id() {
                 // Released since we looked: insert it.

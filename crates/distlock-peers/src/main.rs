@@ -65,6 +65,10 @@ struct Args {
     /// Backends to run, of redis, redlock, etcd, zookeeper, mysql, postgres, nats.
     #[arg(long, value_delimiter = ',', default_values_t = servers::BACKENDS.map(String::from))]
     only: Vec<String>,
+    /// Of those backends, only the groups whose label contains this text
+    /// (`version_cas`, `advisory`, `lock_in` on PostgreSQL).
+    #[arg(long)]
+    group: Option<String>,
     /// Replace the generated section of this page with the table.
     #[arg(long, value_name = "PAGE")]
     write: Option<PathBuf>,
@@ -133,6 +137,9 @@ async fn run(args: Args) -> Result<(), String> {
     for backend in &args.only {
         eprintln!("starting {backend}");
         targets.extend(servers::launch(backend).await?);
+    }
+    if let Some(group) = &args.group {
+        targets.retain(|target| target.label.contains(group.as_str()));
     }
     for target in &mut targets {
         // The floor of distlock's lease, on the targets that measure one.
@@ -250,6 +257,12 @@ async fn run(args: Args) -> Result<(), String> {
             .filter_map(|side| Some(side.to_possible_value()?.get_name().to_owned()))
             .collect();
         command.push_str(&format!(" --impls {}", names.join(",")));
+    }
+    if args.only != servers::BACKENDS {
+        command.push_str(&format!(" --only {}", args.only.join(",")));
+    }
+    if let Some(group) = &args.group {
+        command.push_str(&format!(" --group {group}"));
     }
     if let Some(page) = &args.write {
         command.push_str(&format!(" --write {}", page.display()));

@@ -237,11 +237,11 @@ pub(crate) async fn attempt(
     queue: Option<Duration>,
 ) -> Result<Attempt, DbError> {
     let statement = sqlx::query(table.sql.advisory_acquire.clone())
-        .bind(table.namespace.clone())
-        .bind(name.to_owned())
+        .bind(&*table.namespace)
+        .bind(name)
         .bind(key)
         .bind(idle_timeout(ttl))
-        .bind(meta.to_owned())
+        .bind(meta)
         .bind(queue.map(ceil_millis));
     let limit = queue.unwrap_or_default() + table.pool.timeout();
     let row = match conn.fetch_optional_within(statement, limit).await {

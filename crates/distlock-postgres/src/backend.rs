@@ -30,6 +30,7 @@ use distlock_sql::state::{self, Collector, StateDb};
 use distlock_sql::table::{LockTable, Names, Primitive, Value};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Postgres, Row, SqlStr};
+use std::sync::Arc;
 
 /// The lock table of one client: its strategy, namespace, statements,
 /// connections and wake-ups.
@@ -37,7 +38,7 @@ use sqlx::{Postgres, Row, SqlStr};
 pub(crate) struct Table {
     pub strategy: Strategy,
     pub name: TableName,
-    pub namespace: String,
+    pub namespace: Arc<str>,
     pub sql: Statements,
     /// `version_cas`'s statements (distlock-sql's).
     pub cas: CasStatements,
@@ -74,7 +75,7 @@ impl Table {
                 .await
                 .map_err(err)?;
         }
-        let read = sqlx::query(TABLE_COMMENT).bind(name.as_str().to_owned());
+        let read = sqlx::query(TABLE_COMMENT).bind(name.as_str());
         let row = conn.fetch_one(read).await.map_err(err)?;
         let decoded = |e| err(DbError::Sql(e));
         let exists: bool = row.try_get(0).map_err(decoded)?;
@@ -128,7 +129,7 @@ impl Table {
                 return Err(LockError::config(BACKEND, no_column));
             }
         }
-        let state_namespace = vec![Value::Text(namespace.clone())];
+        let state_namespace = vec![Value::Text(namespace.as_str().into())];
         state::prepare(
             &pool,
             name.as_str(),
@@ -154,7 +155,7 @@ impl Table {
                 COUNTER_IDLE,
             ),
             name,
-            namespace,
+            namespace: namespace.into(),
             sql,
             pool,
             endpoint,
@@ -215,7 +216,7 @@ impl LockTable for Table {
     fn key(&self, key: &LockKey) -> Vec<Value> {
         vec![
             Value::Text(self.namespace.clone()),
-            Value::Text(key.as_str().to_owned()),
+            Value::Text(key.as_str().into()),
         ]
     }
 
@@ -227,7 +228,7 @@ impl LockTable for Table {
         };
         vec![
             Value::Text(self.namespace.clone()),
-            Value::Text(name.to_owned()),
+            Value::Text(name.into()),
             Value::Flag(exact),
         ]
     }

@@ -105,10 +105,10 @@ impl Counter<'_> {
     /// The plain raise of an existing row (or the collision).
     async fn bump(&self, table: &Table, conn: &mut Conn) -> Result<Counted, DbError> {
         let bump = sqlx::query(table.sql.tx_bump.clone())
-            .bind(table.namespace.clone())
-            .bind(self.key.as_str().to_owned())
+            .bind(&*table.namespace)
+            .bind(self.key.as_str())
             .bind(self.lock_key)
-            .bind(self.meta.to_owned());
+            .bind(self.meta);
         let row = conn.fetch_one(bump).await?;
         let decoded = |e| DbError::Sql(e);
         let token: Option<i64> = row.try_get(0).map_err(decoded)?;
@@ -127,10 +127,10 @@ impl Counter<'_> {
     /// The new row, seeded above `floor`.
     fn insert(&self, table: &Table, floor: u64) -> Statement {
         sqlx::query(table.sql.counter_insert.clone())
-            .bind(table.namespace.clone())
-            .bind(self.key.as_str().to_owned())
+            .bind(&*table.namespace)
+            .bind(self.key.as_str())
             .bind(self.lock_key)
-            .bind(self.meta.to_owned())
+            .bind(self.meta)
             .bind(i64::try_from(floor).unwrap_or(i64::MAX))
     }
 }

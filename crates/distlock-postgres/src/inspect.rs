@@ -210,8 +210,8 @@ impl Table {
         exact: bool,
     ) -> Result<Vec<AdvisoryHolder>, LockError> {
         let read = sqlx::query(self.sql(ADVISORY_HOLDERS))
-            .bind(self.namespace.clone())
-            .bind(prefix.to_owned())
+            .bind(&*self.namespace)
+            .bind(prefix)
             .bind(exact);
         let rows = self.pool.fetch_all(read).await?;
         rows.iter()

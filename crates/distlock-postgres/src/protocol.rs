@@ -222,7 +222,7 @@ impl Statements {
 /// `template` with `{table}` replaced by the validated table name: the only text
 /// ever spliced into SQL.
 pub(crate) fn for_table(template: &str, table: &TableName) -> SqlStr {
-    AssertSqlSafe(template.trim_end().replace("{table}", table.as_str())).into_sql_str()
+    distlock_sql::table::kept_sql(template.trim_end().replace("{table}", table.as_str()))
 }
 
 /// What an operator (and the test suite) asks of the table beyond the lock

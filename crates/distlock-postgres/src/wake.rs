@@ -133,7 +133,7 @@ impl Wakeups {
         };
         // Any notification of the channel (the probe's, or a release's) shows
         // that this connection hears what the lock connections send.
-        let probe = sqlx::query("SELECT pg_notify($1, '')").bind(channel.to_owned());
+        let probe = sqlx::query("SELECT pg_notify($1, '')").bind(channel);
         let heard = async {
             pool.get()
                 .await
@@ -257,9 +257,7 @@ struct Listening {
 impl Listening {
     /// Runs `statement` on the listening session.
     async fn run(&mut self, statement: &'static str, payload: &str) -> Result<(), sqlx::Error> {
-        let statement = sqlx::query(statement)
-            .bind(self.channel.clone())
-            .bind(payload.to_owned());
+        let statement = sqlx::query(statement).bind(&*self.channel).bind(payload);
         self.execute(statement).await
     }
 

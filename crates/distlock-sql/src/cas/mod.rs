@@ -100,7 +100,7 @@ impl CasStatements {
         table: &A,
         key: &LockKey,
     ) -> Result<Option<Holder>, LockError> {
-        let read = statement(&self.holder_row, table.key(key));
+        let read = statement(&self.holder_row, &table.key(key));
         let found = async {
             let rows = fetch_all(table, read).await?;
             let first = rows.first().map(Db::<A>::holder_row).transpose();
@@ -125,7 +125,7 @@ impl CasStatements {
         let mut values = table.names(Names::Under(prefix));
         values.push(Value::Flag(expired_too));
         let found = async {
-            let rows = fetch_all(table, statement(&self.owned_rows, values)).await?;
+            let rows = fetch_all(table, statement(&self.owned_rows, &values)).await?;
             let owned = rows.iter().map(Db::<A>::owned_row);
             owned.collect::<Result<Vec<_>, _>>().map_err(DbError::Sql)
         };
@@ -142,7 +142,7 @@ impl CasStatements {
         key: &LockKey,
     ) -> Result<bool, LockError> {
         let values = table.key(key);
-        let clear = || statement(&self.clear_owner, values.clone());
+        let clear = || statement(&self.clear_owner, &values);
         let pool = table.pool();
         Ok(run_settled(pool, clear).await.map_err(|e| pool.error(e))? > 0)
     }
@@ -170,12 +170,12 @@ pub struct Cas {
 impl Cas {
     /// The CAS's values: owner, metadata, ttl µs, the row.
     fn values(bid: &Bid<'_>) -> Vec<Value> {
-        let bids = [
-            Value::Text(bid.owner.clone()),
-            Value::Text(bid.meta.clone()),
-            Value::Int(micros(bid.ttl)),
-        ];
-        bid.values(&bids, &[])
+        let mut values = Vec::with_capacity(3 + bid.row.len());
+        values.push(Value::Text(bid.owner.clone()));
+        values.push(Value::Text(bid.meta.clone()));
+        values.push(Value::Int(micros(bid.ttl)));
+        values.extend_from_slice(&bid.row);
+        values
     }
 
     /// Creates the name's missing row (fence seeded above the floor and the
@@ -186,7 +186,7 @@ impl Cas {
         bid: &Bid<'_>,
         conn: &mut Conn<A::Dialect>,
     ) -> Result<(), DbError> {
-        let insert = |floor| statement(&self.insert_row, bid.values(&[], &[Value::Int(floor)]));
+        let insert = |floor| statement(&self.insert_row, &bid.values(&[], &[Value::Int(floor)]));
         self.collector.create_row(table, conn, insert).await
     }
 }
@@ -201,7 +201,7 @@ impl<A: CasTable> Contender<A> for Cas {
     ) -> Result<Attempt, DbError> {
         for _ in 0..ROW_INSERTS {
             let sent_at = Instant::now();
-            let cas = statement(&self.acquire, Cas::values(bid));
+            let cas = statement(&self.acquire, &Cas::values(bid));
             match Db::<A>::cas(conn, cas).await? {
                 Reply::Won(token) => return Ok(Attempt::Won { token, sent_at }),
                 Reply::Held(remaining) => return Ok(Attempt::Held { remaining }),

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use distlock_core::LockKey;
 use distlock_core::adapter::WaitUntil;
 use sqlx::SqlStr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What one attempt found.
@@ -38,7 +38,7 @@ pub enum Attempt {
 #[derive(Debug)]
 pub struct RowHandle<D: PoolDialect> {
     pub(super) key: Vec<Value>,
-    pub(super) owner: String,
+    pub(super) owner: Arc<str>,
     pub(super) fence: u64,
     pub(super) bell: Mutex<Option<Conn<D>>>,
 }
@@ -53,9 +53,9 @@ pub struct Bid<'a> {
     /// Fresh per attempt: compare-owner statements never match another
     /// acquisition's row, and the background undo of a failed attempt never
     /// matches the row a later attempt of the same acquisition won.
-    pub owner: String,
+    pub owner: Arc<str>,
     /// The holder's metadata, encoded ([`HolderMeta::encode`](distlock_core::HolderMeta::encode)).
-    pub meta: String,
+    pub meta: Arc<str>,
     /// The ttl.
     pub ttl: Duration,
     /// Until when statements refused for row-lock contention are retried

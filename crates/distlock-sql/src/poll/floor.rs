@@ -25,8 +25,8 @@ pub async fn floor_cycle<A: LockTable, C: Contender<A>>(
     let bid = Bid {
         key,
         row: table.key(key),
-        owner: random_owner(),
-        meta: HolderMeta::this_process().encode(),
+        owner: random_owner().into(),
+        meta: HolderMeta::this_process().encode().into(),
         ttl,
         until: WaitUntil::Deadline(Instant::now() + table.pool().timeout()),
     };
@@ -66,7 +66,7 @@ pub async fn floor_cycle<A: LockTable, C: Contender<A>>(
             conn.holds_nothing();
         }
         None => {
-            Db::<A>::run(&mut conn, statement(&rows.release, values)).await?;
+            Db::<A>::run(&mut conn, statement(&rows.release, &values)).await?;
         }
     }
     Ok(true)

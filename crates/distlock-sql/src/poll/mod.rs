@@ -95,7 +95,7 @@ impl<A: LockTable + Inspect, C: Contender<A>> Backend for Polling<A, C> {
     }
 
     async fn renew(&self, handle: &Self::Handle, ttl: Duration) -> Result<Ownership, LockError> {
-        let renew = || statement(&self.rows.renew, self.rows.values(Some(ttl), handle));
+        let renew = || statement(&self.rows.renew, &self.rows.values(Some(ttl), handle));
         compare_owner(self.table.pool(), renew).await
     }
 
@@ -124,10 +124,7 @@ impl<A: LockTable + Inspect, C: Contender<A>> Backend for Polling<A, C> {
                 }
             }
         }
-        compare_owner(self.table.pool(), || {
-            statement(&self.rows.release, values.clone())
-        })
-        .await
+        compare_owner(self.table.pool(), || statement(&self.rows.release, &values)).await
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {
@@ -157,7 +154,7 @@ impl<A: LockTable, C: Contender<A>> Polling<A, C> {
         let waiter = table.waiter(req.key, None);
         let mut contender = self.contender.clone();
         let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
-        let (row, meta) = (table.key(req.key), req.meta.encode());
+        let (row, meta) = (table.key(req.key), Arc::<str>::from(req.meta.encode()));
         let bell = table.doorbell();
         let mut belled = Belled {
             conn: match bell {
@@ -180,7 +177,7 @@ impl<A: LockTable, C: Contender<A>> Polling<A, C> {
             let bid = Bid {
                 key: req.key,
                 row: row.clone(),
-                owner: random_owner(),
+                owner: random_owner().into(),
                 meta: meta.clone(),
                 ttl: req.ttl,
                 until,
@@ -197,7 +194,7 @@ impl<A: LockTable, C: Contender<A>> Polling<A, C> {
                 let state = Undo {
                     table: table.clone(),
                     in_flight: Some(conn.session()),
-                    make: Some(Box::new(move || statement(&abandon, mine.clone()))),
+                    make: Some(Box::new(move || statement(&abandon, &mine))),
                 };
                 let mut guard = CancelGuard::new(state, undo);
                 let attempt = match ring {

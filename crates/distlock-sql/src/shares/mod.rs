@@ -164,7 +164,7 @@ impl<A: ShareAdapter> Shares<A> {
 
     /// The live shares of `names`.
     async fn live_rows(&self, names: Names<'_>) -> Result<Vec<LiveRow>, LockError> {
-        let read = statement::<Db<A>>(&self.live, self.base.names(names));
+        let read = statement::<Db<A>>(&self.live, &self.base.names(names));
         let found = async {
             let mut conn = Db::<A>::connection(self.base.pool()).await?;
             Db::<A>::live_rows(&mut conn, read).await
@@ -177,7 +177,7 @@ impl<A: ShareAdapter> Shares<A> {
     async fn delete_live(&self, key: &LockKey, first: u32, last: u32) -> Result<u64, LockError> {
         let mut values = self.base.key(key);
         values.extend([Value::Int(first.into()), Value::Int(last.into())]);
-        let delete = || statement::<Db<A>>(&self.delete_live, values.clone());
+        let delete = || statement::<Db<A>>(&self.delete_live, &values);
         let pool = self.base.pool();
         run_settled(pool, delete).await.map_err(|e| pool.error(e))
     }
@@ -270,7 +270,10 @@ impl<A: ShareAdapter> ShareHandle<A> {
     /// The values naming this share's row (key, owner, token).
     fn row(&self) -> Vec<Value> {
         let mut values = self.key.clone();
-        values.extend([Value::Text(self.owner.clone()), Value::Int(self.fence)]);
+        values.extend([
+            Value::Text(self.owner.as_str().into()),
+            Value::Int(self.fence),
+        ]);
         values
     }
 }
@@ -285,13 +288,13 @@ impl<A: ShareAdapter> Holding for ShareHandle<A> {
         let shares = &self.shares;
         let mut values = vec![Value::Int(micros(ttl))];
         values.extend(self.row());
-        let renew = || statement::<Db<A>>(&shares.renew, values.clone());
+        let renew = || statement::<Db<A>>(&shares.renew, &values);
         compare_owner(shares.base.pool(), renew).await
     }
 
     async fn release(&self) -> Result<Ownership, LockError> {
         let shares = &self.shares;
-        let release = || statement::<Db<A>>(&shares.release, self.row());
+        let release = || statement::<Db<A>>(&shares.release, &self.row());
         compare_owner(shares.base.pool(), release).await
     }
 }

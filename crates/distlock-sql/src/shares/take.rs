@@ -61,7 +61,7 @@ impl<A: ShareAdapter> Shares<A> {
         // After an attempt found no room, the next ones look without locks first.
         let mut peek = false;
         let mut mine = key.clone();
-        mine.push(Value::Text(owner.clone()));
+        mine.push(Value::Text(owner.as_str().into()));
         let drop_mine = self.drop_owner.clone();
         // Armed for the whole acquire: a committed place is undone on any exit
         // but a win.
@@ -70,7 +70,7 @@ impl<A: ShareAdapter> Shares<A> {
             Undo {
                 table: self.base.clone(),
                 in_flight: None,
-                make: Some(Box::new(move || statement(&drop_mine, mine.clone()))),
+                make: Some(Box::new(move || statement(&drop_mine, &mine))),
             },
             undo,
         );
@@ -204,9 +204,9 @@ impl<A: ShareAdapter> Shares<A> {
         conn: &mut Conn<A::Dialect>,
     ) -> Result<Attempt, DbError> {
         let owner = bid.owner;
-        let query = |sql, values| statement::<Db<A>>(sql, values);
+        let query = |sql, values: &[Value]| statement::<Db<A>>(sql, values);
         if bid.peek {
-            let rows = Db::<A>::share_rows(conn, query(&self.peek, bid.with([]))).await?;
+            let rows = Db::<A>::share_rows(conn, query(&self.peek, &bid.with([]))).await?;
             if let Plan::Wait {
                 remaining,
                 mark: None,
@@ -222,12 +222,12 @@ impl<A: ShareAdapter> Shares<A> {
         let permits = Value::MaybeInt(taker.permits().map(u64::from));
         let mut bump_values = vec![Value::Int(micros(req.ttl))];
         bump_values.extend_from_slice(bid.key);
-        let bump = || query(&self.bump_head, bump_values.clone());
+        let bump = || query(&self.bump_head, &bump_values);
         let mut token = Db::<A>::bump(conn, bump()).await?;
         if token == 0 {
             // The name's first share since its head was collected (or ever):
             // create the head above the namespace's floor, then raise it.
-            let insert = |floor| query(&self.insert_head, bid.with([permits, Value::Int(floor)]));
+            let insert = |floor| query(&self.insert_head, &bid.with([permits, Value::Int(floor)]));
             let base = self.base.as_ref();
             self.collector.create_within(base, conn, insert).await?;
             token = Db::<A>::bump(conn, bump()).await?;
@@ -238,15 +238,15 @@ impl<A: ShareAdapter> Shares<A> {
             )));
         }
         let rows: Vec<ShareRow> =
-            Db::<A>::share_rows(conn, query(&self.rows, bid.with([]))).await?;
+            Db::<A>::share_rows(conn, query(&self.rows, &bid.with([]))).await?;
         let write = |slot: u32, fence: u64, ttl: Duration| {
             let values = [
                 Value::Int(slot.into()),
-                Value::Text(owner.to_owned()),
+                Value::Text(owner.into()),
                 Value::Int(fence),
                 Value::Int(micros(ttl)),
             ];
-            query(&self.take, bid.with(values))
+            query(&self.take, &bid.with(values))
         };
         let (outcome, end) = match taker.plan(&rows, owner.as_bytes()) {
             Plan::Refuse(e) => (Attempt::Refuse(e), "ROLLBACK"),
@@ -266,12 +266,12 @@ impl<A: ShareAdapter> Shares<A> {
                 if let Some(permits) = permits {
                     let mut values = vec![Value::Int(permits.into())];
                     values.extend_from_slice(bid.key);
-                    Db::<A>::run(conn, query(&self.set_permits, values)).await?;
+                    Db::<A>::run(conn, query(&self.set_permits, &values)).await?;
                 }
                 // Expired shares are dead (a renewal needs an unexpired row):
                 // tidy them away while the head lock is ours.
                 if rows.iter().any(|row| row.slot != HEAD_SLOT && !row.live) {
-                    Db::<A>::run(conn, query(&self.drop_expired, bid.with([]))).await?;
+                    Db::<A>::run(conn, query(&self.drop_expired, &bid.with([]))).await?;
                 }
                 let sent_at = Instant::now();
                 Db::<A>::run(conn, write(slot, token, req.ttl)).await?;
@@ -280,8 +280,8 @@ impl<A: ShareAdapter> Shares<A> {
                     .iter()
                     .any(|row| row.slot != slot && row.owner.as_deref() == Some(owner.as_bytes()));
                 if marked {
-                    let values = [Value::Text(owner.to_owned()), Value::Int(slot.into())];
-                    Db::<A>::run(conn, query(&self.drop_mark, bid.with(values))).await?;
+                    let values = [Value::Text(owner.into()), Value::Int(slot.into())];
+                    Db::<A>::run(conn, query(&self.drop_mark, &bid.with(values))).await?;
                 }
                 let won = Attempt::Won {
                     token,

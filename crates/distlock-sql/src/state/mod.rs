@@ -216,14 +216,14 @@ impl Collector {
         let ttl = Value::Int(micros(self.state_ttl));
         // Looked for without locks: most creations find nothing idle and
         // only share the floor's lock with each other.
-        let idle = statement(&self.idle_max, with(&[ttl.clone(), Value::Int(SWEEP)]));
+        let idle = statement(&self.idle_max, &with(&[ttl.clone(), Value::Int(SWEEP)]));
         let floor = match number(conn, idle).await? {
             None => self.floor(table, conn, false).await?,
             Some(highest) => {
                 let floor = self.floor(table, conn, true).await?;
                 let floor = self.raise(table, conn, floor, highest).await?;
                 let values = [ttl, Value::Int(floor), Value::Int(SWEEP)];
-                Db::<A>::run(conn, statement(&self.sweep, with(&values))).await?;
+                Db::<A>::run(conn, statement(&self.sweep, &with(&values))).await?;
                 floor
             }
         };
@@ -242,7 +242,7 @@ impl Collector {
         raising: bool,
     ) -> Result<u64, DbError> {
         let read = [&self.share_floor, &self.lock_floor][usize::from(raising)];
-        let floor = number(conn, statement(read, table.namespace())).await?;
+        let floor = number(conn, statement(read, &table.namespace())).await?;
         floor.ok_or_else(|| {
             DbError::Protocol(
                 "the namespace's high-water row is missing; connect again to create it".into(),
@@ -264,7 +264,7 @@ impl Collector {
         }
         let mut values = table.namespace();
         values.push(Value::Int(highest));
-        Db::<A>::run(conn, statement(&self.raise, values)).await?;
+        Db::<A>::run(conn, statement(&self.raise, &values)).await?;
         Ok(highest)
     }
 }
@@ -304,7 +304,7 @@ pub async fn records<A: StateTable>(
             let mut conn = Db::<A>::connection(table.pool()).await?;
             number(
                 &mut conn,
-                statement(&count, table.names(Names::Under(prefix))),
+                statement(&count, &table.names(Names::Under(prefix))),
             )
             .await
         };

@@ -56,13 +56,13 @@ pub fn prepare<'a, D: PoolDialect<Database: StateDb>>(
             _ => Ok(()),
         };
         if create {
-            tolerate(D::Database::run(&mut conn, statement(&sql(all.create), vec![])).await)?;
+            tolerate(D::Database::run(&mut conn, statement(&sql(all.create), &[])).await)?;
         }
-        let has_index = number(&mut conn, statement(&sql(index.has), vec![])).await?;
+        let has_index = number(&mut conn, statement(&sql(index.has), &[])).await?;
         if create && has_index == Some(0) {
-            tolerate(D::Database::run(&mut conn, statement(&sql(index.add), vec![])).await)?;
+            tolerate(D::Database::run(&mut conn, statement(&sql(index.add), &[])).await)?;
         }
-        D::Database::run(&mut conn, statement(&sql(all.seed), namespace)).await?;
+        D::Database::run(&mut conn, statement(&sql(all.seed), &namespace)).await?;
         Ok(())
     })
 }
@@ -80,14 +80,14 @@ pub fn add_column<'a, D: PoolDialect<Database: StateDb>>(
     Box::pin(async move {
         let sql = |template| render(template, &[("table", table)]);
         let mut conn = D::Database::connection(pool).await?;
-        let has = number(&mut conn, statement(&sql(column.has), vec![])).await?;
+        let has = number(&mut conn, statement(&sql(column.has), &[])).await?;
         if has != Some(0) {
             return Ok(None);
         }
         if !create {
             return Ok(Some(sql(column.add).as_str().to_owned()));
         }
-        let added = D::Database::run(&mut conn, statement(&sql(column.add), vec![])).await;
+        let added = D::Database::run(&mut conn, statement(&sql(column.add), &[])).await;
         match added {
             Err(e) if !lost_race::<D::Database>(&e) => Err(e),
             _ => Ok(None),

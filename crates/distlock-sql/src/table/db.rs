@@ -6,15 +6,18 @@ use crate::db::{BoxFuture, SqlDatabase};
 use crate::db_error::DbError;
 use crate::pool::{Conn, Pool, PoolDialect, Statement};
 use sqlx::{MySql, Postgres, SqlSafeStr};
+use std::sync::Arc;
 use std::time::Duration;
 
-/// One bound value.
+/// One bound value. Text and bytes are shared: an attempt's values are
+/// bound to several statements (and kept for its undo), and a clone is a
+/// count, not a copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
     /// Bytes (MySQL's binary names).
-    Bytes(Vec<u8>),
+    Bytes(Arc<[u8]>),
     /// Text (owners, PostgreSQL's namespace and names).
-    Text(String),
+    Text(Arc<str>),
     /// An unsigned number (slot, token, ttl µs).
     Int(u64),
     /// A number or NULL (a semaphore's limit).
@@ -37,7 +40,7 @@ pub trait TableDb: SqlDatabase {
     ) -> BoxFuture<'c, Result<(), DbError>>;
 
     /// `query` with `value` bound next.
-    fn bind(query: Statement<Self>, value: Value) -> Statement<Self>;
+    fn bind(query: Statement<Self>, value: &Value) -> Statement<Self>;
 
     /// A connection of `pool`.
     fn connection<D: PoolDialect<Database = Self>>(
@@ -93,13 +96,13 @@ macro_rules! common_steps {
 impl TableDb for MySql {
     const BEGIN: &'static str = "BEGIN";
 
-    fn bind(query: Statement<MySql>, value: Value) -> Statement<MySql> {
+    fn bind(query: Statement<MySql>, value: &Value) -> Statement<MySql> {
         match value {
-            Value::Bytes(bytes) => query.bind(bytes),
-            Value::Text(text) => query.bind(text),
-            Value::Int(n) => query.bind(n),
-            Value::MaybeInt(n) => query.bind(n),
-            Value::Flag(flag) => query.bind(flag),
+            Value::Bytes(bytes) => query.bind(&**bytes),
+            Value::Text(text) => query.bind(&**text),
+            Value::Int(n) => query.bind(*n),
+            Value::MaybeInt(n) => query.bind(*n),
+            Value::Flag(flag) => query.bind(*flag),
         }
     }
 
@@ -111,14 +114,14 @@ impl TableDb for Postgres {
     // the attempt is tried again.
     const BEGIN: &'static str = "BEGIN; SET LOCAL lock_timeout = '1s'";
 
-    fn bind(query: Statement<Postgres>, value: Value) -> Statement<Postgres> {
+    fn bind(query: Statement<Postgres>, value: &Value) -> Statement<Postgres> {
         let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         match value {
-            Value::Bytes(bytes) => query.bind(bytes),
-            Value::Text(text) => query.bind(text),
-            Value::Int(n) => query.bind(signed(n)),
+            Value::Bytes(bytes) => query.bind(&**bytes),
+            Value::Text(text) => query.bind(&**text),
+            Value::Int(n) => query.bind(signed(*n)),
             Value::MaybeInt(n) => query.bind(n.map(signed)),
-            Value::Flag(flag) => query.bind(flag),
+            Value::Flag(flag) => query.bind(*flag),
         }
     }
 

@@ -116,9 +116,10 @@ pub type Db<A> = <<A as LockTable>::Dialect as PoolDialect>::Database;
 /// What identifies a server session of table `A`'s connections.
 pub type Session<A> = <<A as LockTable>::Dialect as PoolDialect>::Session;
 
-/// `sql` with `values` bound in order.
-pub fn statement<DB: TableDb>(sql: &SqlStr, values: Vec<Value>) -> Statement<DB> {
-    values.into_iter().fold(sqlx::query(sql.clone()), DB::bind)
+/// `sql` with `values` bound in order (each encoded as it is bound: the
+/// statement keeps no reference to them).
+pub fn statement<DB: TableDb>(sql: &SqlStr, values: &[Value]) -> Statement<DB> {
+    values.iter().fold(sqlx::query(sql.clone()), DB::bind)
 }
 
 /// Runs the autocommit statement `build()` makes, retried under row-lock
@@ -215,5 +216,12 @@ pub(crate) fn render(template: &str, names: &[(&str, &str)]) -> SqlStr {
     for (placeholder, name) in names {
         sql = sql.replace(&format!("{{{placeholder}}}"), name);
     }
-    sqlx::AssertSqlSafe(sql).into_sql_str()
+    kept_sql(sql)
+}
+
+/// A statement text an adapter keeps and sends many times. sqlx copies a
+/// text held as a `String` each time it is cloned, which is each time a
+/// statement is built from it; held in an `Arc`, a clone is a count.
+pub fn kept_sql(sql: String) -> SqlStr {
+    sqlx::AssertSqlSafe(Arc::<str>::from(sql)).into_sql_str()
 }

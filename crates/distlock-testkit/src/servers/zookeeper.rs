@@ -104,12 +104,12 @@ pub type ZooKeeperServer = Server<ZooKeeper>;
 pub struct ZooKeeper;
 
 impl ZooKeeperServer {
-    /// Starts a server with default options and waits until `ruok` answers `imok`.
+    /// Starts a server with default options and waits until it serves clients.
     pub async fn start() -> Result<Self, ServerError> {
         Self::start_with(ZooKeeperOptions::default()).await
     }
 
-    /// Starts a server with `options` and waits until `ruok` answers `imok`.
+    /// Starts a server with `options` and waits until it serves clients.
     pub async fn start_with(options: ZooKeeperOptions) -> Result<Self, ServerError> {
         let placement = place("zookeeper")?;
         let java = placement.binary("java", "default-jre-headless")?;
@@ -289,8 +289,13 @@ async fn super_digest(
         })
 }
 
-/// `ruok` on the plain port, and a listening `secureClientPort` when there is
-/// one: Netty binds it after the plain port answers.
+/// Serving clients on the plain port (`srvr` names its mode), and a listening
+/// `secureClientPort` when there is one: Netty binds it after the plain port
+/// answers. `ruok` is not enough: its `imok` says the process is bound to
+/// the port (ZooKeeper's documentation), not that it serves; a session
+/// request before it serves is closed, and the client library then backs
+/// off for seconds before it asks again (a CI run's first connect timed out
+/// after 10 s that way).
 async fn ready(addr: SocketAddr, tls_port: Option<u16>) -> bool {
     let secure = async {
         match tls_port {
@@ -300,11 +305,11 @@ async fn ready(addr: SocketAddr, tls_port: Option<u16>) -> bool {
             None => true,
         }
     };
-    ruok(addr).await && secure.await
+    serving(addr).await && secure.await
 }
 
-async fn ruok(addr: SocketAddr) -> bool {
-    matches!(four_letter_word(addr, "ruok").await, Ok(answer) if answer == "imok")
+async fn serving(addr: SocketAddr) -> bool {
+    matches!(four_letter_word(addr, "srvr").await, Ok(answer) if answer.contains("Mode: "))
 }
 
 /// Times out, so a paused server cannot hang the caller.

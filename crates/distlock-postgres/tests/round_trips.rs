@@ -102,12 +102,10 @@ async fn scans_run(server: &PostgresServer, table: &str, statement: &str, args: 
         .await
         .unwrap();
     let on_table = format!(" on {table}");
-    let ran: Vec<&str> = plan
-        .lines()
+    plan.lines()
         .filter(|line| line.contains("Scan") && line.contains(&on_table))
         .filter(|line| !line.contains("never executed"))
-        .collect();
-    ran.len()
+        .count()
 }
 
 /// A won acquire reads its own row and no other: the check that no other name

@@ -1,6 +1,7 @@
 //! Connecting: a port nobody listens on fails at once, a server that does not
-//! answer is waited for until `connect_timeout`, and a session opened while the
-//! server restarts rides the restart out until `connect_timeout`.
+//! answer or closes session requests is waited for until `connect_timeout`, and
+//! a session opened while the server restarts rides the restart out until
+//! `connect_timeout`.
 #![allow(
     clippy::unwrap_used,
     reason = "test set-up: a failure here fails the test"
@@ -9,6 +10,8 @@
 mod common;
 
 use distlock_core::{AcquireOptions, DistributedLock, LockError, LockKey, Wait};
+use distlock_testkit::fault::{Fault, FaultControl};
+use distlock_testkit::proxy::FaultProxy;
 use distlock_testkit::servers::ZooKeeperOptions;
 use distlock_zookeeper::ZkConfig;
 use std::time::{Duration, Instant};
@@ -134,5 +137,37 @@ async fn a_new_session_rides_out_a_restart_until_connect_timeout() {
         .await
         .expect("acquire still waiting after the restart")
         .unwrap()
+        .unwrap();
+}
+
+/// A server that accepts connections and closes each session request (a
+/// ZooKeeper starting up, which does not serve yet) is tried again at the
+/// client's own pace, at most a second apart, not the client library's, whose
+/// pause between rounds doubles on each (0.1 s, 0.2 s, … 1.6 s, 3.2 s): it
+/// serves from 4 s on, and `connect` (bound 6 s) gets a session. Left to the
+/// library, the round after the one near 3.1 s comes near 6.3 s, past the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_closes_session_requests_is_tried_again_at_most_a_second_apart() {
+    let server = common::shared_server().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    proxy.set_fault(Fault::Reset).await;
+    let url = format!(
+        "zk://{}?connect_timeout=6s&namespace={}",
+        proxy.addr(),
+        common::namespace("closing")
+    );
+    let connect = tokio::spawn(ZkConfig::from_url(&url).unwrap().connect());
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        !connect.is_finished(),
+        "connected through a proxy that resets: {:?}",
+        connect.await
+    );
+    proxy.set_fault(Fault::None).await;
+    let lock = connect.await.unwrap().unwrap();
+    let key = LockKey::new("k").unwrap();
+    let opts = AcquireOptions::new().wait(Wait::No);
+    distlock_testkit::cycles(&lock, &key, &opts, 1)
+        .await
         .unwrap();
 }

@@ -170,12 +170,12 @@ pub struct Cas {
 impl Cas {
     /// The CAS's values: owner, metadata, ttl µs, the row.
     fn values(bid: &Bid<'_>) -> Vec<Value> {
-        let mut values = Vec::with_capacity(3 + bid.row.len());
-        values.push(Value::Text(bid.owner.clone()));
-        values.push(Value::Text(bid.meta.clone()));
-        values.push(Value::Int(micros(bid.ttl)));
-        values.extend_from_slice(&bid.row);
-        values
+        let bids = [
+            Value::Text(bid.owner.clone()),
+            Value::Text(bid.meta.clone()),
+            Value::Int(micros(bid.ttl)),
+        ];
+        bid.values(&bids, &[])
     }
 
     /// Creates the name's missing row (fence seeded above the floor and the

@@ -151,7 +151,9 @@ impl<A: LockTable, C: Contender<A>> Polling<A, C> {
         let pool = table.pool();
         let no_wait = req.wait == WaitUntil::No;
         let until = retry_until(req);
-        let waiter = table.waiter(req.key, None);
+        // Registered at the first busy attempt: an acquire that wins at once
+        // (the common case) never touches the shared wake-up map.
+        let mut waiter: Option<A::Waiter> = None;
         let mut contender = self.contender.clone();
         let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
         let (row, meta) = (table.key(req.key), Arc::<str>::from(req.meta.encode()));
@@ -165,7 +167,8 @@ impl<A: LockTable, C: Contender<A>> Polling<A, C> {
         };
         // The first attempt waits for no bell: the holder's expiry is unknown.
         let mut bound = Duration::ZERO;
-        // The name is marked as waited for (or the adapter has no marks).
+        // A waiter is registered and the name marked as waited for (or the
+        // adapter has no waiters or no marks).
         let mut marked = false;
         loop {
             // Armed before the attempt: a release between the attempt's reply
@@ -282,19 +285,23 @@ impl<A: LockTable, C: Contender<A>> Polling<A, C> {
                         backoff.reset();
                         continue;
                     }
-                    // The first busy attempt marks the name, then tries
-                    // again at once: a release before the mark is seen by
-                    // that try, and one after it notifies (see `Wake::mark`).
-                    if let Some(waiter) = waiter.as_ref().filter(|_| !marked) {
+                    // The first busy attempt registers a waiter and marks
+                    // the name, then tries again at once, armed: a release
+                    // before the registration or the mark is seen by that
+                    // try, and one after them notifies (see `Wake::mark`).
+                    if !marked {
                         marked = true;
-                        let in_place = tokio::select! {
-                            biased;
-                            in_place = waiter.mark() => in_place,
-                            _ = req.wait.reached() => return Err(req.not_acquired()),
-                        };
-                        if in_place {
+                        drop(notified);
+                        if let Some(registered) = table.waiter(req.key, None) {
+                            let waiter = waiter.insert(registered);
+                            tokio::select! {
+                                biased;
+                                _ = waiter.mark() => {}
+                                _ = req.wait.reached() => return Err(req.not_acquired()),
+                            }
                             continue;
                         }
+                        notified = None;
                     }
                     tokio::select! {
                         () = woken(notified.as_mut().map(Pin::as_mut)) => backoff.reset(),

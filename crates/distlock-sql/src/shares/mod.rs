@@ -262,7 +262,7 @@ pub trait Taker: Send + Sync {
 pub struct ShareHandle<A: ShareAdapter> {
     shares: Arc<Shares<A>>,
     key: Vec<Value>,
-    owner: String,
+    owner: Arc<str>,
     fence: u64,
 }
 
@@ -270,10 +270,7 @@ impl<A: ShareAdapter> ShareHandle<A> {
     /// The values naming this share's row (key, owner, token).
     fn row(&self) -> Vec<Value> {
         let mut values = self.key.clone();
-        values.extend([
-            Value::Text(self.owner.as_str().into()),
-            Value::Int(self.fence),
-        ]);
+        values.extend([Value::Text(self.owner.clone()), Value::Int(self.fence)]);
         values
     }
 }

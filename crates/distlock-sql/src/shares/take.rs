@@ -54,14 +54,14 @@ impl<A: ShareAdapter> Shares<A> {
         let key = self.base.key(req.key);
         // One owner for the whole acquire: a waiter's place, committed by one
         // attempt, is recognised as its own by the next.
-        let owner = random_owner();
+        let owner: Arc<str> = random_owner().into();
         let waiter = self.base.waiter(req.key, Some(self.primitive));
         let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
         let mut marked = false;
         // After an attempt found no room, the next ones look without locks first.
         let mut peek = false;
         let mut mine = key.clone();
-        mine.push(Value::Text(owner.as_str().into()));
+        mine.push(Value::Text(owner.clone()));
         let drop_mine = self.drop_owner.clone();
         // Armed for the whole acquire: a committed place is undone on any exit
         // but a win.
@@ -174,7 +174,7 @@ fn nothing_left<A: ShareAdapter>(
 /// What one attempt is for.
 struct Bid<'a> {
     key: &'a [Value],
-    owner: &'a str,
+    owner: &'a Arc<str>,
     /// Look without locks first.
     peek: bool,
 }
@@ -242,7 +242,7 @@ impl<A: ShareAdapter> Shares<A> {
         let write = |slot: u32, fence: u64, ttl: Duration| {
             let values = [
                 Value::Int(slot.into()),
-                Value::Text(owner.into()),
+                Value::Text(owner.clone()),
                 Value::Int(fence),
                 Value::Int(micros(ttl)),
             ];
@@ -280,7 +280,7 @@ impl<A: ShareAdapter> Shares<A> {
                     .iter()
                     .any(|row| row.slot != slot && row.owner.as_deref() == Some(owner.as_bytes()));
                 if marked {
-                    let values = [Value::Text(owner.into()), Value::Int(slot.into())];
+                    let values = [Value::Text(owner.clone()), Value::Int(slot.into())];
                     Db::<A>::run(conn, query(&self.drop_mark, &bid.with(values))).await?;
                 }
                 let won = Attempt::Won {

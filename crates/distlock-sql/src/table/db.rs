@@ -26,9 +26,22 @@ pub enum Value {
     Flag(bool),
 }
 
+impl Value {
+    /// About the bytes it takes bound: its encoding and a length prefix.
+    pub(crate) fn bound_len(&self) -> usize {
+        let encoded = match self {
+            Value::Bytes(bytes) => bytes.len(),
+            Value::Text(text) => text.len(),
+            Value::Int(_) | Value::MaybeInt(_) => 8,
+            Value::Flag(_) => 1,
+        };
+        4 + encoded
+    }
+}
+
 /// A database the tables run on. Its methods run one statement on a
 /// connection of an adapter's pool.
-pub trait TableDb: SqlDatabase {
+pub trait TableDb: SqlDatabase + sqlx::Database<Arguments: sqlx::IntoArguments<Self>> {
     /// Opens a transaction of several statements (and bounds its lock waits).
     const BEGIN: &'static str;
 

@@ -20,7 +20,7 @@ use crate::settle::Settle;
 use distlock_core::adapter::{Ownership, WaitUntil};
 use distlock_core::toolkit::UndoFuture;
 use distlock_core::{Capabilities, LockError, LockKey};
-use sqlx::{SqlSafeStr, SqlStr};
+use sqlx::{Arguments, SqlSafeStr, SqlStr};
 use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -87,7 +87,9 @@ pub trait LockTable: fmt::Debug + Send + Sync + 'static {
     fn end_session(&self, session: Session<Self>) -> BoxFuture<'_, Result<(), DbError>>;
     /// Wakes a waiter of `key` when the lock (`None`) or a share of
     /// `primitive` is released, if the database can tell (otherwise waiters
-    /// poll alone).
+    /// poll alone). Asked for at an acquire's first busy attempt, after
+    /// which the acquire tries again at once: an acquire that wins at once
+    /// registers nothing.
     fn waiter(&self, key: &LockKey, primitive: Option<Primitive>) -> Option<Self::Waiter>;
     /// The bells a lock's holders keep and its waiters queue on, where a
     /// release notifies nobody (see [`bell`]); `None` by default.
@@ -119,7 +121,13 @@ pub type Session<A> = <<A as LockTable>::Dialect as PoolDialect>::Session;
 /// `sql` with `values` bound in order (each encoded as it is bound: the
 /// statement keeps no reference to them).
 pub fn statement<DB: TableDb>(sql: &SqlStr, values: &[Value]) -> Statement<DB> {
-    values.iter().fold(sqlx::query(sql.clone()), DB::bind)
+    // Room for every value at once: bound one by one, the arguments would
+    // grow (and copy) several times per statement.
+    let mut arguments = DB::Arguments::default();
+    arguments.reserve(values.len(), values.iter().map(Value::bound_len).sum());
+    values
+        .iter()
+        .fold(sqlx::query_with(sql.clone(), arguments), DB::bind)
 }
 
 /// Runs the autocommit statement `build()` makes, retried under row-lock

@@ -114,7 +114,11 @@ impl Sessions {
         }
         Err(ZkError::ConnectTimedOut {
             within: self.settings.connect_timeout,
-            last: last.map_or_else(String::new, |error| format!("; last attempt: {error}")),
+            last: last.map_or_else(String::new, |error| match error {
+                // The library's word for an attempt that went round every server.
+                zk::Error::NoHosts => "; last attempt: no server established a session".to_owned(),
+                error => format!("; last attempt: {error}"),
+            }),
         })
     }
 }

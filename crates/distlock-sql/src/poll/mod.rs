@@ -291,6 +291,8 @@ impl<A: LockTable, C: Contender<A>> Polling<A, C> {
                     // try, and one after them notifies (see `Wake::mark`).
                     if !marked {
                         marked = true;
+                        // `None` until a waiter is registered; dropped to
+                        // end its borrow of `waiter`.
                         drop(notified);
                         if let Some(registered) = table.waiter(req.key, None) {
                             let waiter = waiter.insert(registered);

@@ -293,9 +293,8 @@ async fn super_digest(
 /// `secureClientPort` when there is one: Netty binds it after the plain port
 /// answers. `ruok` is not enough: its `imok` says the process is bound to
 /// the port (ZooKeeper's documentation), not that it serves; a session
-/// request before it serves is closed, and the client library then backs
-/// off for seconds before it asks again (a CI run's first connect timed out
-/// after 10 s that way).
+/// request before it serves is closed, and a test's first connect then
+/// waits for the next attempt.
 async fn ready(addr: SocketAddr, tls_port: Option<u16>) -> bool {
     let secure = async {
         match tls_port {

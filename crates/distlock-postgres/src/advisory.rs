@@ -43,6 +43,7 @@ use distlock_core::adapter::{AcquireRequest, Acquired, WaitUntil};
 use distlock_core::toolkit::{CancelGuard, Inspect};
 use distlock_core::{Capabilities, FencingToken, LockError};
 use distlock_sql::held::{HeldSession, SessionLock, Taken, holder_connection};
+use distlock_sql::table::with_room;
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 use std::sync::Arc;
@@ -236,13 +237,21 @@ pub(crate) async fn attempt(
     meta: &str,
     queue: Option<Duration>,
 ) -> Result<Attempt, DbError> {
-    let statement = sqlx::query(table.sql.advisory_acquire.clone())
+    let idle = idle_timeout(ttl);
+    let queue_millis = queue.map(ceil_millis);
+    let bytes = table.namespace.len()
+        + name.len()
+        + 8
+        + idle.len()
+        + meta.len()
+        + queue_millis.as_ref().map_or(0, String::len);
+    let statement = with_room(&table.sql.advisory_acquire, 6, bytes)
         .bind(&*table.namespace)
         .bind(name)
         .bind(key)
-        .bind(idle_timeout(ttl))
+        .bind(idle)
         .bind(meta)
-        .bind(queue.map(ceil_millis));
+        .bind(queue_millis);
     let limit = queue.unwrap_or_default() + table.pool.timeout();
     let row = match conn.fetch_optional_within(statement, limit).await {
         Ok(Some(row)) => row,

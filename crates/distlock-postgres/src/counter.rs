@@ -28,6 +28,7 @@ use crate::pool::{Conn, Statement};
 use distlock_core::adapter::WaitUntil;
 use distlock_core::{FencingToken, LockError, LockKey};
 use distlock_sql::settle::Settle;
+use distlock_sql::table::with_room;
 use sqlx::Row;
 use std::time::Instant;
 
@@ -104,7 +105,8 @@ impl Counter<'_> {
 
     /// The plain raise of an existing row (or the collision).
     async fn bump(&self, table: &Table, conn: &mut Conn) -> Result<Counted, DbError> {
-        let bump = sqlx::query(table.sql.tx_bump.clone())
+        let bytes = table.namespace.len() + self.key.as_str().len() + 8 + self.meta.len();
+        let bump = with_room(&table.sql.tx_bump, 4, bytes)
             .bind(&*table.namespace)
             .bind(self.key.as_str())
             .bind(self.lock_key)

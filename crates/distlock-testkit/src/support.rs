@@ -73,16 +73,23 @@ pub async fn tokens_rise_across_commit_and_rollback(
 /// `lock_in` excludes: `second`, started while the first holder's
 /// transaction (which got `held`) is open, waits (`waits` sees the server
 /// show its wait) until `end_first` ends that transaction, then gets a token
-/// above `held`.
+/// above `held`. A second that ends before it is seen waiting fails the
+/// check at once, with what it ended with.
 pub async fn second_waits_for_the_first(
     held: FencingToken,
     second: tokio::task::JoinHandle<FencingToken>,
-    waits: impl AsyncFnMut() -> bool,
+    mut waits: impl AsyncFnMut() -> bool,
     end_first: impl Future<Output = Result<(), BoxError>>,
 ) -> Result<(), BoxError> {
-    eventually(Duration::from_secs(10), "the second waits", waits).await;
+    let waits_or_ended = async || second.is_finished() || waits().await;
+    eventually(Duration::from_secs(10), "the second waits", waits_or_ended).await;
     if second.is_finished() {
-        return Err("the second got the lock while the first held it".into());
+        return match second.await {
+            Ok(token) => {
+                Err(format!("the second got the lock ({token}) while the first held it").into())
+            }
+            Err(e) => Err(format!("the second ended before it waited: {e}").into()),
+        };
     }
     end_first.await?;
     let next = second.await?;

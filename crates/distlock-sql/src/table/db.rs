@@ -27,15 +27,14 @@ pub enum Value {
 }
 
 impl Value {
-    /// About the bytes it takes bound: its encoding and a length prefix.
-    pub(crate) fn bound_len(&self) -> usize {
-        let encoded = match self {
+    /// About the bytes its encoding takes bound (without a length prefix).
+    pub(crate) fn encoded_len(&self) -> usize {
+        match self {
             Value::Bytes(bytes) => bytes.len(),
             Value::Text(text) => text.len(),
             Value::Int(_) | Value::MaybeInt(_) => 8,
             Value::Flag(_) => 1,
-        };
-        4 + encoded
+        }
     }
 }
 

@@ -121,13 +121,19 @@ pub type Session<A> = <<A as LockTable>::Dialect as PoolDialect>::Session;
 /// `sql` with `values` bound in order (each encoded as it is bound: the
 /// statement keeps no reference to them).
 pub fn statement<DB: TableDb>(sql: &SqlStr, values: &[Value]) -> Statement<DB> {
-    // Room for every value at once: bound one by one, the arguments would
-    // grow (and copy) several times per statement.
-    let mut arguments = DB::Arguments::default();
-    arguments.reserve(values.len(), values.iter().map(Value::bound_len).sum());
+    let bytes = values.iter().map(Value::encoded_len).sum();
     values
         .iter()
-        .fold(sqlx::query_with(sql.clone(), arguments), DB::bind)
+        .fold(with_room(sql, values.len(), bytes), DB::bind)
+}
+
+/// `sql` with room for `values` values taking about `bytes` encoded (without
+/// their length prefixes), which the caller then binds: bound one by one into
+/// no room, the arguments grow (and copy) several times per statement.
+pub fn with_room<DB: TableDb>(sql: &SqlStr, values: usize, bytes: usize) -> Statement<DB> {
+    let mut arguments = DB::Arguments::default();
+    arguments.reserve(values, 4 * values + bytes);
+    sqlx::query_with(sql.clone(), arguments)
 }
 
 /// Runs the autocommit statement `build()` makes, retried under row-lock

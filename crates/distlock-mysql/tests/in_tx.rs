@@ -49,13 +49,15 @@ async fn lock_in_ending(
     token
 }
 
-/// Whether connection `id`'s transaction waits for a row lock, as InnoDB
-/// lists it (1 or 0). Only that connection's: the binary's other tests run
-/// beside this one on the same server, and their statements wait too.
+/// Whether connection `id` is running `lock_in`'s locking read (1 or 0), read
+/// live from `PROCESSLIST`. Not from InnoDB's `INNODB_TRX`: MariaDB serves it
+/// from a snapshot that a read rebuilds only after 100 ms without readers, so
+/// a poll that began before the wait kept seeing no wait, and a read blocked
+/// while the optimizer reads its `const` row is not listed there at all.
 async fn lock_waits(server: &MariaDbServer, id: u64) -> String {
     let sql = format!(
-        "SELECT COUNT(*) FROM information_schema.INNODB_TRX \
-         WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id = {id};"
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {id} \
+         AND INFO LIKE 'SELECT fence FROM `in|_tx` WHERE name = % FOR UPDATE' ESCAPE '|';"
     );
     root_value(server, &sql).await
 }

@@ -15,7 +15,7 @@ use sqlx::MySqlPool;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
-use support::{eventually, root_value, server};
+use support::{holder_session, server};
 
 /// The application's pool, its connections in time zone `zone`.
 async fn app_pool(server: &MariaDbServer, zone: &str) -> MySqlPool {
@@ -92,26 +92,12 @@ async fn a_for_update_lock_from_the_apps_pool_is_never_on_the_pools_connection()
     let key = LockKey::new("jobs/own-rows").unwrap();
     let opts = AcquireOptions::new().ttl(Duration::from_secs(10));
     let held = first.acquire(&key, &opts).await.unwrap();
-    // Open transactions on the pool's connection / on others: the lock's.
-    let transactions = format!(
-        "SELECT CONCAT(SUM(trx_mysql_thread_id = {app_thread}), '/', \
-         SUM(trx_mysql_thread_id <> {app_thread})) FROM information_schema.INNODB_TRX;"
-    );
-    // InnoDB refreshes INNODB_TRX at most every 100 ms, and the acquire may
-    // have read it just before its transaction began: wait for a snapshot
-    // that shows the holder's transaction, then check where it is.
-    let mut seen = String::new();
-    eventually(
-        Duration::from_secs(5),
-        "the holder's transaction",
-        async || {
-            seen = root_value(&server, &transactions).await;
-            seen.ends_with("/1")
-        },
-    )
-    .await;
-    assert_eq!(
-        seen, "0/1",
+    // The holder's transaction is on the session its locking statement wrote
+    // into the row, read live (InnoDB's INNODB_TRX is a snapshot that
+    // back-to-back reads never refresh).
+    let holder = holder_session(&server, "own_pool_rows", key.as_str()).await;
+    assert_ne!(
+        holder, app_thread,
         "the lock's transaction on the pool's connection"
     );
     assert!(second.try_acquire(&key, &opts).await.unwrap().is_none());

@@ -348,9 +348,9 @@ impl Backend for RedisBackend {
     }
 
     fn loss_signal(&self, handle: &RedisHandle) -> Option<LossSignal> {
-        let granted = [(&*self.server, handle.run_id.clone())];
+        let granted = vec![(self.server.clone(), handle.run_id.clone())];
         let place = Place::Key(handle.keys.lock.as_str().into());
-        Some(loss_signal(&granted, &place, &handle.owner, 1))
+        Some(loss_signal(granted, place, handle.owner.clone(), 1))
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {

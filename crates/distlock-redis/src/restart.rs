@@ -21,7 +21,6 @@
 use crate::connection::{Connection, Link, RunId};
 use crate::error::CommandError;
 use crate::keys::guard_marker;
-use distlock_core::adapter::LossSignal;
 use distlock_core::toolkit::Backoff;
 use distlock_core::{LockError, LossReason};
 use redis::ScriptInvocation;
@@ -200,26 +199,24 @@ impl Restarts {
     }
 }
 
-/// Fires when fewer than `needed` of the servers that granted a lease (each
+/// Ends when fewer than `needed` of the servers that granted a lease (each
 /// reporting its own tag through `lost`, kept registered by `watches`) still
 /// hold it: 1 of 1 for one server, a majority for Redlock.
-pub(crate) fn loss_signal<W: Send + 'static>(
+pub(crate) async fn wait_for_loss<W>(
     watches: Vec<W>,
     mut lost: mpsc::UnboundedReceiver<usize>,
     needed: usize,
-) -> LossSignal {
-    Box::pin(async move {
-        let granted = watches.len();
-        let mut gone = std::collections::HashSet::new();
-        while let Some(tag) = lost.recv().await {
-            gone.insert(tag);
-            if granted - gone.len() < needed {
-                return LossReason::Revoked;
-            }
+) -> LossReason {
+    let granted = watches.len();
+    let mut gone = std::collections::HashSet::new();
+    while let Some(tag) = lost.recv().await {
+        gone.insert(tag);
+        if granted - gone.len() < needed {
+            return LossReason::Revoked;
         }
-        drop(watches);
-        std::future::pending().await
-    })
+    }
+    drop(watches);
+    std::future::pending().await
 }
 
 struct Task {

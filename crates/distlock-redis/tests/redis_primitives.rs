@@ -11,6 +11,7 @@ use common::{admin, client, command_calls, delta, eventually, raw};
 use distlock_core::{AcquireOptions, DistributedLock, Held, LockKey, SingleLease, Wait};
 use distlock_redis::{RedisConfig, RedisLock};
 use distlock_testkit::servers::RedisServer;
+use redis::aio::MultiplexedConnection;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -40,6 +41,26 @@ async fn fair_client(server: &RedisServer) -> RedisLock {
         .unwrap()
 }
 
+/// `PING`s the server has answered so far (the launcher's readiness probe
+/// was one).
+async fn pings(conn: &mut MultiplexedConnection) -> u64 {
+    command_calls(conn).await.get("ping").copied().unwrap_or(0)
+}
+
+/// Waits, while a lease is held, for the restart check that a held lease
+/// brings (the subscriber connection comes up and the check `PING`s the
+/// server once): one `PING` more than the `pings` counted before the lease,
+/// so that it does not land in the counted cycles. Counting any `PING` at
+/// all would pass at once on the launcher's readiness probe, and under load
+/// the check then came during the cycles.
+async fn restart_checked(conn: &MultiplexedConnection, pings: u64) {
+    eventually(Duration::from_secs(5), "the restart check's PING", || {
+        let mut conn = conn.clone();
+        async move { self::pings(&mut conn).await == pings + 1 }
+    })
+    .await;
+}
+
 async fn one_server() -> RedisServer {
     common::server().await
 }
@@ -50,15 +71,11 @@ async fn a_permit_costs_one_script_to_take_and_one_to_give_back() {
     let sem = client(&server).await.semaphore().unwrap();
     let key = LockKey::new("sem-cycle").unwrap();
     // Warm-up: the connection and the counter's first seeding, held until the
-    // subscriber connection that a held lease brings up has made its restart
-    // check (one PING), so that it does not land in the counted cycles.
+    // restart check it brings has run.
     let mut conn = admin(&server).await;
+    let pings = pings(&mut conn).await;
     let warm = sem.acquire(&key, 3, &long()).await.unwrap();
-    eventually(Duration::from_secs(5), "the restart check's PING", || {
-        let mut conn = conn.clone();
-        async move { command_calls(&mut conn).await.contains_key("ping") }
-    })
-    .await;
+    restart_checked(&conn, pings).await;
     warm.release().await.unwrap();
     let before = command_calls(&mut conn).await;
     for _ in 0..CYCLES {
@@ -78,16 +95,11 @@ async fn a_read_or_write_share_costs_one_script_each_way() {
     let server = one_server().await;
     let rw = client(&server).await.rwlock().unwrap();
     let key = LockKey::new("rw-cycle").unwrap();
-    // Warm-up, held until the subscriber connection that a held lease brings up
-    // has made its restart check (one PING), so that it does not land in the
-    // counted cycles.
+    // Warm-up, held until the restart check it brings has run.
     let mut conn = admin(&server).await;
+    let pings = pings(&mut conn).await;
     let warm = rw.write(&key, &long()).await.unwrap();
-    eventually(Duration::from_secs(5), "the restart check's PING", || {
-        let mut conn = conn.clone();
-        async move { command_calls(&mut conn).await.contains_key("ping") }
-    })
-    .await;
+    restart_checked(&conn, pings).await;
     warm.release().await.unwrap();
     let before = command_calls(&mut conn).await;
     for _ in 0..CYCLES {
@@ -117,16 +129,10 @@ async fn an_uncontended_fair_cycle_costs_two_scripts() {
     let lock = fair_client(&server).await;
     let key = LockKey::new("fair-cycle").unwrap();
     let mut conn = admin(&server).await;
-    // Warm-up: as for the plain lock, a held lease brings the subscriber
-    // connection up, followed by one restart check (a PING).
-    let pings = command_calls(&mut conn).await.get("ping").copied();
+    // Warm-up, held until the restart check it brings has run.
+    let pings = pings(&mut conn).await;
     let lease = lock.acquire(&key, &long()).await.unwrap();
-    let checked = pings.unwrap_or(0) + 1;
-    eventually(Duration::from_secs(5), "the restart check", || {
-        let mut conn = conn.clone();
-        async move { command_calls(&mut conn).await.get("ping") == Some(&checked) }
-    })
-    .await;
+    restart_checked(&conn, pings).await;
     lease.release().await.unwrap();
     let before = command_calls(&mut conn).await;
     distlock_testkit::cycles(&lock, &key, &long(), CYCLES as usize)

@@ -332,10 +332,15 @@ impl Backend for RedlockBackend {
         let granted: Vec<_> = handle
             .won
             .iter()
-            .filter_map(|(node, run_id)| Some((&**self.nodes.get(*node)?, run_id.clone())))
+            .filter_map(|(node, run_id)| Some((self.nodes.get(*node)?.clone(), run_id.clone())))
             .collect();
         let place = Place::Key(handle.keys.lock.as_str().into());
-        Some(loss_signal(&granted, &place, &handle.owner, self.quorum))
+        Some(loss_signal(
+            granted,
+            place,
+            handle.owner.to_string(),
+            self.quorum,
+        ))
     }
 
     fn inspect(&self) -> Option<&dyn Inspect> {

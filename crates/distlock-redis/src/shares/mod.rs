@@ -229,9 +229,9 @@ impl Holding for RedisShare {
     }
 
     fn loss_signal(&self) -> Option<LossSignal> {
-        let granted = [(&*self.server, self.run_id.clone())];
+        let granted = vec![(self.server.clone(), self.run_id.clone())];
         let place = Place::Member(self.keys.expiry.as_str().into());
-        Some(loss_signal(&granted, &place, &self.owner, 1))
+        Some(loss_signal(granted, place, self.owner.to_string(), 1))
     }
 }
 

@@ -16,8 +16,10 @@
 //!   every earlier holder's.
 //! - Hash collisions: the row records its key (`lock_key`, unique). A name
 //!   whose key is recorded for another name is refused with an error naming
-//!   both, whether the lock is free or not; two such names never share a lock
-//!   silently.
+//!   both once it gets the key's lock (after the other name's holder, if
+//!   any), before any token; two such names never share a lock silently. The
+//!   look for another name runs only while a name has no row recording its
+//!   key, so that a name in use pays nothing for it.
 //! - A connection that may hold the lock goes back to the pool only once the
 //!   server confirmed the unlock (see `pool`); an attempt cut off mid-statement
 //!   closes its connection and ends its session (the lock goes with it).
@@ -33,7 +35,7 @@
 //!   waited, no later than the grant.
 
 use crate::backend::{Table, Undo, undo};
-use crate::counter::{Counter, collision};
+use crate::counter::Counter;
 use crate::error::DbError;
 use crate::keys::advisory_key;
 use crate::pool::{Conn, Pool, Statement};
@@ -79,11 +81,10 @@ impl Unlock {
 pub(crate) enum Attempt {
     /// Won, after waiting this long in the server's lock queue.
     Won(FencingToken, Duration),
-    /// Won, and the name has no counter row (new, or collected).
+    /// Won, and the name has no counter row (new, or collected), or its row
+    /// does not record the key yet.
     Uncounted(Duration),
     Busy,
-    /// The key is recorded for another name (namespace, name).
-    Collision(String, String),
 }
 
 #[async_trait]
@@ -135,7 +136,9 @@ impl SessionLock for Advisory {
             let won = match attempt.await {
                 Ok(Attempt::Won(token, waited)) => Some(Ok((token, waited))),
                 // A new or collected name: the lock is given back while its
-                // counter row is created, and the next attempt takes both.
+                // counter row is created, and the next attempt takes both
+                // (a row that is there but does not record the key is left
+                // as it is, and raised below).
                 // Created holding the lock, the row's statements (a
                 // connection, the namespace's floor locked, a commit) would
                 // run inside the lease's ttl, counted from `sent_at`.
@@ -154,15 +157,13 @@ impl SessionLock for Advisory {
                         Err(e) => Some(Err(table.error(e))),
                     }
                 }
-                // Collected again right after its creation: created holding
-                // the lock.
+                // Collected again right after its creation (created holding
+                // the lock), or a row that does not record the key: raised
+                // once no other name records it, or refused.
                 Ok(Attempt::Uncounted(waited)) => {
                     Some(counter.raise(table).await.map(|token| (token, waited)))
                 }
                 Ok(Attempt::Busy) => None,
-                Ok(Attempt::Collision(namespace, name)) => {
-                    Some(Err(collision(table, req.key, &namespace, &name)))
-                }
                 Err(e) => Some(Err(table.error(e))),
             };
             match won {
@@ -226,8 +227,8 @@ fn queue_for(wait: WaitUntil) -> Option<Duration> {
 
 /// The advisory acquire statement on `conn` (which must be marked as maybe
 /// holding a lock): the lock, tried or waited for in the server's queue for
-/// `queue`, and when won the counter bump (when the name has a counter row;
-/// see `counter`). A wait that ran out is [`Attempt::Busy`].
+/// `queue`, and when won the counter bump (when the name's counter row
+/// records the key; see `counter`). A wait that ran out is [`Attempt::Busy`].
 pub(crate) async fn attempt(
     table: &Table,
     conn: &mut Conn,
@@ -267,21 +268,18 @@ pub(crate) async fn attempt(
     let decode = |e| DbError::Sql(e);
     let got: Option<bool> = row.try_get(0).map_err(decode)?;
     let token: Option<i64> = row.try_get(1).map_err(decode)?;
-    let other_namespace: Option<String> = row.try_get(2).map_err(decode)?;
-    let other_name: Option<String> = row.try_get(3).map_err(decode)?;
-    let waited: Option<i64> = row.try_get(4).map_err(decode)?;
+    let waited: Option<i64> = row.try_get(2).map_err(decode)?;
     let waited = Duration::from_micros(
         waited
             .and_then(|micros| u64::try_from(micros).ok())
             .unwrap_or(0),
     );
-    match (got, token, other_namespace, other_name) {
-        (Some(true), Some(token), None, None) => u64::try_from(token)
+    match (got, token) {
+        (Some(true), Some(token)) => u64::try_from(token)
             .map(|token| Attempt::Won(FencingToken::new(token), waited))
             .map_err(|_| DbError::Protocol(format!("the counter returned {token}"))),
-        (Some(true), None, None, None) => Ok(Attempt::Uncounted(waited)),
-        (_, None, Some(namespace), Some(name)) => Ok(Attempt::Collision(namespace, name)),
-        (Some(false), None, None, None) => Ok(Attempt::Busy),
+        (Some(true), None) => Ok(Attempt::Uncounted(waited)),
+        (Some(false), None) => Ok(Attempt::Busy),
         other => Err(DbError::Protocol(format!(
             "the advisory lock statement answered {other:?}"
         ))),

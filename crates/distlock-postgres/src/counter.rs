@@ -14,6 +14,10 @@
 //!   raising the floor row above their fences, and seeds the new row above
 //!   the floor (and at least at the server clock in µs). So a name whose row
 //!   was collected still gets a token above every earlier one.
+//! - A name in use is raised by one `UPDATE` of its own row that matches
+//!   only if the row records the name's key. The look for another name
+//!   recording the key (a hash collision, refused) runs only for a row that
+//!   does not, so a raise plans no scan but its own row's.
 //! - Idle means last used more than `state_ttl` ago and its advisory key in
 //!   no session's lock nor wait (`pg_locks`, read live by the sweep): the
 //!   counter of a name held or waited for is never collected, however long
@@ -29,7 +33,7 @@ use distlock_core::adapter::WaitUntil;
 use distlock_core::{FencingToken, LockError, LockKey};
 use distlock_sql::settle::Settle;
 use distlock_sql::table::with_room;
-use sqlx::Row;
+use sqlx::{Row, SqlStr};
 use std::time::Instant;
 
 /// What raising a name's counter answered.
@@ -59,6 +63,9 @@ impl Counter<'_> {
         loop {
             let counted = async {
                 let mut conn = table.pool.get().await?;
+                if let Some(token) = self.bump_recorded(table, &mut conn).await? {
+                    return Ok(Counted::Token(token));
+                }
                 match self.bump(table, &mut conn).await? {
                     Counted::Missing => {
                         let insert = |floor| self.insert(table, floor);
@@ -103,15 +110,32 @@ impl Counter<'_> {
         }
     }
 
-    /// The plain raise of an existing row (or the collision).
+    /// The raise of a row that records the name's key, the one statement of
+    /// a name in use: `None` when the name has no row, or its row records no
+    /// key yet (then [`bump`](Self::bump) looks for another name with it).
+    async fn bump_recorded(
+        &self,
+        table: &Table,
+        conn: &mut Conn,
+    ) -> Result<Option<FencingToken>, DbError> {
+        let rows = conn
+            .fetch_all(self.bound(table, &table.sql.counter_bump))
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let token: i64 = row.try_get(0).map_err(DbError::Sql)?;
+        u64::try_from(token)
+            .map(|token| Some(FencingToken::new(token)))
+            .map_err(|_| DbError::Protocol(format!("the counter returned {token}")))
+    }
+
+    /// The raise of an existing row that records the key first if no other
+    /// name does (or the collision).
     async fn bump(&self, table: &Table, conn: &mut Conn) -> Result<Counted, DbError> {
-        let bytes = table.namespace.len() + self.key.as_str().len() + 8 + self.meta.len();
-        let bump = with_room(&table.sql.tx_bump, 4, bytes)
-            .bind(&*table.namespace)
-            .bind(self.key.as_str())
-            .bind(self.lock_key)
-            .bind(self.meta);
-        let row = conn.fetch_one(bump).await?;
+        let row = conn
+            .fetch_one(self.bound(table, &table.sql.tx_bump))
+            .await?;
         let decoded = |e| DbError::Sql(e);
         let token: Option<i64> = row.try_get(0).map_err(decoded)?;
         let namespace: Option<String> = row.try_get(1).map_err(decoded)?;
@@ -124,6 +148,17 @@ impl Counter<'_> {
                 "the counter statement answered {other:?}"
             ))),
         }
+    }
+
+    /// `statement` of `table` bound to the name, its key and the holder's
+    /// metadata.
+    fn bound(&self, table: &Table, statement: &SqlStr) -> Statement {
+        let bytes = table.namespace.len() + self.key.as_str().len() + 8 + self.meta.len();
+        with_room(statement, 4, bytes)
+            .bind(&*table.namespace)
+            .bind(self.key.as_str())
+            .bind(self.lock_key)
+            .bind(self.meta)
     }
 
     /// The new row, seeded above `floor`.

@@ -255,9 +255,6 @@ impl Table {
                 conn.holds_nothing();
                 return Ok(false);
             }
-            Attempt::Collision(..) => {
-                return Err(DbError::Protocol("advisory key collision".into()));
-            }
         }
         let release = Unlock { key: lock_key };
         let row = conn.fetch_one(release.statement(self)).await?;

@@ -170,20 +170,23 @@ pub(crate) const COUNTER_INSERT: &str = include_str!("sql/counter_insert.sql");
 #[derive(Debug)]
 pub(crate) struct Statements {
     /// advisory: try the lock, or wait for it in the server's queue under a
-    /// `lock_timeout`, then (held, and no other name recorded for the key)
-    /// raise the counter if the name has a row; returns (got, token, other
-    /// namespace, other name, µs the statement ran before the grant). Binds:
-    /// namespace, name, key, idle timeout ms (text), holder, `lock_timeout`
-    /// ms (text; NULL to try once).
+    /// `lock_timeout`, then (held) raise the counter if the name's row
+    /// records the key; returns (got, token, µs the statement ran before the
+    /// grant). Binds: namespace, name, key, idle timeout ms (text), holder,
+    /// `lock_timeout` ms (text; NULL to try once).
     pub advisory_acquire: SqlStr,
     /// Binds: idle timeout ms (text).
     pub advisory_keepalive: SqlStr,
     /// Unlocks and clears the idle timeout. Binds: key.
     pub advisory_release: SqlStr,
-    /// advisory and `lock_in`: (no other name recorded for the key) raise
-    /// the counter of a name whose lock is held; returns (token, other
-    /// namespace, other name), all NULL when the name has no row. Binds:
-    /// namespace, name, key, holder.
+    /// advisory and `lock_in`: raises the counter of a name whose lock is
+    /// held, if its row records the key; returns the token, or no row.
+    /// Binds: namespace, name, key, holder.
+    pub counter_bump: SqlStr,
+    /// What [`counter_bump`](Self::counter_bump) falls back on: (no other
+    /// name recorded for the key) records the key and raises the counter;
+    /// returns (token, other namespace, other name), all NULL when the name
+    /// has no row. Binds: namespace, name, key, holder.
     pub tx_bump: SqlStr,
     /// See [`COUNTER_INSERT`].
     pub counter_insert: SqlStr,
@@ -198,6 +201,7 @@ impl Statements {
             advisory_acquire: sql(include_str!("sql/advisory_acquire.sql")),
             advisory_keepalive: sql(include_str!("sql/advisory_keepalive.sql")),
             advisory_release: sql(include_str!("sql/advisory_release.sql")),
+            counter_bump: sql(include_str!("sql/counter_bump.sql")),
             tx_bump: sql(include_str!("sql/tx_bump.sql")),
             counter_insert: sql(COUNTER_INSERT),
             channel: table.as_str().to_owned(),

@@ -84,11 +84,13 @@ async fn a_name_whose_key_is_recorded_for_another_name_is_refused() {
     let lock = client(&server, Strategy::Advisory, "collide").await;
     let key = LockKey::new("reports/daily").unwrap();
     // A true SHA-256 prefix collision cannot be found for a test; plant the row
-    // another name with the same key would have left.
+    // another name in use with the same key would have (used just now: an
+    // idle one is collected, and its key free for the next name).
     let planted = advisory_key("distlock", &key);
     server
         .exec_admin(&format!(
-            "INSERT INTO collide (namespace, name, fence, lock_key) VALUES ('distlock', 'other/name', 1, {planted});"
+            "INSERT INTO collide (namespace, name, fence, lock_key, expires_at) \
+             VALUES ('distlock', 'other/name', 1, {planted}, now());"
         ))
         .await
         .unwrap();
@@ -110,6 +112,33 @@ async fn a_name_whose_key_is_recorded_for_another_name_is_refused() {
             == "0"
     })
     .await;
+}
+
+/// A name's row in use that does not record its advisory key (a row written
+/// by hand) is not raised by the acquire's own statement: the look for
+/// another name with that key runs, records the key, and the token still
+/// rises above the row's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_row_without_its_key_is_checked_then_raised_and_records_it() {
+    let server = server().await;
+    let lock = client(&server, Strategy::Advisory, "unkeyed").await;
+    let key = LockKey::new("reports/weekly").unwrap();
+    server
+        .exec_admin(
+            "INSERT INTO unkeyed (namespace, name, fence, lock_key, expires_at) \
+             VALUES ('distlock', 'reports/weekly', 41, NULL, now());",
+        )
+        .await
+        .unwrap();
+    let lease = lock.acquire(&key, &AcquireOptions::new()).await.unwrap();
+    assert_eq!(lease.token().get(), 42, "the planted row raised");
+    let recorded = admin_value(
+        &server,
+        "SELECT lock_key FROM unkeyed WHERE name = 'reports/weekly';",
+    )
+    .await;
+    assert_eq!(recorded, advisory_key("distlock", &key).to_string());
+    lease.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]

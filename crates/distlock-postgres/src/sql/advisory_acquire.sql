@@ -7,21 +7,11 @@ WITH held AS MATERIALIZED (
     SELECT got, CASE WHEN got THEN set_config('idle_session_timeout', $4, false) END AS idle,
            (EXTRACT(EPOCH FROM clock_timestamp() - statement_timestamp()) * 1000000)::BIGINT AS waited
       FROM held
-), other AS MATERIALIZED (
-    SELECT namespace, name FROM "{table}"
-     WHERE lock_key = $3 AND (namespace, name) <> ($1, $2)
-     LIMIT 1
 ), bumped AS (
-    UPDATE "{table}" SET fence = fence + 1, lock_key = $3, holder = $5,
+    UPDATE "{table}" SET fence = fence + 1, holder = $5,
            expires_at = CASE WHEN expires_at >= now() THEN expires_at ELSE now() + interval '1 second' END
       FROM armed
-     WHERE armed.got AND namespace = $1 AND name = $2
-       AND (lock_key = $3 OR NOT EXISTS (
-               SELECT 1 FROM "{table}" o
-                WHERE o.lock_key = $3 AND (o.namespace, o.name) <> ("{table}".namespace, "{table}".name)))
+     WHERE armed.got AND namespace = $1 AND name = $2 AND lock_key = $3
  RETURNING fence
 )
-SELECT (SELECT got FROM armed), (SELECT fence FROM bumped),
-       CASE WHEN NOT EXISTS (SELECT 1 FROM bumped) THEN (SELECT namespace FROM other) END,
-       CASE WHEN NOT EXISTS (SELECT 1 FROM bumped) THEN (SELECT name FROM other) END,
-       (SELECT waited FROM armed)
+SELECT (SELECT got FROM armed), (SELECT fence FROM bumped), (SELECT waited FROM armed)

@@ -28,8 +28,10 @@
 //!   [`LONGEST_WAIT`], then it queues again), so a release hands the lock to
 //!   the first waiter on the server, whose statement goes on to raise the
 //!   counter and answers: a hand-off costs no round trip after the unlock,
-//!   and no notification. A waiter cancelled in the queue is an attempt cut
-//!   off mid-statement: its session is ended, which takes it out of the
+//!   and no notification. A wait that runs out gives back the lock in case
+//!   the server granted it just before (the counter bump then waited for its
+//!   row). A waiter cancelled in the queue is an attempt cut off
+//!   mid-statement: its session is ended, which takes it out of the
 //!   queue (or frees the lock the server granted it meanwhile). The lease
 //!   counts from the statement's send plus the time the server says it
 //!   waited, no later than the grant.
@@ -39,6 +41,7 @@ use crate::counter::Counter;
 use crate::error::DbError;
 use crate::keys::advisory_key;
 use crate::pool::{Conn, Pool, Statement};
+use crate::protocol::ADVISORY_GIVE_BACK;
 use crate::session::Session;
 use async_trait::async_trait;
 use distlock_core::adapter::{AcquireRequest, Acquired, WaitUntil};
@@ -261,8 +264,14 @@ pub(crate) async fn attempt(
                 "the advisory lock statement answered no row".into(),
             ));
         }
-        // `lock_timeout`: the wait ran out (nothing was granted or written).
-        Err(e) if e.lost_to_contention() => return Ok(Attempt::Busy),
+        // `lock_timeout`: the wait ran out, nothing written. It may have run
+        // out after the grant, while the counter bump waited for its row (a
+        // collection, or an operator, holding it): a session's advisory lock
+        // outlives its statement's error, so it is given back.
+        Err(e) if e.lost_to_contention() => {
+            conn.execute(sqlx::query(ADVISORY_GIVE_BACK)).await?;
+            return Ok(Attempt::Busy);
+        }
         Err(e) => return Err(e),
     };
     let decode = |e| DbError::Sql(e);

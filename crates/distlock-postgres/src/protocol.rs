@@ -162,6 +162,10 @@ pub(crate) const USED_AT_COLUMN: &str =
 /// releases have.
 pub(crate) const DROP_EXPIRY_INDEX: &str = include_str!("sql/used_at_drop_old_index.sql");
 
+/// advisory: gives back every session-level advisory lock of the session,
+/// which on a holder's connection is at most the one it tried for.
+pub(crate) const ADVISORY_GIVE_BACK: &str = "SELECT pg_advisory_unlock_all()";
+
 /// Creates a missing counter row. Binds: namespace, name, key, holder, floor.
 pub(crate) const COUNTER_INSERT: &str = include_str!("sql/counter_insert.sql");
 

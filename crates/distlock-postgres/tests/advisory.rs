@@ -226,6 +226,58 @@ async fn queue_behind(
     waiter
 }
 
+/// A wait that runs out after the server granted the advisory lock (the
+/// statement's `lock_timeout` fired while its counter bump waited for the
+/// row, which another transaction held) gives the lock back: the attempt is
+/// refused, and no pooled session keeps the key.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wait_that_runs_out_after_the_grant_gives_the_lock_back() {
+    let server = server().await;
+    let (a, b) = (
+        client(&server, Strategy::Advisory, "granted").await,
+        client(&server, Strategy::Advisory, "granted").await,
+    );
+    let key = LockKey::new("reports/monthly").unwrap();
+    a.acquire(&key, &AcquireOptions::new())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let hold_row = server.exec_admin(
+        "BEGIN; SELECT fence FROM granted WHERE name = 'reports/monthly' FOR UPDATE; \
+         SELECT pg_sleep(3) AS row_held; COMMIT;",
+    );
+    let sleeping = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%AS row_held%' \
+                    AND state = 'active' AND pid <> pg_backend_pid();";
+    let attempt = async {
+        eventually(Duration::from_secs(5), "the row is held", async || {
+            admin_value(&server, sleeping).await == "1"
+        })
+        .await;
+        let wait = AcquireOptions::new().wait(Wait::For(Duration::from_millis(300)));
+        a.acquire(&key, &wait).await
+    };
+    let (row_held, attempted) = tokio::join!(hold_row, attempt);
+    row_held.unwrap();
+    match attempted {
+        Err(LockError::Timeout { .. }) => {}
+        other => panic!("expected the wait to run out, got {other:?}"),
+    }
+    let held = format!(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+         AND objid::BIGINT = ({} & 4294967295);",
+        advisory_key("distlock", &key)
+    );
+    assert_eq!(
+        admin_value(&server, &held).await,
+        "0",
+        "a session kept the key"
+    );
+    let next = b.acquire(&key, &AcquireOptions::new().wait(Wait::No)).await;
+    next.expect("the key is free").release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn waiters_wait_in_the_servers_queue_and_a_cancelled_one_leaves_it() {
     let server = server().await;

@@ -37,7 +37,7 @@
 //!   waited, no later than the grant.
 
 use crate::backend::{Table, Undo, undo};
-use crate::counter::Counter;
+use crate::counter::{Counter, token};
 use crate::error::DbError;
 use crate::keys::advisory_key;
 use crate::pool::{Conn, Pool, Statement};
@@ -276,17 +276,15 @@ pub(crate) async fn attempt(
     };
     let decode = |e| DbError::Sql(e);
     let got: Option<bool> = row.try_get(0).map_err(decode)?;
-    let token: Option<i64> = row.try_get(1).map_err(decode)?;
+    let value: Option<i64> = row.try_get(1).map_err(decode)?;
     let waited: Option<i64> = row.try_get(2).map_err(decode)?;
     let waited = Duration::from_micros(
         waited
             .and_then(|micros| u64::try_from(micros).ok())
             .unwrap_or(0),
     );
-    match (got, token) {
-        (Some(true), Some(token)) => u64::try_from(token)
-            .map(|token| Attempt::Won(FencingToken::new(token), waited))
-            .map_err(|_| DbError::Protocol(format!("the counter returned {token}"))),
+    match (got, value) {
+        (Some(true), Some(value)) => Ok(Attempt::Won(token(value)?, waited)),
         (Some(true), None) => Ok(Attempt::Uncounted(waited)),
         (Some(false), None) => Ok(Attempt::Busy),
         other => Err(DbError::Protocol(format!(

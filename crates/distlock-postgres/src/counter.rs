@@ -118,16 +118,17 @@ impl Counter<'_> {
         table: &Table,
         conn: &mut Conn,
     ) -> Result<Option<FencingToken>, DbError> {
-        let rows = conn
-            .fetch_all(self.bound(table, &table.sql.counter_bump))
-            .await?;
-        let Some(row) = rows.first() else {
+        let bump = self.bound(table, &table.sql.counter_bump);
+        let Some(row) = conn
+            .fetch_optional_within(bump, table.pool.timeout())
+            .await?
+        else {
             return Ok(None);
         };
-        let token: i64 = row.try_get(0).map_err(DbError::Sql)?;
-        u64::try_from(token)
-            .map(|token| Some(FencingToken::new(token)))
-            .map_err(|_| DbError::Protocol(format!("the counter returned {token}")))
+        row.try_get(0)
+            .map_err(DbError::Sql)
+            .and_then(token)
+            .map(Some)
     }
 
     /// The raise of an existing row that records the key first if no other
@@ -137,11 +138,11 @@ impl Counter<'_> {
             .fetch_one(self.bound(table, &table.sql.tx_bump))
             .await?;
         let decoded = |e| DbError::Sql(e);
-        let token: Option<i64> = row.try_get(0).map_err(decoded)?;
+        let value: Option<i64> = row.try_get(0).map_err(decoded)?;
         let namespace: Option<String> = row.try_get(1).map_err(decoded)?;
         let name: Option<String> = row.try_get(2).map_err(decoded)?;
-        match (token.map(u64::try_from), namespace, name) {
-            (Some(Ok(token)), None, None) => Ok(Counted::Token(FencingToken::new(token))),
+        match (value, namespace, name) {
+            (Some(value), None, None) => token(value).map(Counted::Token),
             (None, Some(namespace), Some(name)) => Ok(Counted::Collision(namespace, name)),
             (None, None, None) => Ok(Counted::Missing),
             other => Err(DbError::Protocol(format!(
@@ -170,6 +171,13 @@ impl Counter<'_> {
             .bind(self.meta)
             .bind(i64::try_from(floor).unwrap_or(i64::MAX))
     }
+}
+
+/// The fencing token in a counter's value, which is never negative.
+pub(crate) fn token(value: i64) -> Result<FencingToken, DbError> {
+    u64::try_from(value)
+        .map(FencingToken::new)
+        .map_err(|_| DbError::Protocol(format!("the counter returned {value}")))
 }
 
 /// The refusal of `key`, whose advisory key `table` records for lock `name`

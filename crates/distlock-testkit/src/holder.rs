@@ -7,7 +7,6 @@
 use crate::servers::ServerError;
 use crate::servers::child::ManagedChild;
 use crate::servers::process::log_tail;
-use nix::sys::signal::Signal;
 use std::io::BufRead;
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
@@ -148,7 +147,7 @@ impl HolderProcess {
 
     /// Lets a paused child run again (SIGCONT).
     pub fn resume(&self) -> Result<(), ServerError> {
-        self.lock().signal(Signal::SIGCONT)
+        self.lock().resume()
     }
 
     /// Kills the child with SIGKILL, as a crash would, and reaps it: on return the

@@ -83,10 +83,25 @@ impl ManagedChild {
         }
     }
 
-    /// SIGSTOPs the child and returns once every one of its threads has stopped.
+    /// SIGSTOPs the child and every process it started, and returns once all
+    /// their threads have stopped.
     pub(crate) fn pause(&mut self) -> Result<(), ServerError> {
-        self.signal(Signal::SIGSTOP)?;
-        wait_stopped(self.pid())
+        match self.exit_status() {
+            Some(_) => Err(ServerError::NotRunning {
+                name: self.name.clone(),
+            }),
+            None => stop_tree(self.pid()),
+        }
+    }
+
+    /// SIGCONTs the child and every process it started.
+    pub(crate) fn resume(&mut self) -> Result<(), ServerError> {
+        match self.exit_status() {
+            Some(_) => Err(ServerError::NotRunning {
+                name: self.name.clone(),
+            }),
+            None => continue_tree(self.pid()),
+        }
     }
 
     /// SIGKILLs the child and reaps it.
@@ -127,6 +142,75 @@ impl Drop for ManagedChild {
             self.kill_and_reap();
         }
     }
+}
+
+/// SIGSTOPs `pid` and its descendants, and waits until every thread of them has
+/// stopped: a paused server answers nothing, not even on a connection served by
+/// a child (a PostgreSQL backend) or a thread. A process forks until its stop
+/// lands, so the tree is walked again until a walk finds no new process.
+///
+/// Containers are paused this way too, from the host, rather than with `docker
+/// pause`: under load the cgroup v1 freezer gives up ("unable to freeze") and
+/// thaws the container again, which failed a chaos run.
+pub(crate) fn stop_tree(pid: u32) -> Result<(), ServerError> {
+    let mut stopped: Vec<u32> = Vec::new();
+    loop {
+        let fresh: Vec<u32> = tree(pid)
+            .into_iter()
+            .filter(|pid| !stopped.contains(pid))
+            .collect();
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        for &pid in &fresh {
+            signal_if_there(pid, Signal::SIGSTOP)?;
+        }
+        for &pid in &fresh {
+            wait_stopped(pid)?;
+        }
+        stopped.extend(fresh);
+    }
+}
+
+/// SIGCONTs `pid` and its descendants.
+pub(crate) fn continue_tree(pid: u32) -> Result<(), ServerError> {
+    tree(pid)
+        .into_iter()
+        .try_for_each(|pid| signal_if_there(pid, Signal::SIGCONT))
+}
+
+/// Sends `signal` to `pid`; one that has exited since it was listed is skipped.
+fn signal_if_there(pid: u32, signal: Signal) -> Result<(), ServerError> {
+    match send_signal(pid, signal) {
+        Err(ServerError::Signal {
+            source: nix::Error::ESRCH,
+            ..
+        }) => Ok(()),
+        other => other,
+    }
+}
+
+/// `pid` and its descendants, parents before children, from
+/// `/proc/<pid>/task/<tid>/children` (each thread's own children).
+fn tree(pid: u32) -> Vec<u32> {
+    let mut found = vec![pid];
+    let mut next = 0;
+    while let Some(&parent) = found.get(next) {
+        next += 1;
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+                if !found.contains(&child) {
+                    found.push(child);
+                }
+            }
+        }
+    }
+    found
 }
 
 /// Waits until every thread of `pid` is stopped (or gone).

@@ -179,7 +179,7 @@ impl PostgresServer {
         if self.process.signal(Signal::SIGINT).is_err() {
             return;
         }
-        let _ = self.process.signal(Signal::SIGCONT);
+        let _ = self.process.resume();
         let deadline = tokio::time::Instant::now() + STOP_GRACE;
         while self.process.is_running() {
             if tokio::time::Instant::now() >= deadline {

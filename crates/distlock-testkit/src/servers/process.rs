@@ -24,8 +24,9 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 ///
 /// Started with [`start_at`](Self::start_at) on a docker [`Placement`], the same
 /// command line runs in a container instead, and every operation maps to one:
-/// pause is `docker pause`, kill is `docker kill`, respawn is `docker start`, the
-/// log is `docker logs`, and [`disconnect`](Self::disconnect) cuts it off its network.
+/// pause is SIGSTOP of the container's processes from the host (as natively; the
+/// cgroup freezer of `docker pause` gives up under load), kill is `docker kill`,
+/// respawn is `docker start`, the log is `docker logs`, and [`disconnect`](Self::disconnect) cuts it off its network.
 ///
 /// All methods take `&self`, so a server shared by several tests (for example in a
 /// static) can still be paused, killed and restarted.
@@ -226,7 +227,7 @@ impl ServerProcess {
     pub fn check_running(&self) -> Result<(), ServerError> {
         if let Some(container) = &self.container {
             return match container.state()? {
-                (status, _, _) if status == "running" || status == "paused" => Ok(()),
+                (status, _, _) if status == "running" => Ok(()),
                 (status, code, _) if status == "exited" || status == "dead" => {
                     Err(ServerError::Exited {
                         name: self.name.clone(),
@@ -257,7 +258,7 @@ impl ServerProcess {
     pub fn pid(&self) -> Option<u32> {
         if let Some(container) = &self.container {
             return match container.state() {
-                Ok((status, _, pid)) if status == "running" || status == "paused" => Some(pid),
+                Ok((status, _, pid)) if status == "running" => Some(pid),
                 _ => None,
             };
         }
@@ -271,8 +272,8 @@ impl ServerProcess {
         self.pid().is_some()
     }
 
-    /// Freezes the process with SIGSTOP: its sockets stay open and nothing answers.
-    /// Returns once every thread of the process has stopped.
+    /// Freezes the process and every process it started with SIGSTOP: its sockets
+    /// stay open and nothing answers. Returns once every thread of them has stopped.
     pub fn pause(&self) -> Result<(), ServerError> {
         if let Some(container) = &self.container {
             return container.pause();
@@ -285,12 +286,17 @@ impl ServerProcess {
         }
     }
 
-    /// Lets a paused process run again (SIGCONT).
+    /// Lets a paused process run again (SIGCONT), with every process it started.
     pub fn resume(&self) -> Result<(), ServerError> {
         if let Some(container) = &self.container {
             return container.unpause();
         }
-        self.signal(Signal::SIGCONT)
+        match self.lock().as_mut() {
+            Some(child) => child.resume(),
+            None => Err(ServerError::NotRunning {
+                name: self.name.clone(),
+            }),
+        }
     }
 
     /// Sends `signal` to the running process.
@@ -329,7 +335,7 @@ impl ServerProcess {
             if child.signal(Signal::SIGTERM).is_err() {
                 return;
             }
-            let _ = child.signal(Signal::SIGCONT);
+            let _ = child.resume();
         }
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline {

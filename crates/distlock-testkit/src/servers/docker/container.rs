@@ -2,6 +2,7 @@
 
 use super::{DockerRun, PID_LABEL, RUN_LABEL, blocking, docker, docker_os};
 use crate::servers::ServerError;
+use crate::servers::child::{continue_tree, stop_tree};
 use std::ffi::OsString;
 use std::net::IpAddr;
 use std::path::Path;
@@ -113,17 +114,27 @@ impl Container {
         Ok((status, code, pid))
     }
 
-    /// Freezes every process of the container (cgroup freezer).
+    /// Stops every process of the container with SIGSTOP, sent from the host as
+    /// to a native server (not `docker pause`, whose freezer gives up under
+    /// load), and returns once every thread of them has stopped.
     pub fn pause(&self) -> Result<(), ServerError> {
-        docker(&["pause", &self.name]).map(drop)
+        stop_tree(self.main_pid()?)
     }
 
-    /// Thaws a paused container; a running one is left as it is, as SIGCONT
-    /// leaves a running process.
+    /// Lets a paused container run again (SIGCONT); a running one is left as it
+    /// is.
     pub fn unpause(&self) -> Result<(), ServerError> {
-        match docker(&["unpause", &self.name]) {
-            Err(ServerError::Command { output, .. }) if output.contains("is not paused") => Ok(()),
-            other => other.map(drop),
+        continue_tree(self.main_pid()?)
+    }
+
+    /// The host pid of the container's main process, the server, whose
+    /// descendants are the container's other processes.
+    fn main_pid(&self) -> Result<u32, ServerError> {
+        match self.state()? {
+            (status, _, pid) if status == "running" && pid != 0 => Ok(pid),
+            _ => Err(ServerError::NotRunning {
+                name: self.name.clone(),
+            }),
         }
     }
 
@@ -149,11 +160,9 @@ impl Container {
     pub async fn stop(&self, grace: std::time::Duration) {
         let seconds = grace.as_secs().max(1).to_string();
         let name = self.name.clone();
-        let stopped = tokio::task::spawn_blocking(move || {
-            let _ = docker(&["unpause", &name]);
-            docker(&["stop", "-t", &seconds, &name])
-        })
-        .await;
+        let _ = self.unpause();
+        let stopped =
+            tokio::task::spawn_blocking(move || docker(&["stop", "-t", &seconds, &name])).await;
         if !matches!(stopped, Ok(Ok(_))) {
             tracing::warn!(name = %self.name, "docker stop failed");
         }

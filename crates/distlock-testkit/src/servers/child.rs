@@ -75,32 +75,28 @@ impl ManagedChild {
     /// Sends `signal` unless the child has exited (its pid may belong to another
     /// process by then).
     pub(crate) fn signal(&mut self, signal: Signal) -> Result<(), ServerError> {
-        match self.exit_status() {
-            Some(_) => Err(ServerError::NotRunning {
-                name: self.name.clone(),
-            }),
-            None => send_signal(self.pid(), signal),
-        }
+        send_signal(self.running_pid()?, signal)
     }
 
     /// SIGSTOPs the child and every process it started, and returns once all
     /// their threads have stopped.
     pub(crate) fn pause(&mut self) -> Result<(), ServerError> {
-        match self.exit_status() {
-            Some(_) => Err(ServerError::NotRunning {
-                name: self.name.clone(),
-            }),
-            None => stop_tree(self.pid()),
-        }
+        stop_tree(self.running_pid()?)
     }
 
     /// SIGCONTs the child and every process it started.
     pub(crate) fn resume(&mut self) -> Result<(), ServerError> {
+        continue_tree(self.running_pid()?)
+    }
+
+    /// The child's pid while it has not exited (after that, it may belong to
+    /// another process).
+    fn running_pid(&mut self) -> Result<u32, ServerError> {
         match self.exit_status() {
             Some(_) => Err(ServerError::NotRunning {
                 name: self.name.clone(),
             }),
-            None => continue_tree(self.pid()),
+            None => Ok(self.pid()),
         }
     }
 

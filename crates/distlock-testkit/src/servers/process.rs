@@ -26,7 +26,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// command line runs in a container instead, and every operation maps to one:
 /// pause is SIGSTOP of the container's processes from the host (as natively; the
 /// cgroup freezer of `docker pause` gives up under load), kill is `docker kill`,
-/// respawn is `docker start`, the log is `docker logs`, and [`disconnect`](Self::disconnect) cuts it off its network.
+/// respawn is `docker start`, the log is `docker logs`, and
+/// [`disconnect`](Self::disconnect) cuts it off its network.
 ///
 /// All methods take `&self`, so a server shared by several tests (for example in a
 /// static) can still be paused, killed and restarted.
@@ -278,12 +279,7 @@ impl ServerProcess {
         if let Some(container) = &self.container {
             return container.pause();
         }
-        match self.lock().as_mut() {
-            Some(child) => child.pause(),
-            None => Err(ServerError::NotRunning {
-                name: self.name.clone(),
-            }),
-        }
+        self.with_child(ManagedChild::pause)
     }
 
     /// Lets a paused process run again (SIGCONT), with every process it started.
@@ -291,18 +287,21 @@ impl ServerProcess {
         if let Some(container) = &self.container {
             return container.unpause();
         }
-        match self.lock().as_mut() {
-            Some(child) => child.resume(),
-            None => Err(ServerError::NotRunning {
-                name: self.name.clone(),
-            }),
-        }
+        self.with_child(ManagedChild::resume)
     }
 
     /// Sends `signal` to the running process.
     pub(crate) fn signal(&self, signal: Signal) -> Result<(), ServerError> {
+        self.with_child(|child| child.signal(signal))
+    }
+
+    /// Runs `act` on the child process, or fails if there is none.
+    fn with_child(
+        &self,
+        act: impl FnOnce(&mut ManagedChild) -> Result<(), ServerError>,
+    ) -> Result<(), ServerError> {
         match self.lock().as_mut() {
-            Some(child) => child.signal(signal),
+            Some(child) => act(child),
             None => Err(ServerError::NotRunning {
                 name: self.name.clone(),
             }),
